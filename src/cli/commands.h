@@ -1,0 +1,15 @@
+// The subcommands of the pptrain executable; each lives in its own file under cli/.
+// A command gets its arguments after the subcommand name and returns the exit code;
+// user errors are thrown as pptrain::Error and reported by main().
+#pragma once
+#include <string>
+#include <vector>
+
+namespace pptrain {
+
+class MpiSession;
+using Args = std::vector<std::string>;
+
+int cmd_version(const Args& args);
+
+}  // namespace pptrain

@@ -1,0 +1,16 @@
+#pragma once
+
+namespace pptrain {
+
+inline constexpr const char* kVersion = "0.1.0";
+
+// "cpu" or "cpu cuda": which backends this binary contains.
+inline const char* compiled_backends() {
+#ifdef PPTRAIN_WITH_CUDA
+  return "cpu cuda";
+#else
+  return "cpu";
+#endif
+}
+
+}  // namespace pptrain

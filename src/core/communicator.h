@@ -1,0 +1,47 @@
+// Communicator: the one interface through which pptrain talks between ranks.
+// MpiComm (parallel/) implements it over an MPI communicator on CPUs, NcclComm over
+// NCCL on GPUs; LocalComm is the group of one. Buffers are backend memory (device
+// pointers under CUDA). No other code calls MPI or NCCL directly.
+#pragma once
+#include <cstddef>
+#include <memory>
+
+namespace pptrain {
+
+enum class ReduceOp { Sum, Max };
+
+// A pending non-blocking send or receive.
+class Request {
+ public:
+  virtual ~Request() = default;
+  virtual void wait() = 0;
+  virtual bool test() = 0;  // true once complete
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual void allreduce(float* data, size_t n, ReduceOp op) = 0;   // in place
+  virtual void allreduce(double* data, size_t n, ReduceOp op) = 0;  // in place, host memory
+  virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+  virtual std::unique_ptr<Request> isend(const float* data, size_t n, int peer, int tag) = 0;
+  virtual std::unique_ptr<Request> irecv(float* data, size_t n, int peer, int tag) = 0;
+};
+
+// The group of one: collectives are identities, p2p is a bug.
+class LocalComm final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void allreduce(float*, size_t, ReduceOp) override {}
+  void allreduce(double*, size_t, ReduceOp) override {}
+  void broadcast(void*, size_t, int) override {}
+  void barrier() override {}
+  std::unique_ptr<Request> isend(const float*, size_t, int, int) override;
+  std::unique_ptr<Request> irecv(float*, size_t, int, int) override;
+};
+
+}  // namespace pptrain

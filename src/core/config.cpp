@@ -1,0 +1,293 @@
+#include "core/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace pptrain {
+namespace {
+
+// One entry per key: how to read it from YAML and how to write it back.
+struct Field {
+  std::function<void(const YAML::Node&, const std::string& where)> read;
+  std::function<void(YAML::Emitter&)> write;
+};
+using Section = std::map<std::string, Field>;  // key -> field (ordered for to_yaml)
+
+std::string describe(const YAML::Node& n) {
+  if (n.IsScalar()) return "'" + n.Scalar() + "'";
+  if (n.IsSequence()) return "a list";
+  if (n.IsMap()) return "a mapping";
+  return "nothing";
+}
+
+template <typename T>
+T scalar(const YAML::Node& n, const std::string& where, const char* expected) {
+  if (!n.IsScalar()) fail(where, ": expected ", expected, ", got ", describe(n));
+  try {
+    return n.as<T>();
+  } catch (const YAML::Exception&) {
+    fail(where, ": expected ", expected, ", got ", describe(n));
+  }
+}
+
+Field int_field(int* p) {
+  return {[p](const YAML::Node& n, const std::string& w) { *p = scalar<int>(n, w, "an integer"); },
+          [p](YAML::Emitter& e) { e << *p; }};
+}
+Field u64_field(uint64_t* p) {
+  return {[p](const YAML::Node& n, const std::string& w) {
+            *p = scalar<uint64_t>(n, w, "a non-negative integer");
+          },
+          [p](YAML::Emitter& e) { e << *p; }};
+}
+Field double_field(double* p) {
+  return {[p](const YAML::Node& n, const std::string& w) { *p = scalar<double>(n, w, "a number"); },
+          [p](YAML::Emitter& e) { e << YAML::Precision(17) << *p; }};
+}
+Field bool_field(bool* p) {
+  return {[p](const YAML::Node& n, const std::string& w) { *p = scalar<bool>(n, w, "true or false"); },
+          [p](YAML::Emitter& e) { e << *p; }};
+}
+Field string_field(std::string* p) {
+  return {[p](const YAML::Node& n, const std::string& w) {
+            *p = n.IsNull() ? "" : scalar<std::string>(n, w, "a string");
+          },
+          [p](YAML::Emitter& e) { e << YAML::DoubleQuoted << *p; }};
+}
+// `auto` or a list of integers.
+Field layers_field(std::vector<int>* p) {
+  return {[p](const YAML::Node& n, const std::string& w) {
+            p->clear();
+            if (n.IsScalar() && n.Scalar() == "auto") return;
+            if (!n.IsSequence()) fail(w, ": expected 'auto' or a list of integers, got ", describe(n));
+            for (size_t i = 0; i < n.size(); ++i)
+              p->push_back(scalar<int>(n[i], cat(w, "[", i, "]"), "an integer"));
+          },
+          [p](YAML::Emitter& e) {
+            if (p->empty()) { e << "auto"; return; }
+            e << YAML::Flow << YAML::BeginSeq;
+            for (int v : *p) e << v;
+            e << YAML::EndSeq;
+          }};
+}
+
+// The schema: every section and key pptrain knows, bound to the fields of `c`.
+std::map<std::string, Section> schema(Config& c) {
+  std::map<std::string, Section> s;
+  auto& m = s["model"];
+  m["arch"] = string_field(&c.model.arch);
+  m["n_layer"] = int_field(&c.model.n_layer);
+  m["n_head"] = int_field(&c.model.n_head);
+  m["d_model"] = int_field(&c.model.d_model);
+  m["seq_len"] = int_field(&c.model.seq_len);
+  m["vocab_size"] = int_field(&c.model.vocab_size);
+  m["tie_embeddings"] = bool_field(&c.model.tie_embeddings);
+  auto& p = s["parallel"];
+  p["pp"] = int_field(&c.parallel.pp);
+  p["tp"] = int_field(&c.parallel.tp);
+  p["dp"] = int_field(&c.parallel.dp);
+  p["schedule"] = string_field(&c.parallel.schedule);
+  p["microbatches"] = int_field(&c.parallel.microbatches);
+  p["stages_per_rank"] = int_field(&c.parallel.stages_per_rank);
+  p["layers_per_stage"] = layers_field(&c.parallel.layers_per_stage);
+  auto& t = s["training"];
+  t["steps"] = int_field(&c.training.steps);
+  t["micro_batch_size"] = int_field(&c.training.micro_batch_size);
+  t["lr"] = double_field(&c.training.lr);
+  t["min_lr"] = double_field(&c.training.min_lr);
+  t["warmup_steps"] = int_field(&c.training.warmup_steps);
+  t["weight_decay"] = double_field(&c.training.weight_decay);
+  t["grad_clip"] = double_field(&c.training.grad_clip);
+  t["beta1"] = double_field(&c.training.beta1);
+  t["beta2"] = double_field(&c.training.beta2);
+  t["eps"] = double_field(&c.training.eps);
+  t["seed"] = u64_field(&c.training.seed);
+  t["precision"] = string_field(&c.training.precision);
+  t["eval_every"] = int_field(&c.training.eval_every);
+  t["eval_batches"] = int_field(&c.training.eval_batches);
+  auto& d = s["data"];
+  d["train"] = string_field(&c.data.train);
+  d["val"] = string_field(&c.data.val);
+  d["shuffle"] = bool_field(&c.data.shuffle);
+  auto& k = s["checkpoint"];
+  k["dir"] = string_field(&c.checkpoint.dir);
+  k["every"] = int_field(&c.checkpoint.every);
+  k["keep_last"] = int_field(&c.checkpoint.keep_last);
+  k["resume"] = string_field(&c.checkpoint.resume);
+  auto& l = s["logging"];
+  l["every"] = int_field(&c.logging.every);
+  l["metrics"] = string_field(&c.logging.metrics);
+  l["trace"] = string_field(&c.logging.trace);
+  l["sample_tokens"] = int_field(&c.logging.sample_tokens);
+  return s;
+}
+
+std::string known_keys(const Section& sec) {
+  std::string out;
+  for (auto& [k, f] : sec) out += (out.empty() ? "" : ", ") + k;
+  return out;
+}
+
+void apply(Config& c, const YAML::Node& root, const std::string& source) {
+  if (root.IsNull()) return;
+  if (!root.IsMap()) fail(source, ": expected a mapping of sections at the top level");
+  auto s = schema(c);
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    std::string sec = it->first.as<std::string>();
+    if (sec == "device") {
+      string_field(&c.device).read(it->second, source + ": key 'device'");
+      continue;
+    }
+    auto found = s.find(sec);
+    if (found == s.end())
+      fail(source, ": unknown section '", sec,
+           "' (expected device, model, parallel, training, data, checkpoint, logging)");
+    if (it->second.IsNull()) continue;
+    if (!it->second.IsMap()) fail(source, ": section '", sec, "': expected a mapping, got ", describe(it->second));
+    for (auto kv = it->second.begin(); kv != it->second.end(); ++kv) {
+      std::string key = kv->first.as<std::string>();
+      auto f = found->second.find(key);
+      if (f == found->second.end())
+        fail(source, ": unknown key '", sec, ".", key, "' (known in '", sec, "': ", known_keys(found->second), ")");
+      f->second.read(kv->second, cat(source, ": key '", sec, ".", key, "'"));
+    }
+  }
+}
+
+// "training.lr=3e-4" -> {training: {lr: 3e-4}}
+YAML::Node override_node(const std::string& arg) {
+  auto eq = arg.find('=');
+  if (eq == std::string::npos || eq == 0) fail("command line: override '", arg, "': expected section.key=value");
+  std::string path = arg.substr(0, eq), value = arg.substr(eq + 1);
+  YAML::Node v;
+  try {
+    v = YAML::Load(value);
+  } catch (const YAML::Exception& e) {
+    fail("command line: override '", arg, "': value is not valid YAML: ", e.msg);
+  }
+  YAML::Node root;
+  auto dot = path.find('.');
+  if (dot == std::string::npos) {
+    root[path] = v;
+  } else {
+    root[path.substr(0, dot)][path.substr(dot + 1)] = v;
+  }
+  return root;
+}
+
+void require(bool ok, const Config& c, const std::string& key, const std::string& what) {
+  if (!ok) fail(c.source, ": key '", key, "': ", what);
+}
+
+}  // namespace
+
+void validate(const Config& c) {
+  const auto& m = c.model;
+  const auto& p = c.parallel;
+  const auto& t = c.training;
+  require(c.device == "cpu" || c.device == "cuda", c, "device", "expected cpu or cuda, got '" + c.device + "'");
+  require(m.arch == "gpt2", c, "model.arch", "expected gpt2, got '" + m.arch + "'");
+  require(m.n_layer >= 1, c, "model.n_layer", cat("expected >= 1, got ", m.n_layer));
+  require(m.n_head >= 1, c, "model.n_head", cat("expected >= 1, got ", m.n_head));
+  require(m.d_model >= 1, c, "model.d_model", cat("expected >= 1, got ", m.d_model));
+  require(m.d_model % m.n_head == 0, c, "model.n_head",
+          cat("n_head ", m.n_head, " must divide d_model ", m.d_model));
+  require(m.seq_len >= 1, c, "model.seq_len", cat("expected >= 1, got ", m.seq_len));
+  require(m.vocab_size >= 2, c, "model.vocab_size", cat("expected >= 2, got ", m.vocab_size));
+  require(m.tie_embeddings, c, "model.tie_embeddings", "only tied embeddings (GPT-2) are supported");
+  require(p.pp >= 1, c, "parallel.pp", cat("expected >= 1, got ", p.pp));
+  require(p.tp >= 1, c, "parallel.tp", cat("expected >= 1, got ", p.tp));
+  require(p.dp >= 1, c, "parallel.dp", cat("expected >= 1, got ", p.dp));
+  require(p.microbatches >= 1, c, "parallel.microbatches", cat("expected >= 1, got ", p.microbatches));
+  require(p.stages_per_rank >= 1, c, "parallel.stages_per_rank", cat("expected >= 1, got ", p.stages_per_rank));
+  require(m.n_head % p.tp == 0, c, "parallel.tp",
+          cat("tp ", p.tp, " must divide model.n_head ", m.n_head));
+  require(!p.schedule.empty(), c, "parallel.schedule", "expected a schedule name or file:PATH.csv");
+  const int stages = c.total_stages();
+  require(m.n_layer >= stages, c, "parallel.stages_per_rank",
+          cat("model.n_layer ", m.n_layer, " is fewer than the ", stages, " pipeline stages (pp ", p.pp,
+              " x stages_per_rank ", p.stages_per_rank, ")"));
+  if (!p.layers_per_stage.empty()) {
+    require(int(p.layers_per_stage.size()) == stages, c, "parallel.layers_per_stage",
+            cat("expected ", stages, " entries (pp x stages_per_rank), got ", p.layers_per_stage.size()));
+    int sum = 0;
+    for (int n : p.layers_per_stage) {
+      require(n >= 1, c, "parallel.layers_per_stage", cat("every stage needs >= 1 layer, got ", n));
+      sum += n;
+    }
+    require(sum == m.n_layer, c, "parallel.layers_per_stage",
+            cat("entries sum to ", sum, " but model.n_layer is ", m.n_layer));
+  }
+  require(t.steps >= 0, c, "training.steps", cat("expected >= 0, got ", t.steps));
+  require(t.micro_batch_size >= 1, c, "training.micro_batch_size", cat("expected >= 1, got ", t.micro_batch_size));
+  require(t.lr >= 0, c, "training.lr", "expected >= 0");
+  require(t.min_lr >= 0 && t.min_lr <= t.lr, c, "training.min_lr", "expected 0 <= min_lr <= lr");
+  require(t.warmup_steps >= 0, c, "training.warmup_steps", "expected >= 0");
+  require(t.weight_decay >= 0, c, "training.weight_decay", "expected >= 0");
+  require(t.grad_clip >= 0, c, "training.grad_clip", "expected >= 0 (0 disables clipping)");
+  require(t.beta1 >= 0 && t.beta1 < 1, c, "training.beta1", "expected 0 <= beta1 < 1");
+  require(t.beta2 >= 0 && t.beta2 < 1, c, "training.beta2", "expected 0 <= beta2 < 1");
+  require(t.eps > 0, c, "training.eps", "expected > 0");
+  require(t.precision == "fp32" || t.precision == "bf16", c, "training.precision",
+          "expected fp32 or bf16, got '" + t.precision + "'");
+  require(t.precision == "fp32" || c.device == "cuda", c, "training.precision",
+          "bf16 needs device: cuda (the cpu backend is fp32)");
+  require(t.eval_every >= 0, c, "training.eval_every", "expected >= 0");
+  require(t.eval_batches >= 0, c, "training.eval_batches", "expected >= 0");
+  require(c.checkpoint.every >= 0, c, "checkpoint.every", "expected >= 0");
+  require(c.checkpoint.keep_last >= 1, c, "checkpoint.keep_last", "expected >= 1");
+  require(!c.checkpoint.resume.empty(), c, "checkpoint.resume", "expected auto, none or a path");
+  require(c.logging.every >= 1, c, "logging.every", "expected >= 1");
+  require(c.logging.sample_tokens >= 0, c, "logging.sample_tokens", "expected >= 0");
+}
+
+Config parse_config(const std::string& yaml_text, const std::string& source,
+                    const std::vector<std::string>& overrides) {
+  Config c;
+  c.source = source;
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    fail(source, ":", e.mark.line + 1, ": invalid YAML: ", e.msg);
+  }
+  apply(c, root, source);
+  for (const auto& o : overrides) apply(c, override_node(o), "command line override '" + o + "'");
+  validate(c);
+  return c;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) fail(path, ": cannot open config file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_config(ss.str(), path, overrides);
+}
+
+std::string to_yaml(const Config& c_in) {
+  Config c = c_in;  // schema() binds to mutable fields
+  auto s = schema(c);
+  YAML::Emitter e;
+  e << YAML::BeginMap;
+  e << YAML::Key << "device" << YAML::Value << c.device;
+  for (const char* name : {"model", "parallel", "training", "data", "checkpoint", "logging"}) {
+    e << YAML::Key << name << YAML::Value << YAML::BeginMap;
+    for (auto& [key, f] : s[name]) {
+      e << YAML::Key << key << YAML::Value;
+      f.write(e);
+    }
+    e << YAML::EndMap;
+  }
+  e << YAML::EndMap;
+  return std::string(e.c_str()) + "\n";
+}
+
+}  // namespace pptrain

@@ -1,0 +1,97 @@
+// Experiment configuration: a YAML file, parsed with yaml-cpp into typed structs with
+// defaults, overridden by `section.key=value` arguments and validated before any work
+// starts. Key names are a contract (DESIGN.md, "Config keys"): add keys, rename none.
+// configs/reference.yaml documents every key.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pptrain {
+
+struct ModelConfig {
+  std::string arch = "gpt2";
+  int n_layer = 12;
+  int n_head = 12;
+  int d_model = 768;
+  int seq_len = 1024;
+  int vocab_size = 50257;
+  bool tie_embeddings = true;
+};
+
+struct ParallelConfig {
+  int pp = 1;
+  int tp = 1;
+  int dp = 1;
+  std::string schedule = "1f1b";       // a generator name, or file:PATH.csv
+  int microbatches = 8;
+  int stages_per_rank = 1;
+  std::vector<int> layers_per_stage;   // empty = auto (spread evenly)
+};
+
+struct TrainingConfig {
+  int steps = 1000;
+  int micro_batch_size = 4;
+  double lr = 6.0e-4;
+  double min_lr = 6.0e-5;
+  int warmup_steps = 100;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;              // 0 disables clipping
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1.0e-8;
+  uint64_t seed = 1337;
+  std::string precision = "fp32";      // fp32 | bf16 (bf16 on cuda only)
+  int eval_every = 100;                // 0 disables evaluation
+  int eval_batches = 10;
+};
+
+struct DataConfig {
+  std::string train;                   // glob of llm.c token shards
+  std::string val;
+  bool shuffle = false;                // shuffle the order of sequences (seeded)
+};
+
+struct CheckpointConfig {
+  std::string dir;                     // "" disables checkpoints
+  int every = 0;                       // steps; 0 = only at the end (when dir is set)
+  int keep_last = 2;
+  std::string resume = "auto";         // auto | none | PATH
+};
+
+struct LoggingConfig {
+  int every = 10;
+  std::string metrics;                 // JSON Lines file, "" = none
+  std::string trace;                   // Chrome trace JSON, "" = none
+  int sample_tokens = 200;             // generated at the end of a byte-level run; 0 = none
+};
+
+struct Config {
+  std::string device = "cpu";          // cpu | cuda
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainingConfig training;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+  LoggingConfig logging;
+
+  std::string source;                  // the file it came from, for messages
+  int world_size() const { return parallel.pp * parallel.tp * parallel.dp; }
+  int total_stages() const { return parallel.pp * parallel.stages_per_rank; }
+  int global_batch_sequences() const {
+    return training.micro_batch_size * parallel.microbatches * parallel.dp;
+  }
+};
+
+// Parses `path`, applies `overrides` ("section.key=value", value parsed as YAML) and
+// validates. Throws pptrain::Error naming the file and key on any problem.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// Same, from YAML text (tests, checkpoints); `source` names it in messages.
+Config parse_config(const std::string& yaml_text, const std::string& source,
+                    const std::vector<std::string>& overrides = {});
+// The fully resolved config as YAML (stored in checkpoints; parses back to the same Config).
+std::string to_yaml(const Config& c);
+// Checks values and combinations; throws pptrain::Error naming source and key.
+void validate(const Config& c);
+
+}  // namespace pptrain

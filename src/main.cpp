@@ -1,0 +1,41 @@
+// pptrain: the CLI entry. Dispatches to cli/ subcommands; turns a pptrain::Error on any
+// rank into one printed line and a non-zero exit of the whole job.
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "parallel/mpi_session.h"
+
+namespace {
+const char* kUsage =
+    "usage: pptrain <command> [args]\n"
+    "  train CONFIG [section.key=value ...]   train a model (launch with mpirun/srun for pp/tp/dp > 1)\n"
+    "  --version                              version and compiled-in backends\n";
+}
+
+int main(int argc, char** argv) {
+  pptrain::MpiSession mpi(&argc, &argv);
+  if (argc < 2) {
+    if (mpi.rank() == 0) std::fputs(kUsage, stderr);
+    return 2;
+  }
+  std::string cmd = argv[1];
+  pptrain::Args args(argv + 2, argv + argc);
+  try {
+    if (cmd == "--version" || cmd == "version") return pptrain::cmd_version(args);
+    if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+      if (mpi.rank() == 0) std::fputs(kUsage, stdout);
+      return 0;
+    }
+    pptrain::fail("unknown command '", cmd, "' (see pptrain --help)");
+  } catch (const pptrain::Error& e) {
+    pptrain::log::error(e.what());
+    mpi.abort_job(1);
+  } catch (const std::exception& e) {
+    pptrain::log::error("internal error: ", e.what());
+    mpi.abort_job(3);
+  }
+}

@@ -1,0 +1,76 @@
+#include "support/test_util.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace pptrain::testing {
+
+CommandResult run_command(const std::string& command, int timeout_s) {
+  std::string full = "timeout -k 5 " + std::to_string(timeout_s) + " sh -c '" + command + "' 2>&1";
+  // single quotes inside the command are escaped for sh -c '...'
+  std::string escaped;
+  for (char c : command) escaped += (c == '\'') ? std::string("'\\''") : std::string(1, c);
+  full = "timeout -k 5 " + std::to_string(timeout_s) + " sh -c '" + escaped + "' 2>&1";
+  FILE* pipe = popen(full.c_str(), "r");
+  if (!pipe) throw std::runtime_error("popen failed: " + command);
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  int status = pclose(pipe);
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return {code, out};
+}
+
+std::string pptrain_bin() {
+  const char* env = std::getenv("PPTRAIN_BIN");
+  return env ? env : "build/pptrain";
+}
+
+std::string mpirun(int ranks) {
+  return "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+         "mpirun --oversubscribe --bind-to none -np " + std::to_string(ranks) + " ";
+}
+
+TempDir::TempDir() {
+  std::string tmpl = "/tmp/pptrain-test-XXXXXX";
+  if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+  path_ = tmpl;
+}
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b, double floor) {
+  if (a.size() != b.size()) return INFINITY;
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    double d = std::fabs(double(a[i]) - double(b[i])) / std::max(std::fabs(double(b[i])), floor);
+    worst = std::max(worst, d);
+  }
+  return worst;
+}
+
+}  // namespace pptrain::testing

@@ -1,0 +1,42 @@
+// Shared test helpers: temporary directories, running the pptrain binary (alone or
+// under mpirun, always with a timeout so a hang fails), numeric comparisons.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace pptrain::testing {
+
+struct CommandResult {
+  int exit_code;       // 124 when the timeout fired
+  std::string output;  // stdout and stderr together
+};
+
+// Runs `command` with /bin/sh, killed after `timeout_s` seconds.
+CommandResult run_command(const std::string& command, int timeout_s = 120);
+
+// Path of the pptrain executable under test ($PPTRAIN_BIN, else build/pptrain).
+std::string pptrain_bin();
+
+// "mpirun -np N" with the switches that let it run as root and oversubscribed, one
+// OpenMP thread per rank.
+std::string mpirun(int ranks);
+
+// A fresh directory under /tmp, removed when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+void write_file(const std::string& path, const std::string& text);
+std::string read_file(const std::string& path);
+
+// Max over i of |a-b| / max(|b|, floor).
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b, double floor = 1e-6);
+
+}  // namespace pptrain::testing
