@@ -21,11 +21,16 @@ TEST_SRCS := $(sort $(wildcard tests/test_*.cpp))
 TEST_BINS := $(TEST_SRCS:tests/%.cpp=$(BUILD)/tests/%)
 TEST_SUPPORT_OBJS := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard tests/support/*.cpp))
 
+# Benchmark programs: one per bench/*.cpp (run by `make bench`).
+BENCH_SRCS := $(sort $(wildcard bench/*.cpp))
+BENCH_BINS := $(BENCH_SRCS:bench/%.cpp=$(BUILD)/bench/%)
+
 # The CUDA part (kernels/, src/backend/cuda) is added by mk/cuda.mk when present.
 -include mk/*.mk
 
 .PHONY: all deps test run bench clean
-all: deps-check $(BUILD)/pptrain $(TEST_BINS)
+.SECONDARY:
+all: deps-check $(BUILD)/pptrain $(TEST_BINS) $(BENCH_BINS) $(EXTRA_TARGETS)
 
 $(BUILD)/obj/%.o: %.cpp
 	@mkdir -p $(dir $@)
@@ -41,6 +46,10 @@ $(BUILD)/pptrain: $(BUILD)/obj/src/main.o $(LIB)
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJS) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(GTEST_LIBS) $(LDLIBS)
+
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS)
 
 # deps: installs the Debian packages the build and tests need (root: apt-get; else sudo).
 deps:

@@ -12,7 +12,9 @@
 namespace {
 const char* kUsage =
     "usage: pptrain <command> [args]\n"
-    "  train CONFIG [section.key=value ...]   train a model (launch with mpirun/srun for pp/tp/dp > 1)\n"
+    "  prepare-data --text FILE...|--markov --out DIR   write token shards (see prepare-data --help)\n"
+    "  train CONFIG [section.key=value ...] [--dump DIR]\n"
+    "                                         train (mpirun/srun -np dp*pp*tp for parallel runs)\n"
     "  --version                              version and compiled-in backends\n";
 }
 
@@ -26,6 +28,7 @@ int main(int argc, char** argv) {
   pptrain::Args args(argv + 2, argv + argc);
   try {
     if (cmd == "--version" || cmd == "version") return pptrain::cmd_version(args);
+    if (cmd == "prepare-data") return pptrain::cmd_prepare_data(args);
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {
       if (mpi.rank() == 0) std::fputs(kUsage, stdout);
       return 0;

@@ -10,6 +10,8 @@ namespace pptrain {
 class MpiSession;
 using Args = std::vector<std::string>;
 
+int cmd_train(const Args& args, MpiSession& mpi);
 int cmd_version(const Args& args);
+int cmd_prepare_data(const Args& args);
 
 }  // namespace pptrain

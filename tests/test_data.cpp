@@ -1,0 +1,483 @@
+// The data path: token shards (llm.c format), datasets over shard globs, shuffling,
+// layout-independent microbatches, the Markov source of known entropy and prepare-data.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "data/index_permutation.h"
+#include "data/markov.h"
+#include "data/shard_set.h"
+#include "data/token_dataset.h"
+#include "data/token_shard.h"
+#include "support/test_util.h"
+
+using namespace pptrain;
+using namespace pptrain::data;
+using pptrain::testing::TempDir;
+
+namespace {
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// A shard file with an arbitrary header and payload, for the bad-input tests.
+void write_raw_shard(const std::string& path, int32_t magic, int32_t version, int32_t count,
+                     const std::vector<uint16_t>& payload) {
+  std::vector<int32_t> header(kShardHeaderInts, 0);
+  header[0] = magic, header[1] = version, header[2] = count;
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(header.data()), kShardHeaderBytes);
+  out.write(reinterpret_cast<const char*>(payload.data()), std::streamsize(payload.size() * 2));
+}
+
+std::vector<uint16_t> iota_tokens(size_t n, uint16_t first) {
+  std::vector<uint16_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = uint16_t(first + i);
+  return t;
+}
+
+// Sequence `index` of a dataset as one vector: T tokens then T targets.
+std::vector<int32_t> sequence(const TokenDataset& ds, uint64_t index) {
+  std::vector<int32_t> row(2 * size_t(ds.seq_len()));
+  ds.read_sequence(index, row.data(), row.data() + ds.seq_len());
+  return row;
+}
+
+class PrepareData : public ::testing::Test {
+ protected:
+  void SetUp() override { log::set_quiet(true); }
+  void TearDown() override { log::set_quiet(false); }
+};
+
+}  // namespace
+
+// ---- shards ---------------------------------------------------------------------
+
+TEST(TokenShard, WriteReadRoundTripInLlmcLayout) {
+  TempDir dir;
+  const std::vector<uint16_t> tokens = {0, 1, 255, 256, 50256, 65535, 7};
+  write_token_shard(dir.file("a.bin"), tokens);
+  EXPECT_EQ(read_token_shard(dir.file("a.bin")), tokens);
+
+  // The bytes on disk are exactly llm.c's: 256 int32 header, then uint16 tokens.
+  const std::string bytes = pptrain::testing::read_file(dir.file("a.bin"));
+  ASSERT_EQ(bytes.size(), 1024 + 2 * tokens.size());
+  int32_t header[3];
+  std::memcpy(header, bytes.data(), sizeof(header));
+  EXPECT_EQ(header[0], 20240520);
+  EXPECT_EQ(header[1], 1);
+  EXPECT_EQ(header[2], int32_t(tokens.size()));
+  uint16_t fifth;
+  std::memcpy(&fifth, bytes.data() + 1024 + 2 * 4, 2);
+  EXPECT_EQ(fifth, 50256);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("a.bin.tmp")));
+
+  write_token_shard(dir.file("empty.bin"), {});
+  EXPECT_TRUE(read_token_shard(dir.file("empty.bin")).empty());
+}
+
+TEST(TokenShard, RejectsBadFilesWithOneLineNamingTheFile) {
+  TempDir dir;
+  const std::string f = dir.file("bad.bin");
+  write_raw_shard(f, 123, 1, 4, {1, 2, 3, 4});
+  EXPECT_EQ(error_of([&] { TokenShard(f, 256); }),
+            f + ": not a token shard (magic 123, expected 20240520)");
+
+  write_raw_shard(f, kShardMagic, 2, 4, {1, 2, 3, 4});
+  EXPECT_EQ(error_of([&] { TokenShard(f, 256); }),
+            f + ": unsupported token shard version 2 (expected 1)");
+
+  write_raw_shard(f, kShardMagic, 1, 10, iota_tokens(7, 0));
+  EXPECT_EQ(error_of([&] { TokenShard(f, 256); }),
+            f + ": truncated token shard (header says 10 tokens but the file holds 7)");
+
+  write_raw_shard(f, kShardMagic, 1, 3, iota_tokens(5, 0));
+  EXPECT_EQ(error_of([&] { TokenShard(f, 256); }),
+            f + ": oversized token shard (header says 3 tokens but the file holds 5)");
+
+  pptrain::testing::write_file(f, "tiny");
+  EXPECT_EQ(error_of([&] { TokenShard(f, 256); }),
+            f + ": truncated token shard (4 bytes, smaller than the 1024-byte header)");
+
+  std::vector<uint16_t> tokens = iota_tokens(40, 0);
+  tokens[17] = 300;
+  tokens[30] = 999;  // the first offender is reported
+  write_token_shard(f, tokens);
+  EXPECT_EQ(error_of([&] { TokenShard(f, 256); }),
+            f + ": token 300 at position 17 is >= model.vocab_size 256");
+  EXPECT_NO_THROW(TokenShard(f, 1000));
+  EXPECT_EQ(error_of([&] { TokenShard(f, 999); }),
+            f + ": token 999 at position 30 is >= model.vocab_size 999");
+
+  EXPECT_EQ(error_of([&] { TokenShard(dir.file("none.bin"), 256); }),
+            dir.file("none.bin") + ": cannot open (No such file or directory)");
+}
+
+// ---- datasets -------------------------------------------------------------------
+
+TEST(TokenDataset, IndexesSequencesAcrossShardsInNameOrder) {
+  TempDir dir;
+  // Written out of name order; shard 1 is too short for one sequence of T+1 = 5 tokens.
+  write_token_shard(dir.file("train_002.bin"), iota_tokens(17, 3000));  // 4 sequences
+  write_token_shard(dir.file("train_000.bin"), iota_tokens(12, 1000));  // 2 sequences, not 3
+  write_token_shard(dir.file("train_001.bin"), iota_tokens(3, 2000));   // 0 sequences
+  write_token_shard(dir.file("other.bin"), iota_tokens(50, 0));         // not matched
+  const int T = 4;
+  TokenDataset ds(dir.file("train_*.bin"), T, 65536, "data.train");
+  ASSERT_EQ(ds.num_shards(), 3u);
+  EXPECT_EQ(ds.shard(0).path(), dir.file("train_000.bin"));
+  EXPECT_EQ(ds.num_tokens(), 32u);
+  ASSERT_EQ(ds.num_sequences(), 6u);
+
+  // Sequence j of a shard starts at j·T; targets are the inputs shifted by one.
+  const std::vector<std::pair<int, int>> expected_start = {{1000, 0}, {1004, 0}, {3000, 0},
+                                                           {3004, 0}, {3008, 0}, {3012, 0}};
+  for (uint64_t index = 0; index < 3 * ds.num_sequences(); ++index) {
+    std::vector<int32_t> row = sequence(ds, index);
+    const int start = expected_start[index % 6].first;
+    for (int t = 0; t < T; ++t) {
+      EXPECT_EQ(row[t], start + t) << "index " << index << " t " << t;
+      EXPECT_EQ(row[T + t], start + t + 1) << "index " << index << " t " << t;
+    }
+  }
+}
+
+TEST(TokenDataset, RejectsBadInputNamingKeyOrFile) {
+  TempDir dir;
+  const std::string glob = dir.file("x_*.bin");
+  EXPECT_EQ(error_of([&] { TokenDataset(glob, 4, 256, "data.train"); }),
+            "data.train: no file matches '" + glob + "'");
+
+  // A bad shard anywhere in the glob is reported by its own name.
+  write_token_shard(dir.file("x_0.bin"), iota_tokens(20, 0));
+  std::vector<uint16_t> bad = iota_tokens(20, 0);
+  bad[5] = 256;
+  write_token_shard(dir.file("x_1.bin"), bad);
+  EXPECT_EQ(error_of([&] { TokenDataset(glob, 4, 256, "data.val"); }),
+            dir.file("x_1.bin") + ": token 256 at position 5 is >= model.vocab_size 256");
+
+  std::filesystem::remove(dir.file("x_1.bin"));
+  EXPECT_EQ(error_of([&] { TokenDataset(glob, 32, 256, "data.val"); }),
+            "data.val: no shard matching '" + glob +
+                "' holds one sequence of model.seq_len + 1 = 33 tokens (1 shard(s), 20 tokens in all)");
+}
+
+TEST(IndexPermutation, IsABijectionAndDependsOnSeedAndEpoch) {
+  for (uint64_t n : {1ull, 2ull, 3ull, 7ull, 64ull, 1000ull, 4097ull}) {
+    std::vector<uint64_t> image(n);
+    std::vector<bool> seen(n, false);
+    IndexPermutation perm(n, 42, 3);
+    for (uint64_t i = 0; i < n; ++i) {
+      image[i] = perm(i);
+      ASSERT_LT(image[i], n);
+      ASSERT_FALSE(seen[image[i]]) << "n " << n << ": " << image[i] << " hit twice";
+      seen[image[i]] = true;
+    }
+    if (n < 64) continue;
+    size_t fixed_points = 0, same_as_next_epoch = 0, same_as_other_seed = 0;
+    IndexPermutation next_epoch(n, 42, 4), other_seed(n, 43, 3), again(n, 42, 3);
+    for (uint64_t i = 0; i < n; ++i) {
+      EXPECT_EQ(again(i), image[i]);
+      fixed_points += image[i] == i;
+      same_as_next_epoch += next_epoch(i) == image[i];
+      same_as_other_seed += other_seed(i) == image[i];
+    }
+    // A random permutation agrees with another on about one position.
+    EXPECT_LT(fixed_points, 8u) << n;
+    EXPECT_LT(same_as_next_epoch, 8u) << n;
+    EXPECT_LT(same_as_other_seed, 8u) << n;
+  }
+}
+
+TEST(TokenDataset, ShuffleIsADeterministicPermutationPerEpoch) {
+  TempDir dir;
+  write_token_shard(dir.file("s_0.bin"), iota_tokens(301, 0));
+  write_token_shard(dir.file("s_1.bin"), iota_tokens(200, 10000));
+  const int T = 5;
+  TokenDataset plain(dir.file("s_*.bin"), T, 65536, "data.train");
+  TokenDataset shuffled(dir.file("s_*.bin"), T, 65536, "data.train", true, 1234);
+  TokenDataset same(dir.file("s_*.bin"), T, 65536, "data.train", true, 1234);
+  TokenDataset other(dir.file("s_*.bin"), T, 65536, "data.train", true, 99);
+  const uint64_t N = plain.num_sequences();
+  ASSERT_EQ(N, 60u + 39u);
+
+  std::map<std::vector<int32_t>, uint64_t> position_of;  // content -> unshuffled index
+  for (uint64_t i = 0; i < N; ++i) position_of[sequence(plain, i)] = i;
+  ASSERT_EQ(position_of.size(), N);
+
+  std::vector<std::vector<uint64_t>> order(3);  // per epoch
+  for (uint64_t epoch = 0; epoch < 3; ++epoch) {
+    std::set<uint64_t> visited;
+    for (uint64_t i = epoch * N; i < (epoch + 1) * N; ++i) {
+      std::vector<int32_t> row = sequence(shuffled, i);
+      ASSERT_TRUE(position_of.count(row)) << "index " << i << " is not a sequence of the data";
+      EXPECT_EQ(position_of[row], shuffled.resolve(i));
+      visited.insert(position_of[row]);
+      order[epoch].push_back(position_of[row]);
+      EXPECT_EQ(sequence(same, i), row) << "index " << i;
+    }
+    EXPECT_EQ(visited.size(), N) << "epoch " << epoch << " is not a permutation";
+  }
+  std::vector<uint64_t> identity(N), other_order(N);
+  for (uint64_t i = 0; i < N; ++i) identity[i] = i, other_order[i] = other.resolve(i);
+  EXPECT_NE(order[0], identity);
+  EXPECT_NE(order[0], order[1]);
+  EXPECT_NE(order[1], order[2]);
+  EXPECT_NE(order[0], other_order);
+}
+
+// The union over (dp_rank, microbatch) of read_microbatch rows is the global batch of the
+// single-process run (dp = 1, microbatches = m·dp), row for row, for every step, also
+// across epoch boundaries and with shuffling.
+TEST(TokenDataset, MicrobatchesOfAnyLayoutFormTheSameGlobalBatch) {
+  TempDir dir;
+  write_token_shard(dir.file("t_0.bin"), iota_tokens(97, 0));
+  write_token_shard(dir.file("t_1.bin"), iota_tokens(64, 500));
+  const int T = 7;
+  for (bool shuffle : {false, true}) {
+    TokenDataset ds(dir.file("t_*.bin"), T, 65536, "data.train", shuffle, 5);
+    ASSERT_EQ(ds.num_sequences(), 13u + 9u);
+    const int G = 12;  // global batch, 22 sequences: steps cross epochs at odd places
+    struct Layout { int batch, microbatches, dp; };
+    const std::vector<Layout> layouts = {{3, 2, 2}, {3, 4, 1}, {1, 3, 4}, {6, 1, 2}, {2, 1, 6}, {12, 1, 1}};
+    for (uint64_t step = 0; step < 5; ++step) {
+      // Reference: the single-process run with B = 3, m = 4.
+      std::vector<int32_t> ref_tokens(G * T), ref_targets(G * T);
+      for (int j = 0; j < 4; ++j)
+        read_microbatch(ds, step, 0, 1, j, 4, 3, ref_tokens.data() + j * 3 * T,
+                        ref_targets.data() + j * 3 * T);
+      for (int r = 0; r < G; ++r) {
+        std::vector<int32_t> row = sequence(ds, step * G + r);
+        ASSERT_TRUE(std::equal(row.begin(), row.begin() + T, ref_tokens.begin() + r * T));
+      }
+      for (const Layout& l : layouts) {
+        ASSERT_EQ(l.batch * l.microbatches * l.dp, G);
+        std::vector<int32_t> tokens(G * T, -1), targets(G * T, -1);
+        for (int d = 0; d < l.dp; ++d)
+          for (int j = 0; j < l.microbatches; ++j) {
+            std::vector<int32_t> mb_tokens(l.batch * T), mb_targets(l.batch * T);
+            read_microbatch(ds, step, d, l.dp, j, l.microbatches, l.batch, mb_tokens.data(),
+                            mb_targets.data());
+            const size_t row0 = size_t(d * l.microbatches + j) * l.batch;
+            std::copy(mb_tokens.begin(), mb_tokens.end(), tokens.begin() + row0 * T);
+            std::copy(mb_targets.begin(), mb_targets.end(), targets.begin() + row0 * T);
+          }
+        EXPECT_EQ(tokens, ref_tokens) << "step " << step << " B " << l.batch << " m " << l.microbatches
+                                      << " dp " << l.dp << " shuffle " << shuffle;
+        EXPECT_EQ(targets, ref_targets);
+      }
+    }
+  }
+}
+
+// ---- Markov source --------------------------------------------------------------
+
+TEST(Markov, UniformTableHasEntropyExactlyLnV) {
+  for (auto [order, vocab] : std::vector<std::pair<int, int>>{{0, 7}, {1, 5}, {2, 5}, {3, 4}}) {
+    uint64_t contexts = uint64_t(std::pow(vocab, order) + 0.5);
+    MarkovSource source(order, vocab, std::vector<double>(contexts * vocab, 1.0 / vocab));
+    EXPECT_NEAR(source.entropy_rate(), std::log(double(vocab)), 1e-12);
+    for (double p : source.stationary()) EXPECT_NEAR(p, 1.0 / double(contexts), 1e-12);
+  }
+}
+
+TEST(Markov, TwoStateChainMatchesClosedForm) {
+  // P = [[1-a, a], [b, 1-b]]: π = (b, a) / (a + b), H = π0 h(a) + π1 h(b) with h the
+  // binary entropy.
+  const double a = 0.1, b = 0.35;
+  MarkovSource source(1, 2, {1 - a, a, b, 1 - b});
+  auto h = [](double p) { return -p * std::log(p) - (1 - p) * std::log(1 - p); };
+  EXPECT_NEAR(source.stationary()[0], b / (a + b), 1e-12);
+  EXPECT_NEAR(source.entropy_rate(), (b * h(a) + a * h(b)) / (a + b), 1e-12);
+
+  // A periodic chain (0 -> 1 -> 0 deterministically) still has a stationary π = (1/2, 1/2).
+  MarkovSource periodic(1, 2, {0, 1, 1, 0});
+  EXPECT_NEAR(periodic.stationary()[0], 0.5, 1e-12);
+  EXPECT_NEAR(periodic.entropy_rate(), 0.0, 1e-15);
+}
+
+namespace {
+// Plug-in estimate of H(X_t | previous `order` tokens) from counts, in nats.
+double empirical_conditional_entropy(const std::vector<uint16_t>& s, int order, int vocab) {
+  std::map<uint64_t, std::map<uint16_t, uint64_t>> counts;
+  for (size_t t = size_t(order); t < s.size(); ++t) {
+    uint64_t context = 0;
+    for (int k = order; k >= 1; --k) context = context * uint64_t(vocab) + s[t - k];
+    ++counts[context][s[t]];
+  }
+  const double n = double(s.size() - size_t(order));
+  double h = 0;
+  for (const auto& [context, next] : counts) {
+    double total = 0;
+    for (const auto& [x, c] : next) total += double(c);
+    for (const auto& [x, c] : next) h -= double(c) / n * std::log(double(c) / total);
+  }
+  return h;
+}
+}  // namespace
+
+TEST(Markov, GeneratedStreamHasTheComputedEntropyRate) {
+  // Order 1: the plug-in estimate is biased low by about (cells - contexts) / 2n < 3e-4.
+  MarkovSource first = MarkovSource::random(1, 32, 0.05, 1337);
+  ASSERT_GT(first.entropy_rate(), 0.8);
+  ASSERT_LT(first.entropy_rate(), 1.6);
+  std::vector<uint16_t> stream = first.generate(2000000, 11);
+  EXPECT_NEAR(empirical_conditional_entropy(stream, 1, 32), first.entropy_rate(), 0.01);
+
+  // Order 2 (1024 contexts): the empirical cross-entropy -mean ln P(x_t | context) is
+  // an unbiased estimate of H for a stationary stream.
+  MarkovSource second = MarkovSource::random(2, 32, 0.05, 7);
+  stream = second.generate(2000000, 3);
+  double nll = 0;
+  uint64_t context = 0;
+  for (int k = 0; k < 2; ++k) context = second.next_context(context, stream[k]);
+  for (size_t t = 2; t < stream.size(); ++t) {
+    nll -= std::log(second.row(context)[stream[t]]);
+    context = second.next_context(context, stream[t]);
+  }
+  EXPECT_NEAR(nll / double(stream.size() - 2), second.entropy_rate(), 0.01);
+  EXPECT_NEAR(empirical_conditional_entropy(stream, 2, 32), second.entropy_rate(), 0.02);
+}
+
+TEST(Markov, IsDeterministicAndRejectsTooManyContexts) {
+  MarkovSource a = MarkovSource::random(2, 16, 0.1, 5), b = MarkovSource::random(2, 16, 0.1, 5);
+  MarkovSource c = MarkovSource::random(2, 16, 0.1, 6);
+  EXPECT_EQ(a.entropy_rate(), b.entropy_rate());
+  EXPECT_NE(a.entropy_rate(), c.entropy_rate());
+  std::vector<uint16_t> longer = a.generate(5000, 9), shorter = b.generate(1000, 9);
+  EXPECT_TRUE(std::equal(shorter.begin(), shorter.end(), longer.begin()));
+  EXPECT_NE(a.generate(1000, 10), shorter);
+  for (uint16_t x : longer) EXPECT_LT(x, 16);
+
+  // Peaked rows: lower concentration, lower entropy, all well below ln V.
+  EXPECT_LT(MarkovSource::random(1, 32, 0.02, 1).entropy_rate(),
+            MarkovSource::random(1, 32, 0.2, 1).entropy_rate());
+  EXPECT_LT(MarkovSource::random(1, 32, 0.2, 1).entropy_rate(), std::log(32.0) - 0.5);
+
+  EXPECT_EQ(error_of([] { MarkovSource::random(5, 16, 0.1, 1); }),
+            "markov source: vocab^order = 16^5 contexts exceeds 1000000 (lower the order or the vocab)");
+  EXPECT_EQ(error_of([] { MarkovSource::random(1, 32, 0.0, 1); }),
+            "markov source: concentration must be in (0, 1e6] (got 0)");
+  EXPECT_EQ(error_of([] { MarkovSource(1, 2, {0.5, 0.4, 0.5, 0.5}); }),
+            "markov source: context 0 sums to 0.9, not 1");
+}
+
+// ---- prepare-data ---------------------------------------------------------------
+
+namespace {
+std::vector<uint16_t> read_all_shards(const std::string& glob) {
+  std::vector<uint16_t> all;
+  for (const std::string& file : match_shard_files(glob, "test")) {
+    std::vector<uint16_t> part = read_token_shard(file);
+    all.insert(all.end(), part.begin(), part.end());
+  }
+  return all;
+}
+}  // namespace
+
+TEST_F(PrepareData, TextWritesTheBytesAsTokens) {
+  TempDir dir;
+  std::string first, second = "hello, shards\n";
+  for (int i = 0; i < 1000; ++i) first += char(i * 37 % 256);  // every byte value
+  pptrain::testing::write_file(dir.file("a.txt"), first);
+  pptrain::testing::write_file(dir.file("b.txt"), second);
+  const std::string out = dir.file("out");
+  ASSERT_EQ(cmd_prepare_data({"--text", dir.file("a.txt"), dir.file("b.txt"), "--out", out,
+                              "--val-fraction", "0.25", "--shard-tokens", "300"}),
+            0);
+  const std::string bytes = first + second;
+  const size_t val = size_t(std::llround(bytes.size() * 0.25));
+  const std::vector<uint16_t> train = read_all_shards(out + "/train_*.bin");
+  const std::vector<uint16_t> val_tokens = read_all_shards(out + "/val_*.bin");
+  ASSERT_EQ(train.size(), bytes.size() - val);
+  ASSERT_EQ(val_tokens.size(), val);
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    uint16_t token = i < train.size() ? train[i] : val_tokens[i - train.size()];
+    ASSERT_EQ(token, uint16_t(static_cast<unsigned char>(bytes[i]))) << "byte " << i;
+  }
+  EXPECT_TRUE(std::filesystem::exists(out + "/train_002.bin"));
+  EXPECT_FALSE(std::filesystem::exists(out + "/train_003.bin"));
+
+  // The shards load as a byte-level dataset; a rerun with larger shards leaves no stale one.
+  TokenDataset ds(out + "/train_*.bin", 16, 256, "data.train");
+  EXPECT_EQ(ds.num_tokens(), train.size());
+  ASSERT_EQ(cmd_prepare_data({"--text", dir.file("a.txt"), dir.file("b.txt"), "--out", out}), 0);
+  EXPECT_FALSE(std::filesystem::exists(out + "/train_001.bin"));
+  EXPECT_EQ(read_all_shards(out + "/train_*.bin").size() + read_all_shards(out + "/val_*.bin").size(),
+            bytes.size());
+}
+
+TEST_F(PrepareData, RejectsBadArguments) {
+  TempDir dir;
+  const std::string missing = dir.file("missing.txt");
+  EXPECT_EQ(error_of([&] { cmd_prepare_data({"--text", missing, "--out", dir.file("o")}); }),
+            missing + ": cannot read (No such file or directory)");
+  EXPECT_EQ(error_of([&] { cmd_prepare_data({"--markov", "--out", dir.file("o"), "--val-fraction", "1"}); }),
+            "prepare-data --val-fraction: expected a value in (0, 1), got 1");
+  EXPECT_EQ(error_of([&] { cmd_prepare_data({"--markov", "--out", dir.file("o"), "--vocab", "x"}); }),
+            "prepare-data --vocab: expected an integer in [2, 65536], got 'x'");
+  EXPECT_EQ(error_of([&] { cmd_prepare_data({"--markov", "--out", dir.file("o"), "--order", "6"}); }),
+            "markov source: vocab^order = 32^6 contexts exceeds 1000000 (lower the order or the vocab)");
+  EXPECT_NE(error_of([&] { cmd_prepare_data({"--out", dir.file("o")}); })
+                .find("prepare-data: give exactly one of --text FILE... or --markov"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { cmd_prepare_data({"--markov", "--out", dir.file("o"), "--bogus", "1"}); })
+                .find("prepare-data: unknown option '--bogus'"),
+            std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("o")));
+}
+
+TEST_F(PrepareData, MarkovWritesStreamAndEntropy) {
+  TempDir dir;
+  const std::string out = dir.file("markov");
+  ASSERT_EQ(cmd_prepare_data({"--markov", "--order", "1", "--vocab", "16", "--tokens", "5000",
+                              "--seed", "21", "--concentration", "0.1", "--out", out}),
+            0);
+  MarkovSource source = MarkovSource::random(1, 16, 0.1, 21);
+  std::vector<uint16_t> stream = read_all_shards(out + "/train_*.bin");
+  const std::vector<uint16_t> val = read_all_shards(out + "/val_*.bin");
+  EXPECT_EQ(val.size(), 500u);
+  stream.insert(stream.end(), val.begin(), val.end());
+  EXPECT_EQ(stream, source.generate(5000, 21));
+  const double written = std::stod(pptrain::testing::read_file(out + "/entropy.txt"));
+  EXPECT_NEAR(written, source.entropy_rate(), 1e-6);
+}
+
+// The command through the pptrain binary: output line, exit codes, the one-line error.
+TEST(PrepareDataCli, PrintsEntropyAndFailsCleanly) {
+  const std::string bin = pptrain::testing::pptrain_bin();
+  ASSERT_TRUE(std::filesystem::exists(bin)) << bin << " not built (set PPTRAIN_BIN)";
+  TempDir dir;
+  auto ok = pptrain::testing::run_command(
+      bin + " prepare-data --markov --tokens 20000 --out " + dir.file("m"), 60);
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  const double expected = MarkovSource::random(2, 32, 0.05, 1337).entropy_rate();
+  const size_t at = ok.output.find("entropy_nats_per_token: ");
+  ASSERT_NE(at, std::string::npos) << ok.output;
+  EXPECT_NEAR(std::stod(ok.output.substr(at + 24)), expected, 1e-6);
+  EXPECT_GT(expected, 1.0);
+  EXPECT_LT(expected, 1.5);
+
+  auto bad = pptrain::testing::run_command(
+      bin + " prepare-data --text " + dir.file("nope.txt") + " --out " + dir.file("t"), 60);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find(dir.file("nope.txt") + ": cannot read (No such file or directory)"),
+            std::string::npos)
+      << bad.output;
+}
