@@ -12,7 +12,8 @@ GTEST_LIBS := -lgtest_main -lgtest -lpthread
 
 # Every .cpp under src/ except the CLI entry goes into one static library; a linked
 # binary only pulls the objects it references.
-LIB_SRCS := $(filter-out src/main.cpp,$(shell find src -name '*.cpp' | sort))
+# src/backend/cuda is built by mk/cuda.mk (only with nvcc, or emulated for tests).
+LIB_SRCS := $(filter-out src/main.cpp src/backend/cuda/%,$(shell find src -name '*.cpp' | sort))
 LIB_OBJS := $(LIB_SRCS:%.cpp=$(BUILD)/obj/%.o)
 LIB := $(BUILD)/libpptrain.a
 
@@ -25,11 +26,13 @@ TEST_SUPPORT_OBJS := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard tests/support/
 BENCH_SRCS := $(sort $(wildcard bench/*.cpp))
 BENCH_BINS := $(BENCH_SRCS:bench/%.cpp=$(BUILD)/bench/%)
 
+.DEFAULT_GOAL := all
+
 # The CUDA part (kernels/, src/backend/cuda) is added by mk/cuda.mk when present.
 -include mk/*.mk
 
 .PHONY: all deps test run bench clean
-.SECONDARY:
+.PRECIOUS: $(BUILD)/obj/%.o
 all: deps-check $(BUILD)/pptrain $(TEST_BINS) $(BENCH_BINS) $(EXTRA_TARGETS)
 
 $(BUILD)/obj/%.o: %.cpp

@@ -11,6 +11,7 @@ PACKAGES=(
   libopenblas-openmp-dev              # sgemm; the OpenMP build so it shares our thread pool
   libgtest-dev                        # tests
   fortunes-min fortune-mod            # a small text corpus for the demo
+  munge slurmctld slurmd slurm-client # a throwaway local Slurm cluster for the sbatch tests
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

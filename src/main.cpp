@@ -15,6 +15,7 @@ const char* kUsage =
     "  prepare-data --text FILE...|--markov --out DIR   write token shards (see prepare-data --help)\n"
     "  train CONFIG [section.key=value ...] [--dump DIR]\n"
     "                                         train (mpirun/srun -np dp*pp*tp for parallel runs)\n"
+    "  schedule --schedule NAME --pp P --microbatches M   show, check and simulate a schedule\n"
     "  --version                              version and compiled-in backends\n";
 }
 
@@ -27,8 +28,10 @@ int main(int argc, char** argv) {
   std::string cmd = argv[1];
   pptrain::Args args(argv + 2, argv + argc);
   try {
+    if (cmd == "train") return pptrain::cmd_train(args, mpi);
     if (cmd == "--version" || cmd == "version") return pptrain::cmd_version(args);
     if (cmd == "prepare-data") return pptrain::cmd_prepare_data(args);
+    if (cmd == "schedule") return pptrain::cmd_schedule(args);
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {
       if (mpi.rank() == 0) std::fputs(kUsage, stdout);
       return 0;

@@ -13,5 +13,6 @@ using Args = std::vector<std::string>;
 int cmd_train(const Args& args, MpiSession& mpi);
 int cmd_version(const Args& args);
 int cmd_prepare_data(const Args& args);
+int cmd_schedule(const Args& args);
 
 }  // namespace pptrain

@@ -20,7 +20,8 @@ struct GlobResult {
 std::vector<std::string> match_shard_files(const std::string& pattern, const std::string& key) {
   if (pattern.empty()) fail(key, ": empty (expected a glob of token shards, e.g. 'data/x/train_*.bin')");
   GlobResult found;
-  int rc = glob(pattern.c_str(), GLOB_ERR, nullptr, &found.result);
+  // No GLOB_ERR: a directory that does not exist is simply no match.
+  int rc = glob(pattern.c_str(), 0, nullptr, &found.result);
   if (rc == GLOB_NOMATCH) fail(key, ": no file matches '", pattern, "'");
   if (rc != 0) fail(key, ": cannot expand '", pattern, "' (read error or out of memory)");
   std::vector<std::string> files(found.result.gl_pathv, found.result.gl_pathv + found.result.gl_pathc);

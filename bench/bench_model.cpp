@@ -1,0 +1,104 @@
+// Benchmark: training throughput of the cpu backend on a GPT-2-small-shaped model, as a
+// fraction of the cblas_sgemm FLOP rate measured in the same run (the machine is shared
+// and noisy; a ratio taken in one run is what compares across commits).
+//   FLOPs per token = 6·N (N = parameters used in matmuls, the tied LM head included)
+//                   + 6·L·T·C (causal attention: QKᵀ and PV over T/2 keys on average,
+//                              forward 2·T·C per layer and token, backward twice that)
+// Prints one JSON line.
+#include <cblas.h>
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/ops.h"
+#include "core/communicator.h"
+#include "model/stage.h"
+#include "train/adamw.h"
+
+using namespace pptrain;
+using Clock = std::chrono::steady_clock;
+
+static double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Best-of-3 rate of one large square sgemm on all threads, GFLOP/s.
+static double sgemm_gflops(int n) {
+  std::vector<float> a(size_t(n) * n), b(size_t(n) * n), c(size_t(n) * n);
+  std::mt19937 gen(1);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& x : a) x = u(gen);
+  for (auto& x : b) x = u(gen);
+  double best = 0;
+  for (int rep = 0; rep < 4; ++rep) {
+    auto t0 = Clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    double s = seconds_since(t0);
+    if (rep > 0) best = std::max(best, 2.0 * n * n * double(n) / s / 1e9);
+  }
+  return best;
+}
+
+int main(int argc, char** argv) {
+  int steps = argc > 1 ? std::atoi(argv[1]) : 3;
+  ModelConfig m;
+  m.n_layer = 12; m.n_head = 12; m.d_model = 768; m.seq_len = 256; m.vocab_size = 50304;
+  const int batch = 4, microbatches = 1;
+  auto ops = make_cpu_ops();
+  LocalComm alone;
+  ModelDims dims = ModelDims::from(m, batch, 1, 0);
+  ParamStore params(*ops, 1, 0, 1337);
+  Stage model(params, dims, StageSpec{0, 0, m.n_layer, true, true}, alone);
+  TrainingConfig tc;
+  AdamW adamw(params, tc);
+  model.set_loss_scale(1.0f / (batch * m.seq_len * microbatches));
+
+  std::mt19937 gen(2);
+  std::vector<int32_t> tok(dims.rows()), tgt(dims.rows());
+  Buffer<int32_t> tokens(*ops, dims.rows()), targets(*ops, dims.rows());
+
+  size_t n_matmul = 0, n_total = 0;
+  for (auto& [name, p] : params.all()) {
+    n_total += p->numel();
+    if (name != "wpe.weight") n_matmul += p->numel();
+  }
+  const double tokens_per_step = double(batch) * m.seq_len * microbatches;
+  const double flops_per_token = 6.0 * n_matmul + 6.0 * m.n_layer * m.seq_len * double(m.d_model);
+
+  double sgemm_before = sgemm_gflops(2048);
+  double best_s = 1e30, total_s = 0, loss = 0;
+  for (int step = 0; step <= steps; ++step) {  // step 0 warms up (page faults, pools)
+    auto t0 = Clock::now();
+    params.zero_grads();
+    for (int mb = 0; mb < microbatches; ++mb) {
+      for (auto& x : tok) x = int32_t(gen() % m.vocab_size);
+      for (auto& x : tgt) x = int32_t(gen() % m.vocab_size);
+      tokens.upload(tok.data());
+      targets.upload(tgt.data());
+      model.forward(mb, {tokens.data(), targets.data()});
+      loss = model.loss_sum(mb) / tokens_per_step;
+      model.backward_input(mb);
+      model.backward_weight(mb);
+    }
+    adamw.step(1e-4, step + 1);
+    double s = seconds_since(t0);
+    if (step > 0) { total_s += s; best_s = std::min(best_s, s); }
+  }
+  double sgemm_after = sgemm_gflops(2048);
+  double sgemm = std::max(sgemm_before, sgemm_after);
+  double mean_s = total_s / steps;
+  double achieved = flops_per_token * tokens_per_step / mean_s / 1e9;
+  std::printf(
+      "{\"bench\": \"train_gpt2_small_cpu\", \"threads\": %d, \"params\": %zu, \"tokens_per_step\": %.0f, "
+      "\"steps\": %d, \"step_s_mean\": %.3f, \"step_s_best\": %.3f, \"tokens_per_s\": %.1f, "
+      "\"achieved_gflops\": %.2f, \"sgemm_gflops\": %.2f, \"sgemm_fraction\": %.3f, "
+      "\"sgemm_fraction_best_step\": %.3f, \"loss\": %.4f}\n",
+      omp_get_max_threads(), n_total, tokens_per_step, steps, mean_s, best_s, tokens_per_step / mean_s,
+      achieved, sgemm, achieved / sgemm, flops_per_token * tokens_per_step / best_s / 1e9 / sgemm, loss);
+  return 0;
+}

@@ -1,0 +1,14 @@
+// AdamW on fp32 master weights with fp32 moments (Loshchilov & Hutter). Semantics of
+// Ops::adamw, plus an optional bf16 copy of the updated weights for the bf16 model.
+#pragma once
+#include "launch.cuh"
+
+namespace pptrain::kernels {
+
+// m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g²;
+// p -= lr (m̂ / (√v̂ + eps) + wd p), m̂ = m / (1 - b1ᵗ), v̂ = v / (1 - b2ᵗ), t 1-based.
+// If p_bf16 is not null it receives the updated p rounded to bf16.
+void launch_adamw(const LaunchContext& ctx, float* p, bf16* p_bf16, const float* g, float* m,
+                  float* v, size_t n, float lr, float b1, float b2, float eps, float wd, int t);
+
+}  // namespace pptrain::kernels

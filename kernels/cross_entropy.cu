@@ -1,0 +1,185 @@
+// Cross-entropy kernels (see cross_entropy.cuh).
+//
+// One block (kBlock threads) per row of logits: thread j handles columns j, j + kBlock, ...
+// (each block-wide step reads a contiguous run of the row), and the row max / sum are block
+// reductions (warp butterflies, then the per-warp partials in shared memory). The fused
+// kernel keeps a running (max, Σ exp) pair per thread (online softmax: when the max grows
+// from m to m', the sum is rescaled by exp(m - m')), merges the pairs across the block, and
+// then writes dlogits in a second sweep over the same columns; each thread rewrites only the
+// columns it read, after the block-wide reduction, so dlogits may alias logits.
+#include "cross_entropy.cuh"
+#include "device.cuh"
+
+namespace pptrain::kernels {
+namespace {
+
+constexpr int kBlock = 256;
+constexpr int kLossBlock = 1024;
+
+template <typename T>
+__global__ void row_max_kernel(float* rmax, const T* logits, int vl, int valid) {
+  __shared__ float scratch[32];
+  const T* row = logits + size_t(blockIdx.x) * vl;
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < valid; j += blockDim.x) m = fmaxf(m, to_float(row[j]));
+  m = block_reduce(m, -INFINITY, scratch, Max{});
+  if (threadIdx.x == 0) rmax[blockIdx.x] = m;
+}
+
+template <typename T>
+__global__ void sumexp_target_kernel(float* sumexp, float* target_logit, const T* logits,
+                                     const float* rmax, const int32_t* targets, int vl, int valid,
+                                     int v0) {
+  __shared__ float scratch[32];
+  const T* row = logits + size_t(blockIdx.x) * vl;
+  float m = rmax[blockIdx.x];
+  float s = 0.0f;
+  for (int j = threadIdx.x; j < valid; j += blockDim.x) s += expf(to_float(row[j]) - m);
+  s = block_reduce(s, 0.0f, scratch, Sum{});
+  if (threadIdx.x == 0) {
+    int target = targets[blockIdx.x] - v0;
+    sumexp[blockIdx.x] = s;
+    target_logit[blockIdx.x] = target >= 0 && target < valid ? to_float(row[target]) : 0.0f;
+  }
+}
+
+// One block: thread k sums rows k, k + kLossBlock, ... in double (log too: N values per
+// microbatch, negligible), then a block reduction.
+__global__ void loss_sum_kernel(double* loss, const float* rmax, const float* sumexp,
+                                const float* target_logit, int n) {
+  __shared__ double scratch[32];
+  double s = 0.0;
+  for (int r = threadIdx.x; r < n; r += blockDim.x)
+    s += log(double(sumexp[r])) + double(rmax[r]) - double(target_logit[r]);
+  s = block_reduce(s, 0.0, scratch, Sum{});
+  if (threadIdx.x == 0) *loss = s;
+}
+
+// dlogits[row, j] for this block's row, given the row's statistics.
+template <typename T>
+__device__ __forceinline__ void write_dlogits(T* drow, const T* row, int vl, int valid, int target,
+                                              float m, float inv_sum, float scale) {
+  for (int j = threadIdx.x; j < vl; j += blockDim.x) {
+    float g = 0.0f;
+    if (j < valid) g = scale * (expf(to_float(row[j]) - m) * inv_sum - (j == target ? 1.0f : 0.0f));
+    drow[j] = from_float<T>(g);
+  }
+}
+
+template <typename T>
+__global__ void backward_kernel(T* dlogits, const T* logits, const float* rmax, const float* sumexp,
+                                const int32_t* targets, int vl, int valid, int v0, float scale) {
+  size_t offset = size_t(blockIdx.x) * vl;
+  write_dlogits(dlogits + offset, logits + offset, vl, valid, targets[blockIdx.x] - v0,
+                rmax[blockIdx.x], 1.0f / sumexp[blockIdx.x], scale);
+}
+
+// Merges two online-softmax states (max m, Σ exp(x - m)).
+struct OnlineSoftmax {
+  float m, s;
+};
+__device__ __forceinline__ OnlineSoftmax merge(OnlineSoftmax a, OnlineSoftmax b) {
+  float m = fmaxf(a.m, b.m);
+  if (m == -INFINITY) return {m, 0.0f};  // both empty
+  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+
+template <typename T>
+__global__ void fused_kernel(T* dlogits, float* rmax, float* sumexp, float* target_logit,
+                             const T* logits, const int32_t* targets, int vl, int valid,
+                             float scale) {
+  __shared__ float scratch_m[32], scratch_s[32];
+  int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
+  size_t offset = size_t(blockIdx.x) * vl;
+  const T* row = logits + offset;
+  int target = targets[blockIdx.x];
+  // Read before the barrier below; the column's owner overwrites it (in place) after it.
+  float target_value = 0.0f;
+  if (threadIdx.x == 0 && target >= 0 && target < valid) target_value = to_float(row[target]);
+  OnlineSoftmax state{-INFINITY, 0.0f};
+  for (int j = threadIdx.x; j < valid; j += blockDim.x) {
+    float x = to_float(row[j]);
+    if (x > state.m) {
+      state.s = state.s * expf(state.m - x) + 1.0f;
+      state.m = x;
+    } else {
+      state.s += expf(x - state.m);
+    }
+  }
+  for (int k = kWarp / 2; k > 0; k /= 2) {
+    OnlineSoftmax other{__shfl_xor_sync(kFullMask, state.m, k), __shfl_xor_sync(kFullMask, state.s, k)};
+    state = merge(state, other);
+  }
+  if (lane == 0) {
+    scratch_m[warp] = state.m;
+    scratch_s[warp] = state.s;
+  }
+  __syncthreads();
+  state = lane < warps ? OnlineSoftmax{scratch_m[lane], scratch_s[lane]} : OnlineSoftmax{-INFINITY, 0.0f};
+  for (int k = kWarp / 2; k > 0; k /= 2) {
+    OnlineSoftmax other{__shfl_xor_sync(kFullMask, state.m, k), __shfl_xor_sync(kFullMask, state.s, k)};
+    state = merge(state, other);
+  }
+  if (threadIdx.x == 0) {
+    rmax[blockIdx.x] = state.m;
+    sumexp[blockIdx.x] = state.s;
+    target_logit[blockIdx.x] = target_value;
+  }
+  write_dlogits(dlogits + offset, row, vl, valid, target, state.m, 1.0f / state.s, scale);
+}
+
+}  // namespace
+
+template <typename T>
+void launch_ce_row_max(const LaunchContext& ctx, float* rmax, const T* logits, int n, int vl,
+                       int valid) {
+  if (n <= 0) return;
+  launch(ctx, "ce_row_max", row_max_kernel<T>, dim3(n), dim3(kBlock), 0, rmax, logits, vl, valid);
+}
+
+template <typename T>
+void launch_ce_sumexp_target(const LaunchContext& ctx, float* sumexp, float* target_logit,
+                             const T* logits, const float* rmax, const int32_t* targets, int n,
+                             int vl, int valid, int v0) {
+  if (n <= 0) return;
+  launch(ctx, "ce_sumexp_target", sumexp_target_kernel<T>, dim3(n), dim3(kBlock), 0, sumexp,
+         target_logit, logits, rmax, targets, vl, valid, v0);
+}
+
+void launch_ce_loss_sum(const LaunchContext& ctx, double* loss, const float* rmax,
+                        const float* sumexp, const float* target_logit, int n) {
+  launch(ctx, "ce_loss_sum", loss_sum_kernel, dim3(1), dim3(kLossBlock), 0, loss, rmax, sumexp,
+         target_logit, n);
+}
+
+template <typename T>
+void launch_ce_backward(const LaunchContext& ctx, T* dlogits, const T* logits, const float* rmax,
+                        const float* sumexp, const int32_t* targets, int n, int vl, int valid,
+                        int v0, float scale) {
+  if (n <= 0) return;
+  launch(ctx, "ce_backward", backward_kernel<T>, dim3(n), dim3(kBlock), 0, dlogits, logits, rmax,
+         sumexp, targets, vl, valid, v0, scale);
+}
+
+template <typename T>
+void launch_ce_fused(const LaunchContext& ctx, T* dlogits, float* rmax, float* sumexp,
+                     float* target_logit, const T* logits, const int32_t* targets, int n, int vl,
+                     int valid, float scale) {
+  if (n <= 0) return;
+  launch(ctx, "ce_fused", fused_kernel<T>, dim3(n), dim3(kBlock), 0, dlogits, rmax, sumexp,
+         target_logit, logits, targets, vl, valid, scale);
+}
+
+#define PPTRAIN_INSTANTIATE(T)                                                                   \
+  template void launch_ce_row_max<T>(const LaunchContext&, float*, const T*, int, int, int);      \
+  template void launch_ce_sumexp_target<T>(const LaunchContext&, float*, float*, const T*,        \
+                                           const float*, const int32_t*, int, int, int, int);    \
+  template void launch_ce_backward<T>(const LaunchContext&, T*, const T*, const float*,           \
+                                      const float*, const int32_t*, int, int, int, int, float);  \
+  template void launch_ce_fused<T>(const LaunchContext&, T*, float*, float*, float*, const T*,    \
+                                   const int32_t*, int, int, int, float);
+PPTRAIN_INSTANTIATE(float)
+PPTRAIN_INSTANTIATE(bf16)
+#undef PPTRAIN_INSTANTIATE
+
+}  // namespace pptrain::kernels

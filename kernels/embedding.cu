@@ -1,0 +1,133 @@
+// Embedding kernels (see embedding.cuh).
+//
+// Forward: thread i owns elements [i·P, i·P + P) of y[N,C] (P = 16 / sizeof(T)); with
+// C % P == 0 and aligned tables a pack is one 128-bit gather from each table row.
+//
+// Token-table wgrad is a scatter-add keyed by token id. Float atomics would make the sum
+// order (and so the bits) depend on timing; instead every gradient element has one owner
+// thread that adds the rows of its token in row order:
+//   block (256 threads) = 256 adjacent channels × one slice of kVocabSlice vocabulary rows;
+//   grid = (⌈C/256⌉, ⌈VL/kVocabSlice⌉). The block streams the token ids through shared
+//   memory in tiles; each warp votes (__ballot_sync) on 32 ids at a time which rows fall in
+//   its slice and walks the hits in order, each lane adding dy[row, its channel] into
+//   dwte[token, its channel] (coalesced across the warp). A row is handled by exactly one
+//   slice, so dy is read once overall; the ids are re-read per block but are 4 bytes/row.
+// Position-table wgrad: one thread per (position, channel) sums rows p, p + T, ... in order.
+#include "device.cuh"
+#include "embedding.cuh"
+
+namespace pptrain::kernels {
+namespace {
+
+constexpr int kBlock = 256;
+constexpr int kVocabSlice = 512;      // vocabulary rows per wgrad block
+constexpr int kTokenTile = 1024;      // token ids staged in shared memory at a time
+
+template <typename T>
+__global__ void embedding_forward_kernel(T* y, const int32_t* tokens, const T* wte, const T* wpe,
+                                         int n, int t, int c, int v0, int vl, bool vectorized) {
+  constexpr int P = Pack128<T>::kSize;
+  size_t total = size_t(n) * c;
+  size_t base = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * P;
+  if (base >= total) return;
+  if (vectorized) {  // the pack lies inside one row
+    int row = int(base / c), col = int(base % c);
+    int token = tokens[row] - v0;
+    bool in_shard = token >= 0 && token < vl;
+    Pack128<T> out;
+    Pack128<T> te = in_shard ? load_pack(wte + size_t(token) * c + col) : Pack128<T>{};
+    Pack128<T> pe = wpe ? load_pack(wpe + size_t(row % t) * c + col) : Pack128<T>{};
+    for (int k = 0; k < P; ++k)
+      out.v[k] = from_float<T>((in_shard ? to_float(te.v[k]) : 0.0f) + (wpe ? to_float(pe.v[k]) : 0.0f));
+    store_pack(y + base, out);
+  } else {
+    size_t end = base + P < total ? base + P : total;
+    for (size_t i = base; i < end; ++i) {
+      int row = int(i / c), col = int(i % c);
+      int token = tokens[row] - v0;
+      float v = token >= 0 && token < vl ? to_float(wte[size_t(token) * c + col]) : 0.0f;
+      if (wpe) v += to_float(wpe[size_t(row % t) * c + col]);
+      y[i] = from_float<T>(v);
+    }
+  }
+}
+
+template <typename T>
+__global__ void embedding_token_wgrad_kernel(float* dwte, const T* dy, const int32_t* tokens,
+                                             int n, int c, int v0, int vl) {
+  PPTRAIN_DYNAMIC_SHARED(int32_t, tile);  // [kTokenTile] token ids, as shard rows
+  int lane = threadIdx.x % kWarp;
+  int col = blockIdx.x * blockDim.x + threadIdx.x;
+  int slice_begin = blockIdx.y * kVocabSlice;
+  int slice_end = slice_begin + kVocabSlice < vl ? slice_begin + kVocabSlice : vl;
+  for (int tile_begin = 0; tile_begin < n; tile_begin += kTokenTile) {
+    int tile_rows = n - tile_begin < kTokenTile ? n - tile_begin : kTokenTile;
+    __syncthreads();  // every warp is done with the previous tile
+    for (int i = threadIdx.x; i < tile_rows; i += blockDim.x) tile[i] = tokens[tile_begin + i] - v0;
+    __syncthreads();
+    for (int group = 0; group < tile_rows; group += kWarp) {
+      int r = group + lane;
+      bool hit = r < tile_rows && tile[r] >= slice_begin && tile[r] < slice_end;
+      unsigned hits = __ballot_sync(kFullMask, hit);
+      while (hits) {  // rows of this slice, in increasing row order
+        int k = __ffs(hits) - 1;
+        hits &= hits - 1;
+        if (col < c) {
+          size_t row = size_t(tile_begin + group + k);
+          dwte[size_t(tile[group + k]) * c + col] += to_float(dy[row * c + col]);
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+__global__ void embedding_position_wgrad_kernel(float* dwpe, const T* dy, int n, int t, int c) {
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  int positions = n < t ? n : t;
+  if (i >= size_t(positions) * c) return;
+  int p = int(i / c), col = int(i % c);
+  float s = dwpe[i];  // added into row by row, the order a serial loop over rows uses
+  for (int row = p; row < n; row += t) s += to_float(dy[size_t(row) * c + col]);
+  dwpe[i] = s;
+}
+
+}  // namespace
+
+template <typename T>
+void launch_embedding_forward(const LaunchContext& ctx, T* y, const int32_t* tokens, const T* wte,
+                              const T* wpe, int n, int t, int c, int v0, int vl) {
+  size_t total = size_t(n) * c;
+  if (total == 0) return;
+  constexpr int P = Pack128<T>::kSize;
+  bool vectorized = c % P == 0 && aligned16(y, wte) && (!wpe || aligned16(wpe));
+  launch(ctx, "embedding_forward", embedding_forward_kernel<T>,
+         dim3(ceil_div(ceil_div(total, P), kBlock)), dim3(kBlock), 0, y, tokens, wte, wpe, n, t, c,
+         v0, vl, vectorized);
+}
+
+template <typename T>
+void launch_embedding_backward_weight(const LaunchContext& ctx, float* dwte, float* dwpe,
+                                      const T* dy, const int32_t* tokens, int n, int t, int c,
+                                      int v0, int vl) {
+  if (n <= 0 || c <= 0) return;
+  if (vl > 0)
+    launch(ctx, "embedding_token_wgrad", embedding_token_wgrad_kernel<T>,
+           dim3(ceil_div(c, kBlock), ceil_div(vl, kVocabSlice)), dim3(kBlock),
+           kTokenTile * sizeof(int32_t), dwte, dy, tokens, n, c, v0, vl);
+  if (dwpe)
+    launch(ctx, "embedding_position_wgrad", embedding_position_wgrad_kernel<T>,
+           dim3(ceil_div(size_t(n < t ? n : t) * c, kBlock)), dim3(kBlock), 0, dwpe, dy, n, t, c);
+}
+
+#define PPTRAIN_INSTANTIATE(T)                                                               \
+  template void launch_embedding_forward<T>(const LaunchContext&, T*, const int32_t*, const T*, \
+                                            const T*, int, int, int, int, int);              \
+  template void launch_embedding_backward_weight<T>(const LaunchContext&, float*, float*,      \
+                                                    const T*, const int32_t*, int, int, int, \
+                                                    int, int);
+PPTRAIN_INSTANTIATE(float)
+PPTRAIN_INSTANTIATE(bf16)
+#undef PPTRAIN_INSTANTIATE
+
+}  // namespace pptrain::kernels

@@ -1,0 +1,405 @@
+// SIMT emulator: runs one kernel launch on the CPU. See emu.h for the execution model.
+//
+// One BlockRunner per launch. It owns one fiber per thread of a block (stacks come from a
+// per-OS-thread pool and are reused across blocks and launches) and a scheduler loop that
+// takes the warps in order (or reverse) and runs each warp as far as it gets: its runnable
+// lanes in lane order (or reverse), each until it reaches a synchronisation point or exits,
+// again and again until every lane of the warp waits at `__syncthreads` or exited. A fiber
+// in a warp collective becomes runnable when the last lane of its mask arrives, which also
+// computes every lane's result; a fiber waiting at `__syncthreads` becomes runnable again
+// only when every thread of the block waits there. When nothing is runnable and the block
+// has not finished, it is deadlocked and the launch fails with a description of who waits
+// where.
+#include "emu/emu.h"
+
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <exception>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+// Bounds of the section that holds every static __shared__ variable (defined by the linker
+// when the section exists; weak so a binary without kernels still links).
+extern "C" char __start_pptrain_emu_shared[] __attribute__((weak));
+extern "C" char __stop_pptrain_emu_shared[] __attribute__((weak));
+
+namespace pptrain::emu {
+namespace {
+
+constexpr size_t kStackBytes = 64 * 1024;
+constexpr unsigned kMaxThreadsPerBlock = 1024;
+constexpr unsigned char kPoisonByte = 0xFF;  // 0xFFFFFFFF is a NaN as float, -1 as int
+
+// A fiber stack whose lowest page is inaccessible, so an overflow faults instead of
+// silently corrupting a neighbour.
+class FiberStack {
+ public:
+  FiberStack() {
+    page_ = size_t(sysconf(_SC_PAGESIZE));
+    bytes_ = kStackBytes + page_;
+    base_ = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base_ == MAP_FAILED) throw std::runtime_error("emulator: cannot map a fiber stack");
+    mprotect(base_, page_, PROT_NONE);
+  }
+  ~FiberStack() {
+    if (base_ != MAP_FAILED) munmap(base_, bytes_);
+  }
+  FiberStack(FiberStack&& o) noexcept : base_(o.base_), bytes_(o.bytes_), page_(o.page_) {
+    o.base_ = MAP_FAILED;
+  }
+  FiberStack(const FiberStack&) = delete;
+  FiberStack& operator=(const FiberStack&) = delete;
+  FiberStack& operator=(FiberStack&&) = delete;
+  void* usable() const { return static_cast<char*>(base_) + page_; }
+  size_t usable_bytes() const { return kStackBytes; }
+
+ private:
+  void* base_ = MAP_FAILED;
+  size_t bytes_ = 0, page_ = 0;
+};
+
+enum class Wait { runnable, block_barrier, warp, exited };
+
+struct Fiber {
+  ucontext_t context;
+  uint3 index;
+  Wait wait = Wait::runnable;
+  const char* waiting_at = "";
+  unsigned waiting_mask = 0;
+};
+
+// A warp collective that some lanes of `mask` have reached; it completes when all of them
+// have. A lane waits in at most one group, but groups may overlap: lanes 16-31 can wait in
+// a full-mask __syncwarp while lanes 0-15 run their own 0xffff shuffles. A lane arriving
+// with a mask joins the pending group of that mask, as the *_sync intrinsics match by mask.
+struct WarpGroup {
+  unsigned mask, arrived;
+  detail::WarpOp op;
+  const char* name;
+};
+
+struct Warp {
+  std::vector<WarpGroup> pending;
+  uint64_t value[32];   // deposited by each lane
+  int arg[32];          // source lane / delta / xor mask of each lane
+  int width[32];
+  uint64_t result[32];  // filled for every lane when its group completes
+};
+
+using detail::WarpOp;
+
+class BlockRunner;
+thread_local BlockRunner* g_active = nullptr;           // the launch running on this OS thread
+thread_local std::vector<FiberStack> g_stack_pool;      // reused across launches
+
+class BlockRunner {
+ public:
+  BlockRunner(Stream& stream, const char* name, dim3 grid, dim3 block, size_t dynamic_bytes,
+              KernelBody body)
+      : stream_(stream), name_(name), grid_(grid), block_(block), body_(body) {
+    unsigned n = block.x * block.y * block.z;
+    while (g_stack_pool.size() < n) g_stack_pool.emplace_back();
+    fibers_.resize(n);
+    for (unsigned k = 0; k < n; ++k)
+      fibers_[k].index = {k % block.x, (k / block.x) % block.y, k / (block.x * block.y)};
+    warps_.resize((n + 31) / 32);
+    // 16-byte aligned, as the start of dynamic shared memory is on a GPU.
+    dynamic_.resize((dynamic_bytes + 15) / 16 + 1);
+    dynamic_bytes_ = dynamic_bytes;
+  }
+
+  void run_grid() {
+    blockDim = block_;
+    gridDim = grid_;
+    size_t blocks = size_t(grid_.x) * grid_.y * grid_.z;
+    bool reverse = stream_.order == Order::reverse;
+    for (size_t i = 0; i < blocks; ++i) {
+      size_t b = reverse ? blocks - 1 - i : i;
+      block_index_ = {unsigned(b % grid_.x), unsigned((b / grid_.x) % grid_.y),
+                      unsigned(b / (size_t(grid_.x) * grid_.y))};
+      run_block();
+      ++stream_.blocks;
+    }
+  }
+
+  // ---- called from inside fibers ----
+  void sync_block() {
+    Fiber& f = fibers_[current_];
+    f.wait = Wait::block_barrier;
+    f.waiting_at = "__syncthreads";
+    yield();
+  }
+
+  uint64_t warp_collective(WarpOp op, const char* name, unsigned mask, uint64_t value, int arg,
+                           int width) {
+    int lane = current_ % 32;
+    Warp& w = warps_[current_ / 32];
+    unsigned bit = 1u << lane;
+    int lanes = std::min(32, int(fibers_.size()) - (current_ / 32) * 32);
+    unsigned existing = lanes == 32 ? ~0u : (1u << lanes) - 1;
+    if (!(mask & bit)) fault(cat(name, " with mask ", hex(mask), " that excludes the calling lane"));
+    if (mask & ~existing)
+      fault(cat(name, " with mask ", hex(mask), " naming lanes that do not exist (the warp has ",
+                lanes, " threads)"));
+    if (width < 1 || width > 32 || (width & (width - 1)))
+      fault(cat(name, " with width ", width, " (must be a power of two <= 32)"));
+    size_t g = 0;
+    while (g < w.pending.size() && w.pending[g].mask != mask) ++g;
+    if (g == w.pending.size()) w.pending.push_back({mask, 0u, op, name});
+    if (w.pending[g].op != op)
+      fault(cat("lanes of mask ", hex(mask), " disagree: this lane is at ", name,
+                ", others at ", w.pending[g].name));
+    w.value[lane] = value;
+    w.arg[lane] = arg;
+    w.width[lane] = width;
+    w.pending[g].arrived |= bit;
+    Fiber& f = fibers_[current_];
+    f.wait = Wait::warp;
+    f.waiting_at = name;
+    f.waiting_mask = mask;
+    if (w.pending[g].arrived == mask) {
+      complete(w, w.pending[g], current_ - lane);
+      w.pending.erase(w.pending.begin() + long(g));
+    }
+    yield();
+    return w.result[lane];
+  }
+
+  void* dynamic_shared() { return dynamic_.data(); }
+
+  [[noreturn]] void fault(const std::string& what) {
+    const Fiber& f = fibers_[current_];
+    throw KernelFault(cat("kernel ", name_, " block ", block_string(block_index_), " thread ",
+                          block_string(f.index), ": ", what));
+  }
+
+  bool in_fiber() const { return current_ >= 0; }
+
+ private:
+  void run_block() {
+    blockIdx = block_index_;
+    // Shared memory holds garbage on a GPU: poison it so a read before a write shows.
+    std::fill(reinterpret_cast<unsigned char*>(dynamic_.data()),
+              reinterpret_cast<unsigned char*>(dynamic_.data()) + dynamic_bytes_, kPoisonByte);
+    if (__start_pptrain_emu_shared && __stop_pptrain_emu_shared)
+      std::fill(__start_pptrain_emu_shared, __stop_pptrain_emu_shared, char(kPoisonByte));
+    int n = int(fibers_.size());
+    for (int k = 0; k < n; ++k) prepare_fiber(fibers_[k], g_stack_pool[k]);
+    for (Warp& w : warps_) w.pending.clear();
+    bool reverse = stream_.order == Order::reverse;
+    int warps = int(warps_.size());
+    for (;;) {
+      // Each warp in turn runs as far as it can (until all its threads wait at __syncthreads
+      // or exited): the maximal skew between warps, so a missing barrier between one
+      // warp's writes and another's reads shows in one of the two orders.
+      bool ran = false;
+      for (int wi = 0; wi < warps; ++wi) {
+        int w = reverse ? warps - 1 - wi : wi;
+        int first = w * 32, last = std::min(n, first + 32) - 1;
+        for (bool progress = true; progress;) {
+          progress = false;
+          for (int k = reverse ? last : first; reverse ? k >= first : k <= last; k += reverse ? -1 : 1) {
+            if (fibers_[k].wait != Wait::runnable) continue;
+            resume(k);
+            progress = ran = true;
+            if (fault_) std::rethrow_exception(std::exchange(fault_, nullptr));
+          }
+        }
+      }
+      if (ran) continue;
+      int exited = 0, at_barrier = 0;
+      for (const Fiber& f : fibers_) {
+        exited += f.wait == Wait::exited;
+        at_barrier += f.wait == Wait::block_barrier;
+      }
+      if (exited == n) return;
+      if (at_barrier == n) {
+        for (Fiber& f : fibers_) f.wait = Wait::runnable;
+        continue;
+      }
+      throw KernelFault(cat("kernel ", name_, " block ", block_string(block_index_),
+                            ": deadlock: ", describe_waits()));
+    }
+  }
+
+  // getcontext returns twice in general; keeping it out of the scheduler loop keeps that
+  // loop's locals out of its reach.
+  __attribute__((noinline)) static void prepare_fiber(Fiber& f, const FiberStack& stack) {
+    f.wait = Wait::runnable;
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = stack.usable();
+    f.context.uc_stack.ss_size = stack.usable_bytes();
+    f.context.uc_link = nullptr;
+    makecontext(&f.context, &BlockRunner::fiber_main, 0);
+  }
+
+  // Computes every lane's result of a completed collective and wakes the lanes.
+  void complete(Warp& w, const WarpGroup& g, int warp_base) {
+    unsigned ballot = 0;
+    for (int l = 0; l < 32; ++l)
+      if ((g.mask >> l & 1u) && w.value[l]) ballot |= 1u << l;
+    int first = __builtin_ctz(g.mask);
+    for (int l = 0; l < 32; ++l) {
+      if (!(g.mask >> l & 1u)) continue;
+      if (w.width[l] != w.width[first])
+        fault(cat(g.name, ": lanes ", first, " and ", l, " pass different widths"));
+      int width = w.width[l], segment = l & ~(width - 1), src = l;
+      switch (g.op) {
+        case WarpOp::shfl: src = segment + (w.arg[l] & (width - 1)); break;
+        case WarpOp::shfl_up: src = l - w.arg[l] >= segment ? l - w.arg[l] : l; break;
+        case WarpOp::shfl_down: src = l + w.arg[l] < segment + width ? l + w.arg[l] : l; break;
+        case WarpOp::shfl_xor: src = (l ^ w.arg[l]) < segment + width ? l ^ w.arg[l] : l; break;
+        case WarpOp::ballot: case WarpOp::sync: break;
+      }
+      if (!(g.mask >> src & 1u))
+        fault(cat(g.name, ": lane ", l, " reads lane ", src, " outside mask ", hex(g.mask)));
+      w.result[l] = g.op == WarpOp::ballot ? ballot : g.op == WarpOp::sync ? 0 : w.value[src];
+      fibers_[warp_base + l].wait = Wait::runnable;
+    }
+  }
+
+  // "threads 0-31 at __syncthreads; threads 32-40 exited" (threads as linear indices).
+  std::string describe_waits() const {
+    auto state = [](const Fiber& f) -> std::string {
+      switch (f.wait) {
+        case Wait::exited: return "exited";
+        case Wait::block_barrier: return "at __syncthreads";
+        case Wait::warp: return cat("at ", f.waiting_at, " (mask ", hex(f.waiting_mask), ")");
+        case Wait::runnable: return "runnable";
+      }
+      return "";
+    };
+    std::string out;
+    size_t n = fibers_.size();
+    for (size_t k = 0; k < n;) {
+      size_t end = k;
+      while (end + 1 < n && state(fibers_[end + 1]) == state(fibers_[k])) ++end;
+      out += cat(out.empty() ? "" : "; ", k == end ? cat("thread ", k) : cat("threads ", k, "-", end),
+                 " ", state(fibers_[k]));
+      k = end + 1;
+    }
+    return out;
+  }
+
+  void resume(int k) {
+    current_ = k;
+    threadIdx = fibers_[k].index;
+    stream_.switches += 2;
+    swapcontext(&scheduler_, &fibers_[k].context);
+    current_ = -1;
+  }
+
+  void yield() {
+    int k = current_;
+    swapcontext(&fibers_[k].context, &scheduler_);
+  }
+
+  static void fiber_main() {
+    BlockRunner* r = g_active;
+    int k = r->current_;
+    try {
+      r->body_.call(r->body_.closure);
+    } catch (...) {
+      r->fault_ = std::current_exception();
+    }
+    r->fibers_[k].wait = Wait::exited;
+    setcontext(&r->scheduler_);  // never returns
+  }
+
+  template <typename... A>
+  static std::string cat(const A&... a) {
+    std::ostringstream s;
+    (s << ... << a);
+    return s.str();
+  }
+  static std::string hex(unsigned v) { return cat("0x", std::hex, v); }
+  static std::string block_string(uint3 b) { return cat("(", b.x, ",", b.y, ",", b.z, ")"); }
+
+  Stream& stream_;
+  const char* name_;
+  dim3 grid_, block_;
+  KernelBody body_;
+  uint3 block_index_{0, 0, 0};
+  std::vector<Fiber> fibers_;
+  std::vector<Warp> warps_;
+  struct alignas(16) Chunk { unsigned char bytes[16]; };
+  std::vector<Chunk> dynamic_;
+  size_t dynamic_bytes_ = 0;
+  ucontext_t scheduler_;
+  int current_ = -1;
+  std::exception_ptr fault_;
+};
+
+void check_config(const char* name, dim3 grid, dim3 block, size_t dynamic_bytes) {
+  auto bad = [&](const std::string& what) {
+    std::ostringstream s;
+    s << "launch of kernel " << name << ": invalid configuration: " << what << " (grid "
+      << grid.x << "," << grid.y << "," << grid.z << ", block " << block.x << "," << block.y
+      << "," << block.z << ", dynamic shared " << dynamic_bytes << " bytes)";
+    throw KernelFault(s.str());
+  };
+  size_t threads = size_t(block.x) * block.y * block.z;
+  if (threads == 0 || threads > kMaxThreadsPerBlock) bad("threads per block must be 1-1024");
+  if (block.z > 64) bad("block.z must be <= 64");
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) bad("empty grid");
+  if (grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535) bad("grid too large");
+  if (dynamic_bytes > kMaxDynamicSharedBytes) bad("more than 48 KiB of dynamic shared memory");
+}
+
+}  // namespace
+
+void launch(Stream* stream, const char* name, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
+            KernelBody body) {
+  if (g_active) throw KernelFault(std::string("kernel ") + name + " launched from device code");
+  check_config(name, grid, block, dynamic_shared_bytes);
+  Stream default_stream;
+  Stream& s = stream ? *stream : default_stream;
+  ++s.launches;
+  BlockRunner runner(s, name, grid, block, dynamic_shared_bytes, body);
+  g_active = &runner;
+  try {
+    runner.run_grid();
+  } catch (...) {
+    g_active = nullptr;
+    throw;
+  }
+  g_active = nullptr;
+}
+
+namespace detail {
+
+uint64_t warp_collective(WarpOp op, const char* name, unsigned mask, uint64_t value, int arg,
+                         int width) {
+  if (!g_active || !g_active->in_fiber()) fault(std::string(name) + " called outside a kernel");
+  return g_active->warp_collective(op, name, mask, value, arg, width);
+}
+
+void sync_block() {
+  if (!g_active || !g_active->in_fiber()) fault("__syncthreads called outside a kernel");
+  g_active->sync_block();
+}
+
+void* dynamic_shared_memory() {
+  if (!g_active || !g_active->in_fiber()) fault("dynamic shared memory used outside a kernel");
+  return g_active->dynamic_shared();
+}
+
+void fault(const std::string& what) {
+  if (g_active && g_active->in_fiber()) g_active->fault(what);
+  throw KernelFault(what);
+}
+
+void check_aligned(const void* p, size_t alignment, const char* what) {
+  if (reinterpret_cast<uintptr_t>(p) % alignment != 0) {
+    std::ostringstream s;
+    s << "misaligned address " << p << " for a " << alignment << "-byte " << what;
+    fault(s.str());
+  }
+}
+
+}  // namespace detail
+}  // namespace pptrain::emu

@@ -1,0 +1,228 @@
+// SIMT emulator: lets g++ compile the unchanged kernels/*.cu sources and run their launches
+// on the CPU, so kernels are tested without a GPU (the emulated build does
+// `g++ -x c++ -include kernels/emu/emu.h`). Used by tests only.
+//
+// Execution model (see emu.cpp): the blocks of a grid run one after another; the threads
+// of a block run as cooperative fibers (ucontext) that switch only at synchronisation
+// points. `__syncthreads` waits for every thread of the block; warp collectives
+// (`__shfl_*_sync`, `__ballot_sync`, `__syncwarp`) wait for every lane of their mask, and
+// each lane then reads the values all lanes deposited, as on hardware. Between two block
+// barriers the warps run one after another, each as far as it can get, and within a warp
+// the lanes run in ascending index; Order::reverse makes warps, lanes and blocks run in
+// descending order. So a kernel that forgets a barrier computes a different answer in one
+// of the two orders. Shared memory (static and dynamic) is filled with 0xFF bytes (NaN as
+// float) before every block, as it holds garbage on a GPU. Deadlocks (a barrier some
+// threads never reach, including threads that exited: a divergent __syncthreads is
+// undefined on a GPU and reported here), misuse of the collectives, misaligned vector
+// accesses and invalid launch configurations are reported as KernelFault exceptions from
+// the launch.
+//
+// Static __shared__ variables are process-wide, so a process runs one emulated launch at a
+// time (tests are single-threaded).
+//
+// Dynamic shared memory: kernels declare it with PPTRAIN_DYNAMIC_SHARED(T, name) from
+// kernels/device.cuh, which is `extern __shared__` under nvcc and the launch's buffer here
+// (a block-scope `extern` array cannot be given per-launch storage by a macro).
+#pragma once
+#define PPTRAIN_EMULATED 1
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+// ---- CUDA keywords ---------------------------------------------------------------------
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+// Static shared variables become function statics: one instance per kernel instantiation,
+// shared by all fibers of the running block (blocks never overlap). They live in one
+// linker section so the emulator can poison all of them before each block.
+#define __shared__ static __attribute__((section("pptrain_emu_shared")))
+
+struct uint3 {
+  unsigned x, y, z;
+};
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct __align__(16) float4 {
+  float x, y, z, w;
+};
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+
+// Built-in index variables. The OS thread runs one fiber at a time and the scheduler stores
+// the running fiber's indices here before every switch, so each fiber sees its own.
+inline thread_local uint3 threadIdx;
+inline thread_local uint3 blockIdx;
+inline thread_local dim3 blockDim;
+inline thread_local dim3 gridDim;
+constexpr int warpSize = 32;
+
+namespace pptrain::emu {
+
+// A kernel did something that fails or is undefined on a GPU: deadlock, a collective with a
+// bad mask, a misaligned vector access, an invalid launch configuration.
+class KernelFault : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class Order { forward, reverse };
+
+// Plays the role of a CUDA stream: carries the run options and counts what ran on it.
+struct Stream {
+  Order order = Order::forward;
+  int launches = 0;        // kernels launched
+  long long blocks = 0;    // blocks executed
+  long long switches = 0;  // fiber context switches
+};
+
+// Type-erased reference to the callable that runs one thread of the kernel.
+struct KernelBody {
+  void (*call)(const void* closure);
+  const void* closure;
+};
+
+// Runs one launch to completion; throws KernelFault on faults and deadlocks.
+void launch(Stream* stream, const char* name, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
+            KernelBody body);
+
+// Largest dynamic shared memory a launch may request without an opt-in attribute.
+constexpr size_t kMaxDynamicSharedBytes = 48 * 1024;
+
+namespace detail {
+enum class WarpOp { shfl, shfl_up, shfl_down, shfl_xor, ballot, sync };
+// Every lane of `mask` calls this with the same op and mask; returns the lane's result once
+// all of them arrived: the value of the source lane (shuffles) or the vote mask (ballot).
+uint64_t warp_collective(WarpOp op, const char* name, unsigned mask, uint64_t value, int arg,
+                         int width);
+void sync_block();
+void* dynamic_shared_memory();
+[[noreturn]] void fault(const std::string& what);
+void check_aligned(const void* p, size_t alignment, const char* what);
+}  // namespace detail
+
+}  // namespace pptrain::emu
+
+using cudaStream_t = pptrain::emu::Stream*;
+
+// ---- synchronisation and warp collectives ---------------------------------------------------
+inline void __syncthreads() { pptrain::emu::detail::sync_block(); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  using namespace pptrain::emu::detail;
+  warp_collective(WarpOp::sync, "__syncwarp", mask, 0, 0, 32);
+}
+inline void __threadfence() {}
+inline void __threadfence_block() {}
+
+namespace pptrain::emu::detail {
+template <typename T>
+T shuffle(WarpOp op, const char* name, unsigned mask, T var, int arg, int width) {
+  static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 8, "shuffle of a 1-8 byte value");
+  uint64_t bits = 0;
+  std::memcpy(&bits, &var, sizeof(T));
+  bits = warp_collective(op, name, mask, bits, arg, width);
+  T out;
+  std::memcpy(&out, &bits, sizeof(T));
+  return out;
+}
+}  // namespace pptrain::emu::detail
+
+template <typename T>
+T __shfl_sync(unsigned mask, T var, int src_lane, int width = 32) {
+  using namespace pptrain::emu::detail;
+  return shuffle(WarpOp::shfl, "__shfl_sync", mask, var, src_lane, width);
+}
+template <typename T>
+T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = 32) {
+  using namespace pptrain::emu::detail;
+  return shuffle(WarpOp::shfl_up, "__shfl_up_sync", mask, var, int(delta), width);
+}
+template <typename T>
+T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32) {
+  using namespace pptrain::emu::detail;
+  return shuffle(WarpOp::shfl_down, "__shfl_down_sync", mask, var, int(delta), width);
+}
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = 32) {
+  using namespace pptrain::emu::detail;
+  return shuffle(WarpOp::shfl_xor, "__shfl_xor_sync", mask, var, lane_mask, width);
+}
+inline unsigned __ballot_sync(unsigned mask, int predicate) {
+  using namespace pptrain::emu::detail;
+  return unsigned(warp_collective(WarpOp::ballot, "__ballot_sync", mask, predicate != 0, 0, 32));
+}
+inline int __any_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) != 0; }
+inline int __all_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) == mask; }
+
+// ---- atomics: fibers never interleave inside one, so plain read-modify-write is atomic ----
+template <typename T>
+T atomicAdd(T* address, T value) {
+  T old = *address;
+  *address = old + value;
+  return old;
+}
+template <typename T>
+T atomicMax(T* address, T value) {
+  T old = *address;
+  *address = old < value ? value : old;
+  return old;
+}
+template <typename T>
+T atomicMin(T* address, T value) {
+  T old = *address;
+  *address = value < old ? value : old;
+  return old;
+}
+template <typename T>
+T atomicExch(T* address, T value) {
+  T old = *address;
+  *address = value;
+  return old;
+}
+template <typename T>
+T atomicCAS(T* address, T compare, T value) {
+  T old = *address;
+  if (old == compare) *address = value;
+  return old;
+}
+
+// ---- device maths and bit intrinsics -----------------------------------------------------------
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline float __expf(float x) { return std::exp(x); }
+inline float __logf(float x) { return std::log(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __ffs(unsigned x) { return __builtin_ffs(int(x)); }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(unsigned(x)); }
+template <typename T>
+T __ldg(const T* p) { return *p; }
+
+// ---- bf16 storage type: same bits and round-to-nearest-even as cuda_bf16.h --------------------
+struct __align__(2) __nv_bfloat16 {
+  uint16_t bits;
+};
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return {uint16_t(0x7fff)};  // NaN: canonical quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round half to even on the 16 dropped bits
+  return {uint16_t(u >> 16)};
+}
+inline __nv_bfloat16 __float2bfloat16(float f) { return __float2bfloat16_rn(f); }
+inline float __bfloat162float(__nv_bfloat16 h) {
+  uint32_t u = uint32_t(h.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}

@@ -1,0 +1,57 @@
+// The context every kernel launcher takes, and the one place kernels are launched.
+//
+// Every op family exposes host-callable launchers (launch_layernorm_forward, ...) that
+// compute the grid and call launch(). In the CUDA build launch() is the only
+// `<<<grid, block, shared, stream>>>` in pptrain; in the emulated build (kernels/emu, tests
+// only) it runs the same kernel on the CPU SIMT emulator, so both builds share every
+// launcher and call site.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#ifdef PPTRAIN_EMULATED
+#include "emu/emu.h"
+#else
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#endif
+
+#include "core/error.h"
+
+namespace pptrain::kernels {
+
+using bf16 = __nv_bfloat16;
+
+struct LaunchContext {
+  cudaStream_t stream = nullptr;  // emulated build: an emu::Stream carrying the run options
+};
+
+// Blocks needed to cover `n` items with `per_block` items each.
+inline unsigned ceil_div(size_t n, size_t per_block) { return unsigned((n + per_block - 1) / per_block); }
+
+// True when every pointer is 16-byte aligned, so 128-bit vector accesses are legal.
+template <typename... P>
+bool aligned16(const P*... p) {
+  return ((reinterpret_cast<uintptr_t>(p) % 16 == 0) && ...);
+}
+
+#if defined(__CUDACC__) || defined(PPTRAIN_EMULATED)
+// Launches kernel(args...) on grid x block threads with `shared_bytes` of dynamic shared
+// memory on ctx.stream. `name` identifies the kernel in error messages.
+template <typename... Params, typename... Args>
+void launch(const LaunchContext& ctx, const char* name, void (*kernel)(Params...), dim3 grid,
+            dim3 block, size_t shared_bytes, Args... args) {
+#ifdef PPTRAIN_EMULATED
+  auto run_thread = [&] { kernel(args...); };
+  using Closure = decltype(run_thread);
+  emu::launch(ctx.stream, name, grid, block, shared_bytes,
+              {[](const void* c) { (*static_cast<const Closure*>(c))(); }, &run_thread});
+#else
+  kernel<<<grid, block, shared_bytes, ctx.stream>>>(args...);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) fail("kernel ", name, ": launch failed: ", cudaGetErrorString(err));
+#endif
+}
+#endif
+
+}  // namespace pptrain::kernels

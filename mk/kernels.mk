@@ -1,0 +1,30 @@
+# Kernels (kernels/*.cu). Two builds of the same sources:
+#  - emulated: g++ compiles each .cu against the SIMT emulator (kernels/emu) into
+#    $(BUILD)/obj/kernels/*.emu.o; linked into the kernel tests only, never into
+#    libpptrain.a or pptrain.
+#  - nvcc: `make kernels-nvcc` compiles each .cu for every arch in CUDA_ARCH into
+#    $(BUILD)/nvcc/kernels/*.o (needs nvcc; the cuda backend links these).
+KERNEL_SRCS := $(sort $(wildcard kernels/*.cu))
+KERNEL_EMU_OBJS := $(KERNEL_SRCS:%.cu=$(BUILD)/obj/%.emu.o) $(BUILD)/obj/kernels/emu/emu.o
+
+$(BUILD)/obj/kernels/%.emu.o: kernels/%.cu
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -x c++ -include kernels/emu/emu.h -c $< -o $@
+
+# The emulator and kernel tests link the emulated kernels (the tests' pattern rule links $^).
+KERNEL_EMU_TESTS := $(filter-out %/test_kernels_nvcc, \
+                      $(filter $(BUILD)/tests/test_emu% $(BUILD)/tests/test_kernels%, $(TEST_BINS)))
+$(KERNEL_EMU_TESTS): $(KERNEL_EMU_OBJS)
+
+NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+CUDA_ARCH ?= 80 90
+NVCC_FLAGS ?= -O3 -std=c++20 -lineinfo
+NVCC_GENCODE := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
+KERNEL_NVCC_OBJS := $(KERNEL_SRCS:%.cu=$(BUILD)/nvcc/%.o)
+
+$(BUILD)/nvcc/kernels/%.o: kernels/%.cu kernels/*.cuh
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_GENCODE) -Isrc -Ikernels -c $< -o $@
+
+.PHONY: kernels-nvcc
+kernels-nvcc: $(KERNEL_NVCC_OBJS)

@@ -1,0 +1,18 @@
+# MPI test programs: each tests/mpi/<name>.cpp has its own main() and is built to
+# $(BUILD)/mpi_tests/<name>; GoogleTest wrappers (tests/test_mpi_comm.cpp,
+# tests/test_grid.cpp) run them under mpirun with a timeout, tests/test_slurm.cpp
+# under srun in a test Slurm cluster.
+MPI_TEST_SRCS := $(sort $(wildcard tests/mpi/*.cpp))
+MPI_TEST_BINS := $(MPI_TEST_SRCS:tests/mpi/%.cpp=$(BUILD)/mpi_tests/%)
+
+$(BUILD)/mpi_tests/%: $(BUILD)/obj/tests/mpi/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS)
+
+# `make all` builds them, and so does building a wrapper alone (order-only: the
+# wrappers and test_slurm find the programs at run time, they do not link them).
+EXTRA_TARGETS += $(MPI_TEST_BINS)
+$(BUILD)/tests/test_mpi_comm $(BUILD)/tests/test_grid $(BUILD)/tests/test_slurm: | $(MPI_TEST_BINS)
+
+.PHONY: mpi-tests
+mpi-tests: $(MPI_TEST_BINS)

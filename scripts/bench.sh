@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# `make bench`: every benchmark, each printing one JSON line (figures and the ratios
+# that compare across commits, measured in the same run).
+set -uo pipefail
+BUILD=${1:-build}
+status=0
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+echo "# cpu training throughput vs sgemm (GPT-2 small shape)"
+OMP_NUM_THREADS=$(nproc) "$BUILD/bench/bench_model" 3 || status=1
+echo "# pipeline scaling, 2 ranks x 1 thread"
+scripts/bench_pipeline.sh "$BUILD" || status=1
+for extra in scripts/bench_schedules.sh scripts/bench_checkpoint.sh; do
+  [ -x "$extra" ] || continue
+  echo "# $(basename "$extra" .sh)"
+  "$extra" "$BUILD" || status=1
+done
+exit $status

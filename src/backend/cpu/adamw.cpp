@@ -1,0 +1,50 @@
+// AdamW update and the squared norm used for gradient clipping.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/cpu_ops.h"
+
+namespace pptrain::cpu {
+
+using Index = long long;
+
+void CpuOps::adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1,
+                   float b2, float eps, float wd, int t) {
+  // m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g²;  m̂ = m / (1-b1^t);  v̂ = v / (1-b2^t);
+  // p -= lr (m̂ / (√v̂ + eps) + wd p). Bias corrections in double: 1 - b2^t is ~1e-3 at t=1.
+  const float m_correction = float(1.0 / (1.0 - std::pow(double(b1), t)));
+  const float v_correction = float(1.0 / (1.0 - std::pow(double(b2), t)));
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
+  for (Index i = 0; i < Index(n); ++i) {
+    const float grad = g[i];
+    const float m_new = b1 * m[i] + (1.0f - b1) * grad;
+    const float v_new = b2 * v[i] + (1.0f - b2) * grad * grad;
+    m[i] = m_new;
+    v[i] = v_new;
+    const float m_hat = m_new * m_correction, v_hat = v_new * v_correction;
+    p[i] -= lr * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
+  }
+}
+
+double CpuOps::sum_squares(const float* x, size_t n) {
+  // Partial sums over fixed blocks of kBlock elements, then a serial sum of the
+  // partials: the same bits for any thread count.
+  constexpr size_t kBlock = size_t(1) << 14;
+  const size_t blocks = (n + kBlock - 1) / kBlock;
+  if (block_sums_.size() < blocks) block_sums_.resize(blocks);
+  double* partial = block_sums_.data();
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
+  for (Index blk = 0; blk < Index(blocks); ++blk) {
+    const float* xb = x + size_t(blk) * kBlock;
+    const Index len = Index(std::min(kBlock, n - size_t(blk) * kBlock));
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (Index i = 0; i < len; ++i) sum += double(xb[i]) * double(xb[i]);
+    partial[blk] = sum;
+  }
+  double total = 0.0;
+  for (size_t blk = 0; blk < blocks; ++blk) total += partial[blk];
+  return total;
+}
+
+}  // namespace pptrain::cpu

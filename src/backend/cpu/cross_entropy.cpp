@@ -1,0 +1,81 @@
+// Softmax cross-entropy on one vocabulary shard: logits[N,VL] hold columns [v0, v0+VL)
+// of the full vocabulary, of which the first `valid` are real tokens and the rest
+// padding. Padding never enters max or sum and gets a zero gradient. Parallel over rows;
+// each row's reductions are vectorised with a fixed order.
+#include <cmath>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/vector_math.h"
+#include "core/error.h"
+
+namespace pptrain::cpu {
+
+namespace {
+// Column of the target in this shard, or -1 when it lies in another shard.
+int target_column(int32_t target, int v0, int valid) {
+  return (target >= v0 && target - v0 < valid) ? target - v0 : -1;
+}
+}  // namespace
+
+void CpuOps::ce_row_max(float* rmax, const float* logits, int n, int vl, int valid) {
+  // rmax[N] = max over the valid columns (-inf for a shard of padding only)
+  PPTRAIN_CHECK(valid >= 0 && valid <= vl, "valid=", valid, " vl=", vl);
+#pragma omp parallel for schedule(static) if (size_t(n) * vl >= kParallelMinElements)
+  for (int row = 0; row < n; ++row) {
+    const float* l = logits + size_t(row) * vl;
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int j = 0; j < valid; ++j) m = l[j] > m ? l[j] : m;
+    rmax[row] = m;
+  }
+}
+
+void CpuOps::ce_sumexp_target(float* sumexp, float* target_logit, const float* logits,
+                              const float* rmax, const int32_t* targets, int n, int vl, int valid,
+                              int v0) {
+  // sumexp[N] = Σ_valid exp(logit - rmax); target_logit[N] = logit of the target or 0
+  PPTRAIN_CHECK(valid >= 0 && valid <= vl, "valid=", valid, " vl=", vl);
+#pragma omp parallel for schedule(static) if (size_t(n) * vl >= kParallelMinElements)
+  for (int row = 0; row < n; ++row) {
+    const float* l = logits + size_t(row) * vl;
+    const float m = rmax[row];
+    // exp in float, sum in double: tens of thousands of terms per row.
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < valid; ++j) sum += double(exp_approx(l[j] - m));
+    sumexp[row] = float(sum);
+    const int col = target_column(targets[row], v0, valid);
+    target_logit[row] = col >= 0 ? l[col] : 0.0f;
+  }
+}
+
+double CpuOps::ce_loss_sum(const float* rmax, const float* sumexp, const float* target_logit,
+                           int n) {
+  // Σ_rows log(Σ exp(logit)) - target logit, with log Σ exp = log(sumexp) + rmax.
+  // N is one microbatch of tokens: a serial sum in double is cheap and order-fixed.
+  double loss = 0.0;
+  for (int row = 0; row < n; ++row)
+    loss += std::log(double(sumexp[row])) + double(rmax[row]) - double(target_logit[row]);
+  return loss;
+}
+
+void CpuOps::ce_backward(float* dlogits, const float* logits, const float* rmax,
+                         const float* sumexp, const int32_t* targets, int n, int vl, int valid,
+                         int v0, float scale) {
+  // dlogits[N,VL] = scale · (softmax - onehot(target)); padding columns 0. In place safe:
+  // each element is read once before its own write.
+  PPTRAIN_CHECK(valid >= 0 && valid <= vl, "valid=", valid, " vl=", vl);
+#pragma omp parallel for schedule(static) if (size_t(n) * vl >= kParallelMinElements)
+  for (int row = 0; row < n; ++row) {
+    const float* l = logits + size_t(row) * vl;
+    float* d = dlogits + size_t(row) * vl;
+    const float m = rmax[row], factor = scale / sumexp[row];
+#pragma omp simd
+    for (int j = 0; j < valid; ++j) d[j] = factor * exp_approx(l[j] - m);
+    for (int j = valid; j < vl; ++j) d[j] = 0.0f;
+    const int col = target_column(targets[row], v0, valid);
+    if (col >= 0) d[col] -= scale;
+  }
+}
+
+}  // namespace pptrain::cpu

@@ -1,0 +1,49 @@
+// Elementwise ops: GELU (tanh approximation), add, accumulate, scale, bias broadcast.
+// Memory-bound loops, parallel over threads and vectorised (vector_math.h keeps GELU's
+// exp in the vector unit).
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/vector_math.h"
+
+namespace pptrain::cpu {
+
+// Loop indices are signed (OpenMP canonical loops); sizes beyond 2^63 do not occur.
+using Index = long long;
+
+void CpuOps::gelu_forward(float* y, const float* x, size_t n) {
+  // y[n] = gelu(x[n]); y may alias x (elementwise)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
+  for (Index i = 0; i < Index(n); ++i) y[i] = gelu_value(x[i]);
+}
+
+void CpuOps::gelu_backward(float* dx, const float* dy, const float* x, size_t n) {
+  // dx[n] = dy · gelu'(x)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
+  for (Index i = 0; i < Index(n); ++i) dx[i] = dy[i] * gelu_derivative(x[i]);
+}
+
+void CpuOps::add(float* y, const float* a, const float* b, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
+  for (Index i = 0; i < Index(n); ++i) y[i] = a[i] + b[i];
+}
+
+void CpuOps::accumulate(float* y, const float* x, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
+  for (Index i = 0; i < Index(n); ++i) y[i] += x[i];
+}
+
+void CpuOps::scale(float* y, float s, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
+  for (Index i = 0; i < Index(n); ++i) y[i] *= s;
+}
+
+void CpuOps::add_bias(float* y, const float* b, int n, int c) {
+  // y[N,C] += b[C]
+#pragma omp parallel for schedule(static) if (size_t(n) * c >= kParallelMinElements)
+  for (int row = 0; row < n; ++row) {
+    float* y_row = y + size_t(row) * c;
+#pragma omp simd
+    for (int i = 0; i < c; ++i) y_row[i] += b[i];
+  }
+}
+
+}  // namespace pptrain::cpu

@@ -1,0 +1,62 @@
+// Host memory for the cpu backend: 64-byte aligned (one cache line, one AVX-512
+// vector), zero-filled; copies are memcpy.
+#include <omp.h>
+
+#include <cstring>
+
+#include "backend/cpu/cpu_ops.h"
+#include "core/error.h"
+
+namespace pptrain {
+
+std::unique_ptr<Ops> make_cpu_ops() { return std::make_unique<cpu::CpuOps>(); }
+
+namespace cpu {
+
+namespace {
+constexpr size_t kAlignment = 64;
+size_t round_up(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+}  // namespace
+
+float* ScratchArray::reserve(size_t n) {
+  if (n > capacity_) {
+    size_t bytes = round_up(n * sizeof(float));
+    float* p = static_cast<float*>(std::aligned_alloc(kAlignment, bytes));
+    if (!p) fail("cpu backend: cannot allocate ", bytes, " bytes of scratch memory");
+    data_.reset(p);
+    capacity_ = n;
+  }
+  return data_.get();
+}
+
+void CpuOps::reserve_thread_scratch(size_t floats_per_thread) {
+  size_t threads = size_t(omp_get_max_threads());
+  if (thread_scratch_.size() < threads) thread_scratch_.resize(threads);
+  for (size_t i = 0; i < threads; ++i) thread_scratch_[i].reserve(floats_per_thread);
+}
+
+void* CpuOps::allocate(size_t bytes) {
+  size_t rounded = round_up(bytes ? bytes : 1);  // aligned_alloc needs a multiple of the alignment
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (!p) fail("cpu backend: cannot allocate ", bytes, " bytes of host memory");
+  std::memset(p, 0, rounded);
+  return p;
+}
+
+void CpuOps::release(void* p) { std::free(p); }
+
+void CpuOps::copy_to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+void CpuOps::copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+void CpuOps::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+void CpuOps::zero(void* p, size_t bytes) {
+  if (bytes) std::memset(p, 0, bytes);
+}
+
+}  // namespace cpu
+}  // namespace pptrain

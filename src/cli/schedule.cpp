@@ -1,0 +1,183 @@
+// `pptrain schedule`: generate (or load), validate, lower and simulate a pipeline schedule,
+// and print it as a time line, JSON figures, CSV, SVG or a Chrome trace.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "pipeline/csv.h"
+#include "pipeline/lower.h"
+#include "pipeline/registry.h"
+#include "pipeline/render.h"
+#include "pipeline/transform.h"
+#include "pipeline/validate.h"
+
+namespace pptrain {
+
+namespace {
+
+const char* kScheduleUsage =
+    "usage: pptrain schedule (--schedule NAME | --load FILE.csv) --pp P --microbatches M\n"
+    "                        [--stages-per-rank V] [--placement loop|v]\n"
+    "                        [--backward as-is|split|merged] [--cost f=1,i=1,w=1,comm=0,act_i=1,act_w=0]\n"
+    "                        [--memory-limit X] [--blocking-sends]\n"
+    "                        [--format text|json|csv|svg|chrome] [--out FILE]\n"
+    "  --schedule          gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zbv, dualpipev\n"
+    "  --load              a program in PyTorch's CSV form (one row per rank: 0F0,0F1,...)\n"
+    "  --stages-per-rank   default: the schedule's own (2 for interleaved-1f1b, zbv, dualpipev);\n"
+    "                      for --load, inferred from the highest stage\n"
+    "  --placement         stage -> rank for --load; default: inferred from the program\n"
+    "  --backward          split: every B becomes I then W; merged: every I directly followed\n"
+    "                      by its W becomes B\n"
+    "  --cost              times per microbatch of a rank's share of the model (a stage costs 1/v)\n"
+    "                      for forward, input grad, weight grad; p2p latency; activation memory\n"
+    "                      freed at I and at W\n"
+    "  --memory-limit      reject programs with more microbatches of activations in flight\n"
+    "  --blocking-sends    also require the program to finish if every send blocks\n"
+    "  --format            text (default): time line grid and figures; json: figures; csv: the\n"
+    "                      lowered program; svg: picture; chrome: trace for Perfetto\n";
+
+struct Options {
+  std::string schedule, load, placement, backward = "as-is", cost, format = "text", out;
+  int pp = 0, microbatches = 0, stages_per_rank = 0;
+  double memory_limit = 0;
+  bool blocking_sends = false, help = false;
+};
+
+int parse_int(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  long value = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || value < 1 || value > 1000000)
+    fail(flag, ": expected an integer >= 1, got '", text, "'");
+  return int(value);
+}
+
+Options parse_options(const Args& args) {
+  Options o;
+  const std::map<std::string, std::string*> text_flags = {
+      {"--schedule", &o.schedule}, {"--load", &o.load},     {"--placement", &o.placement},
+      {"--backward", &o.backward}, {"--cost", &o.cost},     {"--format", &o.format},
+      {"--out", &o.out}};
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i], value;
+    bool inline_value = false;
+    if (size_t eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+      inline_value = true;
+    }
+    if (flag == "-h" || flag == "--help") {
+      o.help = true;
+      continue;
+    }
+    if (flag == "--blocking-sends") {
+      o.blocking_sends = true;
+      continue;
+    }
+    auto takes_value = [&]() -> std::string {
+      if (inline_value) return value;
+      if (i + 1 >= args.size()) fail("schedule: ", flag, " needs a value");
+      return args[++i];
+    };
+    if (auto it = text_flags.find(flag); it != text_flags.end()) {
+      *it->second = takes_value();
+    } else if (flag == "--pp") {
+      o.pp = parse_int(flag, takes_value());
+    } else if (flag == "--microbatches") {
+      o.microbatches = parse_int(flag, takes_value());
+    } else if (flag == "--stages-per-rank") {
+      o.stages_per_rank = parse_int(flag, takes_value());
+    } else if (flag == "--memory-limit") {
+      std::string text = takes_value();
+      char* end = nullptr;
+      o.memory_limit = std::strtod(text.c_str(), &end);
+      if (text.empty() || *end != '\0' || !(o.memory_limit > 0))
+        fail("--memory-limit: expected a number > 0, got '", text, "'");
+    } else {
+      fail("schedule: unknown option '", args[i], "' (see pptrain schedule --help)");
+    }
+  }
+  return o;
+}
+
+pipeline::Schedule build(const Options& o) {
+  using namespace pipeline;
+  if (o.schedule.empty() == o.load.empty())
+    fail("schedule: give either --schedule NAME or --load FILE.csv");
+  if (o.pp == 0) fail("schedule: --pp is required");
+  if (o.microbatches == 0) fail("schedule: --microbatches is required");
+  if (!o.schedule.empty())
+    return generate_schedule(o.schedule, o.pp, o.microbatches, o.stages_per_rank);
+  Schedule s = load_schedule_csv(o.load, o.pp, o.microbatches, std::max(1, o.stages_per_rank),
+                                 Placement::Loop);
+  if (o.stages_per_rank == 0) {
+    int last = 0;
+    for (const auto& actions : s.program)
+      for (const Action& a : actions) last = std::max(last, a.stage);
+    s.stages_per_rank = last / o.pp + 1;
+  }
+  s.placement = o.placement.empty() ? infer_placement(s.program, s.pp, s.stages_per_rank)
+                                    : parse_placement(o.placement);
+  return s;
+}
+
+void write_output(const std::string& text, const std::string& path) {
+  if (path.empty()) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    return;
+  }
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) fail("--out '", path, "': cannot write");
+}
+
+}  // namespace
+
+int cmd_schedule(const Args& args) {
+  using namespace pipeline;
+  Options o = parse_options(args);
+  if (o.help) {
+    std::fputs(kScheduleUsage, stdout);
+    return 0;
+  }
+  const std::string formats[] = {"text", "json", "csv", "svg", "chrome"};
+  if (std::find(std::begin(formats), std::end(formats), o.format) == std::end(formats))
+    fail("--format '", o.format, "' is not one of: text, json, csv, svg, chrome");
+
+  ScheduleReport report;
+  report.cost = parse_cost(o.cost);
+  Schedule s = apply_backward_form(build(o), parse_backward_form(o.backward));
+  try {
+    ValidateOptions check{o.memory_limit, o.blocking_sends};
+    validate(s, check);
+    if (!has_communication(s.program)) {
+      s = lower(s);
+      validate(s, check);
+    }
+    report.sim = simulate(s, report.cost);
+    report.peak_in_flight = peak_in_flight(s);
+    report.valid = true;
+  } catch (const Error& e) {
+    report.error = e.what();
+  }
+  report.schedule = s;
+  if (!report.valid) {
+    if (o.format != "json") throw Error(report.error);
+    write_output(render_json(report), o.out);
+    log::error(report.error);
+    return 1;
+  }
+  if (o.format == "text") write_output(render_text(report), o.out);
+  if (o.format == "json") write_output(render_json(report), o.out);
+  if (o.format == "csv") write_output(program_to_csv(s.program), o.out);
+  if (o.format == "svg") write_output(render_svg(report), o.out);
+  if (o.format == "chrome") write_output(render_chrome_trace(report), o.out);
+  return 0;
+}
+
+}  // namespace pptrain

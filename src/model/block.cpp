@@ -1,0 +1,132 @@
+#include "model/block.h"
+
+#include <cmath>
+
+namespace pptrain {
+namespace {
+
+ParamSpec spec(const std::string& name, std::vector<int64_t> shape, Shard shard, Init init,
+               float std = 0.0f, bool decay = false) {
+  return {name, std::move(shape), shard, init, std, decay};
+}
+
+}  // namespace
+
+Block::Block(ParamStore& p, const ModelDims& d, int i, Communicator& tp)
+    : ops_(p.ops()), dims_(d), tp_(tp),
+      ln1_w_(p.get_or_create(spec(cat("h.", i, ".ln_1.weight"), {d.d_model}, Shard::Replicated, Init::Ones))),
+      ln1_b_(p.get_or_create(spec(cat("h.", i, ".ln_1.bias"), {d.d_model}, Shard::Replicated, Init::Zeros))),
+      qkv_w_(p.get_or_create(spec(cat("h.", i, ".attn.qkv.weight"), {3 * d.d_model, d.d_model}, Shard::Rows3,
+                                  Init::Normal, 0.02f, true))),
+      qkv_b_(p.get_or_create(spec(cat("h.", i, ".attn.qkv.bias"), {3 * d.d_model}, Shard::Rows3, Init::Zeros))),
+      // GPT-2: residual projections scaled by 1/sqrt(2·n_layer).
+      proj_w_(p.get_or_create(spec(cat("h.", i, ".attn.proj.weight"), {d.d_model, d.d_model}, Shard::Cols,
+                                   Init::Normal, 0.02f / std::sqrt(2.0f * d.n_layer), true))),
+      proj_b_(p.get_or_create(spec(cat("h.", i, ".attn.proj.bias"), {d.d_model}, Shard::Replicated, Init::Zeros))),
+      ln2_w_(p.get_or_create(spec(cat("h.", i, ".ln_2.weight"), {d.d_model}, Shard::Replicated, Init::Ones))),
+      ln2_b_(p.get_or_create(spec(cat("h.", i, ".ln_2.bias"), {d.d_model}, Shard::Replicated, Init::Zeros))),
+      fc_w_(p.get_or_create(spec(cat("h.", i, ".mlp.fc.weight"), {4 * d.d_model, d.d_model}, Shard::Rows,
+                                 Init::Normal, 0.02f, true))),
+      fc_b_(p.get_or_create(spec(cat("h.", i, ".mlp.fc.bias"), {4 * d.d_model}, Shard::Rows, Init::Zeros))),
+      fc2_w_(p.get_or_create(spec(cat("h.", i, ".mlp.proj.weight"), {d.d_model, 4 * d.d_model}, Shard::Cols,
+                                  Init::Normal, 0.02f / std::sqrt(2.0f * d.n_layer), true))),
+      fc2_b_(p.get_or_create(spec(cat("h.", i, ".mlp.proj.bias"), {d.d_model}, Shard::Replicated, Init::Zeros))) {}
+
+std::unique_ptr<Block::Slot> Block::make_slot() {
+  const size_t n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), hl = dims_.local_hidden();
+  const size_t t = dims_.seq_len;
+  auto s = std::make_unique<Slot>();
+  s->ln1 = Buffer<float>(ops_, n * c);
+  s->ln1_mean = Buffer<float>(ops_, n);
+  s->ln1_rstd = Buffer<float>(ops_, n);
+  s->qkv = Buffer<float>(ops_, n * 3 * cl);
+  s->probs = Buffer<float>(ops_, size_t(dims_.batch) * dims_.local_heads() * t * t);
+  s->attn = Buffer<float>(ops_, n * cl);
+  s->x2 = Buffer<float>(ops_, n * c);
+  s->ln2 = Buffer<float>(ops_, n * c);
+  s->ln2_mean = Buffer<float>(ops_, n);
+  s->ln2_rstd = Buffer<float>(ops_, n);
+  s->fc1 = Buffer<float>(ops_, n * hl);
+  s->gelu = Buffer<float>(ops_, n * hl);
+  s->dfc1 = Buffer<float>(ops_, n * hl);
+  s->dln2 = Buffer<float>(ops_, n * c);
+  s->dx2 = Buffer<float>(ops_, n * c);
+  s->dqkv = Buffer<float>(ops_, n * 3 * cl);
+  s->dln1 = Buffer<float>(ops_, n * c);
+  s->scratch = Buffer<float>(ops_, n * std::max(c, hl));
+  return s;
+}
+
+size_t Block::slot_bytes() const {
+  const size_t n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), hl = dims_.local_hidden();
+  const size_t probs = size_t(dims_.batch) * dims_.local_heads() * dims_.seq_len * dims_.seq_len;
+  return sizeof(float) * (n * c * 7 + n * 4 + n * cl * 7 + n * hl * 3 + probs + n * std::max(c, hl));
+}
+
+void Block::forward(int mb, const float* x, float* y, const MicrobatchData&) {
+  const int n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), hl = dims_.local_hidden();
+  Slot& s = slots_.acquire(mb, [this] { return make_slot(); });
+  s.x = x;
+  s.dy = nullptr;
+  // attention half
+  ops_.layernorm_forward(s.ln1.data(), s.ln1_mean.data(), s.ln1_rstd.data(), x, ln1_w_.value.data(),
+                         ln1_b_.value.data(), n, c);
+  ops_.linear_forward(s.qkv.data(), s.ln1.data(), qkv_w_.value.data(), qkv_b_.value.data(), n, c, 3 * cl);
+  ops_.attention_forward(s.attn.data(), s.probs.data(), s.qkv.data(), dims_.batch, dims_.seq_len,
+                         dims_.local_heads(), dims_.head_dim());
+  ops_.linear_forward(s.x2.data(), s.attn.data(), proj_w_.value.data(), nullptr, n, cl, c);
+  if (dims_.tp > 1) tp_.allreduce(s.x2.data(), size_t(n) * c, ReduceOp::Sum);
+  ops_.add_bias(s.x2.data(), proj_b_.value.data(), n, c);
+  ops_.add(s.x2.data(), s.x2.data(), x, size_t(n) * c);
+  // MLP half
+  ops_.layernorm_forward(s.ln2.data(), s.ln2_mean.data(), s.ln2_rstd.data(), s.x2.data(),
+                         ln2_w_.value.data(), ln2_b_.value.data(), n, c);
+  ops_.linear_forward(s.fc1.data(), s.ln2.data(), fc_w_.value.data(), fc_b_.value.data(), n, c, hl);
+  ops_.gelu_forward(s.gelu.data(), s.fc1.data(), size_t(n) * hl);
+  ops_.linear_forward(y, s.gelu.data(), fc2_w_.value.data(), nullptr, n, hl, c);
+  if (dims_.tp > 1) tp_.allreduce(y, size_t(n) * c, ReduceOp::Sum);
+  ops_.add_bias(y, fc2_b_.value.data(), n, c);
+  ops_.add(y, y, s.x2.data(), size_t(n) * c);
+}
+
+void Block::backward_input(int mb, const float* dy, float* dx) {
+  const int n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), hl = dims_.local_hidden();
+  Slot& s = slots_.get(mb);
+  s.dy = dy;
+  // MLP half: dy flows both into the residual (dx2 = dy + ...) and into fc2.
+  float* dgelu = s.scratch.data();  // [N,HL]
+  ops_.linear_backward_input(dgelu, dy, fc2_w_.value.data(), n, hl, c, false);
+  ops_.gelu_backward(s.dfc1.data(), dgelu, s.fc1.data(), size_t(n) * hl);
+  ops_.linear_backward_input(s.dln2.data(), s.dfc1.data(), fc_w_.value.data(), n, c, hl, false);
+  if (dims_.tp > 1) tp_.allreduce(s.dln2.data(), size_t(n) * c, ReduceOp::Sum);
+  ops_.copy(s.dx2.data(), dy, sizeof(float) * size_t(n) * c);
+  ops_.layernorm_backward_input(s.dx2.data(), s.dln2.data(), s.x2.data(), s.ln2_mean.data(),
+                                s.ln2_rstd.data(), ln2_w_.value.data(), n, c, true);
+  // attention half
+  float* dattn = s.scratch.data();  // [N,CL]
+  ops_.linear_backward_input(dattn, s.dx2.data(), proj_w_.value.data(), n, cl, c, false);
+  ops_.attention_backward_input(s.dqkv.data(), dattn, s.qkv.data(), s.probs.data(), dims_.batch,
+                                dims_.seq_len, dims_.local_heads(), dims_.head_dim());
+  ops_.linear_backward_input(s.dln1.data(), s.dqkv.data(), qkv_w_.value.data(), n, c, 3 * cl, false);
+  if (dims_.tp > 1) tp_.allreduce(s.dln1.data(), size_t(n) * c, ReduceOp::Sum);
+  ops_.copy(dx, s.dx2.data(), sizeof(float) * size_t(n) * c);
+  ops_.layernorm_backward_input(dx, s.dln1.data(), s.x, s.ln1_mean.data(), s.ln1_rstd.data(),
+                                ln1_w_.value.data(), n, c, true);
+}
+
+void Block::backward_weight(int mb) {
+  const int n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), hl = dims_.local_hidden();
+  Slot& s = slots_.get(mb);
+  PPTRAIN_CHECK(s.dy, "block W before I for microbatch ", mb);
+  ops_.linear_backward_weight(fc2_w_.grad.data(), fc2_b_.grad.data(), s.dy, s.gelu.data(), n, hl, c);
+  ops_.linear_backward_weight(fc_w_.grad.data(), fc_b_.grad.data(), s.dfc1.data(), s.ln2.data(), n, c, hl);
+  ops_.layernorm_backward_weight(ln2_w_.grad.data(), ln2_b_.grad.data(), s.dln2.data(), s.x2.data(),
+                                 s.ln2_mean.data(), s.ln2_rstd.data(), n, c);
+  ops_.linear_backward_weight(proj_w_.grad.data(), proj_b_.grad.data(), s.dx2.data(), s.attn.data(), n, cl, c);
+  ops_.linear_backward_weight(qkv_w_.grad.data(), qkv_b_.grad.data(), s.dqkv.data(), s.ln1.data(), n, c, 3 * cl);
+  ops_.layernorm_backward_weight(ln1_w_.grad.data(), ln1_b_.grad.data(), s.dln1.data(), s.x,
+                                 s.ln1_mean.data(), s.ln1_rstd.data(), n, c);
+  slots_.release(mb);
+}
+
+}  // namespace pptrain

@@ -1,0 +1,32 @@
+// ModelDims: the sizes every layer needs, for one microbatch on one tensor-parallel rank.
+#pragma once
+#include "core/config.h"
+
+namespace pptrain {
+
+struct ModelDims {
+  int n_layer, n_head, d_model, seq_len, vocab_size;
+  int batch;          // B: sequences per microbatch
+  int tp = 1;         // tensor-parallel degree
+  int tp_rank = 0;
+
+  int rows() const { return batch * seq_len; }              // N = B·T
+  int head_dim() const { return d_model / n_head; }         // HD
+  int local_heads() const { return n_head / tp; }           // NH on this rank
+  int local_channels() const { return d_model / tp; }       // attention width on this rank
+  int local_hidden() const { return 4 * d_model / tp; }     // MLP width on this rank
+  int padded_vocab() const { return (vocab_size + tp - 1) / tp * tp; }  // Vp: multiple of tp
+  int local_vocab() const { return padded_vocab() / tp; }   // VL
+  int vocab_offset() const { return tp_rank * local_vocab(); }  // v0
+  // Real (non-padding) columns of this rank's vocabulary shard.
+  int valid_vocab() const {
+    int v = vocab_size - vocab_offset();
+    return v < 0 ? 0 : (v > local_vocab() ? local_vocab() : v);
+  }
+
+  static ModelDims from(const ModelConfig& m, int batch, int tp, int tp_rank) {
+    return {m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size, batch, tp, tp_rank};
+  }
+};
+
+}  // namespace pptrain

@@ -1,0 +1,37 @@
+// Token + position embedding (the first stage's first layer).
+// F:  y[N,C] = wte[token] + wpe[t]; with tp > 1 wte is split by vocabulary rows, each
+//     rank adds the rows it owns and an all-reduce sums the shards (vocab-parallel
+//     embedding); only tp rank 0 adds wpe so the sum counts it once.
+// I:  nothing (the inputs are token ids).
+// W:  dwte[token] += dy, dwpe[t] += dy (dy is the same on every tp rank).
+#pragma once
+#include "core/communicator.h"
+#include "model/dims.h"
+#include "model/layer.h"
+#include "model/param.h"
+
+namespace pptrain {
+
+ParamSpec token_embedding_spec(const ModelDims& d);
+ParamSpec position_embedding_spec(const ModelDims& d);
+
+class Embedding final : public Layer {
+ public:
+  Embedding(ParamStore& params, const ModelDims& dims, Communicator& tp);
+  void forward(int mb, const float* x, float* y, const MicrobatchData& data) override;
+  void backward_input(int mb, const float* dy, float* dx) override;
+  void backward_weight(int mb) override;
+  void discard(int mb) override { slots_.erase(mb); }
+  size_t slot_bytes() const override { return 0; }
+
+ private:
+  struct Slot { const int32_t* tokens = nullptr; const float* dy = nullptr; };
+  Ops& ops_;
+  ModelDims dims_;
+  Communicator& tp_;
+  Param& wte_;
+  Param& wpe_;
+  std::map<int, Slot> slots_;
+};
+
+}  // namespace pptrain

@@ -1,0 +1,56 @@
+// Final layernorm + LM head tied to the token embedding + softmax cross-entropy (the last
+// stage's last layer). With tp > 1 the logits are split by vocabulary (each rank holds
+// logits[N, VL] for its rows of wte) and the cross-entropy is vocabulary-parallel: row max,
+// then sum-exp and target logit are all-reduced; the full logits are never gathered.
+// F:  h = ln_f(x); logits = h · wteᵀ; loss; dlogits = scale · (softmax - onehot), computed
+//     here while the logits are at hand (as llm.c does) and kept for I and W.
+// I:  dh = dlogits · wte (all-reduced over tp); dx = ln_f backward.
+// W:  dwte += dlogitsᵀ · h; ln_f weight gradients.
+#pragma once
+#include "backend/buffer.h"
+#include "core/communicator.h"
+#include "model/dims.h"
+#include "model/layer.h"
+#include "model/param.h"
+
+namespace pptrain {
+
+class Head final : public Layer {
+ public:
+  Head(ParamStore& params, const ModelDims& dims, Communicator& tp);
+  // `loss_scale` multiplies dlogits: 1 / (tokens in the global batch) so gradients
+  // accumulate to the mean loss's gradient over all microbatches.
+  void set_loss_scale(float s) { loss_scale_ = s; }
+  void forward(int mb, const float* x, float* y, const MicrobatchData& data) override;
+  void backward_input(int mb, const float* dy, float* dx) override;
+  void backward_weight(int mb) override;
+  void discard(int mb) override { slots_.release(mb); }
+  size_t slot_bytes() const override;
+  // Σ over the microbatch's tokens of -log p(target); valid after forward.
+  double loss_sum(int mb) { return slots_.get(mb).loss_sum; }
+  // dlogits[N,VL] after forward: with loss scale 1 and no target in the shard (target -1)
+  // this is the softmax itself, which sampling reads.
+  const float* dlogits(int mb) { return slots_.get(mb).logits.data(); }
+
+ private:
+  struct Slot {
+    const float* x = nullptr;             // [N,C] input (owned by the stage)
+    Buffer<float> h, mean, rstd;          // [N,C], [N], [N]
+    Buffer<float> logits;                 // [N,VL]: dlogits after forward
+    Buffer<float> stats;                  // [3N]: row max, sum-exp, target logit
+    Buffer<float> dh;                     // [N,C]
+    double loss_sum = 0;
+    bool has_dh = false;
+  };
+  std::unique_ptr<Slot> make_slot();
+  double logits_and_loss(Slot& s, const float* x, const MicrobatchData& data);
+
+  Ops& ops_;
+  ModelDims dims_;
+  Communicator& tp_;
+  Param &lnf_w_, &lnf_b_, &wte_;
+  float loss_scale_ = 1.0f;
+  SlotPool<Slot> slots_;
+};
+
+}  // namespace pptrain

@@ -1,0 +1,75 @@
+// The layer contract (DESIGN.md): forward, backward_input (dgrad, "I") and
+// backward_weight (wgrad, "W") over one microbatch. Forward saves what backward needs in
+// the microbatch's slot; I keeps what W needs; W accumulates parameter gradients and
+// frees the slot. Activations are [N, C] with N = B·T rows of one microbatch. Pointers
+// handed to a layer (its input x and output gradient dy) stay valid until its W ran.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "core/error.h"
+
+namespace pptrain {
+
+// Token ids of one microbatch, in backend memory: tokens[N] (inputs), targets[N].
+struct MicrobatchData {
+  const int32_t* tokens = nullptr;
+  const int32_t* targets = nullptr;
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  // y[N,C] from x[N,C] (the embedding reads data.tokens instead of x; the head writes
+  // no y and keeps the loss instead).
+  virtual void forward(int mb, const float* x, float* y, const MicrobatchData& data) = 0;
+  // dx[N,C] from dy[N,C] (the head starts from its own loss and ignores dy; the
+  // embedding has no input gradient and ignores dx).
+  virtual void backward_input(int mb, const float* dy, float* dx) = 0;
+  virtual void backward_weight(int mb) = 0;
+  // Drops a microbatch's slot without backward (evaluation).
+  virtual void discard(int mb) = 0;
+  // Bytes held per microbatch between F and W (for the memory report).
+  virtual size_t slot_bytes() const = 0;
+};
+
+// Per-microbatch activation slots with reuse: a freed slot's buffers serve the next
+// microbatch, so steady-state training allocates nothing.
+template <typename Slot>
+class SlotPool {
+ public:
+  template <typename Make>
+  Slot& acquire(int mb, Make make) {
+    PPTRAIN_CHECK(!live_.count(mb), "microbatch ", mb, " already has a slot");
+    std::unique_ptr<Slot> s;
+    if (!free_.empty()) {
+      s = std::move(free_.back());
+      free_.pop_back();
+    } else {
+      s = make();
+    }
+    Slot& ref = *s;
+    live_[mb] = std::move(s);
+    return ref;
+  }
+  Slot& get(int mb) {
+    auto it = live_.find(mb);
+    PPTRAIN_CHECK(it != live_.end(), "microbatch ", mb, " has no slot (forward not run?)");
+    return *it->second;
+  }
+  void release(int mb) {
+    auto it = live_.find(mb);
+    PPTRAIN_CHECK(it != live_.end(), "microbatch ", mb, " has no slot to free");
+    free_.push_back(std::move(it->second));
+    live_.erase(it);
+  }
+  size_t live() const { return live_.size(); }
+
+ private:
+  std::map<int, std::unique_ptr<Slot>> live_;
+  std::vector<std::unique_ptr<Slot>> free_;
+};
+
+}  // namespace pptrain

@@ -1,0 +1,83 @@
+// Parameters: each rank holds only its shard of each global tensor. A Param records
+// where its local elements sit in the global (unsharded) tensor as a list of slabs, which
+// is what initialisation (counter-based RNG by global index), checkpoints (HDF5
+// hyperslabs) and resharding all need. Names follow the model's roles:
+//   wte.weight [V, C], wpe.weight [T, C], h.<i>.ln_1.weight [C], h.<i>.attn.qkv.weight [3C, C],
+//   h.<i>.attn.proj.weight [C, C], h.<i>.mlp.fc.weight [4C, C], h.<i>.mlp.proj.weight [C, 4C],
+//   ln_f.weight [C], and the matching .bias vectors.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/buffer.h"
+
+namespace pptrain {
+
+// rows x cols of the global tensor at (global_row, global_col) stored at
+// (local_row, local_col) of the local [local_rows, local_cols] tensor.
+struct Slab {
+  int64_t global_row, global_col, local_row, local_col, rows, cols;
+};
+
+enum class Init { Normal, Zeros, Ones };
+
+// How a tensor is split over the tp ranks.
+enum class Shard {
+  Replicated,   // every tp rank holds the whole tensor
+  Rows,         // dim 0 split into tp contiguous parts (column-parallel weight, its bias, vocab rows)
+  Rows3,        // dim 0 = 3 sections (q, k, v), each split into tp parts (fused QKV)
+  Cols,         // dim 1 split into tp parts (row-parallel weight)
+};
+
+struct ParamSpec {
+  std::string name;
+  std::vector<int64_t> global_shape;  // 1 or 2 dims
+  Shard shard = Shard::Replicated;
+  Init init = Init::Zeros;
+  float init_std = 0.0f;
+  bool weight_decay = false;
+  int64_t padded_rows = 0;  // Shard::Rows only: dim 0 padded to this (vocab rounded up to tp)
+};
+
+struct Param {
+  ParamSpec spec;
+  int64_t local_rows = 0, local_cols = 1;
+  std::vector<Slab> slabs;
+  bool replicated_over_tp = false;  // every tp rank holds (and updates) the same values
+  Buffer<float> value;              // [local_rows, local_cols]
+  Buffer<float> grad;               // same shape, accumulated over microbatches
+
+  size_t numel() const { return size_t(local_rows * local_cols); }
+  int64_t global_rows() const { return spec.global_shape[0]; }
+  int64_t global_cols() const { return spec.global_shape.size() > 1 ? spec.global_shape[1] : 1; }
+};
+
+// Computes the local shape and slabs of `spec` for tp rank `tp_rank` of `tp`.
+void shard_layout(const ParamSpec& spec, int tp, int tp_rank, Param& out);
+
+// Initial values of the local shard: element (global index g) of a Normal parameter is
+// init_std · N(0,1) drawn from CounterRng(seed, name) at g, whatever the layout.
+std::vector<float> initial_values(const Param& p, uint64_t seed);
+
+// The parameters one rank holds, by name. Layers that share a tensor (the token embedding
+// and the tied LM head on the same rank) get the same Param.
+class ParamStore {
+ public:
+  ParamStore(Ops& ops, int tp, int tp_rank, uint64_t seed) : ops_(ops), tp_(tp), tp_rank_(tp_rank), seed_(seed) {}
+  Param& get_or_create(const ParamSpec& spec);
+  Param* find(const std::string& name);
+  const std::map<std::string, std::unique_ptr<Param>>& all() const { return params_; }
+  void zero_grads();
+  Ops& ops() { return ops_; }
+
+ private:
+  Ops& ops_;
+  int tp_, tp_rank_;
+  uint64_t seed_;
+  std::map<std::string, std::unique_ptr<Param>> params_;
+};
+
+}  // namespace pptrain

@@ -1,0 +1,274 @@
+#include "parallel/mpi_comm.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <utility>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace pptrain {
+namespace {
+
+std::string mpi_error_string(int rc) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) return cat("MPI error code ", rc);
+  return std::string(text, len);
+}
+
+MPI_Op to_mpi(ReduceOp op) { return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX; }
+
+bool mpi_finalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+// Number of MPI calls needed to move n elements at most max_count at a time; a zero-size
+// transfer is still one (empty) message so that sends and receives pair up.
+size_t chunk_count(size_t n, size_t max_count) {
+  return n == 0 ? 1 : (n + max_count - 1) / max_count;
+}
+
+// One isend/irecv, posted as one MPI request per chunk of at most max_count floats.
+class MpiRequest final : public Request {
+ public:
+  MpiRequest(std::vector<MPI_Request> parts, std::vector<int> counts, bool is_send,
+             std::string what, std::string where)
+      : parts_(std::move(parts)), counts_(std::move(counts)), is_send_(is_send),
+        what_(std::move(what)), where_(std::move(where)) {}
+
+  ~MpiRequest() override {
+    if (!done_ && !mpi_finalized()) abandon();
+  }
+
+  void wait() override {
+    if (done_) return;
+    std::vector<MPI_Status> statuses(parts_.size());
+    int rc = MPI_Waitall(int(parts_.size()), parts_.data(), statuses.data());
+    done_ = true;  // success or not, the request is finished with
+    finish(rc, statuses, "MPI_Waitall");
+  }
+
+  bool test() override {
+    if (done_) return true;
+    std::vector<MPI_Status> statuses(parts_.size());
+    int flag = 0;
+    int rc = MPI_Testall(int(parts_.size()), parts_.data(), &flag, statuses.data());
+    if (rc == MPI_SUCCESS && !flag) return false;
+    done_ = true;
+    finish(rc, statuses, "MPI_Testall");
+    return true;
+  }
+
+ private:
+  // Checks the completion code and, for a receive, that each chunk got exactly the
+  // number of floats posted: a shorter message than expected would otherwise leave
+  // stale data in the buffer without any MPI error.
+  void finish(int rc, const std::vector<MPI_Status>& statuses, const char* call) {
+    if (rc == MPI_ERR_IN_STATUS) {
+      for (const MPI_Status& s : statuses)
+        if (s.MPI_ERROR != MPI_SUCCESS && s.MPI_ERROR != MPI_ERR_PENDING) rc = s.MPI_ERROR;
+    }
+    check_mpi(rc, call, cat(where_, ", ", what_));
+    if (is_send_) return;
+    for (size_t i = 0; i < statuses.size(); ++i) {
+      int got = 0;
+      check_mpi(MPI_Get_count(&statuses[i], MPI_FLOAT, &got), "MPI_Get_count", where_);
+      if (got != counts_[i])
+        fail(what_, " on ", where_, ": expected ", counts_[i], " floats in part ", i + 1, " of ",
+             statuses.size(), " but the message had ", got);
+    }
+  }
+
+  // Destroyed before completion: a bug in the caller or an error unwinding the stack.
+  // Cancels what is still pending (receives always cancel; an unmatched large send may
+  // not), waits briefly, and says what happened, so the dropped transfer is never silent.
+  void abandon() {
+    for (MPI_Request& r : parts_)
+      if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
+    int flag = 0;
+    std::vector<MPI_Status> statuses(parts_.size());
+    while (true) {
+      if (MPI_Testall(int(parts_.size()), parts_.data(), &flag, statuses.data()) != MPI_SUCCESS)
+        break;
+      if (flag || std::chrono::steady_clock::now() > deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const char* outcome = "cancelled";
+    if (!flag) {
+      // Still pending: let MPI finish it in the background rather than hang here.
+      for (MPI_Request& r : parts_)
+        if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+      outcome = "could not be cancelled; released to complete in the background";
+    }
+    log::warn(what_, " on ", where_, " was destroyed before completion: ", outcome);
+  }
+
+  std::vector<MPI_Request> parts_;  // one per chunk; MPI_REQUEST_NULL once complete
+  std::vector<int> counts_;         // floats per chunk
+  bool is_send_;
+  std::string what_;   // "isend of 12 floats to rank 2, tag 7"
+  std::string where_;  // "'pp' (rank 1 of 4, world rank 5)"
+  bool done_ = false;
+};
+
+}  // namespace
+
+void check_mpi(int rc, const char* call, const std::string& where) {
+  if (rc != MPI_SUCCESS) fail(call, " failed on ", where, ": ", mpi_error_string(rc));
+}
+
+MpiComm MpiComm::world() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  PPTRAIN_CHECK(initialized && !mpi_finalized(), "MpiComm::world() needs an active MpiSession");
+  return MpiComm(MPI_COMM_WORLD, "world", false);
+}
+
+MpiComm::MpiComm(MPI_Comm comm, std::string name, bool owned)
+    : comm_(comm), name_(std::move(name)), owned_(owned) {
+  PPTRAIN_CHECK(comm_ != MPI_COMM_NULL, "communicator '", name_, "' is MPI_COMM_NULL");
+  // Return codes instead of MPI's default abort, so failures name the call and group.
+  check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler",
+            cat("'", name_, "'"));
+  check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank", cat("'", name_, "'"));
+  check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size", cat("'", name_, "'"));
+  check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_), "MPI_Comm_rank", "'world'");
+  int* tag_ub = nullptr;
+  int found = 0;
+  check_mpi(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found), "MPI_Comm_get_attr",
+            "'world'");
+  if (found && tag_ub) max_tag_ = *tag_ub;
+}
+
+MpiComm::~MpiComm() {
+  if (owned_ && comm_ != MPI_COMM_NULL && !mpi_finalized()) MPI_Comm_free(&comm_);
+}
+
+MpiComm::MpiComm(MpiComm&& other) noexcept
+    : comm_(std::exchange(other.comm_, MPI_COMM_NULL)), name_(std::move(other.name_)),
+      owned_(std::exchange(other.owned_, false)), rank_(other.rank_), size_(other.size_),
+      world_rank_(other.world_rank_), max_tag_(other.max_tag_), max_count_(other.max_count_) {}
+
+MpiComm& MpiComm::operator=(MpiComm&& other) noexcept {
+  if (this != &other) {
+    if (owned_ && comm_ != MPI_COMM_NULL && !mpi_finalized()) MPI_Comm_free(&comm_);
+    comm_ = std::exchange(other.comm_, MPI_COMM_NULL);
+    name_ = std::move(other.name_);
+    owned_ = std::exchange(other.owned_, false);
+    rank_ = other.rank_;
+    size_ = other.size_;
+    world_rank_ = other.world_rank_;
+    max_tag_ = other.max_tag_;
+    max_count_ = other.max_count_;
+  }
+  return *this;
+}
+
+std::string MpiComm::where() const {
+  return cat("'", name_, "' (rank ", rank_, " of ", size_, ", world rank ", world_rank_, ")");
+}
+
+MpiComm MpiComm::split(int color, int key, const std::string& name) const {
+  MPI_Comm out = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split(comm_, color, key, &out), "MPI_Comm_split",
+            cat(where(), " creating '", name, "'"));
+  return MpiComm(out, name, true);
+}
+
+int MpiComm::world_rank_of(int group_rank) const {
+  check_peer(group_rank, "world_rank_of", "group");
+  MPI_Group group, world_group;
+  check_mpi(MPI_Comm_group(comm_, &group), "MPI_Comm_group", where());
+  check_mpi(MPI_Comm_group(MPI_COMM_WORLD, &world_group), "MPI_Comm_group", where());
+  int world_rank = MPI_UNDEFINED;
+  int rc = MPI_Group_translate_ranks(group, 1, &group_rank, world_group, &world_rank);
+  MPI_Group_free(&group);
+  MPI_Group_free(&world_group);
+  check_mpi(rc, "MPI_Group_translate_ranks", where());
+  return world_rank;
+}
+
+void MpiComm::set_max_count(size_t max_count) {
+  PPTRAIN_CHECK(max_count >= 1 && max_count <= size_t(INT_MAX), "max_count ", max_count);
+  max_count_ = max_count;
+}
+
+void MpiComm::check_peer(int peer, const char* call, const char* role) const {
+  if (peer < 0 || peer >= size_)
+    fail(call, " on ", where(), ": ", role, " rank ", peer, " is outside the group (0..", size_ - 1,
+         ")");
+}
+
+template <typename T>
+void MpiComm::allreduce_impl(T* data, size_t n, MPI_Datatype type, ReduceOp op) {
+  // Elementwise reductions are independent per element, so chunks reduce separately.
+  for (size_t offset = 0; offset < n; offset += max_count_) {
+    int count = int(std::min(max_count_, n - offset));
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, data + offset, count, type, to_mpi(op), comm_),
+              "MPI_Allreduce", where());
+  }
+}
+
+void MpiComm::allreduce(float* data, size_t n, ReduceOp op) {
+  allreduce_impl(data, n, MPI_FLOAT, op);
+}
+void MpiComm::allreduce(double* data, size_t n, ReduceOp op) {
+  allreduce_impl(data, n, MPI_DOUBLE, op);
+}
+
+void MpiComm::broadcast(void* data, size_t bytes, int root) {
+  check_peer(root, "broadcast", "root");
+  auto* p = static_cast<char*>(data);
+  for (size_t offset = 0; offset < bytes; offset += max_count_) {
+    int count = int(std::min(max_count_, bytes - offset));
+    check_mpi(MPI_Bcast(p + offset, count, MPI_BYTE, root, comm_), "MPI_Bcast", where());
+  }
+}
+
+void MpiComm::barrier() { check_mpi(MPI_Barrier(comm_), "MPI_Barrier", where()); }
+
+std::unique_ptr<Request> MpiComm::isend(const float* data, size_t n, int peer, int tag) {
+  // MPI_Isend takes a non-const buffer only in old MPI versions; it never writes to it.
+  return post(const_cast<float*>(data), n, peer, tag, true);
+}
+
+std::unique_ptr<Request> MpiComm::irecv(float* data, size_t n, int peer, int tag) {
+  return post(data, n, peer, tag, false);
+}
+
+std::unique_ptr<Request> MpiComm::post(float* data, size_t n, int peer, int tag, bool is_send) {
+  std::string what = cat(is_send ? "isend of " : "irecv of ", n, is_send ? " floats to rank " :
+                         " floats from rank ", peer, ", tag ", tag);
+  check_peer(peer, is_send ? "isend" : "irecv");
+  if (tag < 0 || tag > max_tag_)
+    fail(is_send ? "isend" : "irecv", " on ", where(), ": tag ", tag, " is outside 0..", max_tag_,
+         " (MPI_TAG_UB)");
+  size_t chunks = chunk_count(n, max_count_);
+  std::vector<MPI_Request> parts(chunks, MPI_REQUEST_NULL);
+  std::vector<int> counts(chunks);
+  for (size_t c = 0; c < chunks; ++c) {
+    size_t offset = c * max_count_;
+    counts[c] = int(std::min(max_count_, n - offset));
+    int rc = is_send ? MPI_Isend(data + offset, counts[c], MPI_FLOAT, peer, tag, comm_, &parts[c])
+                     : MPI_Irecv(data + offset, counts[c], MPI_FLOAT, peer, tag, comm_, &parts[c]);
+    if (rc != MPI_SUCCESS) {
+      // The request object takes the chunks already posted, so they are cancelled and
+      // reported rather than leaked when the error propagates.
+      parts.resize(c);
+      counts.resize(c);
+      std::unique_ptr<MpiRequest> posted;
+      if (c > 0)
+        posted = std::make_unique<MpiRequest>(std::move(parts), std::move(counts), is_send, what,
+                                              where());
+      check_mpi(rc, is_send ? "MPI_Isend" : "MPI_Irecv", cat(where(), ", ", what));
+    }
+  }
+  return std::make_unique<MpiRequest>(std::move(parts), std::move(counts), is_send, what, where());
+}
+
+}  // namespace pptrain

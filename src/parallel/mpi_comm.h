@@ -1,0 +1,84 @@
+// MpiComm: the Communicator over an MPI communicator (CPU runs; on GPUs it bootstraps
+// NCCL). Every MPI call's return code is checked: a failure becomes a pptrain::Error
+// naming the call, the group ("world", "pp", "tp", "dp", "embedding") and the rank.
+// MPI counts are ints, so transfers of more than max_count elements are split into
+// several calls (max_count = INT_MAX unless lowered, e.g. by tests).
+#pragma once
+#include <mpi.h>
+
+#include <climits>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/communicator.h"
+
+namespace pptrain {
+
+class MpiComm final : public Communicator {
+ public:
+  // MPI_COMM_WORLD, named "world"; never freed by MpiComm. MPI must be initialised.
+  static MpiComm world();
+
+  // Wraps `comm`; when `owned`, MPI_Comm_free runs in the destructor.
+  MpiComm(MPI_Comm comm, std::string name, bool owned);
+  ~MpiComm() override;
+  MpiComm(MpiComm&& other) noexcept;
+  MpiComm& operator=(MpiComm&& other) noexcept;
+  MpiComm(const MpiComm&) = delete;
+  MpiComm& operator=(const MpiComm&) = delete;
+
+  // MPI_Comm_split: ranks passing the same color form one group, ordered by key.
+  // Collective over this communicator. The result is owned and named `name`.
+  MpiComm split(int color, int key, const std::string& name) const;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const { return name_; }
+  MPI_Comm handle() const { return comm_; }
+  // World rank of the member with rank `group_rank` in this communicator.
+  int world_rank_of(int group_rank) const;
+
+  void allreduce(float* data, size_t n, ReduceOp op) override;   // data: [n], in place
+  void allreduce(double* data, size_t n, ReduceOp op) override;  // data: [n], in place
+  void broadcast(void* data, size_t bytes, int root) override;   // data: [bytes]
+  void barrier() override;
+  // data: [n] floats; must stay valid until the request completes. Messages between one
+  // pair of ranks with the same tag arrive in the order they were sent (MPI ordering).
+  std::unique_ptr<Request> isend(const float* data, size_t n, int peer, int tag) override;
+  std::unique_ptr<Request> irecv(float* data, size_t n, int peer, int tag) override;
+
+  // Largest element count per MPI call; larger transfers are chunked. Both sides of a
+  // point-to-point transfer must use the same value.
+  void set_max_count(size_t max_count);
+  size_t max_count() const { return max_count_; }
+
+  // Largest tag isend/irecv accept (MPI_TAG_UB, at least 32767).
+  int max_tag() const { return max_tag_; }
+
+  // "'pp' (rank 1 of 4, world rank 5)": how messages name this communicator and caller.
+  std::string where() const;
+
+ private:
+  template <typename T>
+  void allreduce_impl(T* data, size_t n, MPI_Datatype type, ReduceOp op);
+  std::unique_ptr<Request> post(float* data, size_t n, int peer, int tag, bool is_send);
+  // Throws unless 0 <= peer < size(); `role` names it in the message ("peer", "root").
+  void check_peer(int peer, const char* call, const char* role = "peer") const;
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::string name_;
+  bool owned_ = false;
+  int rank_ = 0;
+  int size_ = 1;
+  int world_rank_ = 0;  // for messages
+  int max_tag_ = 32767;
+  size_t max_count_ = INT_MAX;
+};
+
+// Throws pptrain::Error "<call> failed on <where>: <MPI error string>" unless rc is
+// MPI_SUCCESS.
+void check_mpi(int rc, const char* call, const std::string& where);
+
+}  // namespace pptrain

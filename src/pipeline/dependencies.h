@@ -1,0 +1,97 @@
+// The data dependencies between actions, shared by lowering, the validator and the
+// simulator. Per stage s and microbatch mb:
+//   F(s)       needs F(s-1)                      (its input activations), s > 0
+//   I(s), B(s) need F(s) and I(s+1) or B(s+1)    (the output gradient), s < last
+//   W(s)       needs I(s)
+// An edge crosses ranks when the two stages live on different ranks; it then travels as
+// SEND_F(s-1) -> RECV_F(s) (activations) or SEND_B(s+1) -> RECV_B(s) (gradients).
+#pragma once
+#include <optional>
+#include <tuple>
+
+#include "pipeline/ir.h"
+
+namespace pptrain::pipeline {
+
+// What an action completes: its forward, its input gradient (I or B) or its weight
+// gradient (W; B completes both gradients).
+enum class Pass { Forward, InputGrad, WeightGrad };
+
+inline Pass pass_of(Op op) {
+  if (op == Op::F) return Pass::Forward;
+  if (op == Op::W) return Pass::WeightGrad;
+  return Pass::InputGrad;  // I, B
+}
+
+struct PassRef {
+  Pass pass;
+  int stage;
+  int microbatch;
+};
+
+// The same-rank or cross-rank compute passes a compute action waits for (at most two).
+inline std::vector<PassRef> dependencies(const Action& a, int num_stages) {
+  std::vector<PassRef> deps;
+  switch (a.op) {
+    case Op::F:
+      if (a.stage > 0) deps.push_back({Pass::Forward, a.stage - 1, a.microbatch});
+      break;
+    case Op::I:
+    case Op::B:
+      deps.push_back({Pass::Forward, a.stage, a.microbatch});
+      if (a.stage + 1 < num_stages) deps.push_back({Pass::InputGrad, a.stage + 1, a.microbatch});
+      break;
+    case Op::W:
+      deps.push_back({Pass::InputGrad, a.stage, a.microbatch});
+      break;
+    default:
+      break;
+  }
+  return deps;
+}
+
+// For a compute action whose input comes from another rank: the RECV it needs on its own
+// rank and the matching SEND on the producer's rank.
+struct Message {
+  Action send;  // on rank_of(send.stage)
+  Action recv;  // on rank_of(recv.stage)
+};
+
+inline std::optional<Message> incoming_message(const Schedule& s, const Action& a) {
+  const int r = s.rank_of(a.stage);
+  if (a.op == Op::F && a.stage > 0 && s.rank_of(a.stage - 1) != r)
+    return Message{{Op::SEND_F, a.stage - 1, a.microbatch}, {Op::RECV_F, a.stage, a.microbatch}};
+  if ((a.op == Op::I || a.op == Op::B) && a.stage + 1 < s.num_stages() &&
+      s.rank_of(a.stage + 1) != r)
+    return Message{{Op::SEND_B, a.stage + 1, a.microbatch}, {Op::RECV_B, a.stage, a.microbatch}};
+  return std::nullopt;
+}
+
+// For a compute action whose result another rank needs: the message it starts.
+inline std::optional<Message> outgoing_message(const Schedule& s, const Action& a) {
+  const int r = s.rank_of(a.stage);
+  if (a.op == Op::F && a.stage + 1 < s.num_stages() && s.rank_of(a.stage + 1) != r)
+    return Message{{Op::SEND_F, a.stage, a.microbatch}, {Op::RECV_F, a.stage + 1, a.microbatch}};
+  if ((a.op == Op::I || a.op == Op::B) && a.stage > 0 && s.rank_of(a.stage - 1) != r)
+    return Message{{Op::SEND_B, a.stage, a.microbatch}, {Op::RECV_B, a.stage - 1, a.microbatch}};
+  return std::nullopt;
+}
+
+// The other end of a SEND or RECV.
+inline Action matching_action(const Action& a) {
+  switch (a.op) {
+    case Op::SEND_F: return {Op::RECV_F, a.stage + 1, a.microbatch};
+    case Op::RECV_F: return {Op::SEND_F, a.stage - 1, a.microbatch};
+    case Op::SEND_B: return {Op::RECV_B, a.stage - 1, a.microbatch};
+    case Op::RECV_B: return {Op::SEND_B, a.stage + 1, a.microbatch};
+    default: return a;
+  }
+}
+
+// Map keys: an action, or a completed pass, as a comparable triple.
+using ActionKey = std::tuple<int, int, int>;
+inline ActionKey key_of(const Action& a) { return {int(a.op), a.stage, a.microbatch}; }
+inline ActionKey key_of(const PassRef& p) { return {int(p.pass), p.stage, p.microbatch}; }
+inline ActionKey pass_key(const Action& a) { return {int(pass_of(a.op)), a.stage, a.microbatch}; }
+
+}  // namespace pptrain::pipeline

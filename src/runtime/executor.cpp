@@ -1,0 +1,143 @@
+#include "runtime/executor.h"
+
+#include "core/error.h"
+
+namespace pptrain {
+
+using pipeline::Op;
+
+PipelineExecutor::PipelineExecutor(Ops& ops, std::map<int, Stage*> stages,
+                                   const pipeline::Schedule& schedule, int pp_rank,
+                                   Communicator& pp_comm, size_t activation_elements)
+    : ops_(ops), stages_(std::move(stages)), schedule_(schedule), pp_rank_(pp_rank), pp_(pp_comm),
+      elements_(activation_elements), total_stages_(schedule.pp * schedule.stages_per_rank) {
+  const auto& actions = schedule_.program.at(pp_rank_);
+  for (size_t pos = 0; pos < actions.size(); ++pos)
+    if (actions[pos].op == Op::SEND_F || actions[pos].op == Op::SEND_B)
+      last_send_[{actions[pos].stage, actions[pos].microbatch}] = pos;
+}
+
+int PipelineExecutor::rank_of(int stage) const {
+  return pipeline::rank_of_stage(schedule_.placement, stage, schedule_.pp);
+}
+
+void PipelineExecutor::discard(int microbatches) {
+  for (auto& [s, stage] : stages_)
+    for (int mb = 0; mb < microbatches; ++mb) stage->discard(mb);
+}
+
+int PipelineExecutor::tag(int direction, int stage, int mb) const {
+  return (mb * total_stages_ + stage) * 2 + direction;
+}
+
+void PipelineExecutor::wait_recv(const Key& key, Timeline& timeline) {
+  auto it = recvs_.find(key);
+  if (it == recvs_.end()) return;  // produced on this rank
+  double t0 = timeline.now_us();
+  it->second->wait();
+  double t1 = timeline.now_us();
+  auto [dir, stage, mb] = key;
+  timeline.add(cat("wait ", stage, dir == 0 ? "RECV_F" : "RECV_B", mb), t0, t1, false);
+  recvs_.erase(it);
+}
+
+void PipelineExecutor::finish_microbatch(Stage& stage, int mb) {
+  unreleased_.push_back({&stage, mb});
+  poll_unreleased(false);
+}
+
+void PipelineExecutor::poll_unreleased(bool wait_all) {
+  for (size_t i = 0; i < unreleased_.size();) {
+    auto [stage, mb] = unreleased_[i];
+    auto last = last_send_.find({stage->spec().index, mb});
+    if (!wait_all && last != last_send_.end() && last->second >= position_) { ++i; continue; }
+    auto range = sends_.equal_range({stage->spec().index, mb});
+    bool done = true;
+    for (auto it = range.first; it != range.second; ++it) {
+      if (wait_all) it->second->wait();
+      else done = done && it->second->test();
+    }
+    if (!done) { ++i; continue; }
+    sends_.erase(range.first, range.second);
+    stage->release(mb);
+    unreleased_.erase(unreleased_.begin() + i);
+  }
+}
+
+double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& timeline) {
+  double loss = 0;
+  const auto& actions = schedule_.program.at(pp_rank_);
+  for (size_t pos = 0; pos < actions.size(); ++pos) {
+    position_ = pos;
+    if (!unreleased_.empty()) poll_unreleased(false);
+    const pipeline::Action& a = actions[pos];
+    const int s = a.stage, mb = a.microbatch;
+    auto stage_here = [&](int st) -> Stage& {
+      auto it = stages_.find(st);
+      PPTRAIN_CHECK(it != stages_.end(), "rank ", pp_rank_, " action ", pipeline::to_string(a),
+                    " at position ", pos, ": stage ", st, " is not on this rank");
+      return *it->second;
+    };
+    switch (a.op) {
+      case Op::RECV_F:
+        recvs_[{0, s, mb}] = pp_.irecv(stage_here(s).input(mb), elements_, rank_of(s - 1), tag(0, s, mb));
+        break;
+      case Op::RECV_B:
+        recvs_[{1, s, mb}] = pp_.irecv(stage_here(s).output_grad(mb), elements_, rank_of(s + 1), tag(1, s, mb));
+        break;
+      case Op::SEND_F:
+        sends_.emplace(std::make_pair(s, mb),
+                       pp_.isend(stage_here(s).output(mb), elements_, rank_of(s + 1), tag(0, s + 1, mb)));
+        break;
+      case Op::SEND_B:
+        sends_.emplace(std::make_pair(s, mb),
+                       pp_.isend(stage_here(s).input_grad(mb), elements_, rank_of(s - 1), tag(1, s - 1, mb)));
+        break;
+      case Op::F: {
+        Stage& st = stage_here(s);
+        wait_recv({0, s, mb}, timeline);
+        double t0 = timeline.now_us();
+        st.forward(mb, data.at(mb));
+        if (st.spec().has_head) loss += st.loss_sum(mb);
+        if (local(s + 1)) {  // hand over to the next stage on this rank
+          ops_.copy(stage_here(s + 1).input(mb), st.output(mb), elements_ * sizeof(float));
+        }
+        timeline.add(pipeline::to_string(a), t0, timeline.now_us(), true);
+        break;
+      }
+      case Op::B:
+      case Op::I: {
+        Stage& st = stage_here(s);
+        wait_recv({1, s, mb}, timeline);
+        double t0 = timeline.now_us();
+        st.backward_input(mb);
+        if (s > 0 && local(s - 1)) {
+          ops_.copy(stage_here(s - 1).output_grad(mb), st.input_grad(mb), elements_ * sizeof(float));
+        }
+        if (a.op == Op::B) st.backward_weight(mb, /*keep_io=*/true);
+        timeline.add(pipeline::to_string(a), t0, timeline.now_us(), true);
+        if (a.op == Op::B) finish_microbatch(st, mb);
+        break;
+      }
+      case Op::W: {
+        Stage& st = stage_here(s);
+        double t0 = timeline.now_us();
+        st.backward_weight(mb, /*keep_io=*/true);
+        timeline.add(pipeline::to_string(a), t0, timeline.now_us(), true);
+        finish_microbatch(st, mb);
+        break;
+      }
+    }
+  }
+  poll_unreleased(/*wait_all=*/true);
+  for (auto& [key, req] : sends_) req->wait();  // sends of microbatches without W (evaluation)
+  sends_.clear();
+  if (!recvs_.empty()) {
+    auto [dir, s, mb] = recvs_.begin()->first;
+    fail("pipeline rank ", pp_rank_, ": receive ", s, dir == 0 ? "RECV_F" : "RECV_B", mb,
+         " was posted but never used by the program");
+  }
+  return loss;
+}
+
+}  // namespace pptrain

@@ -1,0 +1,59 @@
+// PipelineExecutor: runs one rank's lowered action list for one step. It only executes;
+// what to do and in which order is decided by the schedule library (pipeline/).
+//   RECV_*  posts a non-blocking receive straight into the stage's buffer;
+//   F/I/B   wait for their input only when they start (so receives overlap compute);
+//   SEND_*  are non-blocking; a send is completed before the microbatch's W frees the
+//           buffer it reads, and every request is checked complete at the end of the step;
+//   stages on the same rank hand tensors over in memory, no message.
+#pragma once
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "core/communicator.h"
+#include "model/layer.h"
+#include "model/stage.h"
+#include "pipeline/ir.h"
+#include "runtime/timeline.h"
+
+namespace pptrain {
+
+class PipelineExecutor {
+ public:
+  // `stages`: global stage index -> the Stage on this rank; `schedule` is lowered.
+  PipelineExecutor(Ops& ops, std::map<int, Stage*> stages, const pipeline::Schedule& schedule,
+                   int pp_rank, Communicator& pp_comm, size_t activation_elements);
+  // Runs the step. data[mb] holds the microbatch's tokens/targets (read by the first and
+  // last stage). Returns the summed loss of the microbatches whose last stage is here.
+  double run(const std::vector<MicrobatchData>& data, Timeline& timeline);
+  // After a forward-only program (evaluation): drops every microbatch's activations.
+  void discard(int microbatches);
+
+ private:
+  using Key = std::tuple<int, int, int>;  // (direction 0=F 1=B, stage, microbatch)
+  int rank_of(int stage) const;
+  bool local(int stage) const { return stages_.count(stage) > 0; }
+  int tag(int direction, int stage, int mb) const;
+  void wait_recv(const Key& key, Timeline& timeline);
+  // After a microbatch's W (or B) its stage tensors are freed once every send that reads
+  // them has been posted (its last SEND_* position is behind us) and has completed; until
+  // then they wait in `unreleased_`, polled between actions (never blocking mid-step).
+  void finish_microbatch(Stage& stage, int mb);
+  void poll_unreleased(bool wait_all);
+
+  Ops& ops_;
+  std::map<int, Stage*> stages_;
+  const pipeline::Schedule& schedule_;
+  int pp_rank_;
+  Communicator& pp_;
+  size_t elements_;  // N·C floats per transfer
+  int total_stages_;
+  std::map<Key, std::unique_ptr<Request>> recvs_;
+  std::multimap<std::pair<int, int>, std::unique_ptr<Request>> sends_;  // (stage, mb)
+  std::vector<std::pair<Stage*, int>> unreleased_;                      // (stage, mb)
+  std::map<std::pair<int, int>, size_t> last_send_;  // (stage, mb) -> position of its last SEND_*
+  size_t position_ = 0;                              // of the action being run
+};
+
+}  // namespace pptrain

@@ -1,0 +1,42 @@
+// Timeline: the measured start and end of every action a rank ran in one step, and the
+// time it spent blocked waiting for a receive. From it come the measured bubble
+// (idle time inside the pipeline phase / its length) and the Chrome trace.
+#pragma once
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace pptrain {
+
+struct TimedEvent {
+  std::string name;   // IR notation ("2F0", "1W3") or "wait 2RECV_F0", "optimizer", ...
+  double start_us;    // since the start of the step
+  double end_us;
+  bool compute;       // counts as busy time
+};
+
+class Timeline {
+ public:
+  void start_step() { events_.clear(); t0_ = std::chrono::steady_clock::now(); }
+  double now_us() const {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0_).count();
+  }
+  void add(std::string name, double start_us, double end_us, bool compute) {
+    events_.push_back({std::move(name), start_us, end_us, compute});
+  }
+  const std::vector<TimedEvent>& events() const { return events_; }
+  // Busy (compute) time and the span from step start to the end of the last compute action.
+  double busy_us() const;
+  double span_us() const;
+
+ private:
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+  std::vector<TimedEvent> events_;
+};
+
+// Chrome trace events (one JSON object per event, no enclosing brackets) of one rank,
+// for `pid` = world rank and `step_offset_us` = when the step began on the job clock.
+std::string chrome_trace_events(const Timeline& t, int pid, const std::string& track_name,
+                                double step_offset_us);
+
+}  // namespace pptrain

@@ -1,0 +1,31 @@
+// Training output: the human log line per logging.every steps and the JSON Lines
+// metrics file (DESIGN.md contract: step, loss, lr, grad_norm, ms, tokens_per_s, bubble;
+// evaluations as {step, val_loss}). Written by world rank 0 only.
+#pragma once
+#include <cstdio>
+#include <string>
+
+#include "train/trainer.h"
+
+namespace pptrain {
+
+class MetricsLog {
+ public:
+  // `path` empty: no file. Appends, so a resumed run continues the same file.
+  MetricsLog(const std::string& path, bool enabled);
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+  void step(const StepResult& r, int total_steps, double tokens_per_step, double mean_ms);
+  void eval(int step, double val_loss);
+
+ private:
+  void write(const std::string& json_line);
+  bool enabled_;
+  FILE* file_ = nullptr;
+};
+
+// "1h02m", "3m05s", "12s"
+std::string format_duration(double seconds);
+
+}  // namespace pptrain

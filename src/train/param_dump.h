@@ -1,0 +1,32 @@
+// Parameter dumps: every rank writes the values and gradients of the parameter shards it
+// holds, tagged with where they sit in the global tensors; reading all ranks' files
+// reassembles the global model. Used to check that every parallel layout computes the
+// same loss, gradients and parameters as a single process (`pptrain train --dump DIR`).
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/param.h"
+
+namespace pptrain {
+
+// Writes `path` with the given loss and every parameter of `params` (values, gradients).
+void write_param_dump(const std::string& path, double loss, ParamStore& params);
+
+struct GlobalTensor {
+  std::vector<int64_t> shape;
+  std::vector<float> value, grad;  // global, row-major
+  std::vector<char> covered;       // 1 where some rank supplied the element
+};
+
+struct GlobalDump {
+  double loss = 0;
+  std::map<std::string, GlobalTensor> tensors;
+  double max_replica_diff = 0;  // largest |difference| between copies of one element
+};
+
+// Reads and merges the dumps of all ranks of one step. Throws pptrain::Error on bad files.
+GlobalDump read_param_dumps(const std::vector<std::string>& paths);
+
+}  // namespace pptrain

@@ -1,0 +1,84 @@
+// Trainer: one rank's part of a training run. It builds the stages this rank holds, the
+// pipeline program for its pp rank, the optimizer and the data streams, and runs steps:
+//   1. zero gradients; read this DP replica's microbatches;
+//   2. run the lowered pipeline program (forward, dgrad, wgrad, transfers);
+//   3. sum the tied-embedding gradient over the embedding group (first and last stage);
+//   4. sum gradients over the dp group (the loss is pre-scaled by 1/tokens of the global
+//      batch, so the sum is the mean-loss gradient);
+//   5. global gradient norm (each element counted once), clipping, AdamW.
+// A single process is the same path with groups of one and a one-rank program.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/buffer.h"
+#include "core/config.h"
+#include "data/token_dataset.h"
+#include "model/stage.h"
+#include "pipeline/ir.h"
+#include "runtime/executor.h"
+#include "runtime/parallel_context.h"
+#include "runtime/timeline.h"
+#include "train/adamw.h"
+
+namespace pptrain {
+
+struct StepResult {
+  int step = 0;            // 1-based number of the step just taken
+  double loss = 0;         // mean over the global batch's tokens
+  double grad_norm = 0;    // before clipping
+  double lr = 0;
+  double ms = 0;           // wall time of the step on this rank
+  double bubble = 0;       // measured idle fraction of the pipeline phase, mean over pp ranks
+};
+
+class Trainer {
+ public:
+  Trainer(const Config& cfg, const ParallelContext& par, Ops& ops);
+  ~Trainer();
+
+  StepResult train_step();
+  double evaluate();  // mean validation loss over training.eval_batches batches
+  int step() const { return step_; }
+  void set_step(int s) { step_ = s; }
+
+  const Config& config() const { return cfg_; }
+  const ParallelContext& parallel() const { return par_; }
+  ParamStore& params() { return *params_; }
+  AdamW& optimizer() { return *optimizer_; }
+  const std::vector<std::unique_ptr<Stage>>& stages() const { return stages_; }
+  const pipeline::Schedule& schedule() const { return train_schedule_; }
+  const Timeline& timeline() const { return timeline_; }
+  bool holds_stage(int stage) const;
+  // Loss of the most recent step's microbatches, summed on this rank (tests).
+  double last_local_loss_sum() const { return last_local_loss_; }
+
+ private:
+  void load_microbatches(const data::TokenDataset& ds, uint64_t batch_index);
+  void reduce_gradients();
+  double gradient_norm();
+  double mean_loss(double local_loss_sum);
+
+  Config cfg_;
+  ParallelContext par_;
+  Ops& ops_;
+  int step_ = 0;
+  std::unique_ptr<ParamStore> params_;
+  std::vector<std::unique_ptr<Stage>> stages_;
+  pipeline::Schedule train_schedule_, eval_schedule_;
+  std::unique_ptr<PipelineExecutor> train_exec_, eval_exec_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<data::TokenDataset> train_data_, val_data_;
+  std::vector<Buffer<int32_t>> tokens_, targets_;   // [B·T] per microbatch
+  std::vector<MicrobatchData> microbatches_;
+  std::vector<int32_t> host_tokens_, host_targets_;
+  Timeline timeline_;
+  double last_local_loss_ = 0;
+};
+
+// The schedule the config asks for (generator name or file:PATH.csv), lowered and
+// validated for (pp, microbatches, stages_per_rank). Throws pptrain::Error.
+pipeline::Schedule build_schedule(const Config& cfg);
+
+}  // namespace pptrain

@@ -1,0 +1,120 @@
+// MpiComm collectives on any number of ranks: allreduce (float and double, Sum and Max,
+// whole and chunked), broadcast from every root (whole and chunked), barrier, and a
+// split communicator. Prints "collectives ok rank R" on success.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "mpi_program.h"
+#include "parallel/mpi_comm.h"
+
+using namespace pptrain;
+using pptrain::mpi_test::say;
+
+namespace {
+
+// Values are small integers and halves, exact in float, so sums compare exactly.
+void check_allreduce_float(MpiComm& comm, size_t n) {
+  const int r = comm.rank(), p = comm.size();
+  std::vector<float> sum(n), max(n);  // [n]
+  for (size_t i = 0; i < n; ++i) {
+    sum[i] = float(r + 1) + 0.5f * float(i);
+    max[i] = float((r * 7 + int(i)) % (p + 3)) - 2.0f;  // some negative
+  }
+  comm.allreduce(sum.data(), n, ReduceOp::Sum);
+  comm.allreduce(max.data(), n, ReduceOp::Max);
+  for (size_t i = 0; i < n; ++i) {
+    float want_sum = float(p * (p + 1) / 2) + 0.5f * float(i) * float(p);
+    float want_max = -1e30f;
+    for (int q = 0; q < p; ++q) want_max = std::max(want_max, float((q * 7 + int(i)) % (p + 3)) - 2.0f);
+    MPI_EXPECT(sum[i] == want_sum, comm.where(), " float sum[", i, "] = ", sum[i], ", want ", want_sum,
+               " (max_count ", comm.max_count(), ")");
+    MPI_EXPECT(max[i] == want_max, comm.where(), " float max[", i, "] = ", max[i], ", want ", want_max);
+  }
+}
+
+// Doubles whose sum needs more than float precision: 1e9 + r * 1e-3.
+void check_allreduce_double(MpiComm& comm, size_t n) {
+  const int r = comm.rank(), p = comm.size();
+  std::vector<double> sum(n), max(n);  // [n]
+  for (size_t i = 0; i < n; ++i) {
+    sum[i] = 1e9 + double(r) * 1e-3 + double(i);
+    max[i] = -double(r) - double(i);
+  }
+  comm.allreduce(sum.data(), n, ReduceOp::Sum);
+  comm.allreduce(max.data(), n, ReduceOp::Max);
+  for (size_t i = 0; i < n; ++i) {
+    double want = p * (1e9 + double(i)) + 1e-3 * double(p * (p - 1) / 2);
+    MPI_EXPECT(std::fabs(sum[i] - want) < 1e-6, comm.where(), " double sum[", i, "] = ", sum[i],
+               ", want ", want);
+    MPI_EXPECT(max[i] == -double(i), comm.where(), " double max[", i, "] = ", max[i]);
+  }
+}
+
+// The bytes root `root` broadcasts: a pattern that names it.
+std::string pattern(int root, size_t bytes) {
+  std::string s(bytes, '\0');  // [bytes]
+  for (size_t i = 0; i < bytes; ++i) s[i] = char(root * 31 + i * 7);
+  return s;
+}
+
+// Every rank in turn broadcasts; everyone checks every byte.
+void check_broadcast(MpiComm& comm, size_t bytes) {
+  for (int root = 0; root < comm.size(); ++root) {
+    std::string buf = comm.rank() == root ? pattern(root, bytes) : std::string(bytes, '\xEE');
+    comm.broadcast(buf.data(), bytes, root);
+    MPI_EXPECT(buf == pattern(root, bytes), comm.where(), " broadcast of ", bytes,
+               " bytes from rank ", root, " (max_count ", comm.max_count(), ")");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return mpi_test::run_mpi_program(argc, argv, [](MpiSession& session, const auto&) {
+    MpiComm world = MpiComm::world();
+    MPI_EXPECT(world.rank() == session.rank() && world.size() == session.world_size());
+    MPI_EXPECT(world.name() == "world");
+
+    check_allreduce_float(world, 1);
+    check_allreduce_float(world, 1000);
+    check_allreduce_double(world, 17);
+    check_allreduce_float(world, 0);  // no elements: no call, no hang
+    check_broadcast(world, 1);
+    check_broadcast(world, 4096);
+    world.barrier();
+
+    // Chunking: with at most 3 elements (or bytes) per MPI call the results must not
+    // change; counts that are and are not multiples of the chunk.
+    world.set_max_count(3);
+    check_allreduce_float(world, 10);
+    check_allreduce_float(world, 9);
+    check_allreduce_double(world, 7);
+    check_broadcast(world, 23);
+    world.set_max_count(INT_MAX);
+
+    // A split communicator (even / odd world ranks): collectives stay inside it, and
+    // its ranks translate back to world ranks.
+    MpiComm half = world.split(world.rank() % 2, world.rank(), "half");
+    MPI_EXPECT(half.name() == "half");
+    MPI_EXPECT(half.size() == (world.size() + 1 - world.rank() % 2) / 2, "half size ", half.size());
+    MPI_EXPECT(half.rank() == world.rank() / 2, "half rank ", half.rank());
+    float members = float(world.rank());
+    half.allreduce(&members, 1, ReduceOp::Sum);
+    float want = 0;
+    for (int q = world.rank() % 2; q < world.size(); q += 2) want += float(q);
+    MPI_EXPECT(members == want, "sum of world ranks in 'half' = ", members, ", want ", want);
+    for (int q = 0; q < half.size(); ++q)
+      MPI_EXPECT(half.world_rank_of(q) == 2 * q + world.rank() % 2, "world_rank_of(", q, ")");
+    check_allreduce_float(half, 5);
+    check_broadcast(half, 8);
+
+    // Moving an owned communicator transfers the handle; only the last owner frees it.
+    MpiComm moved = std::move(half);
+    MPI_EXPECT(moved.handle() != MPI_COMM_NULL && half.handle() == MPI_COMM_NULL);
+    moved.barrier();
+
+    world.barrier();
+    say("collectives ok rank ", world.rank(), " of ", world.size());
+  });
+}

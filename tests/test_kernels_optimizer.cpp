@@ -1,0 +1,91 @@
+// Optimizer kernels under the SIMT emulator vs. the cpu backend: AdamW over several steps
+// (with and without the bf16 weight copy, aligned and misaligned arrays) and the
+// deterministic sum of squares (one and many partial blocks, accumulation), both fiber
+// orders.
+#include "emu/kernel_test.h"
+
+#include <gtest/gtest.h>
+
+#include "adamw.cuh"
+#include "backend/ops.h"
+#include "sum_squares.cuh"
+
+using namespace pptrain;
+using namespace pptrain::kernels;
+using namespace pptrain::kernels::testing;
+
+namespace {
+
+using Outputs = std::vector<std::vector<float>>;
+
+void check_adamw(size_t n, size_t offset, bool with_copy) {
+  SCOPED_TRACE(::testing::Message() << "n=" << n << " offset=" << offset << " copy=" << with_copy);
+  auto cpu = make_cpu_ops();
+  const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+  const int steps = 3;
+  std::vector<float> p = random_floats(n, 91), m(n, 0.0f), v(n, 0.0f);
+  std::vector<std::vector<float>> grads;
+  for (int t = 1; t <= steps; ++t) grads.push_back(random_floats(n, 91 + t, -0.5f, 0.5f));
+  std::vector<float> cp = p, cm = m, cv = v;
+  for (int t = 1; t <= steps; ++t)
+    cpu->adamw(cp.data(), grads[t - 1].data(), cm.data(), cv.data(), n, lr, b1, b2, eps, wd, t);
+  Outputs got = run_both_orders([&](const LaunchContext& ctx) {
+    Guarded<float> gp(p, offset), gm(m, offset), gv(v, offset);
+    Guarded<bf16> copy{std::vector<bf16>(n), offset};
+    for (int t = 1; t <= steps; ++t) {
+      Guarded<float> gg(grads[t - 1], offset);
+      launch_adamw(ctx, gp.data(), with_copy ? copy.data() : nullptr, gg.data(), gm.data(), gv.data(),
+                   n, lr, b1, b2, eps, wd, t);
+    }
+    return Outputs{checked(gp, "p"), checked(gm, "m"), checked(gv, "v"), checked(copy, "bf16 copy")};
+  });
+  EXPECT_TRUE(close(got[0], cp, false)) << "p";
+  EXPECT_TRUE(close(got[1], cm, false)) << "m";
+  EXPECT_TRUE(close(got[2], cv, false)) << "v";
+  // The copy is the kernel's own fp32 weights rounded to nearest-even, bit for bit.
+  std::vector<float> expect_copy = with_copy ? to_floats(to_bf16(got[0])) : std::vector<float>(n, 0.0f);
+  EXPECT_TRUE(bitwise_equal({got[3]}, {expect_copy})) << "bf16 copy";
+}
+
+void check_sum_squares(size_t n) {
+  SCOPED_TRACE(::testing::Message() << "n=" << n);
+  auto cpu = make_cpu_ops();
+  std::vector<float> x = random_floats(n, 101, -3.0f, 3.0f);
+  std::vector<float> y = random_floats(77, 102);
+  double expect = cpu->sum_squares(x.data(), n), expect_y = cpu->sum_squares(y.data(), y.size());
+  double got_total = 0, got_sum = 0;
+  run_both_orders([&](const LaunchContext& ctx) {
+    Guarded<float> gx(x), gy(y);
+    Guarded<double> out{std::vector<double>(2)};
+    size_t bytes = std::max(sum_squares_workspace_bytes(n), sum_squares_workspace_bytes(y.size()));
+    Guarded<double> workspace{std::vector<double>(bytes / sizeof(double), NAN)};
+    launch_sum_squares(ctx, out.data(), gx.data(), n, workspace.data(), false);
+    launch_sum_squares(ctx, out.data() + 1, gx.data(), n, workspace.data(), false);
+    launch_sum_squares(ctx, out.data() + 1, gy.data(), y.size(), workspace.data(), true);
+    EXPECT_TRUE(out.guards_intact() && workspace.guards_intact());
+    got_sum = out.values()[0];
+    got_total = out.values()[1];
+    return Outputs{{float(got_sum), float(got_sum - double(float(got_sum)))}};
+  });
+  EXPECT_NEAR(got_sum, expect, 1e-12 * expect);  // double accumulation: only the order differs
+  EXPECT_NEAR(got_total, expect + expect_y, 1e-12 * (expect + expect_y)) << "accumulate";
+}
+
+}  // namespace
+
+TEST(KernelsOptimizer, AdamwMatchesCpuOverSteps) {
+  check_adamw(1003, 0, true);   // vector path plus a ragged tail
+  check_adamw(1003, 1, true);   // misaligned: scalar path
+  check_adamw(64, 0, false);
+}
+
+TEST(KernelsOptimizer, SumSquaresMatchesCpu) {
+  check_sum_squares(1003);    // one partial block
+  check_sum_squares(50001);   // 13 partial blocks, ragged
+}
+
+TEST(KernelsOptimizer, SumSquaresOfNothingIsZero) {
+  Guarded<double> out{std::vector<double>(1, 5.0)}, workspace{std::vector<double>(4, NAN)};
+  launch_sum_squares({}, out.data(), nullptr, 0, workspace.data(), false);
+  EXPECT_EQ(out.values()[0], 0.0);
+}

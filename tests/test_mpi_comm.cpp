@@ -1,0 +1,116 @@
+// MpiComm under mpirun: runs the programs of tests/mpi/ (comm_collectives, comm_p2p,
+// comm_errors) on 2 and 4 ranks, each under a timeout so a hang fails, and checks their
+// output and exit status.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <regex>
+
+#include "mpi/programs.h"
+#include "support/test_util.h"
+
+using namespace pptrain::testing;
+
+namespace {
+
+// Runs tests/mpi/<program> on `ranks` ranks with `args`.
+CommandResult run_mpi(const std::string& program, int ranks, const std::string& args = "",
+                      int timeout_s = 60) {
+  std::string path = mpi_test_program(program);
+  if (!std::filesystem::exists(path))
+    return {-1, path + " is missing: build it with make (mk/mpi_tests.mk)"};
+  return run_command(mpirun(ranks) + path + " " + args, timeout_s);
+}
+
+int count(const std::string& text, const std::string& pattern) {
+  std::regex re(pattern);
+  return int(std::distance(std::sregex_iterator(text.begin(), text.end(), re),
+                           std::sregex_iterator()));
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+class MpiCommRanks : public ::testing::TestWithParam<int> {};
+
+TEST_P(MpiCommRanks, AllreduceBroadcastBarrierSplit) {
+  int ranks = GetParam();
+  CommandResult r = run_mpi("comm_collectives", ranks);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count(r.output, "collectives ok rank [0-9]+ of " + std::to_string(ranks)), ranks)
+      << r.output;
+}
+
+TEST_P(MpiCommRanks, RingExchangeWithTags) {
+  int ranks = GetParam();
+  CommandResult r = run_mpi("comm_p2p", ranks);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count(r.output, "p2p ok rank [0-9]+ of " + std::to_string(ranks)), ranks) << r.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, MpiCommRanks, ::testing::Values(2, 4),
+                         [](const auto& info) { return std::to_string(info.param) + "ranks"; });
+
+TEST(MpiComm, MpiErrorNamesCallGroupAndRank) {
+  CommandResult r = run_mpi("comm_errors", 2, "truncate");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "caught: MPI_Waitall failed on 'pp' (rank 1 of 2, world rank 1), "
+                                 "irecv of 4 floats from rank 0, tag 5: MPI_ERR_TRUNCATE"))
+      << r.output;
+}
+
+TEST(MpiComm, ShortMessageIsAnError) {
+  CommandResult r = run_mpi("comm_errors", 2, "short");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "caught: irecv of 8 floats from rank 0, tag 5 on 'pp' (rank 1 of "
+                                 "2, world rank 1): expected 8 floats in part 1 of 1 but the "
+                                 "message had 4"))
+      << r.output;
+}
+
+TEST(MpiComm, PeerOutsideGroupAndBadTagAreErrors) {
+  CommandResult r = run_mpi("comm_errors", 2, "bad_peer");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "caught: isend on 'pp' (rank 1 of 2, world rank 1): peer rank 2 "
+                                 "is outside the group (0..1)"))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "caught: irecv on 'pp' (rank 1 of 2, world rank 1): peer rank -1"))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "caught: broadcast on 'pp' (rank 1 of 2, world rank 1): root rank 2"))
+      << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("caught: isend on 'pp' \\(rank 1 of 2, world "
+                                                     "rank 1\\): tag -1 is outside 0\\.\\.[0-9]+ "
+                                                     "\\(MPI_TAG_UB\\)")))
+      << r.output;
+}
+
+TEST(MpiComm, DroppedRequestsAreReportedNotHung) {
+  CommandResult r = run_mpi("comm_errors", 2, "dropped", 30);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "[rank 1] warning: irecv of 4 floats from rank 0, tag 10 on 'pp' "
+                                 "(rank 1 of 2, world rank 1) was destroyed before completion: "
+                                 "cancelled"))
+      << r.output;
+  // Open MPI cannot cancel a send; it is reported and released either way.
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(\[rank 0\] warning: isend of 1048576 floats)"
+                                                     R"( to rank 1, tag 9 on 'pp' .* was destroyed)"
+                                                     R"( before completion: )")))
+      << r.output;
+  EXPECT_EQ(count(r.output, "dropped ok rank"), 2) << r.output;
+}
+
+TEST(MpiComm, ErrorOnOneRankEndsTheJobQuickly) {
+  auto start = std::chrono::steady_clock::now();
+  CommandResult r = run_mpi("comm_errors", 4, "rank_throws", 60);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, 124) << "the job hung until the timeout:\n" << r.output;
+  EXPECT_TRUE(contains(r.output, "[rank 1] error: rank 1 failed on purpose (config.yaml: key 'x')"))
+      << r.output;
+  EXPECT_EQ(count(r.output, "error: "), 1) << "only rank 1 failed:\n" << r.output;
+  EXPECT_LT(seconds, 15.0) << r.output;
+}
