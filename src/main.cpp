@@ -16,6 +16,8 @@ const char* kUsage =
     "  train CONFIG [section.key=value ...] [--dump DIR]\n"
     "                                         train (mpirun/srun -np dp*pp*tp for parallel runs)\n"
     "  schedule --schedule NAME --pp P --microbatches M   show, check and simulate a schedule\n"
+    "  inspect FILE.h5                        attributes, config and tensors of a checkpoint\n"
+    "  import-llmc MODEL.bin OUT.h5           convert an llm.c GPT-2 model file to a checkpoint\n"
     "  --version                              version and compiled-in backends\n";
 }
 
@@ -32,6 +34,8 @@ int main(int argc, char** argv) {
     if (cmd == "--version" || cmd == "version") return pptrain::cmd_version(args);
     if (cmd == "prepare-data") return pptrain::cmd_prepare_data(args);
     if (cmd == "schedule") return pptrain::cmd_schedule(args);
+    if (cmd == "inspect") return pptrain::cmd_inspect(args);
+    if (cmd == "import-llmc") return pptrain::cmd_import_llmc(args);
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {
       if (mpi.rank() == 0) std::fputs(kUsage, stdout);
       return 0;

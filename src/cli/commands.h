@@ -14,5 +14,7 @@ int cmd_train(const Args& args, MpiSession& mpi);
 int cmd_version(const Args& args);
 int cmd_prepare_data(const Args& args);
 int cmd_schedule(const Args& args);
+int cmd_inspect(const Args& args);
+int cmd_import_llmc(const Args& args);
 
 }  // namespace pptrain

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "backend/ops.h"
+#include "checkpoint/checkpoint_manager.h"
 #include "cli/commands.h"
 #include "core/config.h"
 #include "core/error.h"
@@ -19,6 +20,9 @@
 #include "train/param_dump.h"
 #include "train/sample.h"
 #include "train/trainer.h"
+#ifdef PPTRAIN_WITH_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 namespace pptrain {
 namespace {
@@ -111,6 +115,8 @@ int cmd_train(const Args& raw_args, MpiSession& mpi) {
                       &grid.embedding_comm(), &world};
   auto ops = make_ops(cfg);
   Trainer trainer(cfg, par, *ops);
+  CheckpointManager checkpoints(cfg, par);
+  const int resumed_from = checkpoints.resume(trainer);  // sets trainer.step()
 
   const bool rank0 = mpi.rank() == 0;
   if (rank0) {
@@ -124,6 +130,7 @@ int cmd_train(const Args& raw_args, MpiSession& mpi) {
               " pp ", cfg.parallel.pp, " tp ", cfg.parallel.tp, " | schedule ", cfg.parallel.schedule, ", ",
               cfg.parallel.microbatches, " microbatches, blocks per stage [", cut_text, "] | backend ",
               ops->name());
+    if (resumed_from > 0) log::info("resumed from step ", resumed_from);
   }
   MetricsLog metrics(cfg.logging.metrics, rank0);
   if (!args.dump_dir.empty()) std::filesystem::create_directories(args.dump_dir);
@@ -152,6 +159,7 @@ int cmd_train(const Args& raw_args, MpiSession& mpi) {
       double val = trainer.evaluate();
       if (!std::isnan(val)) metrics.eval(r.step, val);
     }
+    checkpoints.after_step(trainer, r.step == cfg.training.steps);
   }
   if (!cfg.logging.trace.empty()) write_trace(cfg.logging.trace, trace_events, world);
   if (cfg.logging.sample_tokens > 0 && cfg.model.vocab_size == 256) {

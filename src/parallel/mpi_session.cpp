@@ -2,7 +2,9 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "core/log.h"
 
@@ -26,7 +28,12 @@ MpiSession::~MpiSession() {
 }
 
 void MpiSession::abort_job(int code) const {
-  if (world_ > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  // A short grace period lets the other ranks, which usually hit the same error, print
+  // their own line before MPI_Abort kills them.
+  if (world_ > 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
   MPI_Finalize();
   std::exit(code);
 }

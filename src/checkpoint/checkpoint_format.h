@@ -1,0 +1,55 @@
+// The pptrain checkpoint file format (HDF5), version 1.
+//
+//   /                          attributes below
+//   /model/<name>              float32, the parameter in its global shape, e.g.
+//                              /model/h.3.attn.qkv.weight [3C, C]; /model/wte.weight is
+//                              [vocab_size, C]: the rows that pad the vocabulary to a
+//                              multiple of tp are not stored
+//   /optim/m/<name>            float32, AdamW first moment, same shape (absent when
+//   /optim/v/<name>            float32, AdamW second moment   has_optimizer_state = 0)
+//
+// Root attributes:
+//   format               "pptrain-checkpoint"
+//   format_version       1
+//   step                 optimizer steps taken (the next step is step + 1)
+//   tokens_seen          training tokens consumed so far
+//   data_next_batch      index of the next global batch of the training stream
+//   data_sequences_seen  sequences consumed so far
+//   rng_seed, rng_counter  the RNG state: pptrain's only RNG is counter-based (Philox)
+//                        keyed by training.seed; the data stream's counter is the step
+//   config               the fully resolved config, YAML text
+//   layout_pp_tp_dp      [pp, tp, dp] of the job that wrote the file
+//   has_optimizer_state  1 if /optim holds moments (0 for imported weights)
+//   writer               "pptrain <version>"
+#pragma once
+#include <hdf5.h>
+
+#include <cstdint>
+#include <string>
+
+namespace pptrain {
+
+inline constexpr const char* kCheckpointFormat = "pptrain-checkpoint";
+inline constexpr int64_t kCheckpointFormatVersion = 1;
+
+struct CheckpointMeta {
+  int64_t format_version = kCheckpointFormatVersion;
+  int64_t step = 0;
+  int64_t tokens_seen = 0;
+  int64_t data_next_batch = 0;
+  int64_t data_sequences_seen = 0;
+  uint64_t rng_seed = 0;
+  int64_t rng_counter = 0;
+  std::string config_yaml;
+  int64_t layout_pp = 1, layout_tp = 1, layout_dp = 1;
+  bool has_optimizer_state = true;
+  std::string writer;
+};
+
+// Writes the root attributes (collective under MPI-IO: identical on every rank).
+void write_meta(hid_t file, const CheckpointMeta& meta, const std::string& where);
+// Reads and checks them: a file that is not a pptrain checkpoint, or of a newer format
+// version, is a pptrain::Error naming `where`.
+CheckpointMeta read_meta(hid_t file, const std::string& where);
+
+}  // namespace pptrain

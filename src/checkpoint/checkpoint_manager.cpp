@@ -1,0 +1,290 @@
+#include "checkpoint/checkpoint_manager.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "checkpoint/checkpoint_reader.h"
+#include "cli/version.h"
+#include "core/log.h"
+#include "train/adamw.h"
+#include "train/trainer.h"
+
+namespace pptrain {
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kLatest = "latest";
+
+std::string checkpoint_name(int step) {
+  char name[64];
+  std::snprintf(name, sizeof name, "step_%08d.h5", step);
+  return name;
+}
+
+// Complete checkpoints in `dir` as (step, path), newest (highest step) first.
+std::vector<std::pair<int64_t, fs::path>> complete_checkpoints(const fs::path& dir) {
+  static const std::regex pattern(R"(step_(\d+)\.h5)");
+  std::vector<std::pair<int64_t, fs::path>> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (std::regex_match(name, m, pattern)) out.push_back({std::stoll(m[1]), entry.path()});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  return out;
+}
+
+// fsync of a file or directory: the data, or the directory entry of a rename, reaches
+// the disk before the next step of the protocol.
+std::string sync_path(const fs::path& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return cat("cannot open '", path.string(), "' to sync it");
+  int rc = ::fsync(fd);
+  ::close(fd);
+  return rc == 0 ? "" : cat("fsync of '", path.string(), "' failed");
+}
+
+// The checkpoint to resume from in `dir` (rank 0 only): what `latest` names, else the
+// newest complete step_*.h5, else "".
+std::string latest_in(const fs::path& dir, std::string& error) {
+  const fs::path pointer = dir / kLatest;
+  std::error_code ec;
+  if (fs::exists(pointer, ec)) {
+    std::ifstream in(pointer);
+    std::string name;
+    std::getline(in, name);
+    name.erase(name.find_last_not_of(" \t\r\n") + 1);
+    if (name.empty() || name.find('/') != std::string::npos) {
+      error = cat("checkpoint: ", pointer.string(), " should name a checkpoint file in ", dir.string(), ", found '",
+                  name, "'");
+      return "";
+    }
+    if (!fs::exists(dir / name, ec)) {
+      error = cat("checkpoint: ", pointer.string(), " names ", name, ", which does not exist");
+      return "";
+    }
+    return (dir / name).string();
+  }
+  auto all = complete_checkpoints(dir);
+  return all.empty() ? "" : all.front().second.string();
+}
+
+// The same string on every rank of `comm`, from `root`.
+std::string broadcast_string(Communicator& comm, std::string s, int root) {
+  uint64_t n = s.size();
+  comm.broadcast(&n, sizeof n, root);
+  s.resize(n);
+  if (n) comm.broadcast(s.data(), n, root);
+  return s;
+}
+
+// PPTRAIN_CHECKPOINT_CRASH="STEP:POINT": kills world rank 0 at POINT of saving STEP.
+void maybe_crash(int world_rank, int step, const char* point) {
+  const char* spec = std::getenv("PPTRAIN_CHECKPOINT_CRASH");
+  if (!spec || world_rank != 0) return;
+  std::string s = spec;
+  auto colon = s.find(':');
+  if (colon == std::string::npos || std::atoi(s.substr(0, colon).c_str()) != step || s.substr(colon + 1) != point)
+    return;
+  log::error("checkpoint: injected crash at '", point, "' of step ", step, " (PPTRAIN_CHECKPOINT_CRASH)");
+  std::fflush(stderr);
+  std::raise(SIGKILL);
+}
+
+}  // namespace
+
+std::vector<ShardedTensor> sharded_tensors(ParamStore& params) {
+  std::vector<ShardedTensor> out;
+  for (auto& [name, p] : params.all())
+    out.push_back({name, p->spec.global_shape, p->local_rows, p->local_cols, p->slabs});
+  return out;
+}
+
+CheckpointManager::CheckpointManager(const Config& cfg, const ParallelContext& par)
+    : cfg_(cfg), par_(par), io_(par.world) {}
+
+int CheckpointManager::resume(Trainer& trainer) {
+  const int step = resume(trainer.params(), trainer.optimizer());
+  trainer.set_step(step);
+  return step;
+}
+
+void CheckpointManager::after_step(Trainer& trainer, bool final) {
+  after_step(trainer.params(), trainer.optimizer(), trainer.step(), final);
+}
+
+std::string CheckpointManager::resume_path() const {
+  const auto& c = cfg_.checkpoint;
+  if (c.resume == "none") return "";
+  if (c.resume == "auto" && c.dir.empty()) return "";
+  std::string path, error;
+  if (io_.rank() == 0) {
+    std::error_code ec;
+    if (c.resume == "auto") {
+      path = latest_in(c.dir, error);
+    } else if (fs::is_directory(c.resume, ec)) {
+      path = latest_in(c.resume, error);
+      if (path.empty() && error.empty())
+        error = cat("checkpoint.resume: directory ", c.resume, " holds no checkpoint");
+    } else {
+      path = c.resume;  // the reader reports a missing or bad file
+    }
+  }
+  io_.agree(error);
+  return broadcast_string(io_.comm(), path, 0);
+}
+
+int CheckpointManager::resume(ParamStore& params, AdamW& optimizer) {
+  const std::string path = resume_path();
+  if (path.empty()) {
+    if (!cfg_.checkpoint.dir.empty()) log::info("checkpoint: no checkpoint to resume from, starting at step 0");
+    return 0;
+  }
+  std::vector<ShardedTensor> tensors = sharded_tensors(params);
+  std::vector<Param*> by_index;
+  for (auto& [name, p] : params.all()) by_index.push_back(p.get());
+  auto upload = [&](Section s, int i, const float* host) {
+    Param& p = *by_index[i];
+    if (s == Section::Model) p.value.upload(host);
+    else if (s == Section::OptimM) optimizer.m(p.spec.name).upload(host);
+    else optimizer.v(p.spec.name).upload(host);
+  };
+  const CheckpointMeta meta = read_checkpoint_file(path, tensors, upload, cfg_, true, io_);
+  if (!meta.has_optimizer_state) {
+    for (Param* p : by_index) {
+      optimizer.m(p->spec.name).zero();
+      optimizer.v(p->spec.name).zero();
+    }
+  }
+
+  const Config stored = parse_config(meta.config_yaml, cat(path, " (attribute 'config')"));
+  if (meta.step > 0 && cfg_.data.shuffle && meta.rng_seed != cfg_.training.seed)
+    fail("checkpoint ", path, ": written with training.seed ", meta.rng_seed, " but ", cfg_.source, " has ",
+         cfg_.training.seed, "; with data.shuffle the seed fixes the data order, so set training.seed=",
+         meta.rng_seed, " to continue the same run");
+  if (meta.step > 0 && stored.global_batch_sequences() != cfg_.global_batch_sequences())
+    log::warn("checkpoint: the global batch was ", stored.global_batch_sequences(), " sequences when ", path,
+              " was written and is ", cfg_.global_batch_sequences(),
+              " now; the data stream continues at batch ", meta.data_next_batch, " of the new size");
+  base_step_ = meta.step;
+  base_tokens_ = meta.tokens_seen;
+  base_sequences_ = meta.data_sequences_seen;
+  log::info("checkpoint: resumed from ", path, " at step ", meta.step, " (written with pp ", meta.layout_pp, " tp ",
+            meta.layout_tp, " dp ", meta.layout_dp, meta.has_optimizer_state ? "" : ", no optimizer state", ")");
+  if (meta.step >= cfg_.training.steps)
+    log::info("checkpoint: step ", meta.step, " is not before training.steps ", cfg_.training.steps,
+              ", nothing left to train");
+  return int(meta.step);
+}
+
+void CheckpointManager::after_step(ParamStore& params, AdamW& optimizer, int step, bool final) {
+  const auto& c = cfg_.checkpoint;
+  if (c.dir.empty()) return;
+  if (final || (c.every > 0 && step % c.every == 0)) save(params, optimizer, step);
+}
+
+CheckpointMeta CheckpointManager::meta_for(int step) const {
+  CheckpointMeta m;
+  const int64_t steps = step - base_step_;
+  m.step = step;
+  m.data_next_batch = step;  // the trainer reads global batch `step` at step + 1
+  m.data_sequences_seen = base_sequences_ + steps * cfg_.global_batch_sequences();
+  m.tokens_seen = base_tokens_ + steps * cfg_.global_batch_sequences() * int64_t(cfg_.model.seq_len);
+  m.rng_seed = cfg_.training.seed;
+  m.rng_counter = step;
+  m.config_yaml = to_yaml(cfg_);
+  m.layout_pp = par_.pp;
+  m.layout_tp = par_.tp;
+  m.layout_dp = par_.dp;
+  m.has_optimizer_state = true;
+  m.writer = cat("pptrain ", kVersion);
+  return m;
+}
+
+std::string CheckpointManager::save(ParamStore& params, AdamW& optimizer, int step) {
+  const fs::path dir = cfg_.checkpoint.dir;
+  const fs::path final_path = dir / checkpoint_name(step);
+  const fs::path tmp_path = final_path.string() + ".tmp";
+  const int world_rank = io_.rank();
+
+  std::string error;
+  if (world_rank == 0) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) error = cat("checkpoint.dir: cannot create directory '", dir.string(), "': ", ec.message());
+  }
+  io_.agree(error);
+
+  std::vector<ShardedTensor> tensors = sharded_tensors(params);
+  std::vector<Param*> by_index;
+  for (auto& [name, p] : params.all()) by_index.push_back(p.get());
+  auto download = [&](Section s, int i, float* host) {
+    Param& p = *by_index[i];
+    if (s == Section::Model) p.value.download(host);
+    else if (s == Section::OptimM) optimizer.m(p.spec.name).download(host);
+    else optimizer.v(p.spec.name).download(host);
+  };
+  auto probe = [&](const char* point) { maybe_crash(world_rank, step, point); };
+  last_write_ = write_checkpoint_file(tmp_path.string(), tensors, download, meta_for(step), io_, probe);
+  io_.barrier();  // every rank's part is in the closed file
+  probe("before_rename");
+
+  if (world_rank == 0) {
+    const fs::path latest = dir / kLatest, latest_tmp = dir / "latest.tmp";
+    std::error_code ec;
+    error = sync_path(tmp_path);
+    if (error.empty()) {
+      fs::rename(tmp_path, final_path, ec);
+      if (ec) error = cat("cannot rename '", tmp_path.string(), "' to '", final_path.string(), "': ", ec.message());
+    }
+    if (error.empty()) error = sync_path(dir);
+    if (error.empty()) {
+      std::ofstream out(latest_tmp, std::ios::trunc);
+      out << final_path.filename().string() << "\n";
+      out.close();
+      if (!out) error = cat("cannot write '", latest_tmp.string(), "'");
+    }
+    if (error.empty()) error = sync_path(latest_tmp);
+    if (error.empty()) {
+      fs::rename(latest_tmp, latest, ec);  // atomic replacement of the pointer
+      if (ec) error = cat("cannot rename '", latest_tmp.string(), "' to '", latest.string(), "': ", ec.message());
+    }
+    if (error.empty()) error = sync_path(dir);
+    if (error.empty()) {
+      // Only now that the new checkpoint is complete and named by `latest`: keep it and
+      // the keep_last - 1 newest others; drop leftovers of interrupted saves.
+      int kept = 1;
+      for (const auto& [s, path] : complete_checkpoints(dir)) {
+        if (path == final_path) continue;
+        if (kept < cfg_.checkpoint.keep_last) ++kept;
+        else fs::remove(path, ec);
+      }
+      static const std::regex leftover(R"(step_\d+\.h5\.tmp)");
+      for (const auto& entry : fs::directory_iterator(dir, ec))
+        if (std::regex_match(entry.path().filename().string(), leftover)) fs::remove(entry.path(), ec);
+    }
+    if (!error.empty()) error = cat("checkpoint ", final_path.string(), " (rank 0): ", error);
+  }
+  io_.agree(error);
+
+  double bytes = double(last_write_.bytes), seconds = last_write_.seconds;
+  io_.comm().allreduce(&bytes, 1, ReduceOp::Sum);
+  io_.comm().allreduce(&seconds, 1, ReduceOp::Max);
+  char rate[96];
+  std::snprintf(rate, sizeof rate, "%.1f MB in %.2f s, %.0f MB/s", bytes / 1e6, seconds,
+                bytes / 1e6 / std::max(seconds, 1e-9));
+  log::info("checkpoint: wrote ", final_path.string(), " at step ", step, " (", rate, ")");
+  return final_path.string();
+}
+
+}  // namespace pptrain

@@ -1,0 +1,235 @@
+// Checkpoints through real training runs (tests/mpi/checkpoint_train: Trainer +
+// CheckpointManager, under mpirun with a timeout):
+//   - bit-exact resume: 2k steps uninterrupted equal k steps, save, exit, resume, k more
+//     (every loss and every final parameter bitwise), single process and pp=2 x tp=2 zbv;
+//   - resharding: a checkpoint written under pp=2 x tp=2 loads under pp=1 tp=1, pp=4 and
+//     tp=2 x dp=2 with parameters bitwise as stored and the next loss within 1e-5;
+//   - crash safety: a save killed mid-write or before the rename leaves the previous
+//     checkpoint and `latest` intact, and the next run resumes from it;
+//   - bad files: one clear message on every rank and a non-zero exit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <regex>
+
+#include "mpi/programs.h"
+#include "support/test_util.h"
+#include "test_checkpoint_util.h"
+#include "train/param_dump.h"
+
+using namespace pptrain;
+using namespace pptrain::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TrainRun {
+  CommandResult result;
+  std::map<int, std::string> losses;  // step -> loss as printed (%.17g)
+  int resumed_from = -1;
+};
+
+class CheckpointTrain : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    auto r = run_command(pptrain_bin() + " prepare-data --markov --order 1 --vocab 19 --tokens 20000 --seed 5 --out " +
+                         dir_->file("data"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    // 4 blocks: pp=4 and pp=2 with 2 stages per rank have a block per stage. Vocab 19 is
+    // padded to 20 under tp=2. Warmup and a cosine decay make the LR depend on the step.
+    write_file(dir_->file("model.yaml"),
+               "model: {n_layer: 4, n_head: 4, d_model: 16, seq_len: 8, vocab_size: 19}\n"
+               "parallel: {microbatches: 4}\n"
+               "training: {steps: 6, micro_batch_size: 2, lr: 1.0e-2, min_lr: 1.0e-3, warmup_steps: 2,"
+               " grad_clip: 1.0, eval_every: 0}\n"
+               "data: {train: '" + dir_->file("data") + "/train_*.bin'}\n"
+               "logging: {every: 1, sample_tokens: 0}\n");
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  // Runs checkpoint_train on `ranks` ranks with `args` after the config.
+  static TrainRun train(int ranks, const std::string& args, const std::string& env = "") {
+    const std::string program = mpi_test_program("checkpoint_train");
+    TrainRun run;
+    if (!fs::exists(program)) {
+      run.result = {-1, program + " is missing: build it with make (mk/mpi_tests.mk)"};
+      return run;
+    }
+    const std::string launcher = ranks > 1 ? mpirun(ranks) : std::string("OMP_NUM_THREADS=1 ");
+    run.result = run_command(env + " " + launcher + program + " " + dir_->file("model.yaml") + " " + args, 120);
+    static const std::regex step(R"(step (\d+) loss (\S+))"), resumed(R"(resumed_from (\d+))");
+    for (std::sregex_iterator it(run.result.output.begin(), run.result.output.end(), step), end; it != end; ++it)
+      run.losses[std::stoi((*it)[1])] = (*it)[2];
+    std::smatch m;
+    if (std::regex_search(run.result.output, m, resumed)) run.resumed_from = std::stoi(m[1]);
+    return run;
+  }
+
+  // The merged parameter dumps DIR/<what>.rankR.bin of `ranks` ranks.
+  static GlobalDump dumps(const std::string& dir, const char* what, int ranks) {
+    std::vector<std::string> paths;
+    for (int r = 0; r < ranks; ++r) paths.push_back(cat_path(dir, what, r));
+    return read_param_dumps(paths);
+  }
+  static std::string cat_path(const std::string& dir, const char* what, int rank) {
+    return dir + "/" + what + ".rank" + std::to_string(rank) + ".bin";
+  }
+
+  static void expect_bitwise_equal(const GlobalDump& got, const GlobalDump& want, const std::string& what) {
+    EXPECT_EQ(got.max_replica_diff, 0.0) << what << ": copies of a tensor on different ranks disagree";
+    ASSERT_EQ(got.tensors.size(), want.tensors.size()) << what;
+    for (const auto& [name, w] : want.tensors) {
+      auto it = got.tensors.find(name);
+      ASSERT_NE(it, got.tensors.end()) << what << ": " << name;
+      for (char c : it->second.covered) ASSERT_TRUE(c) << what << ": " << name << " not covered";
+      EXPECT_EQ(it->second.value, w.value) << what << ": " << name << " differs";
+    }
+  }
+
+  // k = 3 of 2k = 6 steps: uninterrupted, then stop after 3 (saved at 3) and resume.
+  static void check_bit_exact_resume(int ranks, const std::string& layout) {
+    const std::string tag = "bitexact" + std::to_string(ranks);
+    TrainRun whole = train(ranks, layout + " --dump-final " + dir_->file(tag + "_whole"));
+    ASSERT_EQ(whole.result.exit_code, 0) << whole.result.output;
+    ASSERT_EQ(whole.losses.size(), 6u) << whole.result.output;
+
+    const std::string ck = " checkpoint.dir=" + dir_->file(tag + "_ck") + " checkpoint.every=3";
+    TrainRun first = train(ranks, layout + ck + " --stop-after 3");
+    ASSERT_EQ(first.result.exit_code, 0) << first.result.output;
+    EXPECT_EQ(first.resumed_from, 0);
+    EXPECT_EQ(read_file(dir_->file(tag + "_ck/latest")), "step_00000003.h5\n");
+    TrainRun second = train(ranks, layout + ck + " --dump-final " + dir_->file(tag + "_resumed"));
+    ASSERT_EQ(second.result.exit_code, 0) << second.result.output;
+    EXPECT_EQ(second.resumed_from, 3) << second.result.output;
+
+    for (int s = 1; s <= 6; ++s) {
+      const auto& run = s <= 3 ? first : second;
+      ASSERT_TRUE(run.losses.count(s)) << "step " << s << "\n" << run.result.output;
+      EXPECT_EQ(run.losses.at(s), whole.losses.at(s)) << "loss of step " << s;
+    }
+    EXPECT_EQ(second.losses.size(), 3u);
+    expect_bitwise_equal(dumps(dir_->file(tag + "_resumed"), "final", ranks),
+                         dumps(dir_->file(tag + "_whole"), "final", ranks), tag);
+  }
+
+  static TempDir* dir_;
+};
+TempDir* CheckpointTrain::dir_ = nullptr;
+
+const char* kPp2Tp2Zbv = "parallel.pp=2 parallel.tp=2 parallel.schedule=zbv parallel.stages_per_rank=2";
+
+}  // namespace
+
+TEST_F(CheckpointTrain, BitExactResumeSingleProcess) { check_bit_exact_resume(1, ""); }
+
+TEST_F(CheckpointTrain, BitExactResumePp2Tp2Zbv) { check_bit_exact_resume(4, kPp2Tp2Zbv); }
+
+TEST_F(CheckpointTrain, ReshardingLoadsUnderOtherLayouts) {
+  // Written under pp=2 x tp=2 at step 2; the original run goes on to step 3.
+  const std::string ck = dir_->file("reshard_ck");
+  TrainRun original = train(4, "parallel.pp=2 parallel.tp=2 checkpoint.every=2 checkpoint.dir=" + ck + " --stop-after 3");
+  ASSERT_EQ(original.result.exit_code, 0) << original.result.output;
+  ASSERT_TRUE(original.losses.count(3)) << original.result.output;
+  const std::string file = ck + "/step_00000002.h5";
+  std::vector<hsize_t> shape;
+  read_h5_floats(file, "/model/wte.weight", &shape);
+  EXPECT_EQ(shape, (std::vector<hsize_t>{19, 16})) << "the vocabulary padding of tp=2 is not stored";
+
+  struct Layout { const char* name; int ranks; const char* args; };
+  for (const Layout& l : {Layout{"pp1tp1", 1, ""}, Layout{"pp4", 4, "parallel.pp=4"},
+                          Layout{"tp2dp2", 4, "parallel.tp=2 parallel.dp=2 parallel.microbatches=2"}}) {
+    const std::string dump = dir_->file(std::string("reshard_") + l.name);
+    TrainRun run = train(l.ranks, std::string(l.args) + " checkpoint.resume=" + file + " --stop-after 3 --dump-loaded " + dump);
+    ASSERT_EQ(run.result.exit_code, 0) << l.name << "\n" << run.result.output;
+    EXPECT_EQ(run.resumed_from, 2) << l.name;
+    ASSERT_TRUE(run.losses.count(3)) << l.name << "\n" << run.result.output;
+    const double got = std::stod(run.losses.at(3)), want = std::stod(original.losses.at(3));
+    EXPECT_NEAR(got, want, 1e-5 * std::fabs(want)) << l.name << ": loss of step 3";
+
+    // Every rank's loaded shard, DP replicas included, is bitwise the stored tensor.
+    GlobalDump loaded = dumps(dump, "loaded", l.ranks);
+    EXPECT_EQ(loaded.max_replica_diff, 0.0) << l.name;
+    EXPECT_EQ(loaded.tensors.size(), 2u + 4u * 12u + 2u) << l.name;  // wte, wpe, 12 per block, ln_f
+    for (const auto& [name, t] : loaded.tensors) {
+      for (char c : t.covered) ASSERT_TRUE(c) << l.name << ": " << name << " not covered";
+      EXPECT_EQ(t.value, read_h5_floats(file, "/model/" + name)) << l.name << ": " << name;
+    }
+  }
+}
+
+TEST_F(CheckpointTrain, FileWrittenUnderTp2Dp2HoldsTheTrainedModel) {
+  // DP replica 1 holds copies of everything and writes nothing; tp-replicated tensors
+  // are written by tp rank 0 only. The file must still hold every tensor exactly.
+  const std::string ck = dir_->file("tp2dp2_ck");
+  TrainRun run = train(4, "parallel.tp=2 parallel.dp=2 parallel.microbatches=2 training.steps=2 checkpoint.dir=" + ck +
+                              " --dump-final " + ck + "_dump");
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  GlobalDump trained = dumps(ck + "_dump", "final", 4);
+  EXPECT_EQ(trained.max_replica_diff, 0.0);
+  for (const auto& [name, t] : trained.tensors)
+    EXPECT_EQ(read_h5_floats(ck + "/step_00000002.h5", "/model/" + name), t.value) << name;
+}
+
+TEST_F(CheckpointTrain, KilledSaveLeavesPreviousCheckpointAndResumes) {
+  struct Case { const char* name; int ranks; const char* layout; const char* point; };
+  for (const Case& c : {Case{"single_mid_write", 1, "", "model_written"},
+                        Case{"pp2_before_rename", 2, "parallel.pp=2", "before_rename"}}) {
+    const std::string ck = dir_->file(std::string("crash_") + c.name);
+    const std::string args = std::string(c.layout) + " checkpoint.every=2 checkpoint.dir=" + ck;
+    TrainRun crashed = train(c.ranks, args, std::string("PPTRAIN_CHECKPOINT_CRASH=4:") + c.point);
+    EXPECT_NE(crashed.result.exit_code, 0) << c.name << "\n" << crashed.result.output;
+    EXPECT_NE(crashed.result.output.find(std::string("injected crash at '") + c.point + "' of step 4"),
+              std::string::npos) << crashed.result.output;
+    EXPECT_TRUE(fs::exists(ck + "/step_00000004.h5.tmp")) << c.name;
+    EXPECT_FALSE(fs::exists(ck + "/step_00000004.h5")) << c.name;
+    EXPECT_EQ(read_file(ck + "/latest"), "step_00000002.h5\n") << c.name;
+
+    TrainRun resumed = train(c.ranks, args + " --dump-final " + ck + "_resumed");
+    ASSERT_EQ(resumed.result.exit_code, 0) << c.name << "\n" << resumed.result.output;
+    EXPECT_EQ(resumed.resumed_from, 2) << c.name;
+    EXPECT_FALSE(fs::exists(ck + "/step_00000004.h5.tmp")) << c.name << ": the leftover is removed by the next save";
+    EXPECT_EQ(read_file(ck + "/latest"), "step_00000006.h5\n") << c.name;
+    TrainRun whole = train(c.ranks, std::string(c.layout) + " --dump-final " + ck + "_whole");
+    ASSERT_EQ(whole.result.exit_code, 0) << whole.result.output;
+    for (int s = 3; s <= 6; ++s) EXPECT_EQ(resumed.losses[s], whole.losses[s]) << c.name << " step " << s;
+    expect_bitwise_equal(dumps(ck + "_resumed", "final", c.ranks), dumps(ck + "_whole", "final", c.ranks), c.name);
+  }
+}
+
+TEST_F(CheckpointTrain, BadFilesFailOnEveryRankWithOneClearMessage) {
+  const std::string ck = dir_->file("bad_ck");
+  TrainRun good = train(1, "training.steps=2 checkpoint.dir=" + ck);
+  ASSERT_EQ(good.result.exit_code, 0) << good.result.output;
+  const std::string file = ck + "/step_00000002.h5";
+  const std::string bytes = read_file(file);
+
+  write_file(dir_->file("bad_text.h5"), "not hdf5\n");
+  write_file(dir_->file("bad_cut.h5"), bytes.substr(0, bytes.size() / 3));
+  write_file(dir_->file("bad_missing.h5"), bytes);
+  edit_h5(dir_->file("bad_missing.h5"), [](hid_t f) { H5Ldelete(f, "/optim/m/h.3.mlp.fc.bias", H5P_DEFAULT); });
+  write_file(dir_->file("bad_shape.h5"), bytes);
+  edit_h5(dir_->file("bad_shape.h5"), [](hid_t f) { replace_dataset(f, "/model/wpe.weight", H5T_IEEE_F32LE, {9, 16}); });
+
+  struct Case { std::string path, extra, message; };
+  const std::vector<Case> cases = {
+      {dir_->file("bad_nofile.h5"), "", ": no such file"},
+      {dir_->file("bad_text.h5"), "", ": not an HDF5 file"},
+      {dir_->file("bad_cut.h5"), "", ": cannot open the HDF5 file, it is truncated or damaged"},
+      {dir_->file("bad_missing.h5"), "", ": dataset /optim/m/h.3.mlp.fc.bias is missing (the model expects shape [64])"},
+      {dir_->file("bad_shape.h5"), "",
+       ": dataset /model/wpe.weight has shape [9, 16] in the file but the model expects [8, 16]"},
+      {file, "model.n_layer=2", ": model.n_layer is 4 in the file but 2 in " + dir_->file("model.yaml")}};
+  for (const Case& c : cases) {
+    TrainRun run = train(2, "parallel.pp=2 " + c.extra + " checkpoint.resume=" + c.path);
+    EXPECT_NE(run.result.exit_code, 0) << c.path << "\n" << run.result.output;
+    EXPECT_EQ(run.result.exit_code == 124, false) << c.path << ": hung";
+    for (int rank = 0; rank < 2; ++rank) {
+      const std::string line = "[rank " + std::to_string(rank) + "] error: checkpoint " + c.path + c.message;
+      EXPECT_EQ(count_occurrences(run.result.output, line), 1) << line << "\n" << run.result.output;
+    }
+    EXPECT_EQ(run.losses.size(), 0u) << c.path << ": trained despite a bad checkpoint";
+  }
+}
