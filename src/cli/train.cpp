@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "backend/ops.h"
 #include "checkpoint/checkpoint_manager.h"
@@ -114,6 +115,11 @@ int cmd_train(const Args& raw_args, MpiSession& mpi) {
                       grid.tp_idx(), &grid.pp_comm(), &grid.tp_comm(), &grid.dp_comm(),
                       &grid.embedding_comm(), &world};
   auto ops = make_ops(cfg);
+#if defined(PPTRAIN_WITH_CUDA) && !defined(PPTRAIN_EMULATED)
+  // On GPUs the pp, tp, dp and embedding groups talk over NCCL (MPI stays the bootstrap).
+  std::optional<NcclGroups> nccl;
+  if (cfg.device == "cuda") nccl.emplace(grid, *ops, par);
+#endif
   Trainer trainer(cfg, par, *ops);
   CheckpointManager checkpoints(cfg, par);
   const int resumed_from = checkpoints.resume(trainer);  // sets trainer.step()

@@ -1,0 +1,72 @@
+# The cuda backend (src/backend/cuda). Two builds of the same host sources:
+#  - emulated (always): g++ compiles src/backend/cuda/*.cpp with PPTRAIN_EMULATED against
+#    the CUDA runtime/cuBLAS shims of src/backend/cuda/emu (cuBLAS -> OpenBLAS, device
+#    memory = host memory) into $(BUILD)/obj-emu/, and links them with the emulated kernels
+#    ($(KERNEL_EMU_OBJS), mk/kernels.mk) into the tests/test_cuda_backend* binaries and
+#    $(BUILD)/pptrain-emu: the whole trainer with `device: cuda` running on the CPU. NCCL
+#    cannot be emulated: pptrain-emu's collectives and p2p stay on MPI.
+#  - real (CUDA=1): mpicxx compiles src/backend/cuda/*.cpp against the CUDA toolkit, and
+#    build/pptrain links them with the nvcc kernels ($(KERNEL_NVCC_OBJS)), cuBLAS and NCCL.
+#    Opt-in: the nvcc compile of every kernel for CUDA_ARCH takes minutes on a small
+#    machine, and the toolkit without a GPU can only be compile-tested.
+
+# mk/kernels.mk is read after this file, so the kernel object lists are spelled out here
+# (the same names its rules build).
+CUDA_KERNEL_SRCS := $(sort $(wildcard kernels/*.cu))
+CUDA_KERNEL_EMU_OBJS := $(CUDA_KERNEL_SRCS:%.cu=$(BUILD)/obj/%.emu.o) $(BUILD)/obj/kernels/emu/emu.o
+CUDA_KERNEL_NVCC_OBJS := $(CUDA_KERNEL_SRCS:%.cu=$(BUILD)/nvcc/%.o)
+
+# ---- emulated ------------------------------------------------------------------------------
+CUDA_EMU_SRCS := $(filter-out src/backend/cuda/nccl_comm.cpp, \
+                   $(sort $(wildcard src/backend/cuda/*.cpp src/backend/cuda/emu/*.cpp)))
+CUDA_EMU_OBJS := $(CUDA_EMU_SRCS:%.cpp=$(BUILD)/obj-emu/%.o)
+# The CLI objects that see PPTRAIN_WITH_CUDA (make_ops, --version) in pptrain-emu.
+CUDA_EMU_CLI_OBJS := $(addprefix $(BUILD)/obj-emu/src/,main.o cli/train.o cli/version.o)
+
+$(BUILD)/obj-emu/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -DPPTRAIN_EMULATED -DPPTRAIN_WITH_CUDA -c $< -o $@
+
+# Objects before $(LIB) so the archive resolves what they use; $(LIB) again after them.
+$(BUILD)/pptrain-emu: $(CUDA_EMU_CLI_OBJS) $(CUDA_EMU_OBJS) $(CUDA_KERNEL_EMU_OBJS) $(LIB)
+	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS)
+
+CUDA_EMU_TESTS := $(filter $(BUILD)/tests/test_cuda_backend%, $(TEST_BINS))
+$(CUDA_EMU_TESTS): $(CUDA_EMU_OBJS) $(CUDA_KERNEL_EMU_OBJS)
+$(CUDA_EMU_TESTS): LDLIBS := $(LIB) $(LDLIBS)
+# The end-to-end test runs pptrain-emu (and pptrain) at run time.
+$(CUDA_EMU_TESTS): | $(BUILD)/pptrain-emu $(BUILD)/pptrain
+
+EXTRA_TARGETS += $(BUILD)/pptrain-emu
+
+.PHONY: pptrain-emu
+pptrain-emu: $(BUILD)/pptrain-emu
+
+-include $(shell find $(BUILD)/obj-emu -name '*.d' 2>/dev/null)
+
+# ---- real CUDA build -------------------------------------------------------------------------
+CUDA_HOME ?= /usr/local/cuda
+# NCCL ships with the toolkit here; elsewhere set NCCL_HOME (include/ and lib/ below it).
+NCCL_HOME ?= $(firstword $(patsubst %/include/nccl.h,%,$(wildcard $(CUDA_HOME)/include/nccl.h \
+               /usr/local/include/nccl.h /usr/include/nccl.h)))
+NCCL_LIBDIR ?= $(firstword $(dir $(wildcard $(NCCL_HOME)/lib64/libnccl.so $(NCCL_HOME)/lib/libnccl.so \
+                 $(CUDA_HOME)/lib/libnccl.so $(CUDA_HOME)/lib64/libnccl.so /usr/lib/x86_64-linux-gnu/libnccl.so)))
+
+# The real build is on when nvcc is found (CUDA=1 forces it, CUDA=0 turns it off).
+# Switching rewrites a stamp that the objects seeing PPTRAIN_WITH_CUDA depend on, so
+# they are rebuilt.
+CUDA ?= $(if $(shell command -v nvcc 2>/dev/null)$(wildcard /usr/local/cuda/bin/nvcc),1,0)
+CUDA_MODE_STAMP := $(BUILD)/cuda-mode.stamp
+$(shell mkdir -p $(BUILD) && (echo '$(CUDA)' | cmp -s - $(CUDA_MODE_STAMP) || echo '$(CUDA)' > $(CUDA_MODE_STAMP)))
+$(BUILD)/obj/src/main.o $(BUILD)/obj/src/cli/train.o $(BUILD)/obj/src/cli/version.o: $(CUDA_MODE_STAMP)
+
+ifeq ($(CUDA),1)
+comma := ,
+CUDA_SRCS := $(sort $(wildcard src/backend/cuda/*.cpp))
+CUDA_OBJS := $(CUDA_SRCS:%.cpp=$(BUILD)/obj/%.o)
+CXXFLAGS += -DPPTRAIN_WITH_CUDA -I$(CUDA_HOME)/include $(if $(filter-out $(CUDA_HOME),$(NCCL_HOME)),-I$(NCCL_HOME)/include)
+CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 $(if $(NCCL_LIBDIR),-L$(NCCL_LIBDIR) -Wl$(comma)-rpath$(comma)$(NCCL_LIBDIR)) \
+                -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublasLt -lcublas -lcudart
+$(BUILD)/pptrain: $(CUDA_OBJS) $(CUDA_KERNEL_NVCC_OBJS)
+$(BUILD)/pptrain: LDLIBS := $(LIB) $(LDLIBS) $(CUDA_LDLIBS)
+endif

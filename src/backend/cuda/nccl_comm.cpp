@@ -1,0 +1,133 @@
+#include "backend/cuda/nccl_comm.h"
+
+#include <string>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_ops.h"
+#include "core/error.h"
+#include "parallel/grid.h"
+#include "runtime/parallel_context.h"
+
+namespace pptrain::cuda {
+namespace {
+
+// A posted ncclSend/ncclRecv: complete when `done` (recorded on its comm stream) is.
+class NcclRequest final : public Request {
+ public:
+  explicit NcclRequest(std::unique_ptr<Event> done) : done_(std::move(done)) {}
+  void wait() override { PPTRAIN_CUDA_CHECK(cudaEventSynchronize(done_->get())); }
+  bool test() override {
+    cudaError_t err = cudaEventQuery(done_->get());
+    if (err == cudaErrorNotReady) return false;
+    PPTRAIN_CUDA_CHECK(err);
+    return true;
+  }
+
+ private:
+  std::unique_ptr<Event> done_;
+};
+
+ncclRedOp_t to_nccl(ReduceOp op) { return op == ReduceOp::Sum ? ncclSum : ncclMax; }
+
+}  // namespace
+
+Event::Event() { PPTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
+Event::~Event() { (void)cudaEventDestroy(event_); }
+
+void NcclComm::check(ncclResult_t result, const char* call) const {
+  if (result == ncclSuccess) return;
+  fail(call, " failed on ", where(), " in group ", group_.where(), ": ", ncclGetErrorString(result));
+}
+
+NcclComm::NcclComm(MpiComm& group, cudaStream_t compute_stream) : group_(group), compute_(compute_stream) {
+  ncclUniqueId id{};
+  if (group_.rank() == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  group_.broadcast(&id, sizeof id, 0);  // MPI bootstraps NCCL
+  check(ncclCommInitRank(&comm_, group_.size(), id, group_.rank()), "ncclCommInitRank");
+  PPTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&send_stream_, cudaStreamNonBlocking));
+  PPTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&recv_stream_, cudaStreamNonBlocking));
+}
+
+NcclComm::~NcclComm() {
+  // Let queued transfers finish before the communicator and its streams go.
+  if (send_stream_) (void)cudaStreamSynchronize(send_stream_);
+  if (recv_stream_) (void)cudaStreamSynchronize(recv_stream_);
+  if (comm_) (void)ncclCommDestroy(comm_);
+  if (send_stream_) (void)cudaStreamDestroy(send_stream_);
+  if (recv_stream_) (void)cudaStreamDestroy(recv_stream_);
+}
+
+void NcclComm::allreduce(float* data, size_t n, ReduceOp op) {
+  if (n == 0 || size() == 1) return;
+  check(ncclAllReduce(data, data, n, ncclFloat, to_nccl(op), comm_, compute_), "ncclAllReduce");
+}
+
+void NcclComm::allreduce(double* data, size_t n, ReduceOp op) {
+  PPTRAIN_CUDA_CHECK(cudaStreamSynchronize(compute_));
+  group_.allreduce(data, n, op);
+}
+
+void NcclComm::broadcast(void* data, size_t bytes, int root) {
+  PPTRAIN_CUDA_CHECK(cudaStreamSynchronize(compute_));
+  group_.broadcast(data, bytes, root);
+}
+
+void NcclComm::barrier() {
+  PPTRAIN_CUDA_CHECK(cudaStreamSynchronize(compute_));
+  group_.barrier();
+}
+
+std::unique_ptr<Request> NcclComm::post(float* data, size_t n, int peer, bool is_send) {
+  if (peer < 0 || peer >= size() || peer == rank())
+    fail(is_send ? "isend" : "irecv", " on ", group_.where(), ": peer ", peer, " is not another rank of the group");
+  cudaStream_t stream = is_send ? send_stream_ : recv_stream_;
+  // The transfer starts once the compute stream has produced (send) or released (recv)
+  // the buffer.
+  PPTRAIN_CUDA_CHECK(cudaEventRecord(compute_ready_.get(), compute_));
+  PPTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream, compute_ready_.get(), 0));
+  check(ncclGroupStart(), "ncclGroupStart");
+  ncclResult_t result = is_send ? ncclSend(data, n, ncclFloat, peer, comm_, stream)
+                                : ncclRecv(data, n, ncclFloat, peer, comm_, stream);
+  ncclResult_t end = ncclGroupEnd();
+  check(result, is_send ? "ncclSend" : "ncclRecv");
+  check(end, "ncclGroupEnd");
+  auto done = std::make_unique<Event>();
+  PPTRAIN_CUDA_CHECK(cudaEventRecord(done->get(), stream));
+  return std::make_unique<NcclRequest>(std::move(done));
+}
+
+std::unique_ptr<Request> NcclComm::isend(const float* data, size_t n, int peer, int tag) {
+  return post(const_cast<float*>(data), n, peer, true);
+}
+std::unique_ptr<Request> NcclComm::irecv(float* data, size_t n, int peer, int tag) {
+  return post(data, n, peer, false);
+}
+
+}  // namespace pptrain::cuda
+
+namespace pptrain {
+
+struct NcclGroups::Comms {
+  std::unique_ptr<cuda::NcclComm> pp, tp, dp, embedding;
+};
+
+NcclGroups::NcclGroups(Grid& grid, Ops& ops, ParallelContext& par) : comms_(std::make_unique<Comms>()) {
+  auto* cuda_ops = dynamic_cast<cuda::CudaOps*>(&ops);
+  if (!cuda_ops) fail("NCCL needs the cuda backend, got backend '", ops.name(), "'");
+  const cudaStream_t stream = cuda_ops->compute_stream();
+  // Every rank creates its groups in the same order, so the collective inits cannot cross.
+  auto make = [&](MpiComm& group, std::unique_ptr<cuda::NcclComm>& slot, Communicator*& use) {
+    if (group.size() < 2) return;  // a group of one communicates nothing
+    slot = std::make_unique<cuda::NcclComm>(group, stream);
+    use = slot.get();
+  };
+  make(grid.pp_comm(), comms_->pp, par.pp_comm);
+  make(grid.tp_comm(), comms_->tp, par.tp_comm);
+  make(grid.dp_comm(), comms_->dp, par.dp_comm);
+  make(grid.embedding_comm(), comms_->embedding, par.embedding_comm);
+}
+
+NcclGroups::~NcclGroups() = default;
+
+}  // namespace pptrain

@@ -1,0 +1,75 @@
+// NcclComm: the Communicator over NCCL for `device: cuda` (real CUDA build only; NCCL
+// cannot be emulated, so the emulated build keeps MpiComm).
+//
+// One ncclComm_t per group, bootstrapped over the matching MPI communicator: group rank 0
+// creates the ncclUniqueId and broadcasts it with MPI, then every member calls
+// ncclCommInitRank. Which memory each call takes:
+//  - allreduce(float*): device memory, on the compute stream, so it is ordered with the
+//    kernels that produce and consume the tensor (TP activations, DP/embedding gradients).
+//  - allreduce(double*), broadcast, barrier: host memory (losses, norms, checkpoint
+//    metadata), carried by the MPI group; allreduce(double*) first waits for the compute
+//    stream so a value computed there is final.
+//  - isend/irecv: device memory, on two communication streams (one for sends, one for
+//    receives, so a send and a receive between the same two ranks never wait for each
+//    other), each ncclSend/ncclRecv inside ncclGroupStart/End. The comm stream first waits
+//    for the compute stream (an event), so a send reads the finished activation and a
+//    receive does not overwrite a buffer still in use. Request::wait() blocks the host on
+//    the transfer's event (as MPI_Wait does), so afterwards received data is in place and
+//    a sent buffer may be reused; Request::test() polls the event. Compute keeps running
+//    while transfers are in flight.
+// NCCL matches point-to-point messages by order per pair of ranks, not by tag: both sides
+// must post a pair's messages in the same order. Tags are accepted and ignored.
+#pragma once
+#include <nccl.h>
+
+#include <memory>
+
+#include "backend/cuda/cuda_api.h"
+#include "core/communicator.h"
+#include "parallel/mpi_comm.h"
+
+namespace pptrain::cuda {
+
+// An owned cudaEvent_t (timing disabled: used for ordering only).
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+class NcclComm final : public Communicator {
+ public:
+  // Collective over `group` (which must outlive this object). `compute_stream` is the
+  // stream of the CudaOps whose tensors this communicator moves.
+  NcclComm(MpiComm& group, cudaStream_t compute_stream);
+  ~NcclComm() override;
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  int rank() const override { return group_.rank(); }
+  int size() const override { return group_.size(); }
+  void allreduce(float* data, size_t n, ReduceOp op) override;   // device data[n], in place
+  void allreduce(double* data, size_t n, ReduceOp op) override;  // host data[n], in place
+  void broadcast(void* data, size_t bytes, int root) override;   // host data[bytes]
+  void barrier() override;
+  std::unique_ptr<Request> isend(const float* data, size_t n, int peer, int tag) override;
+  std::unique_ptr<Request> irecv(float* data, size_t n, int peer, int tag) override;
+
+ private:
+  std::unique_ptr<Request> post(float* data, size_t n, int peer, bool is_send);
+  void check(ncclResult_t result, const char* call) const;
+
+  MpiComm& group_;
+  cudaStream_t compute_;
+  cudaStream_t send_stream_ = nullptr, recv_stream_ = nullptr;
+  Event compute_ready_;  // recorded on the compute stream before each p2p
+  ncclComm_t comm_ = nullptr;
+};
+
+}  // namespace pptrain::cuda

@@ -1,0 +1,397 @@
+// The cuda backend's host code (CudaOps: caching allocator, cuBLAS GEMM mapping, kernel
+// launches, workspaces) run end to end on the CPU: the CUDA runtime and cuBLAS are the
+// shims of src/backend/cuda/emu (cuBLAS -> OpenBLAS column-major), the kernels run under
+// the SIMT emulator in both fiber orders. Every Ops method is compared with the cpu
+// backend on odd shapes (fp32, 1e-5 relative to the tensor's largest element), and so are
+// the loss and every parameter gradient of one forward/dgrad/wgrad step of a whole model.
+#define PPTRAIN_EMULATED 1  // this binary links the emulated cuda backend
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/ops.h"
+#include "core/communicator.h"
+#include "core/error.h"
+#include "emu/emu.h"
+#include "model/stage.h"
+#include "test_cpu_ops_util.h"
+
+using namespace pptrain;
+using pptrain::testing::normalized_error;
+using pptrain::testing::random_floats;
+using pptrain::testing::random_ints;
+
+namespace {
+
+constexpr double kTolerance = 1e-5;
+constexpr emu::Order kOrders[] = {emu::Order::forward, emu::Order::reverse};
+
+// One backend and the host copies of the tensors it works on. Each named tensor lives in
+// that backend's memory; results are read back by name.
+class BackendRun {
+ public:
+  explicit BackendRun(Ops& ops) : ops_(ops) {}
+  ~BackendRun() {
+    for (auto& [name, p] : ptr_) ops_.release(p);
+  }
+  template <typename T>
+  T* put(const std::string& name, const std::vector<T>& host) {
+    void* p = ops_.allocate(host.size() * sizeof(T));
+    ops_.copy_to_device(p, host.data(), host.size() * sizeof(T));
+    ptr_[name] = p;
+    bytes_[name] = host.size() * sizeof(T);
+    return static_cast<T*>(p);
+  }
+  float* zeros(const std::string& name, size_t n) { return put(name, std::vector<float>(n, 0.0f)); }
+  float* f(const std::string& name) { return static_cast<float*>(ptr_.at(name)); }
+  std::vector<float> get(const std::string& name) {
+    std::vector<float> v(bytes_.at(name) / sizeof(float));
+    ops_.copy_to_host(v.data(), ptr_.at(name), bytes_.at(name));
+    return v;
+  }
+  Ops& ops() { return ops_; }
+
+ private:
+  Ops& ops_;
+  std::map<std::string, void*> ptr_;
+  std::map<std::string, size_t> bytes_;
+};
+
+// Runs `body` on the cpu backend and on CudaOps in both fiber orders, and compares every
+// named output. `body` builds its inputs with BackendRun::put (identical host data on each
+// backend) and may return a scalar that is compared too. `kernels`: whether the body
+// launches kernels (not only copies and GEMMs), which is then checked.
+void compare(const std::vector<std::string>& outputs, const std::function<double(BackendRun&)>& body,
+             bool kernels = true) {
+  auto cpu_ops = make_cpu_ops();
+  BackendRun cpu(*cpu_ops);
+  const double cpu_scalar = body(cpu);
+  for (emu::Order order : kOrders) {
+    SCOPED_TRACE(order == emu::Order::forward ? "fiber order forward" : "fiber order reverse");
+    auto cuda_ops = make_cuda_ops(0);
+    static_cast<cuda::CudaOps&>(*cuda_ops).compute_stream()->order = order;
+    BackendRun gpu(*cuda_ops);
+    const double gpu_scalar = body(gpu);
+    EXPECT_NEAR(gpu_scalar, cpu_scalar, kTolerance * std::fabs(cpu_scalar) + 1e-12);
+    for (const std::string& name : outputs) {
+      std::vector<float> want = cpu.get(name), got = gpu.get(name);
+      double err = normalized_error(got, want);
+      EXPECT_LE(err, kTolerance) << name;
+      if (::testing::Test::HasFailure()) return;
+    }
+    if (kernels) {
+      EXPECT_GT(static_cast<cuda::CudaOps&>(*cuda_ops).compute_stream()->launches, 0);
+    }
+  }
+}
+
+}  // namespace
+
+// ---- memory ----------------------------------------------------------------------------------
+
+TEST(CudaBackendMemory, AllocateIsZeroFilledAndReusesReleasedBlocks) {
+  auto ops = make_cuda_ops(0);
+  auto& cuda_ops = static_cast<cuda::CudaOps&>(*ops);
+  std::vector<float> ones(1000, 1.0f);
+  void* a = ops->allocate(ones.size() * sizeof(float));
+  ops->copy_to_device(a, ones.data(), ones.size() * sizeof(float));
+  ops->release(a);
+  const size_t mallocs = cuda_ops.allocator().device_allocations();
+  // Same size class (1000 and 900 floats round to the same bucket): the dirty block comes
+  // back, zero-filled.
+  void* b = ops->allocate(900 * sizeof(float));
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(cuda_ops.allocator().device_allocations(), mallocs);
+  std::vector<float> back(900, -1.0f);
+  ops->copy_to_host(back.data(), b, back.size() * sizeof(float));
+  for (float x : back) ASSERT_EQ(x, 0.0f);
+  // A live block is never handed out twice.
+  void* c = ops->allocate(900 * sizeof(float));
+  EXPECT_NE(c, b);
+  ops->release(b);
+  ops->release(c);
+  EXPECT_EQ(cuda_ops.allocator().bytes_in_use(), 0u);
+  EXPECT_EQ(ops->allocate(0), nullptr);
+}
+
+TEST(CudaBackendMemory, BucketSizesWasteAtMostAQuarter) {
+  for (size_t bytes : {size_t(1), size_t(512), size_t(513), size_t(4000), size_t(1) << 20, (size_t(1) << 20) + 1,
+                       size_t(123456789)}) {
+    size_t b = cuda::CachingAllocator::bucket_size(bytes);
+    EXPECT_GE(b, bytes);
+    EXPECT_LE(b, std::max<size_t>(512, bytes + bytes / 4)) << bytes;
+    EXPECT_EQ(cuda::CachingAllocator::bucket_size(b), b) << "bucket sizes are fixed points";
+  }
+}
+
+TEST(CudaBackendMemory, OutOfMemoryNamesCallRankAndDevice) {
+  auto ops = make_cuda_ops(0);
+  try {
+    ops->allocate(size_t(1) << 62);
+    FAIL() << "an impossible allocation succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cudaMalloc failed on rank 0, device 0: out of memory"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(CudaBackendMemory, CopyAndZero) {
+  compare({"dst", "z"}, [](BackendRun& r) {
+    auto src = random_floats(37, 1);
+    r.put("src", src);
+    r.zeros("dst", 37);
+    r.ops().copy(r.f("dst"), r.f("src"), 37 * sizeof(float));
+    r.put("z", src);
+    r.ops().zero(r.f("z") + 5, 20 * sizeof(float));
+    r.ops().synchronize();
+    return 0.0;
+  }, false);
+}
+
+// ---- linear ----------------------------------------------------------------------------------
+
+TEST(CudaBackendOps, LinearForwardDgradWgrad) {
+  const int n = 7, in = 13, out = 9;
+  for (bool bias : {true, false}) {
+    SCOPED_TRACE(bias ? "with bias" : "without bias");
+    compare({"y", "dx", "dx_acc", "dw", "db"}, [&](BackendRun& r) {
+      r.put("x", random_floats(size_t(n) * in, 1));
+      r.put("w", random_floats(size_t(out) * in, 2));
+      r.put("b", random_floats(out, 3));
+      r.put("dy", random_floats(size_t(n) * out, 4));
+      r.zeros("y", size_t(n) * out);
+      r.zeros("dx", size_t(n) * in);
+      r.put("dx_acc", random_floats(size_t(n) * in, 5));
+      r.put("dw", random_floats(size_t(out) * in, 6));  // gradients accumulate (+=)
+      r.put("db", random_floats(out, 7));
+      r.ops().linear_forward(r.f("y"), r.f("x"), r.f("w"), bias ? r.f("b") : nullptr, n, in, out);
+      r.ops().linear_backward_input(r.f("dx"), r.f("dy"), r.f("w"), n, in, out, false);
+      r.ops().linear_backward_input(r.f("dx_acc"), r.f("dy"), r.f("w"), n, in, out, true);
+      r.ops().linear_backward_weight(r.f("dw"), bias ? r.f("db") : nullptr, r.f("dy"), r.f("x"), n, in, out);
+      return 0.0;
+    }, bias);  // without a bias every op is a GEMM
+  }
+}
+
+TEST(CudaBackendOps, LinearWgradOverManyRows) {
+  // More rows than one column-sum chunk (64): the bias gradient's two-stage reduction.
+  const int n = 150, in = 5, out = 33;
+  compare({"dw", "db"}, [&](BackendRun& r) {
+    r.put("x", random_floats(size_t(n) * in, 11));
+    r.put("dy", random_floats(size_t(n) * out, 12));
+    r.zeros("dw", size_t(out) * in);
+    r.zeros("db", out);
+    r.ops().linear_backward_weight(r.f("dw"), r.f("db"), r.f("dy"), r.f("x"), n, in, out);
+    return 0.0;
+  });
+}
+
+// ---- layernorm, GELU, elementwise ---------------------------------------------------------
+
+TEST(CudaBackendOps, Layernorm) {
+  const int n = 11, c = 19;
+  compare({"y", "mean", "rstd", "dx", "dx_acc", "dg", "db"}, [&](BackendRun& r) {
+    r.put("x", random_floats(size_t(n) * c, 21, -2.0f, 3.0f));
+    r.put("g", random_floats(c, 22));
+    r.put("b", random_floats(c, 23));
+    r.put("dy", random_floats(size_t(n) * c, 24));
+    r.zeros("y", size_t(n) * c);
+    r.zeros("mean", n);
+    r.zeros("rstd", n);
+    r.zeros("dx", size_t(n) * c);
+    r.put("dx_acc", random_floats(size_t(n) * c, 25));
+    r.put("dg", random_floats(c, 26));
+    r.put("db", random_floats(c, 27));
+    r.ops().layernorm_forward(r.f("y"), r.f("mean"), r.f("rstd"), r.f("x"), r.f("g"), r.f("b"), n, c);
+    r.ops().layernorm_backward_input(r.f("dx"), r.f("dy"), r.f("x"), r.f("mean"), r.f("rstd"), r.f("g"), n, c,
+                                     false);
+    r.ops().layernorm_backward_input(r.f("dx_acc"), r.f("dy"), r.f("x"), r.f("mean"), r.f("rstd"), r.f("g"), n,
+                                     c, true);
+    r.ops().layernorm_backward_weight(r.f("dg"), r.f("db"), r.f("dy"), r.f("x"), r.f("mean"), r.f("rstd"), n, c);
+    return 0.0;
+  });
+}
+
+TEST(CudaBackendOps, GeluAndElementwise) {
+  const size_t n = 1029;  // not a multiple of the 4-float pack
+  const int rows = 7, cols = 147;
+  compare({"gelu", "dgelu", "sum", "alias", "acc", "scaled", "biased"}, [&](BackendRun& r) {
+    r.put("x", random_floats(n, 31, -4.0f, 4.0f));
+    r.put("a", random_floats(n, 32));
+    r.put("dy", random_floats(n, 33));
+    r.zeros("gelu", n);
+    r.zeros("dgelu", n);
+    r.zeros("sum", n);
+    r.put("alias", random_floats(n, 34));
+    r.put("acc", random_floats(n, 35));
+    r.put("scaled", random_floats(n, 36));
+    r.put("biased", random_floats(size_t(rows) * cols, 37));
+    r.put("bias", random_floats(cols, 38));
+    r.ops().gelu_forward(r.f("gelu"), r.f("x"), n);
+    r.ops().gelu_backward(r.f("dgelu"), r.f("dy"), r.f("x"), n);
+    r.ops().add(r.f("sum"), r.f("x"), r.f("a"), n);
+    r.ops().add(r.f("alias"), r.f("alias"), r.f("a"), n);
+    r.ops().accumulate(r.f("acc"), r.f("x"), n);
+    r.ops().scale(r.f("scaled"), -0.37f, n);
+    r.ops().add_bias(r.f("biased"), r.f("bias"), rows, cols);
+    return 0.0;
+  });
+}
+
+// ---- embedding -------------------------------------------------------------------------------
+
+TEST(CudaBackendOps, EmbeddingOfAVocabularyShard) {
+  const int t = 5, n = 3 * t, c = 13, v0 = 3, vl = 6;  // shard: tokens 3..8 of 0..10
+  for (bool positions : {true, false}) {
+    SCOPED_TRACE(positions ? "token + position" : "token only");
+    compare({"y", "dwte", "dwpe"}, [&](BackendRun& r) {
+      r.put("tokens", random_ints(n, 41, 0, 10));
+      r.put("wte", random_floats(size_t(vl) * c, 42));
+      r.put("wpe", random_floats(size_t(t) * c, 43));
+      r.put("dy", random_floats(size_t(n) * c, 44));
+      r.zeros("y", size_t(n) * c);
+      r.put("dwte", random_floats(size_t(vl) * c, 45));
+      r.put("dwpe", random_floats(size_t(t) * c, 46));
+      auto* tokens = static_cast<const int32_t*>(static_cast<void*>(r.f("tokens")));
+      r.ops().embedding_forward(r.f("y"), tokens, r.f("wte"), positions ? r.f("wpe") : nullptr, n, t, c, v0, vl);
+      r.ops().embedding_backward_weight(r.f("dwte"), positions ? r.f("dwpe") : nullptr, r.f("dy"), tokens, n, t,
+                                        c, v0, vl);
+      return 0.0;
+    });
+  }
+}
+
+// ---- attention -------------------------------------------------------------------------------
+
+TEST(CudaBackendOps, AttentionForwardAndDgrad) {
+  struct Shape { int b, t, nh, hd; };
+  for (Shape s : {Shape{2, 5, 3, 4}, Shape{1, 7, 2, 5}, Shape{3, 1, 1, 3}}) {
+    SCOPED_TRACE(::testing::Message() << "b=" << s.b << " t=" << s.t << " nh=" << s.nh << " hd=" << s.hd);
+    const size_t e = size_t(s.b) * s.t * s.nh * s.hd;
+    compare({"out", "probs", "dqkv"}, [&](BackendRun& r) {
+      r.put("qkv", random_floats(3 * e, 51, -1.5f, 1.5f));
+      r.put("dout", random_floats(e, 52));
+      r.zeros("out", e);
+      r.zeros("probs", size_t(s.b) * s.nh * s.t * s.t);
+      r.put("dqkv", random_floats(3 * e, 53));  // overwritten, not accumulated
+      r.ops().attention_forward(r.f("out"), r.f("probs"), r.f("qkv"), s.b, s.t, s.nh, s.hd);
+      r.ops().attention_backward_input(r.f("dqkv"), r.f("dout"), r.f("qkv"), r.f("probs"), s.b, s.t, s.nh, s.hd);
+      return 0.0;
+    });
+  }
+}
+
+// ---- cross-entropy ---------------------------------------------------------------------------
+
+TEST(CudaBackendOps, VocabParallelCrossEntropyWithPadding) {
+  const int n = 9, vl = 7, valid = 5, v0 = 14;  // last shard of vocab 19 padded to 21
+  compare({"rmax", "sumexp", "target_logit", "dlogits"}, [&](BackendRun& r) {
+    r.put("logits", random_floats(size_t(n) * vl, 61, -3.0f, 3.0f));
+    r.put("targets", random_ints(n, 62, 10, 18));  // some in this shard, some not
+    r.zeros("rmax", n);
+    r.zeros("sumexp", n);
+    r.zeros("target_logit", n);
+    r.zeros("dlogits", size_t(n) * vl);
+    auto* targets = static_cast<const int32_t*>(static_cast<void*>(r.f("targets")));
+    r.ops().ce_row_max(r.f("rmax"), r.f("logits"), n, vl, valid);
+    r.ops().ce_sumexp_target(r.f("sumexp"), r.f("target_logit"), r.f("logits"), r.f("rmax"), targets, n, vl,
+                             valid, v0);
+    double loss = r.ops().ce_loss_sum(r.f("rmax"), r.f("sumexp"), r.f("target_logit"), n);
+    r.ops().ce_backward(r.f("dlogits"), r.f("logits"), r.f("rmax"), r.f("sumexp"), targets, n, vl, valid, v0,
+                        1.0f / n);
+    return loss;
+  });
+}
+
+// ---- optimizer -------------------------------------------------------------------------------
+
+TEST(CudaBackendOps, AdamWAndSumSquares) {
+  const size_t n = 2053;
+  compare({"p", "m", "v"}, [&](BackendRun& r) {
+    r.put("p", random_floats(n, 71));
+    r.put("g", random_floats(n, 72));
+    r.put("m", random_floats(n, 73, -0.1f, 0.1f));
+    r.put("v", random_floats(n, 74, 0.0f, 0.01f));
+    r.ops().adamw(r.f("p"), r.f("g"), r.f("m"), r.f("v"), n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+    return r.ops().sum_squares(r.f("g"), n) + 1e3 * r.ops().sum_squares(r.f("p"), 17);
+  });
+}
+
+// ---- the whole model -----------------------------------------------------------------------
+
+namespace {
+
+struct TinyModel {
+  std::unique_ptr<Ops> ops;
+  LocalComm tp;
+  ModelDims dims;
+  std::unique_ptr<ParamStore> params;
+  std::unique_ptr<Stage> stage;
+  Buffer<int32_t> tokens, targets;
+
+  TinyModel(std::unique_ptr<Ops> backend, const ModelConfig& m, int batch) : ops(std::move(backend)) {
+    dims = ModelDims::from(m, batch, 1, 0);
+    params = std::make_unique<ParamStore>(*ops, 1, 0, 7);
+    stage = std::make_unique<Stage>(*params, dims, StageSpec{0, 0, m.n_layer, true, true}, tp);
+    stage->set_loss_scale(1.0f / float(dims.rows()));
+    tokens = Buffer<int32_t>(*ops, dims.rows());
+    targets = Buffer<int32_t>(*ops, dims.rows());
+  }
+};
+
+}  // namespace
+
+TEST(CudaBackendModel, OneStepLossAndEveryGradientEqualTheCpuBackend) {
+  ModelConfig m;
+  m.n_layer = 2;
+  m.n_head = 2;
+  m.d_model = 16;
+  m.seq_len = 5;
+  m.vocab_size = 11;
+  const int batch = 2;
+  TinyModel cpu(make_cpu_ops(), m, batch), gpu(make_cuda_ops(0), m, batch);
+  const int n = cpu.dims.rows();
+  auto tok = random_ints(n, 81, 0, 10), tgt = random_ints(n, 82, 0, 10);
+  double loss[2];
+  TinyModel* models[2] = {&cpu, &gpu};
+  for (int i = 0; i < 2; ++i) {
+    TinyModel& model = *models[i];
+    // Generic parameters (the GPT-2 init has zero biases and unit gains, hiding bugs).
+    uint32_t seed = 3;
+    for (auto& [name, p] : model.params->all()) {
+      auto v = p->value.to_host();
+      auto noise = random_floats(v.size(), seed++, -0.5f, 0.5f);
+      for (size_t k = 0; k < v.size(); ++k) v[k] += noise[k];
+      p->value.upload(v.data());
+    }
+    model.tokens.upload(tok.data());
+    model.targets.upload(tgt.data());
+    model.params->zero_grads();
+    model.stage->forward(0, {model.tokens.data(), model.targets.data()});
+    loss[i] = model.stage->loss_sum(0) / n;
+    model.stage->backward_input(0);
+    model.stage->backward_weight(0);
+    model.ops->synchronize();
+  }
+  EXPECT_NEAR(loss[1], loss[0], kTolerance * std::fabs(loss[0]));
+  ASSERT_EQ(gpu.params->all().size(), cpu.params->all().size());
+  int compared = 0;
+  for (auto& [name, p] : cpu.params->all()) {
+    Param* q = gpu.params->find(name);
+    ASSERT_NE(q, nullptr) << name;
+    auto want = p->grad.to_host(), got = q->grad.to_host();
+    double scale = 0;
+    for (float g : want) scale = std::max(scale, double(std::fabs(g)));
+    EXPECT_GT(scale, 0.0) << name << " has an all-zero gradient";
+    EXPECT_LE(normalized_error(got, want), kTolerance) << name;
+    ++compared;
+  }
+  EXPECT_GE(compared, 2 * 12 + 4);  // 12 tensors per block, embeddings, final layernorm
+}
