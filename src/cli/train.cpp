@@ -12,11 +12,9 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "parallel/grid.h"
 #include "parallel/mpi_session.h"
 #include "partition/partition.h"
-#include "pipeline/ir.h"
-#include "runtime/parallel_context.h"
+#include "runtime/job_layout.h"
 #include "train/metrics.h"
 #include "train/param_dump.h"
 #include "train/sample.h"
@@ -101,24 +99,13 @@ void write_trace(const std::string& path, const std::string& events, Communicato
 int cmd_train(const Args& raw_args, MpiSession& mpi) {
   const TrainArgs args = parse_args(raw_args);
   const Config cfg = load_config(args.config, args.overrides);
-  if (cfg.world_size() != mpi.world_size())
-    fail(cfg.source, ": parallel.dp x pp x tp = ", cfg.parallel.dp, " x ", cfg.parallel.pp, " x ",
-         cfg.parallel.tp, " = ", cfg.world_size(), " ranks, but the job has ", mpi.world_size(),
-         " (rank ", mpi.rank(), ")");
-  const pipeline::Schedule schedule = build_schedule(cfg);
-  std::vector<int> embedding_ranks = {
-      pipeline::rank_of_stage(schedule.placement, 0, cfg.parallel.pp),
-      pipeline::rank_of_stage(schedule.placement, cfg.total_stages() - 1, cfg.parallel.pp)};
-  MpiComm world = MpiComm::world();
-  Grid grid(world, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.tp, embedding_ranks);
-  ParallelContext par{grid.dp_size(), grid.pp_size(), grid.tp_size(), grid.dp_idx(), grid.pp_idx(),
-                      grid.tp_idx(), &grid.pp_comm(), &grid.tp_comm(), &grid.dp_comm(),
-                      &grid.embedding_comm(), &world};
+  JobLayout layout(cfg);
+  ParallelContext& par = layout.parallel();
   auto ops = make_ops(cfg);
 #if defined(PPTRAIN_WITH_CUDA) && !defined(PPTRAIN_EMULATED)
   // On GPUs the pp, tp, dp and embedding groups talk over NCCL (MPI stays the bootstrap).
   std::optional<NcclGroups> nccl;
-  if (cfg.device == "cuda") nccl.emplace(grid, *ops, par);
+  if (cfg.device == "cuda") nccl.emplace(layout.grid(), *ops, par);
 #endif
   Trainer trainer(cfg, par, *ops);
   CheckpointManager checkpoints(cfg, par);
@@ -167,7 +154,7 @@ int cmd_train(const Args& raw_args, MpiSession& mpi) {
     }
     checkpoints.after_step(trainer, r.step == cfg.training.steps);
   }
-  if (!cfg.logging.trace.empty()) write_trace(cfg.logging.trace, trace_events, world);
+  if (!cfg.logging.trace.empty()) write_trace(cfg.logging.trace, trace_events, layout.world());
   if (cfg.logging.sample_tokens > 0 && cfg.model.vocab_size == 256) {
     std::string text = generate_sample(trainer, cfg.logging.sample_tokens);
     if (rank0 && !text.empty()) log::info("sample:\n", text);

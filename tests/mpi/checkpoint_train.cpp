@@ -20,7 +20,7 @@
 #include "checkpoint/checkpoint_manager.h"
 #include "core/config.h"
 #include "mpi/mpi_program.h"
-#include "parallel/grid.h"
+#include "runtime/job_layout.h"
 #include "pipeline/ir.h"
 #include "train/param_dump.h"
 #include "train/trainer.h"
@@ -41,16 +41,8 @@ void train_with_checkpoints(MpiSession& mpi, const std::vector<std::string>& arg
     else overrides.push_back(args[i]);
   }
   const Config cfg = load_config(config, overrides);
-  if (cfg.world_size() != mpi.world_size()) fail("checkpoint_train: the config needs ", cfg.world_size(), " ranks");
-  const pipeline::Schedule schedule = build_schedule(cfg);
-  std::vector<int> embedding_ranks = {
-      pipeline::rank_of_stage(schedule.placement, 0, cfg.parallel.pp),
-      pipeline::rank_of_stage(schedule.placement, cfg.total_stages() - 1, cfg.parallel.pp)};
-  MpiComm world = MpiComm::world();
-  Grid grid(world, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.tp, embedding_ranks);
-  ParallelContext par{grid.dp_size(), grid.pp_size(), grid.tp_size(), grid.dp_idx(), grid.pp_idx(),
-                      grid.tp_idx(), &grid.pp_comm(), &grid.tp_comm(), &grid.dp_comm(),
-                      &grid.embedding_comm(), &world};
+  JobLayout layout(cfg);
+  ParallelContext& par = layout.parallel();
   auto ops = make_cpu_ops();
   Trainer trainer(cfg, par, *ops);
   CheckpointManager checkpoints(cfg, par);
