@@ -35,8 +35,7 @@ class CheckpointTrain : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    auto r = run_command(pptrain_bin() + " prepare-data --markov --order 1 --vocab 19 --tokens 20000 --seed 5 --out " +
-                         dir_->file("data"));
+    auto r = prepare_markov_corpus(dir_->file("data"), 19, 20000, 5);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     // 4 blocks: pp=4 and pp=2 with 2 stages per rank have a block per stage. Vocab 19 is
     // padded to 20 under tp=2. Warmup and a cosine decay make the LR depend on the step.

@@ -41,8 +41,7 @@ GlobalDump run_step(const TempDir& dir, const std::string& bin, const std::strin
 TEST(CudaBackendTrain, ZeroBubbleVPipelineStepEqualsTheCpuBackend) {
   ASSERT_TRUE(fs::exists(pptrain_emu_bin())) << pptrain_emu_bin() << " not built";
   TempDir dir;
-  auto r = run_command(pptrain_bin() + " prepare-data --markov --order 1 --vocab 19 --tokens 4000 --seed 5 --out " +
-                       dir.file("data"));
+  auto r = prepare_markov_corpus(dir.file("data"), 19, 4000, 5);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // 4 blocks: one per stage (2 ranks x 2 stages of the V); grad_clip 0 compares raw gradients.
   write_file(dir.file("model.yaml"),

@@ -22,8 +22,6 @@ struct Layout {
 
 const Layout kLayouts[] = {{"pp2", 2, 1, 1}, {"pp4", 4, 1, 1}, {"tp2", 1, 2, 1},
                            {"pp2tp2", 2, 2, 1}, {"pp2dp2", 2, 1, 2}, {"pp2tp2dp2", 2, 2, 2}};
-const char* kSchedules[] = {"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs",
-                            "zb-h1", "zb-h2", "zbv", "dualpipev"};
 constexpr int kMicrobatches = 8;  // per DP replica; zbv and dualpipev need >= 2·pp
 
 int stages_per_rank(const std::string& schedule) {
@@ -35,8 +33,7 @@ class Equivalence : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    auto r = run_command(pptrain_bin() + " prepare-data --markov --order 1 --vocab 19 --tokens 20000 --seed 5 --out " +
-                         dir_->file("data"));
+    auto r = prepare_markov_corpus(dir_->file("data"), 19, 20000, 5);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     // 8 blocks so pp=4 with 2 stages per rank still has a block per stage; vocab 19 is
     // padded under tp (to 20 for tp=2 and tp=4); grad_clip 0 keeps the comparison direct.

@@ -14,8 +14,7 @@ class ParallelErrors : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    auto r = run_command(pptrain_bin() + " prepare-data --markov --order 1 --vocab 16 --tokens 5000 --out " +
-                         dir_->file("data"));
+    auto r = prepare_markov_corpus(dir_->file("data"), 16, 5000);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     write_file(dir_->file("c.yaml"),
                "model: {n_layer: 4, n_head: 2, d_model: 16, seq_len: 8, vocab_size: 16}\n"

@@ -16,7 +16,7 @@ namespace {
 
 void check_resume(const std::string& layout, int ranks) {
   TempDir dir;
-  auto r = run_command(pptrain_bin() + " prepare-data --markov --order 1 --vocab 19 --tokens 8000 --out " + dir.file("d"));
+  auto r = prepare_markov_corpus(dir.file("d"), 19, 8000);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   write_file(dir.file("c.yaml"),
              "model: {n_layer: 4, n_head: 4, d_model: 16, seq_len: 8, vocab_size: 19}\n"

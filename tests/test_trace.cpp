@@ -11,7 +11,7 @@ using namespace pptrain::testing;
 
 TEST(Trace, ChromeTraceHasATrackPerRankAndEveryAction) {
   TempDir dir;
-  auto r = run_command(pptrain_bin() + " prepare-data --markov --order 1 --vocab 16 --tokens 5000 --out " + dir.file("d"));
+  auto r = prepare_markov_corpus(dir.file("d"), 16, 5000);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   write_file(dir.file("c.yaml"),
              "model: {n_layer: 4, n_head: 2, d_model: 16, seq_len: 8, vocab_size: 16}\n"

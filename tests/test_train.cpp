@@ -27,8 +27,7 @@ std::vector<double> json_values(const std::string& jsonl, const std::string& key
 
 std::string markov_corpus(const TempDir& dir, int order, int vocab, int tokens, double* entropy) {
   std::string out = dir.file("markov");
-  auto r = run_command(pptrain_bin() + " prepare-data --markov --order " + std::to_string(order) + " --vocab " +
-                       std::to_string(vocab) + " --tokens " + std::to_string(tokens) + " --seed 3 --out " + out);
+  auto r = prepare_markov_corpus(out, vocab, tokens, 3, order);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   *entropy = std::stod(read_file(out + "/entropy.txt"));
   return out;

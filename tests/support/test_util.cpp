@@ -16,11 +16,10 @@
 namespace pptrain::testing {
 
 CommandResult run_command(const std::string& command, int timeout_s) {
-  std::string full = "timeout -k 5 " + std::to_string(timeout_s) + " sh -c '" + command + "' 2>&1";
   // single quotes inside the command are escaped for sh -c '...'
   std::string escaped;
   for (char c : command) escaped += (c == '\'') ? std::string("'\\''") : std::string(1, c);
-  full = "timeout -k 5 " + std::to_string(timeout_s) + " sh -c '" + escaped + "' 2>&1";
+  const std::string full = "timeout -k 5 " + std::to_string(timeout_s) + " sh -c '" + escaped + "' 2>&1";
   FILE* pipe = popen(full.c_str(), "r");
   if (!pipe) throw std::runtime_error("popen failed: " + command);
   std::string out;
@@ -40,6 +39,12 @@ std::string pptrain_bin() {
 std::string mpirun(int ranks) {
   return "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
          "mpirun --oversubscribe --bind-to none -np " + std::to_string(ranks) + " ";
+}
+
+CommandResult prepare_markov_corpus(const std::string& dir, int vocab, int tokens, uint64_t seed, int order) {
+  return run_command(pptrain_bin() + " prepare-data --markov --order " + std::to_string(order) + " --vocab " +
+                     std::to_string(vocab) + " --tokens " + std::to_string(tokens) + " --seed " +
+                     std::to_string(seed) + " --out " + dir);
 }
 
 TempDir::TempDir() {

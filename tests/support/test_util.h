@@ -1,6 +1,7 @@
 // Shared test helpers: temporary directories, running the pptrain binary (alone or
 // under mpirun, always with a timeout so a hang fails), numeric comparisons.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,11 @@ std::string pptrain_bin();
 // "mpirun -np N" with the switches that let it run as root and oversubscribed, one
 // OpenMP thread per rank.
 std::string mpirun(int ranks);
+
+// Writes a synthetic corpus from an order-`order` Markov source over `vocab` symbols
+// (train and val shards, entropy.txt) to `dir` with `pptrain prepare-data --markov`.
+CommandResult prepare_markov_corpus(const std::string& dir, int vocab, int tokens, uint64_t seed = 1337,
+                                    int order = 1);
 
 // A fresh directory under /tmp, removed when the object dies.
 class TempDir {
