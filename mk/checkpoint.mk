@@ -3,3 +3,4 @@
 # too (order-only: they are found at run time, not linked).
 $(BUILD)/tests/test_checkpoint: | $(BUILD)/pptrain
 $(BUILD)/tests/test_checkpoint_train: | $(BUILD)/pptrain $(BUILD)/mpi_tests/checkpoint_train
+$(BUILD)/tests/test_llmc_import: | $(BUILD)/pptrain

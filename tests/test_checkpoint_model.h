@@ -1,0 +1,86 @@
+// The tiny single-rank model the checkpoint tests write, read and import into: the whole
+// GPT-2 as one Stage on the cpu backend with its AdamW state.
+#pragma once
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/ops.h"
+#include "core/communicator.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "model/stage.h"
+#include "runtime/parallel_context.h"
+#include "train/adamw.h"
+
+namespace pptrain::testing {
+
+inline ModelConfig tiny_model() {
+  ModelConfig m;
+  m.n_layer = 2;
+  m.n_head = 2;
+  m.d_model = 8;
+  m.seq_len = 5;
+  m.vocab_size = 11;
+  return m;
+}
+
+inline Config tiny_config(const std::string& dir) {
+  Config c;
+  c.model = tiny_model();
+  c.source = "tiny.yaml";
+  c.checkpoint.dir = dir;
+  return c;
+}
+
+// A whole model on one rank with its optimizer, values and moments randomised.
+struct Model {
+  std::unique_ptr<Ops> ops = make_cpu_ops();
+  LocalComm tp;
+  ModelDims dims;
+  std::unique_ptr<ParamStore> params;
+  std::unique_ptr<Stage> stage;
+  std::unique_ptr<AdamW> optimizer;
+
+  Model(const ModelConfig& m, uint64_t seed, int batch = 1) {
+    dims = ModelDims::from(m, batch, 1, 0);
+    params = std::make_unique<ParamStore>(*ops, 1, 0, seed);
+    stage = std::make_unique<Stage>(*params, dims, StageSpec{0, 0, m.n_layer, true, true}, tp);
+    optimizer = std::make_unique<AdamW>(*params, TrainingConfig{});
+  }
+  void randomise(uint32_t seed) {
+    std::mt19937 gen(seed);
+    std::normal_distribution<float> noise(0.0f, 0.5f);
+    for (auto& [name, p] : params->all())
+      for (Buffer<float>* b : {&p->value, &optimizer->m(name), &optimizer->v(name)}) {
+        std::vector<float> v(b->size());
+        for (float& x : v) x = noise(gen);
+        b->upload(v.data());
+      }
+  }
+  // Mean loss of one microbatch (forward only).
+  double loss(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets) {
+    Buffer<int32_t> tok(*ops, tokens.size()), tgt(*ops, targets.size());
+    tok.upload(tokens.data());
+    tgt.upload(targets.data());
+    stage->forward(0, {tok.data(), tgt.data()});
+    double l = stage->loss_sum(0) / dims.rows();
+    stage->discard(0);
+    return l;
+  }
+};
+
+inline ParallelContext single_process() { return ParallelContext{}; }
+
+template <typename Fn>
+inline std::string error_of(Fn fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace pptrain::testing
