@@ -149,6 +149,17 @@ TEST_F(CheckpointFile, InspectPrintsAttributesConfigAndNorms) {
                                                                                                 << r.output;
 }
 
+TEST_F(CheckpointFile, InspectFollowsTheLatestPointerOfADirectory) {
+  for (const std::string& arg : {dir_.file("ck"), dir_.file("ck") + "/latest"}) {
+    CommandResult r = run_command(pptrain_bin() + " inspect " + arg);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("file: " + path_), std::string::npos) << arg << "\n" << r.output;
+  }
+  CommandResult r = run_command(pptrain_bin() + " inspect " + dir_.path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("no latest checkpoint recorded there"), std::string::npos) << r.output;
+}
+
 TEST_F(CheckpointFile, MissingFileIsAClearError) {
   EXPECT_EQ(resume_error(dir_.file("nope.h5")), "checkpoint " + dir_.file("nope.h5") + ": no such file");
 }

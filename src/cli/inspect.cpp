@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "checkpoint/checkpoint_reader.h"
@@ -78,12 +79,26 @@ DatasetSummary summarize(hid_t file, const std::string& path, const std::string&
   return s;
 }
 
+
+// A checkpoint directory or its `latest` pointer stands for the file `latest` names.
+std::string checkpoint_file(const std::string& arg) {
+  namespace fs = std::filesystem;
+  fs::path pointer = fs::is_directory(arg) ? fs::path(arg) / "latest" : fs::path(arg);
+  if (pointer.filename() != "latest") return arg;
+  std::ifstream in(pointer);
+  std::string name;
+  if (!in || !std::getline(in, name) || name.empty())
+    fail("inspect: ", pointer.string(), ": no latest checkpoint recorded there");
+  return (pointer.parent_path() / name).string();
+}
+
 }  // namespace
 
 int cmd_inspect(const Args& args) {
-  if (args.size() != 1 || args[0].rfind("--", 0) == 0) fail("inspect: usage: pptrain inspect FILE.h5");
+  if (args.size() != 1 || args[0].rfind("--", 0) == 0)
+    fail("inspect: usage: pptrain inspect FILE.h5 | CHECKPOINT_DIR");
   if (log::rank() != 0) return 0;
-  const std::string& path = args[0];
+  const std::string path = checkpoint_file(args[0]);
   IoGroup io = IoGroup::single();
   h5::File file = open_checkpoint(path, io);
   h5::QuietHdf5 quiet;
