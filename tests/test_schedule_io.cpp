@@ -3,7 +3,9 @@
 // and the `pptrain schedule` command in every output format.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
+#include <tuple>
 
 #include "core/error.h"
 #include "pipeline/csv.h"
@@ -281,4 +283,37 @@ TEST(ScheduleCommand, BadInputIsOneLineAndANonZeroExit) {
   auto missing = pptrain_schedule("--schedule 1f1b --microbatches 4");
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_TRUE(contains(missing.output, "--pp is required")) << missing.output;
+}
+
+// NCCL matches point-to-point messages between two ranks by the order they are posted
+// (it has no tags), so for every ordered pair of ranks the lowered program must post
+// the receives in the order the sender posts the sends.
+TEST(Lowering, ReceivesArePostedInTheOrderOfTheirSends) {
+  using Message = std::tuple<char, int, int>;  // direction, receiving stage, microbatch
+  int checked = 0;
+  for (const std::string& name : schedule_names()) {
+    std::vector<int> vs = {default_stages_per_rank(name)};
+    if (name == "interleaved-1f1b" || name == "looped-bfs") vs = {2, 3};
+    for (int pp = 2; pp <= 6; ++pp)
+      for (int m : {1, 2, 3, 5, 8, 12})
+        for (int v : vs) {
+          Schedule s;
+          try {
+            s = prepare_schedule(name, pp, m, v);
+          } catch (const Error&) {
+            continue;  // a constraint of this schedule
+          }
+          std::map<std::pair<int, int>, std::vector<Message>> sent, received;  // (from, to)
+          for (int r = 0; r < pp; ++r)
+            for (const Action& a : s.program[r]) {
+              if (a.op == Op::SEND_F) sent[{r, s.rank_of(a.stage + 1)}].push_back({'F', a.stage + 1, a.microbatch});
+              if (a.op == Op::SEND_B) sent[{r, s.rank_of(a.stage - 1)}].push_back({'B', a.stage - 1, a.microbatch});
+              if (a.op == Op::RECV_F) received[{s.rank_of(a.stage - 1), r}].push_back({'F', a.stage, a.microbatch});
+              if (a.op == Op::RECV_B) received[{s.rank_of(a.stage + 1), r}].push_back({'B', a.stage, a.microbatch});
+            }
+          ASSERT_EQ(sent, received) << name << " pp " << pp << " m " << m << " v " << v;
+          ++checked;
+        }
+  }
+  EXPECT_GT(checked, 100);
 }
