@@ -18,42 +18,21 @@ using namespace pptrain::kernels::testing;
 
 namespace {
 
-// Batched GEMMs in double over `batch` matrices; "n" = normal, "t" = transposed operand.
-// c[m,n] = Σ_k a[m,k] b[n,k]
-std::vector<float> matmul_nt(const std::vector<float>& a, const std::vector<float>& b, int batch,
-                             int m, int n, int k) {
+// Batched GEMM in double over `batch` matrices: c[m,n] = Σ_k A[m,k] B[k,n], where A is
+// stored [m,k] (or [k,m] when a_transposed) and B is stored [k,n] (or [n,k] when
+// b_transposed).
+std::vector<float> matmul(const std::vector<float>& a, bool a_transposed, const std::vector<float>& b,
+                          bool b_transposed, int batch, int m, int n, int k) {
   std::vector<float> c(size_t(batch) * m * n);
   for (int z = 0; z < batch; ++z)
     for (int i = 0; i < m; ++i)
       for (int j = 0; j < n; ++j) {
         double s = 0;
-        for (int p = 0; p < k; ++p) s += double(a[(size_t(z) * m + i) * k + p]) * b[(size_t(z) * n + j) * k + p];
-        c[(size_t(z) * m + i) * n + j] = float(s);
-      }
-  return c;
-}
-// c[m,n] = Σ_k a[m,k] b[k,n]
-std::vector<float> matmul_nn(const std::vector<float>& a, const std::vector<float>& b, int batch,
-                             int m, int n, int k) {
-  std::vector<float> c(size_t(batch) * m * n);
-  for (int z = 0; z < batch; ++z)
-    for (int i = 0; i < m; ++i)
-      for (int j = 0; j < n; ++j) {
-        double s = 0;
-        for (int p = 0; p < k; ++p) s += double(a[(size_t(z) * m + i) * k + p]) * b[(size_t(z) * k + p) * n + j];
-        c[(size_t(z) * m + i) * n + j] = float(s);
-      }
-  return c;
-}
-// c[m,n] = Σ_k a[k,m] b[k,n]
-std::vector<float> matmul_tn(const std::vector<float>& a, const std::vector<float>& b, int batch,
-                             int m, int n, int k) {
-  std::vector<float> c(size_t(batch) * m * n);
-  for (int z = 0; z < batch; ++z)
-    for (int i = 0; i < m; ++i)
-      for (int j = 0; j < n; ++j) {
-        double s = 0;
-        for (int p = 0; p < k; ++p) s += double(a[(size_t(z) * k + p) * m + i]) * b[(size_t(z) * k + p) * n + j];
+        for (int p = 0; p < k; ++p) {
+          float x = a_transposed ? a[(size_t(z) * k + p) * m + i] : a[(size_t(z) * m + i) * k + p];
+          float y = b_transposed ? b[(size_t(z) * n + j) * k + p] : b[(size_t(z) * k + p) * n + j];
+          s += double(x) * y;
+        }
         c[(size_t(z) * m + i) * n + j] = float(s);
       }
   return c;
@@ -78,25 +57,25 @@ void check_attention(int b, int t, int nh, int hd) {
     Guarded<float> gqkv(qkv), q{std::vector<float>(head_elems)}, k{std::vector<float>(head_elems)},
         v{std::vector<float>(head_elems)};
     launch_attention_permute<float>(ctx, q.data(), k.data(), v.data(), gqkv.data(), b, t, nh, hd);
-    Guarded<float> scores(matmul_nt(q.values(), k.values(), bh, t, t, hd));
+    Guarded<float> scores(matmul(q.values(), false, k.values(), true, bh, t, t, hd));
     Guarded<float> gprobs{std::vector<float>(score_elems)};
     launch_attention_softmax_forward<float>(ctx, gprobs.data(), scores.data(), bh, t, scale);
     launch_attention_softmax_forward<float>(ctx, scores.data(), scores.data(), bh, t, scale);
-    Guarded<float> y(matmul_nn(gprobs.values(), v.values(), bh, t, hd, t));
+    Guarded<float> y(matmul(gprobs.values(), false, v.values(), false, bh, t, hd, t));
     Guarded<float> gout{std::vector<float>(head_elems)};
     launch_attention_unpermute<float>(ctx, gout.data(), y.data(), b, t, nh, hd);
     // backward
     Guarded<float> gdout(dout), dy{std::vector<float>(head_elems)};
     launch_attention_unpermute_backward<float>(ctx, dy.data(), gdout.data(), b, t, nh, hd);
-    Guarded<float> dprobs(matmul_nt(dy.values(), v.values(), bh, t, t, hd));
-    std::vector<float> dv = matmul_tn(gprobs.values(), dy.values(), bh, t, hd, t);
+    Guarded<float> dprobs(matmul(dy.values(), false, v.values(), true, bh, t, t, hd));
+    std::vector<float> dv = matmul(gprobs.values(), true, dy.values(), false, bh, t, hd, t);
     Guarded<float> dscores{std::vector<float>(score_elems)};
     launch_attention_softmax_backward<float>(ctx, dscores.data(), dprobs.data(), gprobs.data(), bh,
                                              t, scale);
     launch_attention_softmax_backward<float>(ctx, dprobs.data(), dprobs.data(), gprobs.data(), bh,
                                              t, scale);
-    Guarded<float> dq(matmul_nn(dscores.values(), k.values(), bh, t, hd, t));
-    Guarded<float> dk(matmul_tn(dscores.values(), q.values(), bh, t, hd, t));
+    Guarded<float> dq(matmul(dscores.values(), false, k.values(), false, bh, t, hd, t));
+    Guarded<float> dk(matmul(dscores.values(), true, q.values(), false, bh, t, hd, t));
     Guarded<float> gdv(dv), gdqkv(std::vector<float>(3 * head_elems, NAN));
     launch_attention_permute_backward<float>(ctx, gdqkv.data(), dq.data(), dk.data(), gdv.data(), b,
                                              t, nh, hd);
