@@ -12,19 +12,10 @@
 #include "core/error.h"
 #include "model/stage.h"
 #include "runtime/parallel_context.h"
+#include "support/single_rank_model.h"
 #include "train/adamw.h"
 
 namespace pptrain::testing {
-
-inline ModelConfig tiny_model() {
-  ModelConfig m;
-  m.n_layer = 2;
-  m.n_head = 2;
-  m.d_model = 8;
-  m.seq_len = 5;
-  m.vocab_size = 11;
-  return m;
-}
 
 inline Config tiny_config(const std::string& dir) {
   Config c;
@@ -35,18 +26,10 @@ inline Config tiny_config(const std::string& dir) {
 }
 
 // A whole model on one rank with its optimizer, values and moments randomised.
-struct Model {
-  std::unique_ptr<Ops> ops = make_cpu_ops();
-  LocalComm tp;
-  ModelDims dims;
-  std::unique_ptr<ParamStore> params;
-  std::unique_ptr<Stage> stage;
+struct Model : SingleRankModel {
   std::unique_ptr<AdamW> optimizer;
 
-  Model(const ModelConfig& m, uint64_t seed, int batch = 1) {
-    dims = ModelDims::from(m, batch, 1, 0);
-    params = std::make_unique<ParamStore>(*ops, 1, 0, seed);
-    stage = std::make_unique<Stage>(*params, dims, StageSpec{0, 0, m.n_layer, true, true}, tp);
+  Model(const ModelConfig& m, uint64_t seed, int batch = 1) : SingleRankModel(m, batch, seed) {
     optimizer = std::make_unique<AdamW>(*params, TrainingConfig{});
   }
   void randomise(uint32_t seed) {

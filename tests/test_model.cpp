@@ -11,33 +11,19 @@
 #include "core/communicator.h"
 #include "model/stage.h"
 #include "partition/partition.h"
+#include "support/single_rank_model.h"
 
 using namespace pptrain;
 
 namespace {
 
-ModelConfig tiny_model() {
-  ModelConfig m;
-  m.n_layer = 2;
-  m.n_head = 2;
-  m.d_model = 8;
-  m.seq_len = 5;
-  m.vocab_size = 11;
-  return m;
-}
+using pptrain::testing::tiny_model;
 
-struct TinyModel {
-  std::unique_ptr<Ops> ops = make_cpu_ops();
-  LocalComm tp;
-  ModelDims dims;
-  std::unique_ptr<ParamStore> params;
-  std::unique_ptr<Stage> stage;
+// The single-rank model with one microbatch of token buffers.
+struct TinyModel : pptrain::testing::SingleRankModel {
   Buffer<int32_t> tokens, targets;
 
-  TinyModel(const ModelConfig& m, int batch, uint64_t seed = 7) {
-    dims = ModelDims::from(m, batch, 1, 0);
-    params = std::make_unique<ParamStore>(*ops, 1, 0, seed);
-    stage = std::make_unique<Stage>(*params, dims, StageSpec{0, 0, m.n_layer, true, true}, tp);
+  TinyModel(const ModelConfig& m, int batch, uint64_t seed = 7) : SingleRankModel(m, batch, seed) {
     stage->set_loss_scale(1.0f / float(dims.rows()));
     tokens = Buffer<int32_t>(*ops, dims.rows());
     targets = Buffer<int32_t>(*ops, dims.rows());
