@@ -2,7 +2,14 @@
 // backend buffers with explicit shapes (no STL containers on the hot path). The cpu
 // backend (OpenBLAS + OpenMP) is the reference; the cuda backend implements the same
 // interface with kernels/ and cuBLAS. Pointers are backend memory: host memory for
-// cpu, device memory for cuda. All tensors are row-major, fp32.
+// cpu, device memory for cuda. All tensors are row-major.
+//
+// Precision: every op exists in fp32. The ops that touch activations or the weights a
+// layer computes with also exist with bf16 storage (`training.precision: bf16`): weights
+// (the bf16 working copy of the fp32 master), activations and their gradients are bf16;
+// parameter gradients, layernorm statistics and cross-entropy row statistics stay fp32,
+// and all arithmetic accumulates in fp32. A backend without bf16 (cpu) inherits the
+// default bf16 overloads, which fail with a one-line message.
 //
 // Shapes use llm.c's letters: N rows (= B·T tokens of one microbatch), C channels,
 // I/O a linear layer's input/output width, NH heads, HD head size, VL the columns of
@@ -17,6 +24,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+
+#include "core/bf16.h"
 
 namespace pptrain {
 
@@ -115,6 +124,49 @@ class Ops {
                      float b2, float eps, float wd, int t) = 0;
   // Σ x², accumulated in double, returned to the host.
   virtual double sum_squares(const float* x, size_t n) = 0;
+
+  // ---- bf16 storage (same semantics as the fp32 op of the same name) ----------------
+  virtual void cast(bfloat16* dst, const float* src, size_t n);  // round to nearest even
+  virtual void cast(float* dst, const bfloat16* src, size_t n);
+  virtual void linear_forward(bfloat16* y, const bfloat16* x, const bfloat16* w, const bfloat16* b,
+                              int n, int in, int out);
+  virtual void linear_backward_input(bfloat16* dx, const bfloat16* dy, const bfloat16* w, int n,
+                                     int in, int out, bool accumulate);
+  virtual void linear_backward_weight(float* dw, float* db, const bfloat16* dy, const bfloat16* x,
+                                      int n, int in, int out);
+  virtual void layernorm_forward(bfloat16* y, float* mean, float* rstd, const bfloat16* x,
+                                 const bfloat16* g, const bfloat16* b, int n, int c);
+  virtual void layernorm_backward_input(bfloat16* dx, const bfloat16* dy, const bfloat16* x,
+                                        const float* mean, const float* rstd, const bfloat16* g,
+                                        int n, int c, bool accumulate);
+  virtual void layernorm_backward_weight(float* dg, float* db, const bfloat16* dy,
+                                         const bfloat16* x, const float* mean, const float* rstd,
+                                         int n, int c);
+  virtual void gelu_forward(bfloat16* y, const bfloat16* x, size_t n);
+  virtual void gelu_backward(bfloat16* dx, const bfloat16* dy, const bfloat16* x, size_t n);
+  virtual void add(bfloat16* y, const bfloat16* a, const bfloat16* b, size_t n);
+  virtual void add_bias(bfloat16* y, const bfloat16* b, int n, int c);
+  virtual void embedding_forward(bfloat16* y, const int32_t* tokens, const bfloat16* wte,
+                                 const bfloat16* wpe, int n, int t, int c, int v0, int vl);
+  virtual void embedding_backward_weight(float* dwte, float* dwpe, const bfloat16* dy,
+                                         const int32_t* tokens, int n, int t, int c, int v0,
+                                         int vl);
+  // probs[B,NH,T,T] is bf16 as well.
+  virtual void attention_forward(bfloat16* out, bfloat16* probs, const bfloat16* qkv, int b, int t,
+                                 int nh, int hd);
+  virtual void attention_backward_input(bfloat16* dqkv, const bfloat16* dout, const bfloat16* qkv,
+                                        const bfloat16* probs, int b, int t, int nh, int hd);
+  virtual void ce_row_max(float* rmax, const bfloat16* logits, int n, int vl, int valid);
+  virtual void ce_sumexp_target(float* sumexp, float* target_logit, const bfloat16* logits,
+                                const float* rmax, const int32_t* targets, int n, int vl,
+                                int valid, int v0);
+  virtual void ce_backward(bfloat16* dlogits, const bfloat16* logits, const float* rmax,
+                           const float* sumexp, const int32_t* targets, int n, int vl, int valid,
+                           int v0, float scale);
+
+ protected:
+  // The body of every bf16 overload a backend does not provide.
+  [[noreturn]] void no_bf16(const char* op) const;
 };
 
 // The reference backend (backend/cpu).
