@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
     std::vector<std::unique_ptr<Stage>> stages;
     for (const StageSpec& spec : stage_specs(cfg))
       if (pipeline::rank_of_stage(pipeline::Placement::Loop, spec.index, pp) == pp_rank)
-        stages.push_back(std::make_unique<Stage>(params, dims, spec, tp_group));
+        stages.push_back(make_stage(params, dims, spec, tp_group));
     AdamW optimizer(params, cfg.training);
     ParallelContext par{1, pp, tp, 0, pp_rank, tp_rank, &pp_group, &tp_group, nullptr, nullptr, &world};
     log::set_quiet(true);

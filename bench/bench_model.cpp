@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
   LocalComm alone;
   ModelDims dims = ModelDims::from(m, batch, 1, 0);
   ParamStore params(*ops, 1, 0, 1337);
-  Stage model(params, dims, StageSpec{0, 0, m.n_layer, true, true}, alone);
+  auto model_stage = make_stage(params, dims, StageSpec{0, 0, m.n_layer, true, true}, alone);
+  Stage& model = *model_stage;
   TrainingConfig tc;
   AdamW adamw(params, tc);
   model.set_loss_scale(1.0f / (batch * m.seq_len * microbatches));

@@ -339,7 +339,7 @@ struct TinyModel {
   TinyModel(std::unique_ptr<Ops> backend, const ModelConfig& m, int batch) : ops(std::move(backend)) {
     dims = ModelDims::from(m, batch, 1, 0);
     params = std::make_unique<ParamStore>(*ops, 1, 0, 7);
-    stage = std::make_unique<Stage>(*params, dims, StageSpec{0, 0, m.n_layer, true, true}, tp);
+    stage = make_stage(*params, dims, StageSpec{0, 0, m.n_layer, true, true}, tp);
     stage->set_loss_scale(1.0f / float(dims.rows()));
     tokens = Buffer<int32_t>(*ops, dims.rows());
     targets = Buffer<int32_t>(*ops, dims.rows());

@@ -180,12 +180,13 @@ TEST(ModelInit, ValuesDoNotDependOnTensorParallelism) {
   auto ops = make_cpu_ops();
   LocalComm alone;
   ParamStore whole(*ops, 1, 0, 5);
-  Stage full(whole, ModelDims::from(m, 1, 1, 0), StageSpec{0, 0, 2, true, true}, alone);
+  auto full_stage = make_stage(whole, ModelDims::from(m, 1, 1, 0), StageSpec{0, 0, 2, true, true}, alone);
+  Stage& full = *full_stage;
   std::vector<std::unique_ptr<ParamStore>> shards;
   std::vector<std::unique_ptr<Stage>> stages;
   for (int r = 0; r < 2; ++r) {
     shards.push_back(std::make_unique<ParamStore>(*ops, 2, r, 5));
-    stages.push_back(std::make_unique<Stage>(*shards.back(), ModelDims::from(m, 1, 2, r), StageSpec{0, 0, 2, true, true}, alone));
+    stages.push_back(make_stage(*shards.back(), ModelDims::from(m, 1, 2, r), StageSpec{0, 0, 2, true, true}, alone));
   }
   for (auto& [name, p] : whole.all()) {
     auto global = p->value.to_host();

@@ -59,16 +59,16 @@ TEST(MpiComm, MpiErrorNamesCallGroupAndRank) {
   CommandResult r = run_mpi("comm_errors", 2, "truncate");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "caught: MPI_Waitall failed on 'pp' (rank 1 of 2, world rank 1), "
-                                 "irecv of 4 floats from rank 0, tag 5: MPI_ERR_TRUNCATE"))
+                                 "irecv of 16 bytes from rank 0, tag 5: MPI_ERR_TRUNCATE"))
       << r.output;
 }
 
 TEST(MpiComm, ShortMessageIsAnError) {
   CommandResult r = run_mpi("comm_errors", 2, "short");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(contains(r.output, "caught: irecv of 8 floats from rank 0, tag 5 on 'pp' (rank 1 of "
-                                 "2, world rank 1): expected 8 floats in part 1 of 1 but the "
-                                 "message had 4"))
+  EXPECT_TRUE(contains(r.output, "caught: irecv of 32 bytes from rank 0, tag 5 on 'pp' (rank 1 of "
+                                 "2, world rank 1): expected 32 bytes in part 1 of 1 but the "
+                                 "message had 16"))
       << r.output;
 }
 
@@ -91,12 +91,12 @@ TEST(MpiComm, PeerOutsideGroupAndBadTagAreErrors) {
 TEST(MpiComm, DroppedRequestsAreReportedNotHung) {
   CommandResult r = run_mpi("comm_errors", 2, "dropped", 30);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(contains(r.output, "[rank 1] warning: irecv of 4 floats from rank 0, tag 10 on 'pp' "
+  EXPECT_TRUE(contains(r.output, "[rank 1] warning: irecv of 16 bytes from rank 0, tag 10 on 'pp' "
                                  "(rank 1 of 2, world rank 1) was destroyed before completion: "
                                  "cancelled"))
       << r.output;
   // Open MPI cannot cancel a send; it is reported and released either way.
-  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(\[rank 0\] warning: isend of 1048576 floats)"
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(\[rank 0\] warning: isend of 4194304 bytes)"
                                                      R"( to rank 1, tag 9 on 'pp' .* was destroyed)"
                                                      R"( before completion: )")))
       << r.output;

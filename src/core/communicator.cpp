@@ -4,10 +4,10 @@
 
 namespace pptrain {
 
-std::unique_ptr<Request> LocalComm::isend(const float*, size_t, int peer, int) {
+std::unique_ptr<Request> LocalComm::isend(const void*, size_t, int peer, int) {
   PPTRAIN_CHECK(false, "send to rank ", peer, " in a group of one");
 }
-std::unique_ptr<Request> LocalComm::irecv(float*, size_t, int peer, int) {
+std::unique_ptr<Request> LocalComm::irecv(void*, size_t, int peer, int) {
   PPTRAIN_CHECK(false, "receive from rank ", peer, " in a group of one");
 }
 

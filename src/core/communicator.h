@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <memory>
 
+#include "core/bf16.h"
+
 namespace pptrain {
 
 enum class ReduceOp { Sum, Max };
@@ -25,10 +27,14 @@ class Communicator {
   virtual int size() const = 0;
   virtual void allreduce(float* data, size_t n, ReduceOp op) = 0;   // in place
   virtual void allreduce(double* data, size_t n, ReduceOp op) = 0;  // in place, host memory
+  // In place; bf16 activations of tensor-parallel layers (training.precision: bf16).
+  virtual void allreduce(bfloat16* data, size_t n, ReduceOp op) = 0;
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
-  virtual std::unique_ptr<Request> isend(const float* data, size_t n, int peer, int tag) = 0;
-  virtual std::unique_ptr<Request> irecv(float* data, size_t n, int peer, int tag) = 0;
+  // Point-to-point transfers move bytes (activations of either precision); the buffer
+  // must stay valid until the request completes.
+  virtual std::unique_ptr<Request> isend(const void* data, size_t bytes, int peer, int tag) = 0;
+  virtual std::unique_ptr<Request> irecv(void* data, size_t bytes, int peer, int tag) = 0;
 };
 
 // The group of one: collectives are identities, p2p is a bug.
@@ -38,10 +44,11 @@ class LocalComm final : public Communicator {
   int size() const override { return 1; }
   void allreduce(float*, size_t, ReduceOp) override {}
   void allreduce(double*, size_t, ReduceOp) override {}
+  void allreduce(bfloat16*, size_t, ReduceOp) override {}
   void broadcast(void*, size_t, int) override {}
   void barrier() override {}
-  std::unique_ptr<Request> isend(const float*, size_t, int, int) override;
-  std::unique_ptr<Request> irecv(float*, size_t, int, int) override;
+  std::unique_ptr<Request> isend(const void*, size_t, int, int) override;
+  std::unique_ptr<Request> irecv(void*, size_t, int, int) override;
 };
 
 }  // namespace pptrain

@@ -239,8 +239,6 @@ void validate(const Config& c) {
           "expected fp32 or bf16, got '" + t.precision + "'");
   require(t.precision == "fp32" || c.device == "cuda", c, "training.precision",
           "bf16 needs device: cuda (the cpu backend is fp32)");
-  require(t.precision == "fp32", c, "training.precision",
-          "bf16 is not available yet: the cuda backend runs fp32 only");
   require(t.eval_every >= 0, c, "training.eval_every", "expected >= 0");
   require(t.eval_batches >= 0, c, "training.eval_batches", "expected >= 0");
   require(c.checkpoint.every >= 0, c, "checkpoint.every", "expected >= 0");

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/bf16.h"
+
 namespace pptrain {
 
 struct ModelConfig {
@@ -78,6 +80,7 @@ struct Config {
   std::string source;                  // the file it came from, for messages
   int world_size() const { return parallel.pp * parallel.tp * parallel.dp; }
   int total_stages() const { return parallel.pp * parallel.stages_per_rank; }
+  Precision precision() const { return training.precision == "bf16" ? Precision::bf16 : Precision::fp32; }
   int global_batch_sequences() const {
     return training.micro_batch_size * parallel.microbatches * parallel.dp;
   }

@@ -12,7 +12,8 @@ ParamSpec spec(const std::string& name, std::vector<int64_t> shape, Shard shard,
 
 }  // namespace
 
-Block::Block(ParamStore& p, const ModelDims& d, int i, Communicator& tp)
+template <typename T>
+Block<T>::Block(ParamStore& p, const ModelDims& d, int i, Communicator& tp)
     : ops_(p.ops()), dims_(d), tp_(tp),
       ln1_w_(p.get_or_create(spec(cat("h.", i, ".ln_1.weight"), {d.d_model}, Shard::Replicated, Init::Ones))),
       ln1_b_(p.get_or_create(spec(cat("h.", i, ".ln_1.bias"), {d.d_model}, Shard::Replicated, Init::Zeros))),
@@ -32,89 +33,94 @@ Block::Block(ParamStore& p, const ModelDims& d, int i, Communicator& tp)
                                   Init::Normal, 0.02f / std::sqrt(2.0f * d.n_layer), true))),
       fc2_b_(p.get_or_create(spec(cat("h.", i, ".mlp.proj.bias"), {d.d_model}, Shard::Replicated, Init::Zeros))) {}
 
-std::unique_ptr<Block::Slot> Block::make_slot() {
+template <typename T>
+std::unique_ptr<typename Block<T>::Slot> Block<T>::make_slot() {
   const size_t n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), hl = dims_.local_hidden();
   const size_t t = dims_.seq_len;
   auto s = std::make_unique<Slot>();
-  s->ln1 = Buffer<float>(ops_, n * c);
+  s->ln1 = Buffer<T>(ops_, n * c);
   s->ln1_mean = Buffer<float>(ops_, n);
   s->ln1_rstd = Buffer<float>(ops_, n);
-  s->qkv = Buffer<float>(ops_, n * 3 * cl);
-  s->probs = Buffer<float>(ops_, size_t(dims_.batch) * dims_.local_heads() * t * t);
-  s->attn = Buffer<float>(ops_, n * cl);
-  s->x2 = Buffer<float>(ops_, n * c);
-  s->ln2 = Buffer<float>(ops_, n * c);
+  s->qkv = Buffer<T>(ops_, n * 3 * cl);
+  s->probs = Buffer<T>(ops_, size_t(dims_.batch) * dims_.local_heads() * t * t);
+  s->attn = Buffer<T>(ops_, n * cl);
+  s->x2 = Buffer<T>(ops_, n * c);
+  s->ln2 = Buffer<T>(ops_, n * c);
   s->ln2_mean = Buffer<float>(ops_, n);
   s->ln2_rstd = Buffer<float>(ops_, n);
-  s->fc1 = Buffer<float>(ops_, n * hl);
-  s->gelu = Buffer<float>(ops_, n * hl);
-  s->dfc1 = Buffer<float>(ops_, n * hl);
-  s->dln2 = Buffer<float>(ops_, n * c);
-  s->dx2 = Buffer<float>(ops_, n * c);
-  s->dqkv = Buffer<float>(ops_, n * 3 * cl);
-  s->dln1 = Buffer<float>(ops_, n * c);
-  s->scratch = Buffer<float>(ops_, n * std::max(c, hl));
+  s->fc1 = Buffer<T>(ops_, n * hl);
+  s->gelu = Buffer<T>(ops_, n * hl);
+  s->dfc1 = Buffer<T>(ops_, n * hl);
+  s->dln2 = Buffer<T>(ops_, n * c);
+  s->dx2 = Buffer<T>(ops_, n * c);
+  s->dqkv = Buffer<T>(ops_, n * 3 * cl);
+  s->dln1 = Buffer<T>(ops_, n * c);
+  s->scratch = Buffer<T>(ops_, n * std::max(c, hl));
   return s;
 }
 
-size_t Block::slot_bytes() const {
+template <typename T>
+size_t Block<T>::slot_bytes() const {
   const size_t n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), hl = dims_.local_hidden();
   const size_t probs = size_t(dims_.batch) * dims_.local_heads() * dims_.seq_len * dims_.seq_len;
-  return sizeof(float) * (n * c * 7 + n * 4 + n * cl * 7 + n * hl * 3 + probs + n * std::max(c, hl));
+  return sizeof(T) * (n * c * 7 + n * cl * 7 + n * hl * 3 + probs + n * std::max(c, hl)) + sizeof(float) * n * 4;
 }
 
-void Block::forward(int mb, const float* x, float* y, const MicrobatchData&) {
+template <typename T>
+void Block<T>::forward(int mb, const T* x, T* y, const MicrobatchData&) {
   const int n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), hl = dims_.local_hidden();
   Slot& s = slots_.acquire(mb, [this] { return make_slot(); });
   s.x = x;
   s.dy = nullptr;
   // attention half
-  ops_.layernorm_forward(s.ln1.data(), s.ln1_mean.data(), s.ln1_rstd.data(), x, ln1_w_.value.data(),
-                         ln1_b_.value.data(), n, c);
-  ops_.linear_forward(s.qkv.data(), s.ln1.data(), qkv_w_.value.data(), qkv_b_.value.data(), n, c, 3 * cl);
+  ops_.layernorm_forward(s.ln1.data(), s.ln1_mean.data(), s.ln1_rstd.data(), x, weights<T>(ln1_w_),
+                         weights<T>(ln1_b_), n, c);
+  ops_.linear_forward(s.qkv.data(), s.ln1.data(), weights<T>(qkv_w_), weights<T>(qkv_b_), n, c, 3 * cl);
   ops_.attention_forward(s.attn.data(), s.probs.data(), s.qkv.data(), dims_.batch, dims_.seq_len,
                          dims_.local_heads(), dims_.head_dim());
-  ops_.linear_forward(s.x2.data(), s.attn.data(), proj_w_.value.data(), nullptr, n, cl, c);
+  ops_.linear_forward(s.x2.data(), s.attn.data(), weights<T>(proj_w_), nullptr, n, cl, c);
   if (dims_.tp > 1) tp_.allreduce(s.x2.data(), size_t(n) * c, ReduceOp::Sum);
-  ops_.add_bias(s.x2.data(), proj_b_.value.data(), n, c);
+  ops_.add_bias(s.x2.data(), weights<T>(proj_b_), n, c);
   ops_.add(s.x2.data(), s.x2.data(), x, size_t(n) * c);
   // MLP half
   ops_.layernorm_forward(s.ln2.data(), s.ln2_mean.data(), s.ln2_rstd.data(), s.x2.data(),
-                         ln2_w_.value.data(), ln2_b_.value.data(), n, c);
-  ops_.linear_forward(s.fc1.data(), s.ln2.data(), fc_w_.value.data(), fc_b_.value.data(), n, c, hl);
+                         weights<T>(ln2_w_), weights<T>(ln2_b_), n, c);
+  ops_.linear_forward(s.fc1.data(), s.ln2.data(), weights<T>(fc_w_), weights<T>(fc_b_), n, c, hl);
   ops_.gelu_forward(s.gelu.data(), s.fc1.data(), size_t(n) * hl);
-  ops_.linear_forward(y, s.gelu.data(), fc2_w_.value.data(), nullptr, n, hl, c);
+  ops_.linear_forward(y, s.gelu.data(), weights<T>(fc2_w_), nullptr, n, hl, c);
   if (dims_.tp > 1) tp_.allreduce(y, size_t(n) * c, ReduceOp::Sum);
-  ops_.add_bias(y, fc2_b_.value.data(), n, c);
+  ops_.add_bias(y, weights<T>(fc2_b_), n, c);
   ops_.add(y, y, s.x2.data(), size_t(n) * c);
 }
 
-void Block::backward_input(int mb, const float* dy, float* dx) {
+template <typename T>
+void Block<T>::backward_input(int mb, const T* dy, T* dx) {
   const int n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), hl = dims_.local_hidden();
   Slot& s = slots_.get(mb);
   s.dy = dy;
   // MLP half: dy flows both into the residual (dx2 = dy + ...) and into fc2.
-  float* dgelu = s.scratch.data();  // [N,HL]
-  ops_.linear_backward_input(dgelu, dy, fc2_w_.value.data(), n, hl, c, false);
+  T* dgelu = s.scratch.data();  // [N,HL]
+  ops_.linear_backward_input(dgelu, dy, weights<T>(fc2_w_), n, hl, c, false);
   ops_.gelu_backward(s.dfc1.data(), dgelu, s.fc1.data(), size_t(n) * hl);
-  ops_.linear_backward_input(s.dln2.data(), s.dfc1.data(), fc_w_.value.data(), n, c, hl, false);
+  ops_.linear_backward_input(s.dln2.data(), s.dfc1.data(), weights<T>(fc_w_), n, c, hl, false);
   if (dims_.tp > 1) tp_.allreduce(s.dln2.data(), size_t(n) * c, ReduceOp::Sum);
-  ops_.copy(s.dx2.data(), dy, sizeof(float) * size_t(n) * c);
+  ops_.copy(s.dx2.data(), dy, sizeof(T) * size_t(n) * c);
   ops_.layernorm_backward_input(s.dx2.data(), s.dln2.data(), s.x2.data(), s.ln2_mean.data(),
-                                s.ln2_rstd.data(), ln2_w_.value.data(), n, c, true);
+                                s.ln2_rstd.data(), weights<T>(ln2_w_), n, c, true);
   // attention half
-  float* dattn = s.scratch.data();  // [N,CL]
-  ops_.linear_backward_input(dattn, s.dx2.data(), proj_w_.value.data(), n, cl, c, false);
+  T* dattn = s.scratch.data();  // [N,CL]
+  ops_.linear_backward_input(dattn, s.dx2.data(), weights<T>(proj_w_), n, cl, c, false);
   ops_.attention_backward_input(s.dqkv.data(), dattn, s.qkv.data(), s.probs.data(), dims_.batch,
                                 dims_.seq_len, dims_.local_heads(), dims_.head_dim());
-  ops_.linear_backward_input(s.dln1.data(), s.dqkv.data(), qkv_w_.value.data(), n, c, 3 * cl, false);
+  ops_.linear_backward_input(s.dln1.data(), s.dqkv.data(), weights<T>(qkv_w_), n, c, 3 * cl, false);
   if (dims_.tp > 1) tp_.allreduce(s.dln1.data(), size_t(n) * c, ReduceOp::Sum);
-  ops_.copy(dx, s.dx2.data(), sizeof(float) * size_t(n) * c);
+  ops_.copy(dx, s.dx2.data(), sizeof(T) * size_t(n) * c);
   ops_.layernorm_backward_input(dx, s.dln1.data(), s.x, s.ln1_mean.data(), s.ln1_rstd.data(),
-                                ln1_w_.value.data(), n, c, true);
+                                weights<T>(ln1_w_), n, c, true);
 }
 
-void Block::backward_weight(int mb) {
+template <typename T>
+void Block<T>::backward_weight(int mb) {
   const int n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), hl = dims_.local_hidden();
   Slot& s = slots_.get(mb);
   PPTRAIN_CHECK(s.dy, "block W before I for microbatch ", mb);
@@ -128,5 +134,8 @@ void Block::backward_weight(int mb) {
                                  s.ln1_mean.data(), s.ln1_rstd.data(), n, c);
   slots_.release(mb);
 }
+
+template class Block<float>;
+template class Block<bfloat16>;
 
 }  // namespace pptrain

@@ -15,11 +15,13 @@
 
 namespace pptrain {
 
-class Block final : public Layer {
+// T: storage type of activations and of the weights computed with (float or bfloat16).
+template <typename T>
+class Block final : public Layer<T> {
  public:
   Block(ParamStore& params, const ModelDims& dims, int layer_index, Communicator& tp);
-  void forward(int mb, const float* x, float* y, const MicrobatchData& data) override;
-  void backward_input(int mb, const float* dy, float* dx) override;
+  void forward(int mb, const T* x, T* y, const MicrobatchData& data) override;
+  void backward_input(int mb, const T* dy, T* dx) override;
   void backward_weight(int mb) override;
   void discard(int mb) override { slots_.release(mb); }
   size_t slot_bytes() const override;
@@ -27,23 +29,25 @@ class Block final : public Layer {
  private:
   // Saved per microbatch. N = B·T, C = d_model, CL = C/tp, HL = 4C/tp, NHL = NH/tp.
   struct Slot {
-    const float* x = nullptr;       // [N,C]   block input (owned by the stage)
-    const float* dy = nullptr;      // [N,C]   output gradient (owned by the stage)
-    Buffer<float> ln1, ln1_mean, ln1_rstd;   // [N,C], [N], [N]
-    Buffer<float> qkv;              // [N,3CL]
-    Buffer<float> probs;            // [B,NHL,T,T]
-    Buffer<float> attn;             // [N,CL]  attention output before proj
-    Buffer<float> x2;               // [N,C]   residual after attention
-    Buffer<float> ln2, ln2_mean, ln2_rstd;   // [N,C], [N], [N]
-    Buffer<float> fc1;              // [N,HL]  before GELU
-    Buffer<float> gelu;             // [N,HL]
+    const T* x = nullptr;           // [N,C]   block input (owned by the stage)
+    const T* dy = nullptr;          // [N,C]   output gradient (owned by the stage)
+    Buffer<T> ln1;                      // [N,C]
+    Buffer<float> ln1_mean, ln1_rstd;  // [N], [N] (fp32 statistics in either precision)
+    Buffer<T> qkv;                  // [N,3CL]
+    Buffer<T> probs;                // [B,NHL,T,T]
+    Buffer<T> attn;                 // [N,CL]  attention output before proj
+    Buffer<T> x2;                   // [N,C]   residual after attention
+    Buffer<T> ln2;                      // [N,C]
+    Buffer<float> ln2_mean, ln2_rstd;  // [N], [N]
+    Buffer<T> fc1;                  // [N,HL]  before GELU
+    Buffer<T> gelu;                 // [N,HL]
     // kept by I for W:
-    Buffer<float> dfc1;             // [N,HL]  gradient at fc1's output
-    Buffer<float> dln2;             // [N,C]   gradient at ln_2's output (all-reduced)
-    Buffer<float> dx2;              // [N,C]   gradient at x2 = proj's output gradient
-    Buffer<float> dqkv;             // [N,3CL]
-    Buffer<float> dln1;             // [N,C]
-    Buffer<float> scratch;          // [N,max(C,HL)] dgelu / dattn before they become dfc1 / dqkv
+    Buffer<T> dfc1;                 // [N,HL]  gradient at fc1's output
+    Buffer<T> dln2;                 // [N,C]   gradient at ln_2's output (all-reduced)
+    Buffer<T> dx2;                  // [N,C]   gradient at x2 = proj's output gradient
+    Buffer<T> dqkv;                 // [N,3CL]
+    Buffer<T> dln1;                 // [N,C]
+    Buffer<T> scratch;              // [N,max(C,HL)] dgelu / dattn before they become dfc1 / dqkv
   };
   std::unique_ptr<Slot> make_slot();
 

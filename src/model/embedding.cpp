@@ -12,27 +12,31 @@ ParamSpec position_embedding_spec(const ModelDims& d) {
   return {"wpe.weight", {d.seq_len, d.d_model}, Shard::Replicated, Init::Normal, 0.01f, true};
 }
 
-Embedding::Embedding(ParamStore& params, const ModelDims& dims, Communicator& tp)
+template <typename T>
+Embedding<T>::Embedding(ParamStore& params, const ModelDims& dims, Communicator& tp)
     : ops_(params.ops()), dims_(dims), tp_(tp),
       wte_(params.get_or_create(token_embedding_spec(dims))),
       wpe_(params.get_or_create(position_embedding_spec(dims))) {}
 
-void Embedding::forward(int mb, const float* /*x*/, float* y, const MicrobatchData& data) {
+template <typename T>
+void Embedding<T>::forward(int mb, const T* /*x*/, T* y, const MicrobatchData& data) {
   const int n = dims_.rows(), c = dims_.d_model;
-  const float* wpe = dims_.tp_rank == 0 ? wpe_.value.data() : nullptr;
-  ops_.embedding_forward(y, data.tokens, wte_.value.data(), wpe, n, dims_.seq_len, c,
+  const T* wpe = dims_.tp_rank == 0 ? weights<T>(wpe_) : nullptr;
+  ops_.embedding_forward(y, data.tokens, weights<T>(wte_), wpe, n, dims_.seq_len, c,
                          dims_.vocab_offset(), dims_.local_vocab());
   if (dims_.tp > 1) tp_.allreduce(y, size_t(n) * c, ReduceOp::Sum);
   slots_[mb] = {data.tokens, nullptr};
 }
 
-void Embedding::backward_input(int mb, const float* dy, float* /*dx*/) {
+template <typename T>
+void Embedding<T>::backward_input(int mb, const T* dy, T* /*dx*/) {
   auto it = slots_.find(mb);
   PPTRAIN_CHECK(it != slots_.end(), "embedding I before F for microbatch ", mb);
   it->second.dy = dy;
 }
 
-void Embedding::backward_weight(int mb) {
+template <typename T>
+void Embedding<T>::backward_weight(int mb) {
   auto it = slots_.find(mb);
   PPTRAIN_CHECK(it != slots_.end() && it->second.dy, "embedding W before I for microbatch ", mb);
   ops_.embedding_backward_weight(wte_.grad.data(), wpe_.grad.data(), it->second.dy,
@@ -40,5 +44,8 @@ void Embedding::backward_weight(int mb) {
                                  dims_.vocab_offset(), dims_.local_vocab());
   slots_.erase(it);
 }
+
+template class Embedding<float>;
+template class Embedding<bfloat16>;
 
 }  // namespace pptrain

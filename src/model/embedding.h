@@ -15,17 +15,18 @@ namespace pptrain {
 ParamSpec token_embedding_spec(const ModelDims& d);
 ParamSpec position_embedding_spec(const ModelDims& d);
 
-class Embedding final : public Layer {
+template <typename T>
+class Embedding final : public Layer<T> {
  public:
   Embedding(ParamStore& params, const ModelDims& dims, Communicator& tp);
-  void forward(int mb, const float* x, float* y, const MicrobatchData& data) override;
-  void backward_input(int mb, const float* dy, float* dx) override;
+  void forward(int mb, const T* x, T* y, const MicrobatchData& data) override;
+  void backward_input(int mb, const T* dy, T* dx) override;
   void backward_weight(int mb) override;
   void discard(int mb) override { slots_.erase(mb); }
   size_t slot_bytes() const override { return 0; }
 
  private:
-  struct Slot { const int32_t* tokens = nullptr; const float* dy = nullptr; };
+  struct Slot { const int32_t* tokens = nullptr; const T* dy = nullptr; };
   Ops& ops_;
   ModelDims dims_;
   Communicator& tp_;

@@ -1,38 +1,45 @@
 #include "model/head.h"
 
+#include <type_traits>
+#include <vector>
+
 #include "model/embedding.h"
 
 namespace pptrain {
 
-Head::Head(ParamStore& p, const ModelDims& d, Communicator& tp)
+template <typename T>
+Head<T>::Head(ParamStore& p, const ModelDims& d, Communicator& tp)
     : ops_(p.ops()), dims_(d), tp_(tp),
       lnf_w_(p.get_or_create({"ln_f.weight", {d.d_model}, Shard::Replicated, Init::Ones})),
       lnf_b_(p.get_or_create({"ln_f.bias", {d.d_model}, Shard::Replicated, Init::Zeros})),
       wte_(p.get_or_create(token_embedding_spec(d))) {}
 
-std::unique_ptr<Head::Slot> Head::make_slot() {
+template <typename T>
+std::unique_ptr<typename Head<T>::Slot> Head<T>::make_slot() {
   const size_t n = dims_.rows(), c = dims_.d_model;
   auto s = std::make_unique<Slot>();
-  s->h = Buffer<float>(ops_, n * c);
+  s->h = Buffer<T>(ops_, n * c);
   s->mean = Buffer<float>(ops_, n);
   s->rstd = Buffer<float>(ops_, n);
-  s->logits = Buffer<float>(ops_, n * dims_.local_vocab());
+  s->logits = Buffer<T>(ops_, n * dims_.local_vocab());
   s->stats = Buffer<float>(ops_, 3 * n);
-  s->dh = Buffer<float>(ops_, n * c);
+  s->dh = Buffer<T>(ops_, n * c);
   return s;
 }
 
-size_t Head::slot_bytes() const {
+template <typename T>
+size_t Head<T>::slot_bytes() const {
   const size_t n = dims_.rows(), c = dims_.d_model;
-  return sizeof(float) * (n * c * 2 + n * 5 + n * size_t(dims_.local_vocab()));
+  return sizeof(T) * (n * c * 2 + n * size_t(dims_.local_vocab())) + sizeof(float) * n * 5;
 }
 
-double Head::logits_and_loss(Slot& s, const float* x, const MicrobatchData& data) {
+template <typename T>
+double Head<T>::logits_and_loss(Slot& s, const T* x, const MicrobatchData& data) {
   const int n = dims_.rows(), c = dims_.d_model, vl = dims_.local_vocab();
   const int valid = dims_.valid_vocab(), v0 = dims_.vocab_offset();
-  ops_.layernorm_forward(s.h.data(), s.mean.data(), s.rstd.data(), x, lnf_w_.value.data(),
-                         lnf_b_.value.data(), n, c);
-  ops_.linear_forward(s.logits.data(), s.h.data(), wte_.value.data(), nullptr, n, c, vl);
+  ops_.layernorm_forward(s.h.data(), s.mean.data(), s.rstd.data(), x, weights<T>(lnf_w_),
+                         weights<T>(lnf_b_), n, c);
+  ops_.linear_forward(s.logits.data(), s.h.data(), weights<T>(wte_), nullptr, n, c, vl);
   float* rmax = s.stats.data();
   float* sumexp = rmax + n;
   float* target = sumexp + n;
@@ -43,7 +50,8 @@ double Head::logits_and_loss(Slot& s, const float* x, const MicrobatchData& data
   return ops_.ce_loss_sum(rmax, sumexp, target, n);
 }
 
-void Head::forward(int mb, const float* x, float*, const MicrobatchData& data) {
+template <typename T>
+void Head<T>::forward(int mb, const T* x, T*, const MicrobatchData& data) {
   Slot& s = slots_.acquire(mb, [this] { return make_slot(); });
   s.x = x;
   s.has_dh = false;
@@ -54,17 +62,19 @@ void Head::forward(int mb, const float* x, float*, const MicrobatchData& data) {
                    dims_.local_vocab(), dims_.valid_vocab(), dims_.vocab_offset(), loss_scale_);
 }
 
-void Head::backward_input(int mb, const float*, float* dx) {
+template <typename T>
+void Head<T>::backward_input(int mb, const T*, T* dx) {
   const int n = dims_.rows(), c = dims_.d_model, vl = dims_.local_vocab();
   Slot& s = slots_.get(mb);
-  ops_.linear_backward_input(s.dh.data(), s.logits.data(), wte_.value.data(), n, c, vl, false);
+  ops_.linear_backward_input(s.dh.data(), s.logits.data(), weights<T>(wte_), n, c, vl, false);
   if (dims_.tp > 1) tp_.allreduce(s.dh.data(), size_t(n) * c, ReduceOp::Sum);
   ops_.layernorm_backward_input(dx, s.dh.data(), s.x, s.mean.data(), s.rstd.data(),
-                                lnf_w_.value.data(), n, c, false);
+                                weights<T>(lnf_w_), n, c, false);
   s.has_dh = true;
 }
 
-void Head::backward_weight(int mb) {
+template <typename T>
+void Head<T>::backward_weight(int mb) {
   const int n = dims_.rows(), c = dims_.d_model, vl = dims_.local_vocab();
   Slot& s = slots_.get(mb);
   PPTRAIN_CHECK(s.has_dh, "head W before I for microbatch ", mb);
@@ -73,5 +83,19 @@ void Head::backward_weight(int mb) {
                                  s.mean.data(), s.rstd.data(), n, c);
   slots_.release(mb);
 }
+
+template <typename T>
+void Head<T>::dlogits_row(int mb, int row, float* out) {
+  const size_t vl = size_t(dims_.local_vocab());
+  std::vector<T> host(vl);  // [VL]
+  ops_.copy_to_host(host.data(), slots_.get(mb).logits.data() + size_t(row) * vl, sizeof(T) * vl);
+  for (size_t j = 0; j < vl; ++j) {
+    if constexpr (std::is_same_v<T, float>) out[j] = host[j];
+    else out[j] = host[j].to_float();
+  }
+}
+
+template class Head<float>;
+template class Head<bfloat16>;
 
 }  // namespace pptrain

@@ -15,35 +15,38 @@
 
 namespace pptrain {
 
-class Head final : public Layer {
+template <typename T>
+class Head final : public Layer<T> {
  public:
   Head(ParamStore& params, const ModelDims& dims, Communicator& tp);
   // `loss_scale` multiplies dlogits: 1 / (tokens in the global batch) so gradients
   // accumulate to the mean loss's gradient over all microbatches.
   void set_loss_scale(float s) { loss_scale_ = s; }
-  void forward(int mb, const float* x, float* y, const MicrobatchData& data) override;
-  void backward_input(int mb, const float* dy, float* dx) override;
+  void forward(int mb, const T* x, T* y, const MicrobatchData& data) override;
+  void backward_input(int mb, const T* dy, T* dx) override;
   void backward_weight(int mb) override;
   void discard(int mb) override { slots_.release(mb); }
   size_t slot_bytes() const override;
   // Σ over the microbatch's tokens of -log p(target); valid after forward.
   double loss_sum(int mb) { return slots_.get(mb).loss_sum; }
-  // dlogits[N,VL] after forward: with loss scale 1 and no target in the shard (target -1)
-  // this is the softmax itself, which sampling reads.
-  const float* dlogits(int mb) { return slots_.get(mb).logits.data(); }
+  // Row `row` of dlogits[N,VL] after forward, widened to fp32 into host out[VL]: with loss
+  // scale 1 and no target in the shard (target -1) this is the softmax itself, which
+  // sampling reads.
+  void dlogits_row(int mb, int row, float* out);
 
  private:
   struct Slot {
-    const float* x = nullptr;             // [N,C] input (owned by the stage)
-    Buffer<float> h, mean, rstd;          // [N,C], [N], [N]
-    Buffer<float> logits;                 // [N,VL]: dlogits after forward
-    Buffer<float> stats;                  // [3N]: row max, sum-exp, target logit
-    Buffer<float> dh;                     // [N,C]
+    const T* x = nullptr;                 // [N,C] input (owned by the stage)
+    Buffer<T> h;                          // [N,C]
+    Buffer<float> mean, rstd;             // [N], [N]
+    Buffer<T> logits;                     // [N,VL]: dlogits after forward
+    Buffer<float> stats;                  // [3N]: row max, sum-exp, target logit (fp32)
+    Buffer<T> dh;                         // [N,C]
     double loss_sum = 0;
     bool has_dh = false;
   };
   std::unique_ptr<Slot> make_slot();
-  double logits_and_loss(Slot& s, const float* x, const MicrobatchData& data);
+  double logits_and_loss(Slot& s, const T* x, const MicrobatchData& data);
 
   Ops& ops_;
   ModelDims dims_;

@@ -3,6 +3,8 @@
 // the microbatch's slot; I keeps what W needs; W accumulates parameter gradients and
 // frees the slot. Activations are [N, C] with N = B·T rows of one microbatch. Pointers
 // handed to a layer (its input x and output gradient dy) stay valid until its W ran.
+// T is the storage type of activations and of the weights the layer computes with: float,
+// or bfloat16 under `training.precision: bf16` (fp32 master weights and gradients either way).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -19,15 +21,16 @@ struct MicrobatchData {
   const int32_t* targets = nullptr;
 };
 
+template <typename T>
 class Layer {
  public:
   virtual ~Layer() = default;
   // y[N,C] from x[N,C] (the embedding reads data.tokens instead of x; the head writes
   // no y and keeps the loss instead).
-  virtual void forward(int mb, const float* x, float* y, const MicrobatchData& data) = 0;
+  virtual void forward(int mb, const T* x, T* y, const MicrobatchData& data) = 0;
   // dx[N,C] from dy[N,C] (the head starts from its own loss and ignores dy; the
   // embedding has no input gradient and ignores dx).
-  virtual void backward_input(int mb, const float* dy, float* dx) = 0;
+  virtual void backward_input(int mb, const T* dy, T* dx) = 0;
   virtual void backward_weight(int mb) = 0;
   // Drops a microbatch's slot without backward (evaluation).
   virtual void discard(int mb) = 0;

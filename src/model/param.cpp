@@ -92,4 +92,11 @@ void ParamStore::zero_grads() {
   for (auto& [name, p] : params_) p->grad.zero();
 }
 
+void ParamStore::refresh_bf16() {
+  for (auto& [name, p] : params_) {
+    if (p->value_bf16.size() != p->numel()) p->value_bf16 = Buffer<bfloat16>(ops_, p->numel());
+    if (p->numel()) ops_.cast(p->value_bf16.data(), p->value.data(), p->numel());
+  }
+}
+
 }  // namespace pptrain

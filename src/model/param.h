@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "backend/buffer.h"
+#include "core/bf16.h"
+#include "core/error.h"
 
 namespace pptrain {
 
@@ -47,13 +49,27 @@ struct Param {
   int64_t local_rows = 0, local_cols = 1;
   std::vector<Slab> slabs;
   bool replicated_over_tp = false;  // every tp rank holds (and updates) the same values
-  Buffer<float> value;              // [local_rows, local_cols]
-  Buffer<float> grad;               // same shape, accumulated over microbatches
+  Buffer<float> value;              // [local_rows, local_cols] fp32 master
+  Buffer<float> grad;               // same shape, accumulated over microbatches (fp32)
+  Buffer<bfloat16> value_bf16;      // same shape: the bf16 copy bf16 layers compute with
 
   size_t numel() const { return size_t(local_rows * local_cols); }
   int64_t global_rows() const { return spec.global_shape[0]; }
   int64_t global_cols() const { return spec.global_shape.size() > 1 ? spec.global_shape[1] : 1; }
 };
+
+// The weights a layer of storage type T computes with: the fp32 master itself, or its bf16
+// copy (made by ParamStore::refresh_bf16).
+template <typename T>
+const T* weights(const Param& p);
+template <>
+inline const float* weights<float>(const Param& p) { return p.value.data(); }
+template <>
+inline const bfloat16* weights<bfloat16>(const Param& p) {
+  PPTRAIN_CHECK(!p.value_bf16.empty() || p.numel() == 0, "parameter ", p.spec.name,
+                " has no bf16 copy (ParamStore::refresh_bf16 not called)");
+  return p.value_bf16.data();
+}
 
 // Computes the local shape and slabs of `spec` for tp rank `tp_rank` of `tp`.
 void shard_layout(const ParamSpec& spec, int tp, int tp_rank, Param& out);
@@ -71,6 +87,10 @@ class ParamStore {
   Param* find(const std::string& name);
   const std::map<std::string, std::unique_ptr<Param>>& all() const { return params_; }
   void zero_grads();
+  // Rounds every fp32 master into its bf16 copy (allocated on first use). Called before
+  // each step of a bf16 model, so whatever changed the masters (optimizer, checkpoint
+  // load) is reflected.
+  void refresh_bf16();
   Ops& ops() { return ops_; }
 
  private:

@@ -4,14 +4,16 @@
 // stream tensors between its layers, per microbatch, until that microbatch's W ran:
 //   acts[i]  [N,C]  input of layer i (acts[0] is the stage input, filled by the caller)
 //   grads[i] [N,C]  gradient at acts[i] (grads[L] is the output gradient, filled by the caller)
+// Their storage type is the model's precision (fp32, or bf16 with fp32 master weights), so
+// the executor sees them as transfer_bytes() of untyped backend memory: it only moves them.
 #pragma once
 #include <memory>
 #include <vector>
 
 #include "backend/buffer.h"
+#include "core/bf16.h"
 #include "core/communicator.h"
 #include "model/dims.h"
-#include "model/head.h"
 #include "model/layer.h"
 #include "model/param.h"
 
@@ -27,41 +29,37 @@ struct StageSpec {
 
 class Stage {
  public:
-  Stage(ParamStore& params, const ModelDims& dims, const StageSpec& spec, Communicator& tp);
-  const StageSpec& spec() const { return spec_; }
+  virtual ~Stage() = default;
+  virtual const StageSpec& spec() const = 0;
+  virtual Precision precision() const = 0;
+  // Bytes of one [N,C] tensor passed between stages (activation or its gradient).
+  virtual size_t transfer_bytes() const = 0;
 
   // Buffer [N,C] the caller fills with the stage input before forward (not on the first stage).
-  float* input(int mb);
-  void forward(int mb, const MicrobatchData& data);
-  const float* output(int mb);      // [N,C], not on the last stage
+  virtual void* input(int mb) = 0;
+  virtual void forward(int mb, const MicrobatchData& data) = 0;
+  virtual const void* output(int mb) = 0;      // [N,C], not on the last stage
   // Buffer [N,C] the caller fills with the output gradient before backward_input (not on the last stage).
-  float* output_grad(int mb);
-  void backward_input(int mb);
-  const float* input_grad(int mb);  // [N,C], not on the first stage
+  virtual void* output_grad(int mb) = 0;
+  virtual void backward_input(int mb) = 0;
+  virtual const void* input_grad(int mb) = 0;  // [N,C], not on the first stage
   // Frees the microbatch, unless `keep_io`: then its input/output tensors stay until
   // release() (a non-blocking send may still be reading them).
-  void backward_weight(int mb, bool keep_io = false);
-  void release(int mb);
-  void discard(int mb);             // frees it without backward (evaluation)
+  virtual void backward_weight(int mb, bool keep_io = false) = 0;
+  virtual void release(int mb) = 0;
+  virtual void discard(int mb) = 0;            // frees it without backward (evaluation)
 
-  double loss_sum(int mb);          // last stage only, after forward
-  void set_loss_scale(float s);     // last stage only
-  const float* head_dlogits(int mb);  // last stage only, after forward
-  size_t activation_bytes_per_microbatch() const;
-  size_t live_microbatches() const { return slots_.live(); }
-
- private:
-  struct Slot {
-    std::vector<Buffer<float>> acts, grads;  // L+1 each; unused ends left empty
-  };
-  std::unique_ptr<Slot> make_slot();
-
-  Ops& ops_;
-  ModelDims dims_;
-  StageSpec spec_;
-  std::vector<std::unique_ptr<Layer>> layers_;
-  Head* head_ = nullptr;
-  SlotPool<Slot> slots_;
+  virtual double loss_sum(int mb) = 0;         // last stage only, after forward
+  virtual void set_loss_scale(float s) = 0;    // last stage only
+  // Last stage only, after forward: row `row` of dlogits[N,VL] as fp32 into host out[VL].
+  virtual void head_dlogits_row(int mb, int row, float* out) = 0;
+  virtual size_t activation_bytes_per_microbatch() const = 0;
+  virtual size_t live_microbatches() const = 0;
 };
+
+// The stage of `spec` with activations and compute weights of `precision` (bf16 needs a
+// backend with bf16 ops and ParamStore::refresh_bf16 before each step).
+std::unique_ptr<Stage> make_stage(ParamStore& params, const ModelDims& dims, const StageSpec& spec,
+                                  Communicator& tp, Precision precision = Precision::fp32);
 
 }  // namespace pptrain

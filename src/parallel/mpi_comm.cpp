@@ -32,7 +32,7 @@ size_t chunk_count(size_t n, size_t max_count) {
   return n == 0 ? 1 : (n + max_count - 1) / max_count;
 }
 
-// One isend/irecv, posted as one MPI request per chunk of at most max_count floats.
+// One isend/irecv, posted as one MPI request per chunk of at most max_count bytes.
 class MpiRequest final : public Request {
  public:
   MpiRequest(std::vector<MPI_Request> parts, std::vector<int> counts, bool is_send,
@@ -65,7 +65,7 @@ class MpiRequest final : public Request {
 
  private:
   // Checks the completion code and, for a receive, that each chunk got exactly the
-  // number of floats posted: a shorter message than expected would otherwise leave
+  // number of bytes posted: a shorter message than expected would otherwise leave
   // stale data in the buffer without any MPI error.
   void finish(int rc, const std::vector<MPI_Status>& statuses, const char* call) {
     if (rc == MPI_ERR_IN_STATUS) {
@@ -76,9 +76,9 @@ class MpiRequest final : public Request {
     if (is_send_) return;
     for (size_t i = 0; i < statuses.size(); ++i) {
       int got = 0;
-      check_mpi(MPI_Get_count(&statuses[i], MPI_FLOAT, &got), "MPI_Get_count", where_);
+      check_mpi(MPI_Get_count(&statuses[i], MPI_BYTE, &got), "MPI_Get_count", where_);
       if (got != counts_[i])
-        fail(what_, " on ", where_, ": expected ", counts_[i], " floats in part ", i + 1, " of ",
+        fail(what_, " on ", where_, ": expected ", counts_[i], " bytes in part ", i + 1, " of ",
              statuses.size(), " but the message had ", got);
     }
   }
@@ -109,9 +109,9 @@ class MpiRequest final : public Request {
   }
 
   std::vector<MPI_Request> parts_;  // one per chunk; MPI_REQUEST_NULL once complete
-  std::vector<int> counts_;         // floats per chunk
+  std::vector<int> counts_;         // bytes per chunk
   bool is_send_;
-  std::string what_;   // "isend of 12 floats to rank 2, tag 7"
+  std::string what_;   // "isend of 48 bytes to rank 2, tag 7"
   std::string where_;  // "'pp' (rank 1 of 4, world rank 5)"
   bool done_ = false;
 };
@@ -221,6 +221,14 @@ void MpiComm::allreduce(double* data, size_t n, ReduceOp op) {
   allreduce_impl(data, n, MPI_DOUBLE, op);
 }
 
+void MpiComm::allreduce(bfloat16* data, size_t n, ReduceOp op) {
+  if (n == 0 || size_ == 1) return;
+  std::vector<float> wide(n);  // [n]
+  for (size_t i = 0; i < n; ++i) wide[i] = data[i].to_float();
+  allreduce_impl(wide.data(), n, MPI_FLOAT, op);
+  for (size_t i = 0; i < n; ++i) data[i] = bfloat16::from_float(wide[i]);
+}
+
 void MpiComm::broadcast(void* data, size_t bytes, int root) {
   check_peer(root, "broadcast", "root");
   auto* p = static_cast<char*>(data);
@@ -232,18 +240,18 @@ void MpiComm::broadcast(void* data, size_t bytes, int root) {
 
 void MpiComm::barrier() { check_mpi(MPI_Barrier(comm_), "MPI_Barrier", where()); }
 
-std::unique_ptr<Request> MpiComm::isend(const float* data, size_t n, int peer, int tag) {
+std::unique_ptr<Request> MpiComm::isend(const void* data, size_t bytes, int peer, int tag) {
   // MPI_Isend takes a non-const buffer only in old MPI versions; it never writes to it.
-  return post(const_cast<float*>(data), n, peer, tag, true);
+  return post(static_cast<char*>(const_cast<void*>(data)), bytes, peer, tag, true);
 }
 
-std::unique_ptr<Request> MpiComm::irecv(float* data, size_t n, int peer, int tag) {
-  return post(data, n, peer, tag, false);
+std::unique_ptr<Request> MpiComm::irecv(void* data, size_t bytes, int peer, int tag) {
+  return post(static_cast<char*>(data), bytes, peer, tag, false);
 }
 
-std::unique_ptr<Request> MpiComm::post(float* data, size_t n, int peer, int tag, bool is_send) {
-  std::string what = cat(is_send ? "isend of " : "irecv of ", n, is_send ? " floats to rank " :
-                         " floats from rank ", peer, ", tag ", tag);
+std::unique_ptr<Request> MpiComm::post(char* data, size_t n, int peer, int tag, bool is_send) {
+  std::string what = cat(is_send ? "isend of " : "irecv of ", n, is_send ? " bytes to rank " :
+                         " bytes from rank ", peer, ", tag ", tag);
   check_peer(peer, is_send ? "isend" : "irecv");
   if (tag < 0 || tag > max_tag_)
     fail(is_send ? "isend" : "irecv", " on ", where(), ": tag ", tag, " is outside 0..", max_tag_,
@@ -254,8 +262,8 @@ std::unique_ptr<Request> MpiComm::post(float* data, size_t n, int peer, int tag,
   for (size_t c = 0; c < chunks; ++c) {
     size_t offset = c * max_count_;
     counts[c] = int(std::min(max_count_, n - offset));
-    int rc = is_send ? MPI_Isend(data + offset, counts[c], MPI_FLOAT, peer, tag, comm_, &parts[c])
-                     : MPI_Irecv(data + offset, counts[c], MPI_FLOAT, peer, tag, comm_, &parts[c]);
+    int rc = is_send ? MPI_Isend(data + offset, counts[c], MPI_BYTE, peer, tag, comm_, &parts[c])
+                     : MPI_Irecv(data + offset, counts[c], MPI_BYTE, peer, tag, comm_, &parts[c]);
     if (rc != MPI_SUCCESS) {
       // The request object takes the chunks already posted, so they are cancelled and
       // reported rather than leaked when the error propagates.

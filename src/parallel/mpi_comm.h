@@ -1,8 +1,9 @@
 // MpiComm: the Communicator over an MPI communicator (CPU runs; on GPUs it bootstraps
 // NCCL). Every MPI call's return code is checked: a failure becomes a pptrain::Error
 // naming the call, the group ("world", "pp", "tp", "dp", "embedding") and the rank.
-// MPI counts are ints, so transfers of more than max_count elements are split into
-// several calls (max_count = INT_MAX unless lowered, e.g. by tests).
+// MPI counts are ints, so transfers of more than max_count elements (bytes for
+// point-to-point) are split into several calls (max_count = INT_MAX unless lowered, e.g.
+// by tests).
 #pragma once
 #include <mpi.h>
 
@@ -42,12 +43,14 @@ class MpiComm final : public Communicator {
 
   void allreduce(float* data, size_t n, ReduceOp op) override;   // data: [n], in place
   void allreduce(double* data, size_t n, ReduceOp op) override;  // data: [n], in place
+  // MPI has no bf16 type: the values are widened to fp32, reduced, and rounded once.
+  void allreduce(bfloat16* data, size_t n, ReduceOp op) override;
   void broadcast(void* data, size_t bytes, int root) override;   // data: [bytes]
   void barrier() override;
-  // data: [n] floats; must stay valid until the request completes. Messages between one
+  // data: [bytes]; must stay valid until the request completes. Messages between one
   // pair of ranks with the same tag arrive in the order they were sent (MPI ordering).
-  std::unique_ptr<Request> isend(const float* data, size_t n, int peer, int tag) override;
-  std::unique_ptr<Request> irecv(float* data, size_t n, int peer, int tag) override;
+  std::unique_ptr<Request> isend(const void* data, size_t bytes, int peer, int tag) override;
+  std::unique_ptr<Request> irecv(void* data, size_t bytes, int peer, int tag) override;
 
   // Largest element count per MPI call; larger transfers are chunked. Both sides of a
   // point-to-point transfer must use the same value.
@@ -63,7 +66,7 @@ class MpiComm final : public Communicator {
  private:
   template <typename T>
   void allreduce_impl(T* data, size_t n, MPI_Datatype type, ReduceOp op);
-  std::unique_ptr<Request> post(float* data, size_t n, int peer, int tag, bool is_send);
+  std::unique_ptr<Request> post(char* data, size_t bytes, int peer, int tag, bool is_send);
   // Throws unless 0 <= peer < size(); `role` names it in the message ("peer", "root").
   void check_peer(int peer, const char* call, const char* role = "peer") const;
 

@@ -8,9 +8,14 @@ using pipeline::Op;
 
 PipelineExecutor::PipelineExecutor(Ops& ops, std::map<int, Stage*> stages,
                                    const pipeline::Schedule& schedule, int pp_rank,
-                                   Communicator& pp_comm, size_t activation_elements)
+                                   Communicator& pp_comm)
     : ops_(ops), stages_(std::move(stages)), schedule_(schedule), pp_rank_(pp_rank), pp_(pp_comm),
-      elements_(activation_elements), total_stages_(schedule.pp * schedule.stages_per_rank) {
+      bytes_(0), total_stages_(schedule.pp * schedule.stages_per_rank) {
+  PPTRAIN_CHECK(!stages_.empty(), "pp rank ", pp_rank_, " holds no stage");
+  bytes_ = stages_.begin()->second->transfer_bytes();
+  for (auto& [index, stage] : stages_)
+    PPTRAIN_CHECK(stage->transfer_bytes() == bytes_, "stage ", index, " transfers ", stage->transfer_bytes(),
+                  " bytes, stage ", stages_.begin()->first, " ", bytes_);
   const auto& actions = schedule_.program.at(pp_rank_);
   for (size_t pos = 0; pos < actions.size(); ++pos)
     if (actions[pos].op == Op::SEND_F || actions[pos].op == Op::SEND_B)
@@ -80,18 +85,18 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
     };
     switch (a.op) {
       case Op::RECV_F:
-        recvs_[{0, s, mb}] = pp_.irecv(stage_here(s).input(mb), elements_, rank_of(s - 1), tag(0, s, mb));
+        recvs_[{0, s, mb}] = pp_.irecv(stage_here(s).input(mb), bytes_, rank_of(s - 1), tag(0, s, mb));
         break;
       case Op::RECV_B:
-        recvs_[{1, s, mb}] = pp_.irecv(stage_here(s).output_grad(mb), elements_, rank_of(s + 1), tag(1, s, mb));
+        recvs_[{1, s, mb}] = pp_.irecv(stage_here(s).output_grad(mb), bytes_, rank_of(s + 1), tag(1, s, mb));
         break;
       case Op::SEND_F:
         sends_.emplace(std::make_pair(s, mb),
-                       pp_.isend(stage_here(s).output(mb), elements_, rank_of(s + 1), tag(0, s + 1, mb)));
+                       pp_.isend(stage_here(s).output(mb), bytes_, rank_of(s + 1), tag(0, s + 1, mb)));
         break;
       case Op::SEND_B:
         sends_.emplace(std::make_pair(s, mb),
-                       pp_.isend(stage_here(s).input_grad(mb), elements_, rank_of(s - 1), tag(1, s - 1, mb)));
+                       pp_.isend(stage_here(s).input_grad(mb), bytes_, rank_of(s - 1), tag(1, s - 1, mb)));
         break;
       case Op::F: {
         Stage& st = stage_here(s);
@@ -100,7 +105,7 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
         st.forward(mb, data.at(mb));
         if (st.spec().has_head) loss += st.loss_sum(mb);
         if (local(s + 1)) {  // hand over to the next stage on this rank
-          ops_.copy(stage_here(s + 1).input(mb), st.output(mb), elements_ * sizeof(float));
+          ops_.copy(stage_here(s + 1).input(mb), st.output(mb), bytes_);
         }
         timeline.add(pipeline::to_string(a), t0, timeline.now_us(), true);
         break;
@@ -112,7 +117,7 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
         double t0 = timeline.now_us();
         st.backward_input(mb);
         if (s > 0 && local(s - 1)) {
-          ops_.copy(stage_here(s - 1).output_grad(mb), st.input_grad(mb), elements_ * sizeof(float));
+          ops_.copy(stage_here(s - 1).output_grad(mb), st.input_grad(mb), bytes_);
         }
         if (a.op == Op::B) st.backward_weight(mb, /*keep_io=*/true);
         timeline.add(pipeline::to_string(a), t0, timeline.now_us(), true);

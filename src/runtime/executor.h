@@ -21,9 +21,10 @@ namespace pptrain {
 
 class PipelineExecutor {
  public:
-  // `stages`: global stage index -> the Stage on this rank; `schedule` is lowered.
+  // `stages`: global stage index -> the Stages on this rank (at least one, all of one
+  // precision); `schedule` is lowered.
   PipelineExecutor(Ops& ops, std::map<int, Stage*> stages, const pipeline::Schedule& schedule,
-                   int pp_rank, Communicator& pp_comm, size_t activation_elements);
+                   int pp_rank, Communicator& pp_comm);
   // Runs the step. data[mb] holds the microbatch's tokens/targets (read by the first and
   // last stage). Returns the summed loss of the microbatches whose last stage is here.
   double run(const std::vector<MicrobatchData>& data, Timeline& timeline);
@@ -47,7 +48,7 @@ class PipelineExecutor {
   const pipeline::Schedule& schedule_;
   int pp_rank_;
   Communicator& pp_;
-  size_t elements_;  // N·C floats per transfer
+  size_t bytes_;  // per transfer: one [N,C] tensor of the stages' precision
   int total_stages_;
   std::map<Key, std::unique_ptr<Request>> recvs_;
   std::multimap<std::pair<int, int>, std::unique_ptr<Request>> sends_;  // (stage, mb)

@@ -19,8 +19,9 @@ std::string generate_sample(Trainer& trainer, int count) {
   ModelDims dims = ModelDims::from(cfg.model, 1, 1, 0);
   LocalComm alone;
   StageSpec spec{0, 0, cfg.model.n_layer, true, true};
-  Stage model(trainer.params(), dims, spec, alone);
-  model.set_loss_scale(1.0f);
+  trainer.refresh_working_weights();
+  auto model = make_stage(trainer.params(), dims, spec, alone, cfg.precision());
+  model->set_loss_scale(1.0f);
   Buffer<int32_t> tokens(ops, t), targets(ops, t);
   std::vector<int32_t> host_targets(t, -1), context = {'\n'};
   targets.upload(host_targets.data());
@@ -33,9 +34,9 @@ std::string generate_sample(Trainer& trainer, int count) {
     std::vector<int32_t> window(t, 0);
     std::copy(context.begin() + start, context.end(), window.begin());
     tokens.upload(window.data());
-    model.forward(0, {tokens.data(), targets.data()});
-    ops.copy_to_host(probs.data(), model.head_dlogits(0) + size_t(pos) * v, sizeof(float) * v);
-    model.discard(0);
+    model->forward(0, {tokens.data(), targets.data()});
+    model->head_dlogits_row(0, pos, probs.data());
+    model->discard(0);
     double u = rng.uniform(uint64_t(i)), acc = 0;
     int next = v - 1;
     for (int j = 0; j < v; ++j) {

@@ -52,16 +52,15 @@ Trainer::Trainer(const Config& cfg, const ParallelContext& par, Ops& ops)
   std::map<int, Stage*> mine;
   for (const StageSpec& spec : stage_specs(cfg)) {
     if (pipeline::rank_of_stage(train_schedule_.placement, spec.index, pc.pp) != par.pp_rank) continue;
-    stages_.push_back(std::make_unique<Stage>(*params_, dims, spec, *par.tp_comm));
+    stages_.push_back(make_stage(*params_, dims, spec, *par.tp_comm, cfg.precision()));
     mine[spec.index] = stages_.back().get();
     if (spec.has_head) {
       const double tokens = double(cfg.global_batch_sequences()) * cfg.model.seq_len;
       stages_.back()->set_loss_scale(float(1.0 / tokens));
     }
   }
-  const size_t elements = size_t(dims.rows()) * dims.d_model;
-  train_exec_ = std::make_unique<PipelineExecutor>(ops, mine, train_schedule_, par.pp_rank, *par.pp_comm, elements);
-  eval_exec_ = std::make_unique<PipelineExecutor>(ops, mine, eval_schedule_, par.pp_rank, *par.pp_comm, elements);
+  train_exec_ = std::make_unique<PipelineExecutor>(ops, mine, train_schedule_, par.pp_rank, *par.pp_comm);
+  eval_exec_ = std::make_unique<PipelineExecutor>(ops, mine, eval_schedule_, par.pp_rank, *par.pp_comm);
   optimizer_ = std::make_unique<AdamW>(*params_, cfg.training);
 
   const int m = pc.microbatches, bt = dims.rows();
@@ -132,6 +131,7 @@ StepResult Trainer::train_step() {
   const auto& t = cfg_.training;
   timeline_.start_step();
   params_->zero_grads();
+  refresh_working_weights();
   if (train_data_) load_microbatches(*train_data_, uint64_t(step_));
   last_local_loss_ = train_exec_->run(microbatches_, timeline_);
   const double pipeline_us = timeline_.now_us();
@@ -157,10 +157,15 @@ StepResult Trainer::train_step() {
   return r;
 }
 
+void Trainer::refresh_working_weights() {
+  if (cfg_.precision() == Precision::bf16) params_->refresh_bf16();
+}
+
 double Trainer::evaluate() {
   if (cfg_.data.val.empty() || cfg_.training.eval_batches == 0) return NAN;
   double total = 0;
   Timeline scratch;
+  refresh_working_weights();
   for (int b = 0; b < cfg_.training.eval_batches; ++b) {
     if (val_data_) load_microbatches(*val_data_, uint64_t(b));
     double local = eval_exec_->run(microbatches_, scratch);

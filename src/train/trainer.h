@@ -5,7 +5,8 @@
 //   3. sum the tied-embedding gradient over the embedding group (first and last stage);
 //   4. sum gradients over the dp group (the loss is pre-scaled by 1/tokens of the global
 //      batch, so the sum is the mean-loss gradient);
-//   5. global gradient norm (each element counted once), clipping, AdamW.
+//   5. global gradient norm (each element counted once), clipping, AdamW on the fp32
+//      masters (under bf16 the layers compute with bf16 copies refreshed before each step).
 // A single process is the same path with groups of one and a one-rank program.
 #pragma once
 #include <memory>
@@ -59,6 +60,12 @@ class Trainer {
   void reduce_gradients();
   double gradient_norm();
   double mean_loss(double local_loss_sum);
+ public:
+  // bf16 models: rounds the fp32 masters into the bf16 copies the layers compute with
+  // (before every step and evaluation, so optimizer steps and checkpoint loads show).
+  void refresh_working_weights();
+
+ private:
 
   Config cfg_;
   ParallelContext par_;

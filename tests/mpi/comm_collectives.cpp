@@ -1,4 +1,4 @@
-// MpiComm collectives on any number of ranks: allreduce (float and double, Sum and Max,
+// MpiComm collectives on any number of ranks: allreduce (float, double and bf16, Sum and Max,
 // whole and chunked), broadcast from every root (whole and chunked), barrier, and a
 // split communicator. Prints "collectives ok rank R" on success.
 #include <algorithm>
@@ -51,6 +51,30 @@ void check_allreduce_double(MpiComm& comm, size_t n) {
   }
 }
 
+// bf16: summed in fp32 and rounded once, so the result is the bf16 rounding of the exact
+// sum. Values 1 + r/256 + i/8 are exact in bf16 (8 significant bits for small i, r); their
+// sum over p ranks generally is not, which checks the single rounding.
+void check_allreduce_bf16(MpiComm& comm, size_t n) {
+  const int r = comm.rank(), p = comm.size();
+  std::vector<bfloat16> sum(n), max(n);  // [n]
+  auto value = [](int rank, size_t i) { return 1.0f + float(rank) / 256.0f + float(i % 4) / 8.0f; };
+  for (size_t i = 0; i < n; ++i) {
+    sum[i] = bfloat16::from_float(value(r, i));
+    max[i] = bfloat16::from_float(-value(r, i));
+  }
+  comm.allreduce(sum.data(), n, ReduceOp::Sum);
+  comm.allreduce(max.data(), n, ReduceOp::Max);
+  for (size_t i = 0; i < n; ++i) {
+    float exact = 0;
+    for (int q = 0; q < p; ++q) exact += bfloat16::from_float(value(q, i)).to_float();
+    const float want = bfloat16::from_float(exact).to_float();
+    const float want_max = bfloat16::from_float(-value(0, i)).to_float();
+    MPI_EXPECT(sum[i].to_float() == want, comm.where(), " bf16 sum[", i, "] = ", sum[i].to_float(),
+               ", want ", want);
+    MPI_EXPECT(max[i].to_float() == want_max, comm.where(), " bf16 max[", i, "] = ", max[i].to_float());
+  }
+}
+
 // The bytes root `root` broadcasts: a pattern that names it.
 std::string pattern(int root, size_t bytes) {
   std::string s(bytes, '\0');  // [bytes]
@@ -79,6 +103,7 @@ int main(int argc, char** argv) {
     check_allreduce_float(world, 1);
     check_allreduce_float(world, 1000);
     check_allreduce_double(world, 17);
+    check_allreduce_bf16(world, 13);
     check_allreduce_float(world, 0);  // no elements: no call, no hang
     check_broadcast(world, 1);
     check_broadcast(world, 4096);
@@ -90,6 +115,7 @@ int main(int argc, char** argv) {
     check_allreduce_float(world, 10);
     check_allreduce_float(world, 9);
     check_allreduce_double(world, 7);
+    check_allreduce_bf16(world, 8);
     check_broadcast(world, 23);
     world.set_max_count(INT_MAX);
 

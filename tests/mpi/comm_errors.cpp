@@ -35,9 +35,9 @@ void expect_error(F&& f, const std::string& what) {
 void mismatched_length(MpiComm& world, size_t sent, size_t posted) {
   const int tag = 5;
   std::vector<float> out(sent, 1.0f), in(posted, 0.0f);
-  if (world.rank() == 0) world.isend(out.data(), sent, 1, tag)->wait();
+  if (world.rank() == 0) world.isend(out.data(), sent * sizeof(float), 1, tag)->wait();
   if (world.rank() == 1) {
-    auto recv = world.irecv(in.data(), posted, 0, tag);
+    auto recv = world.irecv(in.data(), posted * sizeof(float), 0, tag);
     expect_error([&] { recv->wait(); }, "receiving a message of the wrong length");
   }
 }
@@ -59,21 +59,21 @@ int main(int argc, char** argv) {
     } else if (mode == "bad_peer") {
       if (pp.rank() == 1) {
         float x = 0;
-        expect_error([&] { pp.isend(&x, 1, pp.size(), 0); }, "isend to a rank past the group");
-        expect_error([&] { pp.irecv(&x, 1, -1, 0); }, "irecv from rank -1");
+        expect_error([&] { pp.isend(&x, sizeof x, pp.size(), 0); }, "isend to a rank past the group");
+        expect_error([&] { pp.irecv(&x, sizeof x, -1, 0); }, "irecv from rank -1");
         expect_error([&] { pp.broadcast(&x, sizeof x, pp.size()); }, "broadcast from a bad root");
-        expect_error([&] { pp.isend(&x, 1, 0, -1); }, "isend with a negative tag");
+        expect_error([&] { pp.isend(&x, sizeof x, 0, -1); }, "isend with a negative tag");
         MPI_EXPECT(pp.max_tag() >= 32767, "MPI_TAG_UB ", pp.max_tag());
       }
     } else if (mode == "dropped") {
       // Larger than any eager limit, so the send cannot complete without a receiver.
       std::vector<float> big(1 << 20, 1.0f), small(4, 0.0f);
       if (pp.rank() == 0) {
-        auto send = pp.isend(big.data(), big.size(), 1, 9);
+        auto send = pp.isend(big.data(), big.size() * sizeof(float), 1, 9);
         MPI_EXPECT(!send->test(), "an unmatched 4 MB send completed");
       }
       if (pp.rank() == 1) {
-        auto recv = pp.irecv(small.data(), small.size(), 0, 10);
+        auto recv = pp.irecv(small.data(), small.size() * sizeof(float), 0, 10);
         MPI_EXPECT(!recv->test(), "a receive completed with no sender");
       }
       // The communicator still works afterwards.
@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
       }
       // Everyone else waits for a message rank 1 never sends: only the abort ends this.
       float x = 0;
-      pp.irecv(&x, 1, 1, 99)->wait();
+      pp.irecv(&x, sizeof x, 1, 99)->wait();
       MPI_EXPECT(false, "rank ", pp.rank(), " received a message that was never sent");
     } else {
       MPI_EXPECT(false, "unknown mode ", mode);

@@ -47,8 +47,8 @@ int main(int argc, char** argv) {
       in[t].assign(lengths[t], -1.0f);
     }
     std::vector<std::unique_ptr<Request>> recvs(4), sends;
-    for (int t = 3; t >= 1; --t) recvs[t] = world.irecv(in[t].data(), lengths[t], left, t);
-    for (int t : tags) sends.push_back(world.isend(out[t].data(), lengths[t], right, t));
+    for (int t = 3; t >= 1; --t) recvs[t] = world.irecv(in[t].data(), lengths[t] * sizeof(float), left, t);
+    for (int t : tags) sends.push_back(world.isend(out[t].data(), lengths[t] * sizeof(float), right, t));
 
     // Tag 1 by polling test() (bounded), the others by wait().
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
@@ -66,10 +66,10 @@ int main(int argc, char** argv) {
     // Two messages with one tag arrive in the order sent.
     std::vector<float> first = payload(r, 7, 4), second = payload(r, 8, 4);
     std::vector<float> got_first(4), got_second(4);
-    auto recv_a = world.irecv(got_first.data(), 4, left, 7);
-    auto recv_b = world.irecv(got_second.data(), 4, left, 7);
-    auto send_a = world.isend(first.data(), 4, right, 7);
-    auto send_b = world.isend(second.data(), 4, right, 7);
+    auto recv_a = world.irecv(got_first.data(), 4 * sizeof(float), left, 7);
+    auto recv_b = world.irecv(got_second.data(), 4 * sizeof(float), left, 7);
+    auto send_a = world.isend(first.data(), 4 * sizeof(float), right, 7);
+    auto send_b = world.isend(second.data(), 4 * sizeof(float), right, 7);
     recv_b->wait();
     recv_a->wait();
     send_a->wait();
@@ -83,15 +83,16 @@ int main(int argc, char** argv) {
     empty_recv->wait();
     empty_send->wait();
 
-    // Chunked: 37 floats at most 4 per MPI message (10 messages) in both directions of
-    // the ring at once; the receiver chunks identically.
-    world.set_max_count(4);
+    // Chunked: 37 floats (148 bytes) at most 10 bytes per MPI message (15 messages, cut
+    // inside floats) in both directions of the ring at once; the receiver chunks
+    // identically.
+    world.set_max_count(10);
     std::vector<float> big_out = payload(r, 20, 37), big_in(37, -1.0f);
     std::vector<float> back_out = payload(r, 21, 37), back_in(37, -1.0f);
-    auto big_recv = world.irecv(big_in.data(), 37, left, 20);
-    auto back_recv = world.irecv(back_in.data(), 37, right, 21);
-    auto big_send = world.isend(big_out.data(), 37, right, 20);
-    auto back_send = world.isend(back_out.data(), 37, left, 21);
+    auto big_recv = world.irecv(big_in.data(), 37 * sizeof(float), left, 20);
+    auto back_recv = world.irecv(back_in.data(), 37 * sizeof(float), right, 21);
+    auto big_send = world.isend(big_out.data(), 37 * sizeof(float), right, 20);
+    auto back_send = world.isend(back_out.data(), 37 * sizeof(float), left, 21);
     big_recv->wait();
     back_recv->wait();
     big_send->wait();

@@ -49,8 +49,8 @@ void exercise(MpiComm& comm, const std::vector<int>& world_ranks) {
   if (comm.size() < 2) return;
   const int n = comm.size(), r = comm.rank();
   float out = float(world_ranks[r]), in = -1;
-  auto recv = comm.irecv(&in, 1, (r + n - 1) % n, 3);
-  auto send = comm.isend(&out, 1, (r + 1) % n, 3);
+  auto recv = comm.irecv(&in, sizeof in, (r + n - 1) % n, 3);
+  auto send = comm.isend(&out, sizeof out, (r + 1) % n, 3);
   recv->wait();
   send->wait();
   MPI_EXPECT(in == float(world_ranks[(r + n - 1) % n]), comm.where(), ": ring got ", in);

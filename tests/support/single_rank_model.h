@@ -32,7 +32,7 @@ struct SingleRankModel {
   SingleRankModel(const ModelConfig& m, int batch, uint64_t seed) {
     dims = ModelDims::from(m, batch, 1, 0);
     params = std::make_unique<ParamStore>(*ops, 1, 0, seed);
-    stage = std::make_unique<Stage>(*params, dims, StageSpec{0, 0, m.n_layer, true, true}, tp);
+    stage = make_stage(*params, dims, StageSpec{0, 0, m.n_layer, true, true}, tp);
   }
 };
 

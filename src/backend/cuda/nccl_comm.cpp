@@ -63,6 +63,11 @@ void NcclComm::allreduce(float* data, size_t n, ReduceOp op) {
   check(ncclAllReduce(data, data, n, ncclFloat, to_nccl(op), comm_, compute_), "ncclAllReduce");
 }
 
+void NcclComm::allreduce(bfloat16* data, size_t n, ReduceOp op) {
+  if (n == 0 || size() == 1) return;
+  check(ncclAllReduce(data, data, n, ncclBfloat16, to_nccl(op), comm_, compute_), "ncclAllReduce");
+}
+
 void NcclComm::allreduce(double* data, size_t n, ReduceOp op) {
   PPTRAIN_CUDA_CHECK(cudaStreamSynchronize(compute_));
   group_.allreduce(data, n, op);
@@ -78,7 +83,7 @@ void NcclComm::barrier() {
   group_.barrier();
 }
 
-std::unique_ptr<Request> NcclComm::post(float* data, size_t n, int peer, bool is_send) {
+std::unique_ptr<Request> NcclComm::post(void* data, size_t bytes, int peer, bool is_send) {
   if (peer < 0 || peer >= size() || peer == rank())
     fail(is_send ? "isend" : "irecv", " on ", group_.where(), ": peer ", peer, " is not another rank of the group");
   cudaStream_t stream = is_send ? send_stream_ : recv_stream_;
@@ -87,8 +92,8 @@ std::unique_ptr<Request> NcclComm::post(float* data, size_t n, int peer, bool is
   PPTRAIN_CUDA_CHECK(cudaEventRecord(compute_ready_.get(), compute_));
   PPTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream, compute_ready_.get(), 0));
   check(ncclGroupStart(), "ncclGroupStart");
-  ncclResult_t result = is_send ? ncclSend(data, n, ncclFloat, peer, comm_, stream)
-                                : ncclRecv(data, n, ncclFloat, peer, comm_, stream);
+  ncclResult_t result = is_send ? ncclSend(data, bytes, ncclUint8, peer, comm_, stream)
+                                : ncclRecv(data, bytes, ncclUint8, peer, comm_, stream);
   ncclResult_t end = ncclGroupEnd();
   check(result, is_send ? "ncclSend" : "ncclRecv");
   check(end, "ncclGroupEnd");
@@ -97,11 +102,11 @@ std::unique_ptr<Request> NcclComm::post(float* data, size_t n, int peer, bool is
   return std::make_unique<NcclRequest>(std::move(done));
 }
 
-std::unique_ptr<Request> NcclComm::isend(const float* data, size_t n, int peer, int tag) {
-  return post(const_cast<float*>(data), n, peer, true);
+std::unique_ptr<Request> NcclComm::isend(const void* data, size_t bytes, int peer, int tag) {
+  return post(const_cast<void*>(data), bytes, peer, true);
 }
-std::unique_ptr<Request> NcclComm::irecv(float* data, size_t n, int peer, int tag) {
-  return post(data, n, peer, false);
+std::unique_ptr<Request> NcclComm::irecv(void* data, size_t bytes, int peer, int tag) {
+  return post(data, bytes, peer, false);
 }
 
 }  // namespace pptrain::cuda

@@ -4,7 +4,7 @@
 // One ncclComm_t per group, bootstrapped over the matching MPI communicator: group rank 0
 // creates the ncclUniqueId and broadcasts it with MPI, then every member calls
 // ncclCommInitRank. Which memory each call takes:
-//  - allreduce(float*): device memory, on the compute stream, so it is ordered with the
+//  - allreduce(float*), allreduce(bfloat16*): device memory, on the compute stream, so it is ordered with the
 //    kernels that produce and consume the tensor (TP activations, DP/embedding gradients).
 //  - allreduce(double*), broadcast, barrier: host memory (losses, norms, checkpoint
 //    metadata), carried by the MPI group; allreduce(double*) first waits for the compute
@@ -56,13 +56,14 @@ class NcclComm final : public Communicator {
   int size() const override { return group_.size(); }
   void allreduce(float* data, size_t n, ReduceOp op) override;   // device data[n], in place
   void allreduce(double* data, size_t n, ReduceOp op) override;  // host data[n], in place
+  void allreduce(bfloat16* data, size_t n, ReduceOp op) override;  // device data[n], in place
   void broadcast(void* data, size_t bytes, int root) override;   // host data[bytes]
   void barrier() override;
-  std::unique_ptr<Request> isend(const float* data, size_t n, int peer, int tag) override;
-  std::unique_ptr<Request> irecv(float* data, size_t n, int peer, int tag) override;
+  std::unique_ptr<Request> isend(const void* data, size_t bytes, int peer, int tag) override;  // device
+  std::unique_ptr<Request> irecv(void* data, size_t bytes, int peer, int tag) override;        // device
 
  private:
-  std::unique_ptr<Request> post(float* data, size_t n, int peer, bool is_send);
+  std::unique_ptr<Request> post(void* data, size_t bytes, int peer, bool is_send);
   void check(ncclResult_t result, const char* call) const;
 
   MpiComm& group_;
