@@ -122,7 +122,7 @@ int cmd_train(const Args& raw_args, MpiSession& mpi) {
               " heads, seq ", cfg.model.seq_len, ", vocab ", cfg.model.vocab_size, " | dp ", cfg.parallel.dp,
               " pp ", cfg.parallel.pp, " tp ", cfg.parallel.tp, " | schedule ", cfg.parallel.schedule, ", ",
               cfg.parallel.microbatches, " microbatches, blocks per stage [", cut_text, "] | backend ",
-              ops->name());
+              ops->name(), " ", cfg.training.precision);
     if (resumed_from > 0) log::info("resumed from step ", resumed_from);
   }
   MetricsLog metrics(cfg.logging.metrics, rank0);

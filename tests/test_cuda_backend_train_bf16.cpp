@@ -1,0 +1,291 @@
+// bf16 mixed precision (training.precision: bf16) on the emulated cuda backend: bf16
+// weights (copies of the fp32 masters) and activations, fp32 gradients and optimizer state.
+//  - In process: one forward/dgrad/wgrad step of a whole model tracks the fp32 cpu model
+//    within the bound that bf16 rounding allows, and does differ from it (bf16 really ran).
+//  - Through pptrain-emu: a pp=2 ZB-V pipeline and a dp=2 run equal the single-process bf16
+//    run up to fp32 summation order; tp=2 stays within the bf16 bound; a resumed bf16 run
+//    equals the uninterrupted one bit for bit (only fp32 masters are saved, the bf16 copies
+//    are rounded from them each step); and bf16 training learns a Markov source as fp32 does.
+#define PPTRAIN_EMULATED 1  // this binary links the emulated cuda backend
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/ops.h"
+#include "core/communicator.h"
+#include "core/error.h"
+#include "model/stage.h"
+#include "support/test_util.h"
+#include "test_cpu_ops_util.h"
+#include "train/param_dump.h"
+
+using namespace pptrain;
+using namespace pptrain::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Rounding to bf16 (8 significant bits, nearest even) has relative error at most
+// u = 2^-9 ≈ 2e-3. In one step of the tiny model below an output gradient is the end of a
+// chain of about 20 rounded tensors (each layer rounds its GEMM outputs, layernorm, GELU
+// and residual outputs in forward and again in dgrad), so first-order error growth gives
+// ~20·u ≈ 4e-2 of the tensor's scale. The bound is that, measured normwise
+// (max|Δ| / max|reference| per tensor); the loss, a mean over tokens, is far tighter.
+constexpr double kBf16GradientBound = 4e-2;
+constexpr double kBf16LossBound = 1e-2;
+
+struct TinyModel {
+  std::unique_ptr<Ops> ops;
+  LocalComm tp;
+  ModelDims dims;
+  std::unique_ptr<ParamStore> params;
+  std::unique_ptr<Stage> stage;
+  Buffer<int32_t> tokens, targets;
+
+  TinyModel(std::unique_ptr<Ops> backend, const ModelConfig& m, int batch, Precision precision)
+      : ops(std::move(backend)) {
+    dims = ModelDims::from(m, batch, 1, 0);
+    params = std::make_unique<ParamStore>(*ops, 1, 0, 7);
+    stage = make_stage(*params, dims, StageSpec{0, 0, m.n_layer, true, true}, tp, precision);
+    stage->set_loss_scale(1.0f / float(dims.rows()));
+    tokens = Buffer<int32_t>(*ops, dims.rows());
+    targets = Buffer<int32_t>(*ops, dims.rows());
+  }
+
+  // Perturbs every parameter (the GPT-2 init has zero biases and unit gains, hiding bugs),
+  // then runs F, I, W of one microbatch and returns the mean loss.
+  double step(const std::vector<int32_t>& tok, const std::vector<int32_t>& tgt) {
+    uint32_t seed = 3;
+    for (auto& [name, p] : params->all()) {
+      auto v = p->value.to_host();
+      auto noise = random_floats(v.size(), seed++, -0.5f, 0.5f);
+      for (size_t k = 0; k < v.size(); ++k) v[k] += noise[k];
+      p->value.upload(v.data());
+    }
+    if (stage->precision() == Precision::bf16) params->refresh_bf16();
+    tokens.upload(tok.data());
+    targets.upload(tgt.data());
+    params->zero_grads();
+    stage->forward(0, {tokens.data(), targets.data()});
+    const double loss = stage->loss_sum(0) / dims.rows();
+    stage->backward_input(0);
+    stage->backward_weight(0);
+    ops->synchronize();
+    return loss;
+  }
+};
+
+ModelConfig tiny_config() {
+  ModelConfig m;
+  m.n_layer = 2;
+  m.n_head = 2;
+  m.d_model = 32;
+  m.seq_len = 7;
+  m.vocab_size = 23;
+  return m;
+}
+
+}  // namespace
+
+TEST(Bf16Model, OneStepTracksTheFp32ModelWithinTheBf16Bound) {
+  const ModelConfig m = tiny_config();
+  const int batch = 3;
+  TinyModel ref(make_cpu_ops(), m, batch, Precision::fp32);
+  TinyModel low(make_cuda_ops(0), m, batch, Precision::bf16);
+  const int n = ref.dims.rows();
+  auto tok = random_ints(n, 81, 0, m.vocab_size - 1), tgt = random_ints(n, 82, 0, m.vocab_size - 1);
+  const double loss_ref = ref.step(tok, tgt), loss_low = low.step(tok, tgt);
+  EXPECT_NEAR(loss_low, loss_ref, kBf16LossBound * std::fabs(loss_ref));
+  EXPECT_NE(loss_low, loss_ref) << "bf16 and fp32 agree exactly: did the bf16 path run?";
+
+  double largest = 0;
+  int compared = 0;
+  for (auto& [name, p] : ref.params->all()) {
+    Param* q = low.params->find(name);
+    ASSERT_NE(q, nullptr) << name;
+    EXPECT_EQ(q->value_bf16.size(), q->numel()) << name << " has no bf16 copy";
+    const double err = normalized_error(q->grad.to_host(), p->grad.to_host());
+    EXPECT_LE(err, kBf16GradientBound) << name;
+    largest = std::max(largest, err);
+    ++compared;
+  }
+  EXPECT_GE(compared, 2 * 12 + 4);
+  // Rounding to bf16 moves gradients by far more than fp32 reordering (~1e-6) would.
+  EXPECT_GT(largest, 1e-4) << "no gradient shows bf16 rounding";
+  std::cout << "largest normwise gradient error bf16 vs fp32: " << largest << ", loss " << loss_low << " vs "
+            << loss_ref << "\n";
+}
+
+TEST(Bf16Model, ActivationsTakeHalfTheMemory) {
+  const ModelConfig m = tiny_config();
+  TinyModel full(make_cuda_ops(0), m, 2, Precision::fp32), half(make_cuda_ops(0), m, 2, Precision::bf16);
+  EXPECT_EQ(half.stage->transfer_bytes() * 2, full.stage->transfer_bytes());
+  const double ratio = double(half.stage->activation_bytes_per_microbatch()) /
+                       double(full.stage->activation_bytes_per_microbatch());
+  // Everything but the fp32 per-row statistics (layernorm mean/rstd, cross-entropy) halves.
+  EXPECT_GT(ratio, 0.5);
+  EXPECT_LT(ratio, 0.55);
+}
+
+TEST(Bf16Model, TheCpuBackendRejectsBf16WithOneLine) {
+  const ModelConfig m = tiny_config();
+  TinyModel model(make_cpu_ops(), m, 1, Precision::bf16);
+  try {
+    model.params->refresh_bf16();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "backend 'cpu' has no bf16 cast (training.precision: bf16 needs device: cuda)");
+  }
+}
+
+// ---- through pptrain-emu -------------------------------------------------------------------
+
+namespace {
+
+std::string pptrain_emu_bin() { return (fs::path(pptrain_bin()).parent_path() / "pptrain-emu").string(); }
+
+class Bf16Train : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(fs::exists(pptrain_emu_bin())) << pptrain_emu_bin() << " not built";
+    auto r = prepare_markov_corpus(dir_.file("data"), 19, 6000, 5);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    // 4 blocks: one per stage of a pp=2 V; grad_clip 0 compares raw gradients.
+    write_file(dir_.file("model.yaml"),
+               "device: cuda\n"
+               "model: {n_layer: 4, n_head: 2, d_model: 16, seq_len: 8, vocab_size: 19}\n"
+               "parallel: {microbatches: 4}\n"
+               "training: {steps: 1, micro_batch_size: 2, lr: 1.0e-2, warmup_steps: 0, grad_clip: 0.0,"
+               " eval_every: 0, precision: bf16}\n"
+               "data: {train: '" + dir_.file("data") + "/train_*.bin'}\n"
+               "logging: {every: 1, sample_tokens: 0}\n");
+  }
+
+  // Runs pptrain-emu on `ranks` ranks with `overrides` (`env` before the command) and
+  // reads the dumps of step `step` written by world ranks 0 .. dump_ranks-1 (dp replica 0).
+  GlobalDump run(int ranks, const std::string& name, const std::string& overrides, int step = 1,
+                 int dump_ranks = -1, const std::string& env = "") {
+    const std::string out = dir_.file("dump_" + name);
+    const std::string cmd = env + mpirun(ranks) + pptrain_emu_bin() + " train " + dir_.file("model.yaml") +
+                            " " + overrides + " --dump " + out;
+    auto r = run_command(cmd, 180);
+    EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+    last_output_ = r.output;
+    std::vector<std::string> files;
+    for (int i = 0; i < (dump_ranks < 0 ? ranks : dump_ranks); ++i)
+      files.push_back(out + "/step" + std::to_string(step) + ".rank" + std::to_string(i) + ".bin");
+    return read_param_dumps(files);
+  }
+
+  // Per tensor max|Δ| ≤ bound · max|reference| for gradients (and values if `values`).
+  static void expect_close(const GlobalDump& got, const GlobalDump& want, double bound, bool values) {
+    ASSERT_FALSE(want.tensors.empty());
+    EXPECT_NEAR(got.loss, want.loss, bound * std::fabs(want.loss));
+    ASSERT_EQ(got.tensors.size(), want.tensors.size());
+    for (auto& [name, w] : want.tensors) {
+      auto it = got.tensors.find(name);
+      ASSERT_NE(it, got.tensors.end()) << name;
+      for (char c : it->second.covered) ASSERT_TRUE(c) << name << " not fully covered by the ranks";
+      EXPECT_LE(normalized_error(it->second.grad, w.grad), bound) << name << " gradient";
+      if (values) {
+        EXPECT_LE(normalized_error(it->second.value, w.value), bound) << name << " value";
+      }
+    }
+  }
+
+  TempDir dir_;
+  std::string last_output_;
+};
+
+}  // namespace
+
+TEST_F(Bf16Train, PipelineAndDataParallelStepsEqualTheSingleProcessRun) {
+  GlobalDump single = run(1, "single", "");
+  // The same bf16 tensors cross stage boundaries as bytes; only the order in which the
+  // fp32 weight gradients of the microbatches are summed differs (ZB-V runs W late).
+  GlobalDump pipeline = run(2, "zbv", "parallel.pp=2 parallel.schedule=zbv parallel.stages_per_rank=2");
+  expect_close(pipeline, single, 1e-5, true);
+  EXPECT_EQ(pipeline.max_replica_diff, 0.0) << "the two copies of the tied embedding disagree";
+  GlobalDump data_parallel = run(2, "dp", "parallel.dp=2 parallel.microbatches=2", 1, 1);
+  expect_close(data_parallel, single, 1e-5, true);
+}
+
+TEST_F(Bf16Train, TensorParallelStepStaysWithinTheBf16Bound) {
+  // Row-parallel layers round each rank's partial product to bf16 before the all-reduce,
+  // so tp=2 differs from tp=1 by bf16 rounding, not by fp32 reordering.
+  GlobalDump single = run(1, "single", "");
+  GlobalDump tp = run(2, "tp", "parallel.tp=2");
+  expect_close(tp, single, kBf16GradientBound, false);
+}
+
+TEST_F(Bf16Train, ResumedRunEqualsTheUninterruptedOneBitForBit) {
+  const std::string steps = "training.steps=4 ";
+  GlobalDump straight = run(1, "straight", steps, 4);
+  // Dies at step 3, after the step-2 checkpoint; the same command then resumes.
+  const std::string resumable = steps + "checkpoint.dir=" + dir_.file("ck") + " checkpoint.every=2";
+  const std::string cmd = "PPTRAIN_FAIL_AT=0:3 " + mpirun(1) + pptrain_emu_bin() + " train " +
+                          dir_.file("model.yaml") + " " + resumable;
+  auto r = run_command(cmd, 180);
+  ASSERT_NE(r.exit_code, 0) << r.output;
+  ASSERT_NE(r.output.find("injected failure"), std::string::npos) << r.output;
+  GlobalDump resumed = run(1, "resumed", resumable, 4);
+  EXPECT_NE(last_output_.find("resumed from step 2"), std::string::npos) << last_output_;
+  EXPECT_EQ(resumed.loss, straight.loss);
+  expect_close(resumed, straight, 0.0, true);
+}
+
+namespace {
+
+// Values of `key` in the JSON Lines file, for lines that have it.
+std::vector<double> json_values(const std::string& jsonl, const std::string& key) {
+  std::vector<double> out;
+  std::regex re("\"" + key + "\": ([-0-9.eE+naif]+)");
+  std::istringstream in(jsonl);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, re)) out.push_back(std::stod(m[1]));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(Bf16Learning, LearnsAMarkovSourceAsFp32Does) {
+  TempDir dir;
+  auto r = prepare_markov_corpus(dir.file("markov"), 16, 200000, 3, 1);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const double entropy = std::stod(read_file(dir.file("markov") + "/entropy.txt"));
+  write_file(dir.file("m.yaml"),
+             "device: cuda\n"
+             "model: {n_layer: 2, n_head: 2, d_model: 32, seq_len: 16, vocab_size: 16}\n"
+             "parallel: {microbatches: 1}\n"
+             "training: {steps: 150, micro_batch_size: 16, lr: 3.0e-3, min_lr: 3.0e-4, warmup_steps: 10,"
+             " eval_every: 150, eval_batches: 8, weight_decay: 0.0}\n"
+             "data: {train: '" + dir.file("markov") + "/train_*.bin', val: '" + dir.file("markov") + "/val_*.bin'}\n"
+             "logging: {every: 50, sample_tokens: 0}\n");
+  double val[2] = {0, 0};
+  const char* precisions[2] = {"fp32", "bf16"};
+  for (int i = 0; i < 2; ++i) {
+    const std::string metrics = dir.file(std::string("metrics_") + precisions[i] + ".jsonl");
+    r = run_command("OMP_NUM_THREADS=2 " + pptrain_emu_bin() + " train " + dir.file("m.yaml") +
+                        " training.precision=" + precisions[i] + " logging.metrics=" + metrics,
+                    300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto v = json_values(read_file(metrics), "val_loss");
+    ASSERT_FALSE(v.empty()) << r.output;
+    val[i] = v.back();
+  }
+  // Both approach the source entropy; bf16 ends within 2% of the fp32 run.
+  EXPECT_LT(val[0], 1.10 * entropy) << "fp32, entropy " << entropy;
+  EXPECT_LT(val[1], 1.10 * entropy) << "bf16, entropy " << entropy;
+  EXPECT_NEAR(val[1], val[0], 0.02 * val[0]);
+  std::cout << "val loss fp32 " << val[0] << ", bf16 " << val[1] << ", entropy " << entropy << "\n";
+}
