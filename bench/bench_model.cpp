@@ -1,10 +1,7 @@
 // Benchmark: training throughput of the cpu backend on a GPT-2-small-shaped model, as a
 // fraction of the cblas_sgemm FLOP rate measured in the same run (the machine is shared
-// and noisy; a ratio taken in one run is what compares across commits).
-//   FLOPs per token = 6·N (N = parameters used in matmuls, the tied LM head included)
-//                   + 6·L·T·C (causal attention: QKᵀ and PV over T/2 keys on average,
-//                              forward 2·T·C per layer and token, backward twice that)
-// Prints one JSON line.
+// and noisy; a ratio taken in one run is what compares across commits). FLOPs per token:
+// training_flops_per_token of model_flops.h. Prints one JSON line.
 #include <cblas.h>
 #include <omp.h>
 
@@ -18,6 +15,7 @@
 #include "backend/ops.h"
 #include "core/communicator.h"
 #include "model/stage.h"
+#include "model_flops.h"
 #include "train/adamw.h"
 
 using namespace pptrain;
@@ -69,7 +67,7 @@ int main(int argc, char** argv) {
     if (name != "wpe.weight") n_matmul += p->numel();
   }
   const double tokens_per_step = double(batch) * m.seq_len * microbatches;
-  const double flops_per_token = 6.0 * n_matmul + 6.0 * m.n_layer * m.seq_len * double(m.d_model);
+  const double flops_per_token = bench::training_flops_per_token(double(n_matmul), m.n_layer, m.seq_len, m.d_model);
 
   double sgemm_before = sgemm_gflops(2048);
   double best_s = 1e30, total_s = 0, loss = 0;

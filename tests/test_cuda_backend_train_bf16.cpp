@@ -260,30 +260,32 @@ std::vector<double> json_values(const std::string& jsonl, const std::string& key
 
 TEST(Bf16Learning, LearnsAMarkovSourceAsFp32Does) {
   TempDir dir;
-  auto r = prepare_markov_corpus(dir.file("markov"), 16, 200000, 3, 1);
+  auto r = prepare_markov_corpus(dir.file("markov"), 16, 100000, 3, 1);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const double entropy = std::stod(read_file(dir.file("markov") + "/entropy.txt"));
   write_file(dir.file("m.yaml"),
              "device: cuda\n"
-             "model: {n_layer: 2, n_head: 2, d_model: 32, seq_len: 16, vocab_size: 16}\n"
+             "model: {n_layer: 1, n_head: 2, d_model: 32, seq_len: 16, vocab_size: 16}\n"
              "parallel: {microbatches: 1}\n"
-             "training: {steps: 150, micro_batch_size: 16, lr: 3.0e-3, min_lr: 3.0e-4, warmup_steps: 10,"
-             " eval_every: 150, eval_batches: 8, weight_decay: 0.0}\n"
+             "training: {steps: 80, micro_batch_size: 8, lr: 1.0e-2, min_lr: 1.0e-3, warmup_steps: 5,"
+             " eval_every: 80, eval_batches: 8, weight_decay: 0.0, precision: bf16}\n"
              "data: {train: '" + dir.file("markov") + "/train_*.bin', val: '" + dir.file("markov") + "/val_*.bin'}\n"
-             "logging: {every: 50, sample_tokens: 0}\n");
+             "logging: {every: 20, sample_tokens: 0}\n");
+  // bf16 on the emulated cuda backend; the fp32 reference on the cpu backend (the emulated
+  // fp32 run equals it, see test_cuda_backend_train, and takes the emulator's time).
+  const std::string runs[2] = {pptrain_bin() + " train " + dir.file("m.yaml") + " device=cpu training.precision=fp32",
+                               pptrain_emu_bin() + " train " + dir.file("m.yaml")};
   double val[2] = {0, 0};
-  const char* precisions[2] = {"fp32", "bf16"};
   for (int i = 0; i < 2; ++i) {
-    const std::string metrics = dir.file(std::string("metrics_") + precisions[i] + ".jsonl");
-    r = run_command("OMP_NUM_THREADS=2 " + pptrain_emu_bin() + " train " + dir.file("m.yaml") +
-                        " training.precision=" + precisions[i] + " logging.metrics=" + metrics,
-                    300);
+    const std::string metrics = dir.file("metrics_" + std::to_string(i) + ".jsonl");
+    r = run_command("OMP_NUM_THREADS=2 " + runs[i] + " logging.metrics=" + metrics, 300);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     auto v = json_values(read_file(metrics), "val_loss");
     ASSERT_FALSE(v.empty()) << r.output;
     val[i] = v.back();
   }
-  // Both approach the source entropy; bf16 ends within 2% of the fp32 run.
+  // 80 steps bring both within 10% of the source entropy (the best any model can do;
+  // ln 16 = 2.77 at the start); bf16 ends within 2% of fp32.
   EXPECT_LT(val[0], 1.10 * entropy) << "fp32, entropy " << entropy;
   EXPECT_LT(val[1], 1.10 * entropy) << "bf16, entropy " << entropy;
   EXPECT_NEAR(val[1], val[0], 0.02 * val[0]);

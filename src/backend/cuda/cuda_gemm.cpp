@@ -1,103 +1,183 @@
-// CudaOps: the linear layer and the attention core, i.e. everything built on GEMMs.
+// CudaOps: the linear layer and the attention core, i.e. everything built on GEMMs, in
+// fp32 and bf16 (T = float or kernels::bf16; fp32 accumulation either way).
 //
 // cuBLAS is column-major; our tensors are row-major. A row-major [R,C] buffer read as
 // column-major is its transpose [C,R] with the same leading dimension, so the row-major
 // product C = op(A)·op(B) is computed as the column-major product Cᵀ = op(B)ᵀ·op(A)ᵀ:
 // swap the operands (and M with N) and keep each operand's transpose flag.
 #include <cmath>
+#include <type_traits>
 
 #include "attention.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
 #include "bias_grad.cuh"
 #include "core/error.h"
-#include "elementwise.cuh"
 
 namespace pptrain::cuda {
 
 using namespace pptrain::kernels;
 
-void CudaOps::gemm(const char* what, bool transpose_a, bool transpose_b, int m, int n, int k,
-                   const float* a, int lda, long long stride_a, const float* b, int ldb,
-                   long long stride_b, float beta, float* c, int ldc, long long stride_c, int batch) {
+namespace {
+
+template <typename T>
+constexpr cudaDataType data_type() {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, bf16>);
+  return std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
+}
+
+// Elements of T in `elems` rounded up to whole 256-byte units, so that the next array
+// carved from a workspace starts 256-byte aligned (GEMM operands and 128-bit kernel paths).
+template <typename T>
+size_t padded(size_t elems) {
+  constexpr size_t kUnit = 256 / sizeof(T);
+  return (elems + kUnit - 1) / kUnit * kUnit;
+}
+
+// The cuBLASLt problem of a row-major C[M,N] (+)= op(A)[M,K]·op(B)[K,N] (row strides lda,
+// ldb, ldc), by the swap above: column-major Cᵀ = op(B)ᵀ·op(A)ᵀ.
+LtShape row_major(bool transpose_a, bool transpose_b, int m, int n, int k, int lda, int ldb, int ldc,
+                  cudaDataType ab_type, cudaDataType c_type, bool bias) {
+  return LtShape{transpose_b, transpose_a, n, m, k, ldb, lda, ldc, ab_type, c_type, bias};
+}
+
+}  // namespace
+
+template <typename T>
+void CudaOps::gemm_batched(const char* what, bool transpose_a, bool transpose_b, int m, int n, int k, const T* a,
+                           int lda, long long stride_a, const T* b, int ldb, long long stride_b, T* c, int ldc,
+                           long long stride_c, int batch) {
   if (m == 0 || n == 0 || batch == 0) return;
-  const float alpha = 1.0f;
+  const float alpha = 1.0f, beta = 0.0f;
   const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasStatus_t status =
-      batch == 1 ? cublasSgemm(cublas_.get(), op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc)
-                 : cublasSgemmStridedBatched(cublas_.get(), op_b, op_a, n, m, k, &alpha, b, ldb, stride_b, a,
-                                             lda, stride_a, &beta, c, ldc, stride_c, batch);
+  constexpr cudaDataType type = data_type<T>();
+  cublasStatus_t status = cublasGemmStridedBatchedEx(cublas_.get(), op_b, op_a, n, m, k, &alpha, b, type, ldb,
+                                                     stride_b, a, type, lda, stride_a, &beta, c, type, ldc,
+                                                     stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   if (status != CUBLAS_STATUS_SUCCESS)
-    fail(batch == 1 ? "cublasSgemm" : "cublasSgemmStridedBatched", " (", what, ", M=", m, " N=", n,
-         " K=", k, ") failed on ", where(), ": ", cublasGetStatusString(status));
+    fail("cublasGemmStridedBatchedEx (", what, ", M=", m, " N=", n, " K=", k, ") failed on ", where(), ": ",
+         cublasGetStatusString(status));
 }
 
 // ---- linear: Y[N,O] = X[N,I] · W[O,I]ᵀ + b[O] ----------------------------------------------
 
-void CudaOps::linear_forward(float* y, const float* x, const float* w, const float* b, int n, int in,
-                             int out) {
-  // Y[N,O] = X[N,I] · W[O,I]ᵀ
-  gemm("linear forward", false, true, n, out, in, x, in, 0, w, in, 0, 0.0f, y, out, 0, 1);
-  if (b) launch_add_bias<float>(ctx(), y, b, n, out);
+template <typename T>
+void CudaOps::linear_forward_impl(T* y, const T* x, const T* w, const T* b, int n, int in, int out) {
+  // Y[N,O] = X[N,I] · W[O,I]ᵀ, with b added in fp32 before Y is rounded (bias epilogue: the
+  // bias runs along the rows of the column-major Yᵀ[O,N]).
+  constexpr cudaDataType type = data_type<T>();
+  lt_.run("linear forward", row_major(false, true, n, out, in, in, in, out, type, type, b != nullptr), w, x, b,
+          0.0f, y);
 }
 
-void CudaOps::linear_backward_input(float* dx, const float* dy, const float* w, int n, int in, int out,
-                                    bool accumulate) {
+template <typename T>
+void CudaOps::linear_backward_input_impl(T* dx, const T* dy, const T* w, int n, int in, int out, bool accumulate) {
   // dX[N,I] (+)= dY[N,O] · W[O,I]
-  gemm("linear dgrad", false, false, n, in, out, dy, out, 0, w, in, 0, accumulate ? 1.0f : 0.0f, dx, in,
-       0, 1);
+  constexpr cudaDataType type = data_type<T>();
+  lt_.run("linear dgrad", row_major(false, false, n, in, out, out, in, in, type, type, false), w, dy, nullptr,
+          accumulate ? 1.0f : 0.0f, dx);
 }
 
-void CudaOps::linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int n, int in,
-                                     int out) {
-  // dW[O,I] += dY[N,O]ᵀ · X[N,I]
-  gemm("linear wgrad", true, false, out, in, n, dy, out, 0, x, in, 0, 1.0f, dw, in, 0, 1);
+template <typename T>
+void CudaOps::linear_backward_weight_impl(float* dw, float* db, const T* dy, const T* x, int n, int in, int out) {
+  // dW[O,I] += dY[N,O]ᵀ · X[N,I], into the fp32 gradient whatever the storage type.
+  lt_.run("linear wgrad", row_major(true, false, out, in, n, out, in, in, data_type<T>(), CUDA_R_32F, false), x,
+          dy, nullptr, 1.0f, dw);
+  // db += Σ_rows dY with the bias_grad kernel rather than cuBLASLt's BGRADB epilogue: the
+  // epilogue stores (overwrites) the bias gradient while db must accumulate over
+  // microbatches, and cuBLASLt leaves its reduction order to the algorithm the heuristic
+  // picks (bit-reproducible only for the same GPU model, SM count and library version);
+  // the kernel sums in a fixed order.
   if (db) {
     auto* ws = static_cast<float*>(column_workspace_.reserve(bias_backward_workspace_bytes(n, out)));
-    launch_bias_backward<float>(ctx(), db, dy, ws, n, out);
+    launch_bias_backward(ctx(), db, dy, ws, n, out);
   }
 }
 
-// ---- causal self-attention (the pipeline of kernels/attention.cuh) --------------------------
-
-void CudaOps::attention_forward(float* out, float* probs, const float* qkv, int b, int t, int nh,
-                                int hd) {
-  const int bh = b * nh;
-  const long long head = (long long)t * hd, square = (long long)t * t;  // per-head strides
-  const size_t e = size_t(bh) * head;                                   // elements of q (and k, v, y)
-  auto* ws = static_cast<float*>(attention_workspace_.reserve(4 * e * sizeof(float)));
-  float *q = ws, *k = ws + e, *v = ws + 2 * e, *y = ws + 3 * e;  // each [B,NH,T,HD]
-  launch_attention_permute<float>(ctx(), q, k, v, qkv, b, t, nh, hd);
-  // scores[BH,T,T] = q kᵀ, into probs; the softmax then works in place.
-  gemm("attention q·kᵀ", false, true, t, t, hd, q, hd, head, k, hd, head, 0.0f, probs, t, square, bh);
-  launch_attention_softmax_forward<float>(ctx(), probs, probs, bh, t, 1.0f / std::sqrt(float(hd)));
-  // y[BH,T,HD] = probs v
-  gemm("attention probs·v", false, false, t, hd, t, probs, t, square, v, hd, head, 0.0f, y, hd, head, bh);
-  launch_attention_unpermute<float>(ctx(), out, y, b, t, nh, hd);
+void CudaOps::linear_forward(float* y, const float* x, const float* w, const float* b, int n, int in, int out) {
+  linear_forward_impl(y, x, w, b, n, in, out);
+}
+void CudaOps::linear_forward(bfloat16* y, const bfloat16* x, const bfloat16* w, const bfloat16* b, int n, int in,
+                             int out) {
+  linear_forward_impl(to_kernel(y), to_kernel(x), to_kernel(w), to_kernel(b), n, in, out);
+}
+void CudaOps::linear_backward_input(float* dx, const float* dy, const float* w, int n, int in, int out,
+                                    bool accumulate) {
+  linear_backward_input_impl(dx, dy, w, n, in, out, accumulate);
+}
+void CudaOps::linear_backward_input(bfloat16* dx, const bfloat16* dy, const bfloat16* w, int n, int in, int out,
+                                    bool accumulate) {
+  linear_backward_input_impl(to_kernel(dx), to_kernel(dy), to_kernel(w), n, in, out, accumulate);
+}
+void CudaOps::linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int n, int in,
+                                     int out) {
+  linear_backward_weight_impl(dw, db, dy, x, n, in, out);
+}
+void CudaOps::linear_backward_weight(float* dw, float* db, const bfloat16* dy, const bfloat16* x, int n, int in,
+                                     int out) {
+  linear_backward_weight_impl(dw, db, to_kernel(dy), to_kernel(x), n, in, out);
 }
 
-void CudaOps::attention_backward_input(float* dqkv, const float* dout, const float* qkv,
-                                       const float* probs, int b, int t, int nh, int hd) {
+// ---- causal self-attention (the pipeline of kernels/attention.cuh) --------------------------
+// With bf16 storage every GEMM output (scores, y, dprobs, dv, dq, dk) is rounded to bf16
+// once, and probs are kept in bf16 for backward.
+
+template <typename T>
+void CudaOps::attention_forward_impl(T* out, T* probs, const T* qkv, int b, int t, int nh, int hd) {
+  const int bh = b * nh;
+  const long long head = (long long)t * hd, square = (long long)t * t;  // per-head strides
+  const size_t e = padded<T>(size_t(bh) * head);                       // elements of q (and k, v, y)
+  auto* ws = static_cast<T*>(attention_workspace_.reserve(4 * e * sizeof(T)));
+  T *q = ws, *k = ws + e, *v = ws + 2 * e, *y = ws + 3 * e;  // each [B,NH,T,HD]
+  launch_attention_permute(ctx(), q, k, v, qkv, b, t, nh, hd);
+  // scores[BH,T,T] = q kᵀ, into probs; the softmax then works in place.
+  gemm_batched("attention q·kᵀ", false, true, t, t, hd, q, hd, head, k, hd, head, probs, t, square, bh);
+  launch_attention_softmax_forward(ctx(), probs, probs, bh, t, 1.0f / std::sqrt(float(hd)));
+  // y[BH,T,HD] = probs v
+  gemm_batched("attention probs·v", false, false, t, hd, t, probs, t, square, v, hd, head, y, hd, head, bh);
+  launch_attention_unpermute(ctx(), out, y, b, t, nh, hd);
+}
+
+template <typename T>
+void CudaOps::attention_backward_input_impl(T* dqkv, const T* dout, const T* qkv, const T* probs, int b, int t,
+                                            int nh, int hd) {
   const int bh = b * nh;
   const long long head = (long long)t * hd, square = (long long)t * t;
-  const size_t e = size_t(bh) * head, s = size_t(bh) * square;
-  auto* ws = static_cast<float*>(attention_workspace_.reserve((7 * e + s) * sizeof(float)));
-  float *q = ws, *k = ws + e, *v = ws + 2 * e;           // [B,NH,T,HD], re-derived from qkv
-  float *dy = ws + 3 * e;                                // [B,NH,T,HD]
-  float *dq = ws + 4 * e, *dk = ws + 5 * e, *dv = ws + 6 * e;
-  float* dprobs = ws + 7 * e;                            // [B,NH,T,T], then dscores in place
-  launch_attention_permute<float>(ctx(), q, k, v, qkv, b, t, nh, hd);
-  launch_attention_unpermute_backward<float>(ctx(), dy, dout, b, t, nh, hd);
+  const size_t e = padded<T>(size_t(bh) * head), s = padded<T>(size_t(bh) * square);
+  auto* ws = static_cast<T*>(attention_workspace_.reserve((7 * e + s) * sizeof(T)));
+  T *q = ws, *k = ws + e, *v = ws + 2 * e;           // [B,NH,T,HD], re-derived from qkv
+  T* dy = ws + 3 * e;                                // [B,NH,T,HD]
+  T *dq = ws + 4 * e, *dk = ws + 5 * e, *dv = ws + 6 * e;
+  T* dprobs = ws + 7 * e;                            // [B,NH,T,T], then dscores in place
+  launch_attention_permute(ctx(), q, k, v, qkv, b, t, nh, hd);
+  launch_attention_unpermute_backward(ctx(), dy, dout, b, t, nh, hd);
   // dprobs = dy vᵀ;  dv = probsᵀ dy
-  gemm("attention dy·vᵀ", false, true, t, t, hd, dy, hd, head, v, hd, head, 0.0f, dprobs, t, square, bh);
-  gemm("attention probsᵀ·dy", true, false, t, hd, t, probs, t, square, dy, hd, head, 0.0f, dv, hd, head, bh);
+  gemm_batched("attention dy·vᵀ", false, true, t, t, hd, dy, hd, head, v, hd, head, dprobs, t, square, bh);
+  gemm_batched("attention probsᵀ·dy", true, false, t, hd, t, probs, t, square, dy, hd, head, dv, hd, head, bh);
   // dscores = softmax backward, with the 1/√HD of the forward folded in
-  launch_attention_softmax_backward<float>(ctx(), dprobs, dprobs, probs, bh, t, 1.0f / std::sqrt(float(hd)));
+  launch_attention_softmax_backward(ctx(), dprobs, dprobs, probs, bh, t, 1.0f / std::sqrt(float(hd)));
   // dq = dscores k;  dk = dscoresᵀ q
-  gemm("attention dscores·k", false, false, t, hd, t, dprobs, t, square, k, hd, head, 0.0f, dq, hd, head, bh);
-  gemm("attention dscoresᵀ·q", true, false, t, hd, t, dprobs, t, square, q, hd, head, 0.0f, dk, hd, head, bh);
-  launch_attention_permute_backward<float>(ctx(), dqkv, dq, dk, dv, b, t, nh, hd);
+  gemm_batched("attention dscores·k", false, false, t, hd, t, dprobs, t, square, k, hd, head, dq, hd, head, bh);
+  gemm_batched("attention dscoresᵀ·q", true, false, t, hd, t, dprobs, t, square, q, hd, head, dk, hd, head, bh);
+  launch_attention_permute_backward(ctx(), dqkv, dq, dk, dv, b, t, nh, hd);
+}
+
+void CudaOps::attention_forward(float* out, float* probs, const float* qkv, int b, int t, int nh, int hd) {
+  attention_forward_impl(out, probs, qkv, b, t, nh, hd);
+}
+void CudaOps::attention_forward(bfloat16* out, bfloat16* probs, const bfloat16* qkv, int b, int t, int nh,
+                                int hd) {
+  attention_forward_impl(to_kernel(out), to_kernel(probs), to_kernel(qkv), b, t, nh, hd);
+}
+void CudaOps::attention_backward_input(float* dqkv, const float* dout, const float* qkv, const float* probs,
+                                       int b, int t, int nh, int hd) {
+  attention_backward_input_impl(dqkv, dout, qkv, probs, b, t, nh, hd);
+}
+void CudaOps::attention_backward_input(bfloat16* dqkv, const bfloat16* dout, const bfloat16* qkv,
+                                       const bfloat16* probs, int b, int t, int nh, int hd) {
+  attention_backward_input_impl(to_kernel(dqkv), to_kernel(dout), to_kernel(qkv), to_kernel(probs), b, t, nh,
+                                hd);
 }
 
 }  // namespace pptrain::cuda

@@ -1,0 +1,150 @@
+// The GPU benchmarks where no GPU is: scripts/bench_gpu.sh skips with one line and exit 0;
+// the FLOPs-per-token formula (bench/model_flops.h, through build/bench/model_flops) gives
+// the hand-computed GPT-2 124M value and counts the parameters the model really builds;
+// bench/cuda/train_throughput.sh turns a training run's metrics into tokens/s and MFU
+// (run on pptrain-emu, the cuda backend on the CPU, with a tiny model).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <regex>
+#include <string>
+
+#include "../bench/model_flops.h"
+#include "support/single_rank_model.h"
+#include "support/test_util.h"
+
+namespace pptrain {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::CommandResult;
+using testing::run_command;
+using testing::TempDir;
+
+std::string build_dir() { return fs::path(testing::pptrain_bin()).parent_path().string(); }
+
+// The number after "key": in a one-line JSON object, or NaN.
+double json_number(const std::string& json, const std::string& key) {
+  std::smatch m;
+  if (!std::regex_search(json, m, std::regex("\"" + key + "\": *([-+0-9.eE]+)"))) return std::nan("");
+  return std::stod(m[1]);
+}
+
+// A stand-in nvidia-smi in its own directory (first on PATH): prints `listing`, exits `rc`.
+std::string fake_nvidia_smi(const TempDir& dir, const std::string& listing, int rc) {
+  const std::string bin = dir.file("bin");
+  fs::create_directories(bin);
+  testing::write_file(bin + "/nvidia-smi", "#!/bin/sh\nprintf '" + listing + "'\nexit " + std::to_string(rc) + "\n");
+  fs::permissions(bin + "/nvidia-smi", fs::perms::owner_all);
+  return "PATH=" + bin + ":$PATH ";
+}
+
+TEST(BenchGpu, SkipsWhenNoNvidiaSmiIsFound) {
+  // A PATH with no nvidia-smi on it: the GPU-less machine, whatever this one is.
+  CommandResult r = run_command("PATH=/nonexistent /bin/bash scripts/bench_gpu.sh " + build_dir() + " 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "# gpu benchmarks skipped: nvidia-smi not found (no NVIDIA driver on this machine)\n");
+}
+
+TEST(BenchGpu, SkipsWhenNvidiaSmiListsNoGpu) {
+  TempDir dir;
+  // What nvidia-smi -L does on a node whose driver sees no GPU.
+  CommandResult r = run_command(fake_nvidia_smi(dir, "No devices were found\\n", 6) + "scripts/bench_gpu.sh " +
+                                build_dir() + " 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "# gpu benchmarks skipped: nvidia-smi -L lists no GPU\n");
+}
+
+TEST(BenchGpu, SkipsWhenBenchKernelsIsNotBuilt) {
+  TempDir dir;
+  const std::string prefix = fake_nvidia_smi(dir, "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)\\n", 0);
+  // A build directory without bench/bench_kernels (a build without CUDA).
+  CommandResult r = run_command(prefix + "scripts/bench_gpu.sh " + dir.path() + " 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "# gpu benchmarks skipped: " + dir.path() +
+                          "/bench/bench_kernels is not built (it needs the real CUDA build: make CUDA=1)\n");
+}
+
+TEST(BenchGpu, FlopsPerTokenOfGpt2_124M) {
+  // GPT-2 124M as configs/gpt2_124m_gpu.yaml: C = 768, L = 12, T = 1024, V = 50304.
+  //   per block: ln_1, ln_2 2·2C = 3,072; qkv 3C² + 3C = 1,771,776; attn proj C² + C = 590,592;
+  //              fc 4C² + 4C = 2,362,368; mlp proj 4C² + C = 2,360,064   -> 7,087,872
+  //   12 blocks 85,054,464 + wte V·C 38,633,472 + wpe T·C 786,432 + ln_f 2C 1,536
+  //   = 124,475,904 parameters; matmul parameters (all but wpe) N = 123,689,472
+  //   FLOPs per token = 6·N + 6·L·T·C = 742,136,832 + 56,623,104 = 798,759,936
+  CommandResult r = run_command(build_dir() + "/bench/model_flops configs/gpt2_124m_gpu.yaml training.precision=fp32");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(json_number(r.output, "params"), 124475904.0) << r.output;
+  EXPECT_EQ(json_number(r.output, "matmul_params"), 123689472.0) << r.output;
+  EXPECT_EQ(json_number(r.output, "flops_per_token"), 798759936.0) << r.output;
+  EXPECT_EQ(json_number(r.output, "tokens_per_step"), 16.0 * 1024) << r.output;
+  EXPECT_EQ(bench::training_flops_per_token(123689472.0, 12, 1024, 768), 798759936.0);
+}
+
+TEST(BenchGpu, ModelFlopsRejectsABadConfigWithOneLine) {
+  CommandResult r = run_command(build_dir() + "/bench/model_flops configs/gpt2_124m_gpu.yaml model.n_head=5 2>&1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("model_flops: configs/gpt2_124m_gpu.yaml"), std::string::npos) << r.output;
+}
+
+// The analytic counts equal what src/model builds (a shape change there fails here).
+TEST(BenchGpu, ParamCountsMatchTheBuiltModel) {
+  ModelConfig odd;
+  odd.n_layer = 3; odd.n_head = 3; odd.d_model = 12; odd.seq_len = 7; odd.vocab_size = 13;
+  for (const ModelConfig& m : {testing::tiny_model(), odd}) {
+    testing::SingleRankModel model(m, 2, 1);
+    size_t total = 0, matmul = 0;
+    for (auto& [name, p] : model.params->all()) {
+      total += p->numel();
+      if (name != "wpe.weight") matmul += p->numel();
+    }
+    const bench::Gpt2ParamCounts counts = bench::gpt2_param_counts(m);
+    EXPECT_EQ(counts.total, total) << "d_model " << m.d_model;
+    EXPECT_EQ(counts.matmul, matmul) << "d_model " << m.d_model;
+  }
+}
+
+// The training benchmark end to end on pptrain-emu: fp32 gives tokens/s from the timed
+// steps and an MFU against the device's peak; bf16 gives a figure or the reason it failed.
+TEST(BenchGpu, TrainThroughputOnTheEmulatedBackend) {
+  TempDir dir;
+  const std::string tiny =
+      " model.n_layer=1 model.n_head=2 model.d_model=16 model.seq_len=16 model.vocab_size=64"
+      " training.micro_batch_size=2 training.steps=4";
+  const std::string script = "bench/cuda/train_throughput.sh " + build_dir() + " --pptrain " + build_dir() +
+                             "/pptrain-emu --warmup 1 --workdir " + dir.path();
+  CommandResult r = run_command(script + " --device-name 'NVIDIA H100 80GB HBM3'" + tiny, 300);
+  // One JSON line on stdout.
+  ASSERT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_NE(r.output.find("\"bench\": \"train_gpt2_124m_gpu\""), std::string::npos) << r.output;
+  // 1 layer, C = 16: 12·256 + 13·16 + 64·16 + 16·16 + 32 = 4,592 parameters, 4,336 in matmuls;
+  // FLOPs per token 6·4,336 + 6·1·16·16 = 27,552.
+  EXPECT_EQ(json_number(r.output, "flops_per_token"), 27552.0) << r.output;
+  EXPECT_EQ(json_number(r.output, "peak_bf16_flops"), 989.4e12) << r.output;
+  std::smatch fp32;
+  ASSERT_TRUE(std::regex_search(r.output, fp32, std::regex("\"fp32\": (\\{[^}]*\\})"))) << r.output;
+  const std::string f = fp32[1];
+  const double tokens_per_s = json_number(f, "tokens_per_s");
+  EXPECT_GT(tokens_per_s, 0) << r.output;
+  EXPECT_EQ(json_number(f, "steps_timed"), 3.0) << r.output;  // steps 2..4 after 1 warm-up step
+  // tokens/s = 32 tokens per step / mean step time.
+  EXPECT_NEAR(tokens_per_s, 32.0 / (json_number(f, "step_ms_mean") / 1000.0), 0.01 * tokens_per_s) << r.output;
+  EXPECT_NEAR(json_number(f, "mfu"), tokens_per_s * 27552.0 / 989.4e12, 0.01 * json_number(f, "mfu")) << r.output;
+  // bf16: measured, or one error line from pptrain (exit 1) while the backend rejects it.
+  const bool bf16_failed = r.output.find("\"bf16\": {\"error\": \"pptrain train exited with") != std::string::npos;
+  EXPECT_EQ(r.exit_code, bf16_failed ? 1 : 0) << r.output;
+  if (!bf16_failed) {
+    EXPECT_GT(json_number(r.output, "bf16_over_fp32"), 0) << r.output;
+  }
+
+  // An unknown device: no peak, so no MFU, and a note saying why.
+  r = run_command(script + " --device-name 'Some GPU'" + tiny, 300);
+  EXPECT_NE(r.output.find("\"peak_bf16_flops\": null"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"mfu\": null"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("no peak bf16 FLOP/s known for device 'Some GPU'"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace pptrain

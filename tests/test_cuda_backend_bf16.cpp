@@ -1,0 +1,353 @@
+// The bf16 overloads of CudaOps, run end to end on the CPU (emulated runtime, cuBLAS and
+// cuBLASLt; kernels under the SIMT emulator in both fiber orders), each compared with the
+// cpu backend's fp32 op run on the same inputs rounded to bf16. Both sides then compute
+// from identical values, so what differs is only the bf16 rounding of outputs and
+// intermediates (plus fp32 summation order), and each tolerance below counts those
+// roundings: bf16 keeps 8 significant bits, so one round-to-nearest-even moves a value x
+// by at most u·|x| with u = 2^-8, i.e. at most u·max|y| for a tensor y.
+#define PPTRAIN_EMULATED 1  // this binary links the emulated cuda backend
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/ops.h"
+#include "emu/emu.h"
+#include "test_cpu_ops_util.h"
+
+using namespace pptrain;
+using pptrain::testing::normalized_error;
+using pptrain::testing::random_floats;
+using pptrain::testing::random_ints;
+
+namespace {
+
+constexpr double kU = 1.0 / 256;  // bf16 unit roundoff
+constexpr double kFp32 = 1e-5;    // fp32 outputs from identical inputs: summation order only
+constexpr double kOneRounding = kU + kFp32;
+constexpr emu::Order kOrders[] = {emu::Order::forward, emu::Order::reverse};
+
+std::vector<float> round_bf16(std::vector<float> v) {
+  for (float& x : v) x = bfloat16::from_float(x).to_float();
+  return v;
+}
+double max_abs(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::max(m, double(std::fabs(x)));
+  return m;
+}
+
+// One backend and its named tensors. Act is the activation storage: float on the cpu
+// reference, bfloat16 on CudaOps; act() stores the bf16-rounded values either way.
+template <typename Act>
+class Run {
+ public:
+  explicit Run(Ops& ops) : ops_(ops) {}
+  ~Run() {
+    for (auto& [name, t] : tensors_) ops_.release(t.p);
+  }
+  Act* act(const std::string& name, const std::vector<float>& values) {
+    std::vector<Act> stored(values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      if constexpr (std::is_same_v<Act, float>)
+        stored[i] = bfloat16::from_float(values[i]).to_float();
+      else
+        stored[i] = bfloat16::from_float(values[i]);
+    }
+    return static_cast<Act*>(put(name, stored.data(), stored.size() * sizeof(Act), sizeof(Act) == 2));
+  }
+  Act* act_zeros(const std::string& name, size_t n) { return act(name, std::vector<float>(n, 0.0f)); }
+  float* f32(const std::string& name, const std::vector<float>& values) {
+    return static_cast<float*>(put(name, values.data(), values.size() * sizeof(float), false));
+  }
+  float* f32_zeros(const std::string& name, size_t n) { return f32(name, std::vector<float>(n, 0.0f)); }
+  const int32_t* ints(const std::string& name, const std::vector<int32_t>& v) {
+    return static_cast<const int32_t*>(put(name, v.data(), v.size() * sizeof(int32_t), false));
+  }
+  Act* a(const std::string& name) { return static_cast<Act*>(tensors_.at(name).p); }
+  float* f(const std::string& name) { return static_cast<float*>(tensors_.at(name).p); }
+  std::vector<float> get(const std::string& name) {
+    const Tensor& t = tensors_.at(name);
+    if (!t.bf16) {
+      std::vector<float> v(t.bytes / sizeof(float));
+      ops_.copy_to_host(v.data(), t.p, t.bytes);
+      return v;
+    }
+    std::vector<bfloat16> h(t.bytes / sizeof(bfloat16));
+    ops_.copy_to_host(h.data(), t.p, t.bytes);
+    std::vector<float> v(h.size());
+    for (size_t i = 0; i < h.size(); ++i) v[i] = h[i].to_float();
+    return v;
+  }
+  Ops& ops() { return ops_; }
+
+ private:
+  struct Tensor {
+    void* p;
+    size_t bytes;
+    bool bf16;
+  };
+  void* put(const std::string& name, const void* host, size_t bytes, bool bf16) {
+    void* p = ops_.allocate(bytes);
+    ops_.copy_to_device(p, host, bytes);
+    tensors_[name] = Tensor{p, bytes, bf16};
+    return p;
+  }
+  Ops& ops_;
+  std::map<std::string, Tensor> tensors_;
+};
+
+struct Output {
+  std::string name;
+  double tolerance;  // on normalized_error: max |bf16 - fp32| / max |fp32|
+};
+
+// Runs `body` (a generic lambda over Run<Act>&) on the cpu backend in fp32 and on CudaOps
+// in bf16 in both fiber orders, and compares the outputs.
+template <typename Body>
+void compare(const std::vector<Output>& outputs, Body body) {
+  auto cpu_ops = make_cpu_ops();
+  Run<float> cpu(*cpu_ops);
+  body(cpu);
+  for (emu::Order order : kOrders) {
+    SCOPED_TRACE(order == emu::Order::forward ? "fiber order forward" : "fiber order reverse");
+    auto cuda_ops = make_cuda_ops(0);
+    static_cast<cuda::CudaOps&>(*cuda_ops).compute_stream()->order = order;
+    Run<bfloat16> gpu(*cuda_ops);
+    body(gpu);
+    for (const Output& out : outputs) {
+      std::vector<float> want = cpu.get(out.name), got = gpu.get(out.name);
+      EXPECT_LE(normalized_error(got, want), out.tolerance) << out.name;
+    }
+  }
+}
+
+}  // namespace
+
+// ---- casts ---------------------------------------------------------------------------------
+
+TEST(CudaBackendBf16, CastRoundsToNearestEvenAndRoundTrips) {
+  auto bits = [](uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; };
+  // Ties (dropped half exactly 0x8000) with even and odd kept mantissa, values either side of
+  // a tie, signed zeros, subnormals, infinities, the largest float (rounds up to inf), random.
+  std::vector<float> src = {bits(0x3f808000), bits(0x3f818000), bits(0x3f808001), bits(0x3f807fff),
+                            bits(0xbf818000), 0.0f, -0.0f, bits(0x00008000), bits(0x00018000),
+                            INFINITY, -INFINITY, bits(0x7f7fffff), 1e-40f, 3.0e38f};
+  for (float x : random_floats(1001, 91, -1e4f, 1e4f)) src.push_back(x);
+  for (emu::Order order : kOrders) {
+    auto ops = make_cuda_ops(0);
+    static_cast<cuda::CudaOps&>(*ops).compute_stream()->order = order;
+    // One element in: the 128-bit vector path and the scalar tail and misaligned starts.
+    for (size_t offset : {size_t(0), size_t(1)}) {
+      const size_t n = src.size() - offset;
+      auto* f = static_cast<float*>(ops->allocate(src.size() * sizeof(float)));
+      auto* h = static_cast<bfloat16*>(ops->allocate(src.size() * sizeof(bfloat16)));
+      ops->copy_to_device(f, src.data(), src.size() * sizeof(float));
+      ops->cast(h + offset, f + offset, n);
+      std::vector<bfloat16> got(src.size());
+      ops->copy_to_host(got.data(), h, got.size() * sizeof(bfloat16));
+      for (size_t i = offset; i < src.size(); ++i)
+        ASSERT_EQ(got[i].bits, bfloat16::from_float(src[i]).bits) << "element " << i << " = " << src[i];
+      ops->release(f);
+      ops->release(h);
+    }
+    // bf16 -> fp32 is exact, and casting back returns the same bits: all 65536 patterns
+    // (NaNs only as NaNs: their payload may be canonicalized).
+    std::vector<bfloat16> all(65536);
+    for (uint32_t i = 0; i < all.size(); ++i) all[i].bits = uint16_t(i);
+    auto* h = static_cast<bfloat16*>(ops->allocate(all.size() * sizeof(bfloat16)));
+    auto* f = static_cast<float*>(ops->allocate(all.size() * sizeof(float)));
+    auto* back = static_cast<bfloat16*>(ops->allocate(all.size() * sizeof(bfloat16)));
+    ops->copy_to_device(h, all.data(), all.size() * sizeof(bfloat16));
+    ops->cast(f, h, all.size());
+    ops->cast(back, f, all.size());
+    std::vector<float> wide(all.size());
+    std::vector<bfloat16> narrow(all.size());
+    ops->copy_to_host(wide.data(), f, wide.size() * sizeof(float));
+    ops->copy_to_host(narrow.data(), back, narrow.size() * sizeof(bfloat16));
+    for (size_t i = 0; i < all.size(); ++i) {
+      const float want = all[i].to_float();
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(wide[i]) && std::isnan(narrow[i].to_float())) << i;
+      } else {
+        ASSERT_EQ(std::memcmp(&wide[i], &want, 4), 0) << i;
+        ASSERT_EQ(narrow[i].bits, all[i].bits) << i;
+      }
+    }
+    for (void* p : {static_cast<void*>(h), static_cast<void*>(f), static_cast<void*>(back)}) ops->release(p);
+  }
+}
+
+// ---- linear (cuBLASLt) -----------------------------------------------------------------------
+
+TEST(CudaBackendBf16, LinearForwardDgradWgrad) {
+  const int n = 7, in = 13, out = 9;
+  for (bool bias : {true, false}) {
+    SCOPED_TRACE(bias ? "with bias" : "without bias");
+    // y, dx: one GEMM output rounded once (the bias is added in fp32 before that rounding;
+    // dx_acc adds its bf16 old value before it). dw, db: fp32 sums of exact bf16 products.
+    compare({{"y", kOneRounding}, {"dx", kOneRounding}, {"dx_acc", kOneRounding}, {"dw", kFp32}, {"db", kFp32}},
+            [&](auto& r) {
+              r.act("x", random_floats(size_t(n) * in, 1));
+              r.act("w", random_floats(size_t(out) * in, 2));
+              r.act("b", random_floats(out, 3));
+              r.act("dy", random_floats(size_t(n) * out, 4));
+              r.act_zeros("y", size_t(n) * out);
+              r.act_zeros("dx", size_t(n) * in);
+              r.act("dx_acc", random_floats(size_t(n) * in, 5));
+              r.f32("dw", random_floats(size_t(out) * in, 6));  // fp32 gradients accumulate (+=)
+              r.f32("db", random_floats(out, 7));
+              r.ops().linear_forward(r.a("y"), r.a("x"), r.a("w"), bias ? r.a("b") : nullptr, n, in, out);
+              r.ops().linear_backward_input(r.a("dx"), r.a("dy"), r.a("w"), n, in, out, false);
+              r.ops().linear_backward_input(r.a("dx_acc"), r.a("dy"), r.a("w"), n, in, out, true);
+              r.ops().linear_backward_weight(r.f("dw"), bias ? r.f("db") : nullptr, r.a("dy"), r.a("x"), n, in,
+                                             out);
+            });
+  }
+}
+
+// ---- layernorm, GELU, elementwise, embedding -------------------------------------------------
+
+TEST(CudaBackendBf16, Layernorm) {
+  const int n = 11, c = 19;
+  // y, dx, dx_acc: computed in fp32 from identical inputs, rounded once. mean, rstd, dg, db:
+  // fp32 results of identical inputs.
+  compare({{"y", kOneRounding}, {"mean", kFp32}, {"rstd", kFp32}, {"dx", kOneRounding}, {"dx_acc", kOneRounding},
+           {"dg", kFp32}, {"db", kFp32}},
+          [&](auto& r) {
+            r.act("x", random_floats(size_t(n) * c, 21, -2.0f, 3.0f));
+            r.act("g", random_floats(c, 22));
+            r.act("b", random_floats(c, 23));
+            r.act("dy", random_floats(size_t(n) * c, 24));
+            r.act_zeros("y", size_t(n) * c);
+            r.f32_zeros("mean", n);
+            r.f32_zeros("rstd", n);
+            r.act_zeros("dx", size_t(n) * c);
+            r.act("dx_acc", random_floats(size_t(n) * c, 25));
+            r.f32("dg", random_floats(c, 26));
+            r.f32("db", random_floats(c, 27));
+            r.ops().layernorm_forward(r.a("y"), r.f("mean"), r.f("rstd"), r.a("x"), r.a("g"), r.a("b"), n, c);
+            r.ops().layernorm_backward_input(r.a("dx"), r.a("dy"), r.a("x"), r.f("mean"), r.f("rstd"), r.a("g"), n,
+                                             c, false);
+            r.ops().layernorm_backward_input(r.a("dx_acc"), r.a("dy"), r.a("x"), r.f("mean"), r.f("rstd"),
+                                             r.a("g"), n, c, true);
+            r.ops().layernorm_backward_weight(r.f("dg"), r.f("db"), r.a("dy"), r.a("x"), r.f("mean"), r.f("rstd"),
+                                              n, c);
+          });
+}
+
+TEST(CudaBackendBf16, GeluAndElementwise) {
+  const size_t n = 1029;  // not a multiple of the 8-bf16 pack
+  const int rows = 7, cols = 147;
+  // Every output is one fp32 expression of identical inputs, rounded once.
+  compare({{"gelu", kOneRounding}, {"dgelu", kOneRounding}, {"sum", kOneRounding}, {"alias", kOneRounding},
+           {"biased", kOneRounding}},
+          [&](auto& r) {
+            r.act("x", random_floats(n, 31, -4.0f, 4.0f));
+            r.act("a", random_floats(n, 32));
+            r.act("dy", random_floats(n, 33));
+            r.act_zeros("gelu", n);
+            r.act_zeros("dgelu", n);
+            r.act_zeros("sum", n);
+            r.act("alias", random_floats(n, 34));
+            r.act("biased", random_floats(size_t(rows) * cols, 37));
+            r.act("bias", random_floats(cols, 38));
+            r.ops().gelu_forward(r.a("gelu"), r.a("x"), n);
+            r.ops().gelu_backward(r.a("dgelu"), r.a("dy"), r.a("x"), n);
+            r.ops().add(r.a("sum"), r.a("x"), r.a("a"), n);
+            r.ops().add(r.a("alias"), r.a("alias"), r.a("a"), n);
+            r.ops().add_bias(r.a("biased"), r.a("bias"), rows, cols);
+          });
+}
+
+TEST(CudaBackendBf16, EmbeddingOfAVocabularyShard) {
+  const int t = 5, n = 3 * t, c = 13, v0 = 3, vl = 6;  // shard: tokens 3..8 of 0..10
+  for (bool positions : {true, false}) {
+    SCOPED_TRACE(positions ? "token + position" : "token only");
+    // y: the sum of two bf16 rows rounded once (a copy without positions); gradients fp32.
+    compare({{"y", kOneRounding}, {"dwte", kFp32}, {"dwpe", kFp32}}, [&](auto& r) {
+      const int32_t* tokens = r.ints("tokens", random_ints(n, 41, 0, 10));
+      r.act("wte", random_floats(size_t(vl) * c, 42));
+      r.act("wpe", random_floats(size_t(t) * c, 43));
+      r.act("dy", random_floats(size_t(n) * c, 44));
+      r.act_zeros("y", size_t(n) * c);
+      r.f32("dwte", random_floats(size_t(vl) * c, 45));
+      r.f32("dwpe", random_floats(size_t(t) * c, 46));
+      r.ops().embedding_forward(r.a("y"), tokens, r.a("wte"), positions ? r.a("wpe") : nullptr, n, t, c, v0, vl);
+      r.ops().embedding_backward_weight(r.f("dwte"), positions ? r.f("dwpe") : nullptr, r.a("dy"), tokens, n, t, c,
+                                        v0, vl);
+    });
+  }
+}
+
+// ---- cross-entropy ---------------------------------------------------------------------------
+
+TEST(CudaBackendBf16, VocabParallelCrossEntropyWithPadding) {
+  const int n = 9, vl = 7, valid = 5, v0 = 14;  // last shard of vocab 19 padded to 21
+  // rmax, sumexp, target_logit: fp32 statistics of identical logits. dlogits: one fp32
+  // expression of them, rounded once.
+  compare({{"rmax", 0.0}, {"sumexp", kFp32}, {"target_logit", 0.0}, {"dlogits", kOneRounding}}, [&](auto& r) {
+    r.act("logits", random_floats(size_t(n) * vl, 61, -3.0f, 3.0f));
+    const int32_t* targets = r.ints("targets", random_ints(n, 62, 10, 18));
+    r.f32_zeros("rmax", n);
+    r.f32_zeros("sumexp", n);
+    r.f32_zeros("target_logit", n);
+    r.act_zeros("dlogits", size_t(n) * vl);
+    r.ops().ce_row_max(r.f("rmax"), r.a("logits"), n, vl, valid);
+    r.ops().ce_sumexp_target(r.f("sumexp"), r.f("target_logit"), r.a("logits"), r.f("rmax"), targets, n, vl, valid,
+                             v0);
+    r.ops().ce_backward(r.a("dlogits"), r.a("logits"), r.f("rmax"), r.f("sumexp"), targets, n, vl, valid, v0,
+                        1.0f / n);
+  });
+}
+
+// ---- attention ---------------------------------------------------------------------------------
+
+TEST(CudaBackendBf16, AttentionForwardAndDgrad) {
+  struct Shape { int b, t, nh, hd; };
+  for (Shape s : {Shape{2, 5, 3, 4}, Shape{1, 7, 2, 5}, Shape{3, 1, 1, 3}}) {
+    SCOPED_TRACE(::testing::Message() << "b=" << s.b << " t=" << s.t << " nh=" << s.nh << " hd=" << s.hd);
+    const size_t e = size_t(s.b) * s.t * s.nh * s.hd, square = size_t(s.b) * s.nh * s.t * s.t;
+    const std::vector<float> qkv = round_bf16(random_floats(3 * e, 51, -1.0f, 1.0f));
+    const std::vector<float> dout = round_bf16(random_floats(e, 52));
+    // The fp32 reference, for the magnitudes the bounds below need, and the probs that both
+    // backward runs get (rounded to bf16), so backward is compared on identical inputs.
+    std::vector<float> out(e), probs(square), dqkv(3 * e);
+    auto cpu = make_cpu_ops();
+    cpu->attention_forward(out.data(), probs.data(), qkv.data(), s.b, s.t, s.nh, s.hd);
+    const std::vector<float> probs_bf16 = round_bf16(probs);
+    cpu->attention_backward_input(dqkv.data(), dout.data(), qkv.data(), probs_bf16.data(), s.b, s.t, s.nh, s.hd);
+    const double scale = 1.0 / std::sqrt(double(s.hd)), m = max_abs(qkv), md = max_abs(dout);
+    // Forward: the scores s = q·k (|s| ≤ S = HD·m²) are rounded (±u·S), which moves each
+    // softmax exponent by ≤ u·S·scale and so each prob by a factor ≤ 1 ± 2u·S·scale; the probs
+    // are rounded (u); y = Σ p·v then moves by ≤ (2S·scale + 1)·u·max|v| and is rounded (u·|y|).
+    const double s_max = s.hd * m * m * scale;
+    const double probs_tol = 1.1 * (2 * s_max + 1) * kU;
+    const double out_tol = 1.1 * ((2 * s_max + 1) * m + max_abs(out)) * kU / max_abs(out);
+    // Backward (same bf16 probs on both sides): dP = dy·vᵀ (|dP| ≤ HD·md·m) is rounded, which
+    // moves dscores = scale·p∘(dP - Σ p dP) by ≤ 2u·scale·p·max|dP|, Σ_j |dscores_ij| ≤
+    // 2·scale·max|dP|, and its own rounding adds u of that; dq = dscores·k and dk = dscoresᵀ·q
+    // then move by ≤ 4u·scale·max|dP|·m and are rounded (u·|dqkv|); dv = pᵀ·dy is rounded once.
+    const double dp_max = s.hd * md * m;
+    const double dqkv_tol = 1.1 * (4 * scale * dp_max * m + max_abs(dqkv)) * kU / max_abs(dqkv);
+    compare({{"out", out_tol}, {"probs", probs_tol}}, [&](auto& r) {
+      r.act("qkv", qkv);
+      r.act_zeros("out", e);
+      r.act_zeros("probs", square);
+      r.ops().attention_forward(r.a("out"), r.a("probs"), r.a("qkv"), s.b, s.t, s.nh, s.hd);
+    });
+    compare({{"dqkv", dqkv_tol}}, [&](auto& r) {
+      r.act("qkv", qkv);
+      r.act("dout", dout);
+      r.act("probs", probs_bf16);
+      r.act("dqkv", random_floats(3 * e, 53));  // overwritten, not accumulated
+      r.ops().attention_backward_input(r.a("dqkv"), r.a("dout"), r.a("qkv"), r.a("probs"), s.b, s.t, s.nh, s.hd);
+    });
+  }
+}
