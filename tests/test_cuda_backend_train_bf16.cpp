@@ -1,12 +1,9 @@
-// bf16 mixed precision (training.precision: bf16) on the emulated cuda backend: bf16
-// weights (copies of the fp32 masters) and activations, fp32 gradients and optimizer state.
-//  - In process: one forward/dgrad/wgrad step of a whole model tracks the fp32 cpu model
-//    within the bound that bf16 rounding allows, and does differ from it (bf16 really ran).
-//  - Through pptrain-emu: a pp=2 ZB-V pipeline and a dp=2 run equal the single-process bf16
-//    run up to fp32 summation order; tp=2 stays within the bf16 bound; a resumed bf16 run
-//    equals the uninterrupted one bit for bit (only fp32 masters are saved, the bf16 copies
-//    are rounded from them each step); and bf16 training learns a Markov source as fp32 does.
-#define PPTRAIN_EMULATED 1  // this binary links the emulated cuda backend
+// bf16 mixed precision (training.precision: bf16) through pptrain-emu, the trainer on the
+// emulated cuda backend: a pp=2 ZB-V pipeline and a dp=2 run equal the single-process bf16
+// run up to fp32 summation order; tp=2 stays within the bf16 bound; a resumed bf16 run
+// equals the uninterrupted one bit for bit (only fp32 masters are saved, the bf16 copies
+// are rounded from them each step); and bf16 training learns a Markov source as fp32 does.
+// The in-process model comparisons are in test_cuda_backend_model.cpp.
 
 #include <gtest/gtest.h>
 
@@ -17,11 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/cuda_backend.h"
-#include "backend/ops.h"
-#include "core/communicator.h"
-#include "core/error.h"
-#include "model/stage.h"
+#include "cuda_backend_model.h"
 #include "support/test_util.h"
 #include "test_cpu_ops_util.h"
 #include "train/param_dump.h"
@@ -29,123 +22,6 @@
 using namespace pptrain;
 using namespace pptrain::testing;
 namespace fs = std::filesystem;
-
-namespace {
-
-// Rounding to bf16 (8 significant bits, nearest even) has relative error at most
-// u = 2^-9 ≈ 2e-3. In one step of the tiny model below an output gradient is the end of a
-// chain of about 20 rounded tensors (each layer rounds its GEMM outputs, layernorm, GELU
-// and residual outputs in forward and again in dgrad), so first-order error growth gives
-// ~20·u ≈ 4e-2 of the tensor's scale. The bound is that, measured normwise
-// (max|Δ| / max|reference| per tensor); the loss, a mean over tokens, is far tighter.
-constexpr double kBf16GradientBound = 4e-2;
-constexpr double kBf16LossBound = 1e-2;
-
-struct TinyModel {
-  std::unique_ptr<Ops> ops;
-  LocalComm tp;
-  ModelDims dims;
-  std::unique_ptr<ParamStore> params;
-  std::unique_ptr<Stage> stage;
-  Buffer<int32_t> tokens, targets;
-
-  TinyModel(std::unique_ptr<Ops> backend, const ModelConfig& m, int batch, Precision precision)
-      : ops(std::move(backend)) {
-    dims = ModelDims::from(m, batch, 1, 0);
-    params = std::make_unique<ParamStore>(*ops, 1, 0, 7);
-    stage = make_stage(*params, dims, StageSpec{0, 0, m.n_layer, true, true}, tp, precision);
-    stage->set_loss_scale(1.0f / float(dims.rows()));
-    tokens = Buffer<int32_t>(*ops, dims.rows());
-    targets = Buffer<int32_t>(*ops, dims.rows());
-  }
-
-  // Perturbs every parameter (the GPT-2 init has zero biases and unit gains, hiding bugs),
-  // then runs F, I, W of one microbatch and returns the mean loss.
-  double step(const std::vector<int32_t>& tok, const std::vector<int32_t>& tgt) {
-    uint32_t seed = 3;
-    for (auto& [name, p] : params->all()) {
-      auto v = p->value.to_host();
-      auto noise = random_floats(v.size(), seed++, -0.5f, 0.5f);
-      for (size_t k = 0; k < v.size(); ++k) v[k] += noise[k];
-      p->value.upload(v.data());
-    }
-    if (stage->precision() == Precision::bf16) params->refresh_bf16();
-    tokens.upload(tok.data());
-    targets.upload(tgt.data());
-    params->zero_grads();
-    stage->forward(0, {tokens.data(), targets.data()});
-    const double loss = stage->loss_sum(0) / dims.rows();
-    stage->backward_input(0);
-    stage->backward_weight(0);
-    ops->synchronize();
-    return loss;
-  }
-};
-
-ModelConfig tiny_config() {
-  ModelConfig m;
-  m.n_layer = 2;
-  m.n_head = 2;
-  m.d_model = 32;
-  m.seq_len = 7;
-  m.vocab_size = 23;
-  return m;
-}
-
-}  // namespace
-
-TEST(Bf16Model, OneStepTracksTheFp32ModelWithinTheBf16Bound) {
-  const ModelConfig m = tiny_config();
-  const int batch = 3;
-  TinyModel ref(make_cpu_ops(), m, batch, Precision::fp32);
-  TinyModel low(make_cuda_ops(0), m, batch, Precision::bf16);
-  const int n = ref.dims.rows();
-  auto tok = random_ints(n, 81, 0, m.vocab_size - 1), tgt = random_ints(n, 82, 0, m.vocab_size - 1);
-  const double loss_ref = ref.step(tok, tgt), loss_low = low.step(tok, tgt);
-  EXPECT_NEAR(loss_low, loss_ref, kBf16LossBound * std::fabs(loss_ref));
-  EXPECT_NE(loss_low, loss_ref) << "bf16 and fp32 agree exactly: did the bf16 path run?";
-
-  double largest = 0;
-  int compared = 0;
-  for (auto& [name, p] : ref.params->all()) {
-    Param* q = low.params->find(name);
-    ASSERT_NE(q, nullptr) << name;
-    EXPECT_EQ(q->value_bf16.size(), q->numel()) << name << " has no bf16 copy";
-    const double err = normalized_error(q->grad.to_host(), p->grad.to_host());
-    EXPECT_LE(err, kBf16GradientBound) << name;
-    largest = std::max(largest, err);
-    ++compared;
-  }
-  EXPECT_GE(compared, 2 * 12 + 4);
-  // Rounding to bf16 moves gradients by far more than fp32 reordering (~1e-6) would.
-  EXPECT_GT(largest, 1e-4) << "no gradient shows bf16 rounding";
-  std::cout << "largest normwise gradient error bf16 vs fp32: " << largest << ", loss " << loss_low << " vs "
-            << loss_ref << "\n";
-}
-
-TEST(Bf16Model, ActivationsTakeHalfTheMemory) {
-  const ModelConfig m = tiny_config();
-  TinyModel full(make_cuda_ops(0), m, 2, Precision::fp32), half(make_cuda_ops(0), m, 2, Precision::bf16);
-  EXPECT_EQ(half.stage->transfer_bytes() * 2, full.stage->transfer_bytes());
-  const double ratio = double(half.stage->activation_bytes_per_microbatch()) /
-                       double(full.stage->activation_bytes_per_microbatch());
-  // Everything but the fp32 per-row statistics (layernorm mean/rstd, cross-entropy) halves.
-  EXPECT_GT(ratio, 0.5);
-  EXPECT_LT(ratio, 0.55);
-}
-
-TEST(Bf16Model, TheCpuBackendRejectsBf16WithOneLine) {
-  const ModelConfig m = tiny_config();
-  TinyModel model(make_cpu_ops(), m, 1, Precision::bf16);
-  try {
-    model.params->refresh_bf16();
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "backend 'cpu' has no bf16 cast (training.precision: bf16 needs device: cuda)");
-  }
-}
-
-// ---- through pptrain-emu -------------------------------------------------------------------
 
 namespace {
 
