@@ -5,13 +5,8 @@
 #    kernels; only with the real CUDA build (CUDA=1), linked like build/pptrain from the
 #    nvcc kernel objects, the cuda backend's host objects and the CUDA libraries.
 # bench/cuda/ is outside the bench/*.cpp glob of the Makefile, whose link rule has no CUDA;
-# the explicit rules here take precedence over its $(BUILD)/bench/% pattern.
-#
-# This file is read before mk/cuda.mk (mk/*.mk in name order), so CUDA, CUDA_OBJS,
-# CUDA_KERNEL_NVCC_OBJS and CUDA_LDLIBS are not set yet while it is parsed: they are used
-# only where make expands late (recipes, and EXTRA_TARGETS, which `+=` leaves recursive
-# because nothing defines it before this file). The objects of the real cuda backend are
-# reached through $(BUILD)/pptrain, whose prerequisites they are under CUDA=1.
+# the explicit rules here take precedence over its $(BUILD)/bench/% pattern. This file is
+# read after mk/cuda.mk (mk/*.mk in name order), which sets CUDA and the object lists.
 
 $(BUILD)/bench/model_flops: $(BUILD)/obj/bench/cuda/model_flops.o $(LIB)
 	@mkdir -p $(dir $@)
@@ -20,10 +15,12 @@ $(BUILD)/bench/model_flops: $(BUILD)/obj/bench/cuda/model_flops.o $(LIB)
 # The test runs model_flops, the scripts and pptrain-emu at run time (not linked).
 $(BUILD)/tests/test_bench_gpu: | $(BUILD)/bench/model_flops $(BUILD)/pptrain-emu
 
+ifeq ($(CUDA),1)
 # Objects before $(LIB) so the archive resolves what they use; $(LIB) again after them.
-$(BUILD)/bench/bench_kernels: $(BUILD)/obj/bench/cuda/bench_kernels.o $(BUILD)/pptrain $(LIB)
-	@test '$(CUDA)' = 1 || { echo "bench_kernels needs the real CUDA build (CUDA=1)" >&2; exit 1; }
+$(BUILD)/bench/bench_kernels: $(BUILD)/obj/bench/cuda/bench_kernels.o $(CUDA_OBJS) $(CUDA_KERNEL_NVCC_OBJS) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) $< $(CUDA_OBJS) $(CUDA_KERNEL_NVCC_OBJS) $(LIB) -o $@ $(LIB) $(LDLIBS) $(CUDA_LDLIBS)
+	$(CXX) $(CXXFLAGS) $^ -o $@ $(LIB) $(LDLIBS) $(CUDA_LDLIBS)
+EXTRA_TARGETS += $(BUILD)/bench/bench_kernels
+endif
 
-EXTRA_TARGETS += $(BUILD)/bench/model_flops $(if $(filter 1,$(CUDA)),$(BUILD)/bench/bench_kernels)
+EXTRA_TARGETS += $(BUILD)/bench/model_flops
