@@ -10,11 +10,19 @@
 // only when every thread of the block waits there. When nothing is runnable and the block
 // has not finished, it is deadlocked and the launch fails with a description of who waits
 // where.
+//
+// A fiber switch is the hot path (two per resume, and a kernel with a loop of barriers
+// switches thousands of times per block). On x86-64 it is the hand-written switch below: it
+// saves only what the System V ABI makes callee-saved and returns on the other fiber's
+// stack, with no system call. ucontext's swapcontext, the fallback on other architectures,
+// also saves the signal mask with an rt_sigprocmask system call on every switch.
 #include "emu/emu.h"
 
 #include <sys/mman.h>
-#include <ucontext.h>
 #include <unistd.h>
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
 
 #include <algorithm>
 #include <exception>
@@ -26,6 +34,47 @@
 // when the section exists; weak so a binary without kernels still links).
 extern "C" char __start_pptrain_emu_shared[] __attribute__((weak));
 extern "C" char __stop_pptrain_emu_shared[] __attribute__((weak));
+
+#if defined(__x86_64__)
+// pptrain_emu_switch_fiber(void** save_sp, void* load_sp): pushes the callee-saved integer
+// registers of the running fiber (rbp, rbx, r12-r15) onto its own stack, stores the stack
+// pointer in *save_sp, loads load_sp and pops the other fiber's registers the same way, then
+// `ret`s into that fiber, which resumes as if its own call to this function had returned.
+// Everything else (rax-r11 but rbx, the vector registers, flags) is caller-saved, so the
+// compiler keeps nothing live in it across this call.
+// MXCSR and the x87 control word are callee-saved as well, but they are left untouched: every
+// fiber and the scheduler share the OS thread's, which nothing in a kernel changes (a GPU has
+// no rounding-mode state to set). Saving them cost three quarters of the switch (stmxcsr and
+// ldmxcsr/fldcw stall), for a per-fiber floating-point environment nobody uses.
+// No exception ever unwinds through the switch: every fiber catches all exceptions in its
+// entry function (BlockRunner::fiber_main), so it carries no unwind info.
+asm(R"(
+  .pushsection .text
+  .p2align 4
+  .globl pptrain_emu_switch_fiber
+  .hidden pptrain_emu_switch_fiber
+  .type pptrain_emu_switch_fiber, @function
+pptrain_emu_switch_fiber:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size pptrain_emu_switch_fiber, .-pptrain_emu_switch_fiber
+  .popsection
+)");
+extern "C" void pptrain_emu_switch_fiber(void** save_sp, void* load_sp);
+#endif
 
 namespace pptrain::emu {
 namespace {
@@ -62,10 +111,77 @@ class FiberStack {
   size_t bytes_ = 0, page_ = 0;
 };
 
+// ---- fiber contexts: prepare a fresh one, switch between two ----
+#if defined(__x86_64__)
+// A suspended fiber is its stack pointer; its registers are in the frame below it.
+struct FiberContext {
+  void* sp = nullptr;
+};
+
+// The frame pptrain_emu_switch_fiber pops, lowest address first.
+struct InitialFrame {
+  uint64_t r15, r14, r13, r12, rbx, rbp;
+  void (*entry)();          // where the first switch's `ret` goes
+  uint64_t return_address;  // entry's "caller": 0 ends backtraces and unwinding there
+};
+static_assert(sizeof(InitialFrame) == 64);
+
+// The first switch to `context` enters `entry` (which must never return) on `stack` with the
+// stack pointer as right after a call: 8 below a 16-byte boundary, the fake return address
+// at the top.
+void prepare_context(FiberContext& context, void* stack, size_t bytes, void (*entry)()) {
+  uintptr_t top = (reinterpret_cast<uintptr_t>(stack) + bytes) & ~uintptr_t(15);
+  auto* frame = reinterpret_cast<InitialFrame*>(top - sizeof(InitialFrame));
+  *frame = InitialFrame{};
+  frame->entry = entry;
+  frame->return_address = 0;
+  context.sp = frame;
+}
+
+inline void switch_context(FiberContext& save, const FiberContext& load) {
+  pptrain_emu_switch_fiber(&save.sp, load.sp);
+}
+
+// The switch `ret`s to an address no `call` pushed, which a CET shadow stack rejects with a
+// SIGSEGV. rdsspq is a no-op that leaves 0 when shadow stacks are off (or unsupported).
+void require_no_shadow_stack() {
+  static const bool shadow_stack = [] {
+    uint64_t ssp = 0;
+    asm volatile("rdsspq %0" : "+r"(ssp));
+    return ssp != 0;
+  }();
+  if (shadow_stack)
+    throw std::runtime_error(
+        "emulator: CET shadow stacks are enabled, which its fiber switch does not support "
+        "(run with GLIBC_TUNABLES=glibc.cpu.hwcaps=-SHSTK)");
+}
+#else
+struct FiberContext {
+  ucontext_t context;
+};
+
+// getcontext returns twice in general; keeping it out of the scheduler loop keeps that
+// loop's locals out of its reach.
+__attribute__((noinline)) void prepare_context(FiberContext& context, void* stack, size_t bytes,
+                                               void (*entry)()) {
+  getcontext(&context.context);
+  context.context.uc_stack.ss_sp = stack;
+  context.context.uc_stack.ss_size = bytes;
+  context.context.uc_link = nullptr;
+  makecontext(&context.context, entry, 0);
+}
+
+inline void switch_context(FiberContext& save, const FiberContext& load) {
+  swapcontext(&save.context, &load.context);
+}
+
+void require_no_shadow_stack() {}
+#endif
+
 enum class Wait { runnable, block_barrier, warp, exited };
 
 struct Fiber {
-  ucontext_t context;
+  FiberContext context;
   uint3 index;
   Wait wait = Wait::runnable;
   const char* waiting_at = "";
@@ -188,7 +304,7 @@ class BlockRunner {
     if (__start_pptrain_emu_shared && __stop_pptrain_emu_shared)
       std::fill(__start_pptrain_emu_shared, __stop_pptrain_emu_shared, char(kPoisonByte));
     int n = int(fibers_.size());
-    for (int k = 0; k < n; ++k) prepare_fiber(fibers_[k], g_stack_pool[k]);
+    for (int k = 0; k < n; ++k) prepare_fiber(fibers_[k], g_stack_pool[k], k);
     for (Warp& w : warps_) w.pending.clear();
     bool reverse = stream_.order == Order::reverse;
     int warps = int(warps_.size());
@@ -226,15 +342,14 @@ class BlockRunner {
     }
   }
 
-  // getcontext returns twice in general; keeping it out of the scheduler loop keeps that
-  // loop's locals out of its reach.
-  __attribute__((noinline)) static void prepare_fiber(Fiber& f, const FiberStack& stack) {
+  // The stacks are page-aligned and equally long, so their tops, where the fibers' frames
+  // live, would all fall into the same cache sets and evict one another at every switch;
+  // starting fiber k's stack k cache lines lower (modulo a page) spreads them over the sets.
+  static void prepare_fiber(Fiber& f, const FiberStack& stack, int k) {
     f.wait = Wait::runnable;
-    getcontext(&f.context);
-    f.context.uc_stack.ss_sp = stack.usable();
-    f.context.uc_stack.ss_size = stack.usable_bytes();
-    f.context.uc_link = nullptr;
-    makecontext(&f.context, &BlockRunner::fiber_main, 0);
+    size_t stagger = size_t(k) * 64 % 4096;
+    prepare_context(f.context, stack.usable(), stack.usable_bytes() - stagger,
+                    &BlockRunner::fiber_main);
   }
 
   // Computes every lane's result of a completed collective and wakes the lanes.
@@ -289,16 +404,19 @@ class BlockRunner {
     current_ = k;
     threadIdx = fibers_[k].index;
     stream_.switches += 2;
-    swapcontext(&scheduler_, &fibers_[k].context);
+    switch_context(scheduler_, fibers_[k].context);
     current_ = -1;
   }
 
   void yield() {
     int k = current_;
-    swapcontext(&fibers_[k].context, &scheduler_);
+    switch_context(fibers_[k].context, scheduler_);
   }
 
-  static void fiber_main() {
+  // Every fiber's entry function. It has no caller to return to: when the kernel body returns
+  // or throws it switches to the scheduler for the last time (the scheduler rethrows what it
+  // threw), and the next block prepares the stack afresh.
+  [[noreturn]] static void fiber_main() {
     BlockRunner* r = g_active;
     int k = r->current_;
     try {
@@ -307,7 +425,8 @@ class BlockRunner {
       r->fault_ = std::current_exception();
     }
     r->fibers_[k].wait = Wait::exited;
-    setcontext(&r->scheduler_);  // never returns
+    switch_context(r->fibers_[k].context, r->scheduler_);
+    __builtin_unreachable();
   }
 
   template <typename... A>
@@ -329,7 +448,7 @@ class BlockRunner {
   struct alignas(16) Chunk { unsigned char bytes[16]; };
   std::vector<Chunk> dynamic_;
   size_t dynamic_bytes_ = 0;
-  ucontext_t scheduler_;
+  FiberContext scheduler_;
   int current_ = -1;
   std::exception_ptr fault_;
 };
@@ -356,6 +475,7 @@ void launch(Stream* stream, const char* name, dim3 grid, dim3 block, size_t dyna
             KernelBody body) {
   if (g_active) throw KernelFault(std::string("kernel ") + name + " launched from device code");
   check_config(name, grid, block, dynamic_shared_bytes);
+  require_no_shadow_stack();
   Stream default_stream;
   Stream& s = stream ? *stream : default_stream;
   ++s.launches;

@@ -3,8 +3,8 @@
 // `g++ -x c++ -include kernels/emu/emu.h`). Used by tests only.
 //
 // Execution model (see emu.cpp): the blocks of a grid run one after another; the threads
-// of a block run as cooperative fibers (ucontext) that switch only at synchronisation
-// points. `__syncthreads` waits for every thread of the block; warp collectives
+// of a block run as cooperative fibers (a hand-written context switch on x86-64, ucontext
+// elsewhere) that switch only at synchronisation points. `__syncthreads` waits for every thread of the block; warp collectives
 // (`__shfl_*_sync`, `__ballot_sync`, `__syncwarp`) wait for every lane of their mask, and
 // each lane then reads the values all lanes deposited, as on hardware. Between two block
 // barriers the warps run one after another, each as far as it can get, and within a warp
