@@ -69,6 +69,15 @@ void PipelineExecutor::poll_unreleased(bool wait_all) {
   }
 }
 
+// A compute action's end on the timeline. The cuda backend only queues work, so the host
+// waits for the compute stream first: the bubble and the trace then show when the GPU ran
+// the action, not when the host queued it. The cost is one launch latency per action
+// (microseconds against milliseconds of work); transfers on their own streams go on.
+void PipelineExecutor::end_compute(const pipeline::Action& a, double start_us, Timeline& timeline) {
+  ops_.synchronize();
+  timeline.add(pipeline::to_string(a), start_us, timeline.now_us(), true);
+}
+
 double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& timeline) {
   double loss = 0;
   const auto& actions = schedule_.program.at(pp_rank_);
@@ -107,7 +116,7 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
         if (local(s + 1)) {  // hand over to the next stage on this rank
           ops_.copy(stage_here(s + 1).input(mb), st.output(mb), bytes_);
         }
-        timeline.add(pipeline::to_string(a), t0, timeline.now_us(), true);
+        end_compute(a, t0, timeline);
         break;
       }
       case Op::B:
@@ -120,7 +129,7 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
           ops_.copy(stage_here(s - 1).output_grad(mb), st.input_grad(mb), bytes_);
         }
         if (a.op == Op::B) st.backward_weight(mb, /*keep_io=*/true);
-        timeline.add(pipeline::to_string(a), t0, timeline.now_us(), true);
+        end_compute(a, t0, timeline);
         if (a.op == Op::B) finish_microbatch(st, mb);
         break;
       }
@@ -128,7 +137,7 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
         Stage& st = stage_here(s);
         double t0 = timeline.now_us();
         st.backward_weight(mb, /*keep_io=*/true);
-        timeline.add(pipeline::to_string(a), t0, timeline.now_us(), true);
+        end_compute(a, t0, timeline);
         finish_microbatch(st, mb);
         break;
       }

@@ -37,6 +37,7 @@ class PipelineExecutor {
   bool local(int stage) const { return stages_.count(stage) > 0; }
   int tag(int direction, int stage, int mb) const;
   void wait_recv(const Key& key, Timeline& timeline);
+  void end_compute(const pipeline::Action& a, double start_us, Timeline& timeline);
   // After a microbatch's W (or B) its stage tensors are freed once every send that reads
   // them has been posted (its last SEND_* position is behind us) and has completed; until
   // then they wait in `unreleased_`, polled between actions (never blocking mid-step).
