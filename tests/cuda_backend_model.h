@@ -9,6 +9,7 @@
 #include "backend/ops.h"
 #include "core/communicator.h"
 #include "model/stage.h"
+#include "support/single_rank_model.h"
 #include "test_cpu_ops_util.h"
 
 namespace pptrain::testing {
@@ -22,22 +23,14 @@ namespace pptrain::testing {
 constexpr double kBf16GradientBound = 4e-2;
 constexpr double kBf16LossBound = 1e-2;
 
-struct TinyModel {
-  std::unique_ptr<Ops> ops;
-  LocalComm tp;
-  ModelDims dims;
-  std::unique_ptr<ParamStore> params;
-  std::unique_ptr<Stage> stage;
+// SingleRankModel with its token buffers and one training step.
+struct TinyModel : SingleRankModel {
   Buffer<int32_t> tokens, targets;
 
   TinyModel(std::unique_ptr<Ops> backend, const ModelConfig& m, int batch, Precision precision)
-      : ops(std::move(backend)) {
-    dims = ModelDims::from(m, batch, 1, 0);
-    params = std::make_unique<ParamStore>(*ops, 1, 0, 7);
-    stage = make_stage(*params, dims, StageSpec{0, 0, m.n_layer, true, true}, tp, precision);
+      : SingleRankModel(m, batch, 7, std::move(backend), precision),
+        tokens(*ops, dims.rows()), targets(*ops, dims.rows()) {
     stage->set_loss_scale(1.0f / float(dims.rows()));
-    tokens = Buffer<int32_t>(*ops, dims.rows());
-    targets = Buffer<int32_t>(*ops, dims.rows());
   }
 
   // Perturbs every parameter (the GPT-2 init has zero biases and unit gains, hiding bugs),
@@ -63,7 +56,8 @@ struct TinyModel {
   }
 };
 
-inline ModelConfig tiny_config() {
+// 2 blocks, d_model 32: wide enough that bf16 rounding averages like in a real model.
+inline ModelConfig bf16_test_model() {
   ModelConfig m;
   m.n_layer = 2;
   m.n_head = 2;

@@ -22,7 +22,7 @@ constexpr double kTolerance = 1e-5;
 }  // namespace
 
 TEST(CudaBackendModel, OneStepLossAndEveryGradientEqualTheCpuBackend) {
-  ModelConfig m = tiny_config();
+  ModelConfig m = bf16_test_model();
   m.d_model = 16;
   m.seq_len = 5;
   m.vocab_size = 11;
@@ -48,7 +48,7 @@ TEST(CudaBackendModel, OneStepLossAndEveryGradientEqualTheCpuBackend) {
 }
 
 TEST(Bf16Model, OneStepTracksTheFp32ModelWithinTheBf16Bound) {
-  const ModelConfig m = tiny_config();
+  const ModelConfig m = bf16_test_model();
   const int batch = 3;
   TinyModel ref(make_cpu_ops(), m, batch, Precision::fp32);
   TinyModel low(make_cuda_ops(0), m, batch, Precision::bf16);
@@ -77,7 +77,7 @@ TEST(Bf16Model, OneStepTracksTheFp32ModelWithinTheBf16Bound) {
 }
 
 TEST(Bf16Model, ActivationsTakeHalfTheMemory) {
-  const ModelConfig m = tiny_config();
+  const ModelConfig m = bf16_test_model();
   TinyModel full(make_cuda_ops(0), m, 2, Precision::fp32), half(make_cuda_ops(0), m, 2, Precision::bf16);
   EXPECT_EQ(half.stage->transfer_bytes() * 2, full.stage->transfer_bytes());
   const double ratio = double(half.stage->activation_bytes_per_microbatch()) /
@@ -88,7 +88,7 @@ TEST(Bf16Model, ActivationsTakeHalfTheMemory) {
 }
 
 TEST(Bf16Model, TheCpuBackendRejectsBf16WithOneLine) {
-  const ModelConfig m = tiny_config();
+  const ModelConfig m = bf16_test_model();
   TinyModel model(make_cpu_ops(), m, 1, Precision::bf16);
   try {
     model.params->refresh_bf16();

@@ -9,8 +9,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -116,23 +114,6 @@ TEST_F(Bf16Train, ResumedRunEqualsTheUninterruptedOneBitForBit) {
   EXPECT_EQ(resumed.loss, straight.loss);
   expect_close(resumed, straight, 0.0, true);
 }
-
-namespace {
-
-// Values of `key` in the JSON Lines file, for lines that have it.
-std::vector<double> json_values(const std::string& jsonl, const std::string& key) {
-  std::vector<double> out;
-  std::regex re("\"" + key + "\": ([-0-9.eE+naif]+)");
-  std::istringstream in(jsonl);
-  std::string line;
-  while (std::getline(in, line)) {
-    std::smatch m;
-    if (std::regex_search(line, m, re)) out.push_back(std::stod(m[1]));
-  }
-  return out;
-}
-
-}  // namespace
 
 TEST(Bf16Learning, LearnsAMarkovSourceAsFp32Does) {
   TempDir dir;

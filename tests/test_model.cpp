@@ -180,8 +180,8 @@ TEST(ModelInit, ValuesDoNotDependOnTensorParallelism) {
   auto ops = make_cpu_ops();
   LocalComm alone;
   ParamStore whole(*ops, 1, 0, 5);
-  auto full_stage = make_stage(whole, ModelDims::from(m, 1, 1, 0), StageSpec{0, 0, 2, true, true}, alone);
-  Stage& full = *full_stage;
+  // Building the stages creates their parameters in the stores.
+  auto full = make_stage(whole, ModelDims::from(m, 1, 1, 0), StageSpec{0, 0, 2, true, true}, alone);
   std::vector<std::unique_ptr<ParamStore>> shards;
   std::vector<std::unique_ptr<Stage>> stages;
   for (int r = 0; r < 2; ++r) {

@@ -12,19 +12,6 @@ using namespace pptrain::testing;
 
 namespace {
 
-// Values of `key` in the JSON Lines file, for lines that have it.
-std::vector<double> json_values(const std::string& jsonl, const std::string& key) {
-  std::vector<double> out;
-  std::regex re("\"" + key + "\": ([-0-9.eE+naif]+)");
-  std::istringstream in(jsonl);
-  std::string line;
-  while (std::getline(in, line)) {
-    std::smatch m;
-    if (std::regex_search(line, m, re)) out.push_back(std::stod(m[1]));
-  }
-  return out;
-}
-
 std::string markov_corpus(const TempDir& dir, int order, int vocab, int tokens, double* entropy) {
   std::string out = dir.file("markov");
   auto r = prepare_markov_corpus(out, vocab, tokens, 3, order);

@@ -1,5 +1,5 @@
-// The whole GPT-2 model as one Stage on one rank, on the cpu backend: what the model,
-// checkpoint and import tests build their cases from.
+// The whole GPT-2 model as one Stage on one rank (the cpu backend in fp32 unless given
+// another): what the model, checkpoint, import and cuda backend tests build their cases from.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -23,16 +23,18 @@ inline ModelConfig tiny_model() {
 }
 
 struct SingleRankModel {
-  std::unique_ptr<Ops> ops = make_cpu_ops();
+  std::unique_ptr<Ops> ops;
   LocalComm tp;
   ModelDims dims;
   std::unique_ptr<ParamStore> params;
   std::unique_ptr<Stage> stage;
 
-  SingleRankModel(const ModelConfig& m, int batch, uint64_t seed) {
+  SingleRankModel(const ModelConfig& m, int batch, uint64_t seed, std::unique_ptr<Ops> backend = make_cpu_ops(),
+                  Precision precision = Precision::fp32)
+      : ops(std::move(backend)) {
     dims = ModelDims::from(m, batch, 1, 0);
     params = std::make_unique<ParamStore>(*ops, 1, 0, seed);
-    stage = make_stage(*params, dims, StageSpec{0, 0, m.n_layer, true, true}, tp);
+    stage = make_stage(*params, dims, StageSpec{0, 0, m.n_layer, true, true}, tp, precision);
   }
 };
 

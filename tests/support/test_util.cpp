@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 
@@ -76,6 +77,18 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b, do
     worst = std::max(worst, d);
   }
   return worst;
+}
+
+std::vector<double> json_values(const std::string& jsonl, const std::string& key) {
+  std::vector<double> out;
+  std::regex re("\"" + key + "\": ([-0-9.eE+naif]+)");
+  std::istringstream in(jsonl);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, re)) out.push_back(std::stod(m[1]));
+  }
+  return out;
 }
 
 }  // namespace pptrain::testing

@@ -42,6 +42,9 @@ class TempDir {
 void write_file(const std::string& path, const std::string& text);
 std::string read_file(const std::string& path);
 
+// Values of `key` in a JSON Lines text (the metrics file), for lines that have it.
+std::vector<double> json_values(const std::string& jsonl, const std::string& key);
+
 // Max over i of |a-b| / max(|b|, floor).
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b, double floor = 1e-6);
 
