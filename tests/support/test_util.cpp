@@ -20,7 +20,8 @@ CommandResult run_command(const std::string& command, int timeout_s) {
   // single quotes inside the command are escaped for sh -c '...'
   std::string escaped;
   for (char c : command) escaped += (c == '\'') ? std::string("'\\''") : std::string(1, c);
-  const std::string full = "timeout -k 5 " + std::to_string(timeout_s) + " sh -c '" + escaped + "' 2>&1";
+  // No stdin: mpirun forwards its stdin to rank 0 and must not wait on the caller's.
+  const std::string full = "timeout -k 5 " + std::to_string(timeout_s) + " sh -c '" + escaped + "' 2>&1 </dev/null";
   FILE* pipe = popen(full.c_str(), "r");
   if (!pipe) throw std::runtime_error("popen failed: " + command);
   std::string out;
