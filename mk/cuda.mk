@@ -13,7 +13,7 @@
 # mk/kernels.mk is read after this file, so the kernel object lists are spelled out here
 # (the same names its rules build).
 CUDA_KERNEL_SRCS := $(sort $(wildcard kernels/*.cu))
-CUDA_KERNEL_EMU_OBJS := $(CUDA_KERNEL_SRCS:%.cu=$(BUILD)/obj/%.emu.o) $(BUILD)/obj/kernels/emu/emu.o
+CUDA_KERNEL_EMU_OBJS := $(CUDA_KERNEL_SRCS:%.cu=$(BUILD)/obj/%.emu.o) $(BUILD)/obj/kernels/emu/emu.o $(BUILD)/obj/kernels/emu/fiber.o
 CUDA_KERNEL_NVCC_OBJS := $(CUDA_KERNEL_SRCS:%.cu=$(BUILD)/nvcc/%.o)
 
 # ---- emulated ------------------------------------------------------------------------------

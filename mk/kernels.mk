@@ -5,7 +5,7 @@
 #  - nvcc: `make kernels-nvcc` compiles each .cu for every arch in CUDA_ARCH into
 #    $(BUILD)/nvcc/kernels/*.o (needs nvcc; the cuda backend links these).
 KERNEL_SRCS := $(sort $(wildcard kernels/*.cu))
-KERNEL_EMU_OBJS := $(KERNEL_SRCS:%.cu=$(BUILD)/obj/%.emu.o) $(BUILD)/obj/kernels/emu/emu.o
+KERNEL_EMU_OBJS := $(KERNEL_SRCS:%.cu=$(BUILD)/obj/%.emu.o) $(BUILD)/obj/kernels/emu/emu.o $(BUILD)/obj/kernels/emu/fiber.o
 
 $(BUILD)/obj/kernels/%.emu.o: kernels/%.cu
 	@mkdir -p $(dir $@)
