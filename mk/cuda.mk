@@ -1,10 +1,11 @@
 # The cuda backend (src/backend/cuda). Two builds of the same host sources:
 #  - emulated (always): g++ compiles src/backend/cuda/*.cpp with PPTRAIN_EMULATED against
-#    the CUDA runtime/cuBLAS shims of src/backend/cuda/emu (cuBLAS -> OpenBLAS, device
-#    memory = host memory) into $(BUILD)/obj-emu/, and links them with the emulated kernels
-#    ($(KERNEL_EMU_OBJS), mk/kernels.mk) into the tests/test_cuda_backend* binaries and
-#    $(BUILD)/pptrain-emu: the whole trainer with `device: cuda` running on the CPU. NCCL
-#    cannot be emulated: pptrain-emu's collectives and p2p stay on MPI.
+#    the CUDA runtime/cuBLAS/NCCL shims of src/backend/cuda/emu (cuBLAS -> OpenBLAS, NCCL ->
+#    MPI, device memory = host memory) into $(BUILD)/obj-emu/, and links them with the
+#    emulated kernels ($(KERNEL_EMU_OBJS), mk/kernels.mk) into the tests/test_cuda_backend*
+#    binaries, the NCCL test program (mk/mpi_tests.mk) and $(BUILD)/pptrain-emu: the whole
+#    trainer with `device: cuda` running on the CPU, its groups on NcclComm over the
+#    emulated NCCL.
 #  - real (CUDA=1): mpicxx compiles src/backend/cuda/*.cpp against the CUDA toolkit, and
 #    build/pptrain links them with the nvcc kernels ($(KERNEL_NVCC_OBJS)), cuBLAS and NCCL.
 #    Opt-in: the nvcc compile of every kernel for CUDA_ARCH takes minutes on a small
@@ -17,8 +18,7 @@ CUDA_KERNEL_EMU_OBJS := $(CUDA_KERNEL_SRCS:%.cu=$(BUILD)/obj/%.emu.o) $(BUILD)/o
 CUDA_KERNEL_NVCC_OBJS := $(CUDA_KERNEL_SRCS:%.cu=$(BUILD)/nvcc/%.o)
 
 # ---- emulated ------------------------------------------------------------------------------
-CUDA_EMU_SRCS := $(filter-out src/backend/cuda/nccl_comm.cpp, \
-                   $(sort $(wildcard src/backend/cuda/*.cpp src/backend/cuda/emu/*.cpp)))
+CUDA_EMU_SRCS := $(sort $(wildcard src/backend/cuda/*.cpp src/backend/cuda/emu/*.cpp))
 CUDA_EMU_OBJS := $(CUDA_EMU_SRCS:%.cpp=$(BUILD)/obj-emu/%.o)
 # The CLI objects that see PPTRAIN_WITH_CUDA (make_ops, --version) in pptrain-emu.
 CUDA_EMU_CLI_OBJS := $(addprefix $(BUILD)/obj-emu/src/,main.o cli/train.o cli/version.o)

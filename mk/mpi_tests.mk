@@ -9,10 +9,20 @@ $(BUILD)/mpi_tests/%: $(BUILD)/obj/tests/mpi/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS)
 
+# tests/mpi/nccl_*.cpp test NcclComm over the emulated NCCL: compiled with
+# PPTRAIN_EMULATED (the $(BUILD)/obj-emu rule of mk/cuda.mk) and linked with the emulated
+# cuda backend.
+MPI_NCCL_TEST_BINS := $(filter $(BUILD)/mpi_tests/nccl_%,$(MPI_TEST_BINS))
+$(MPI_NCCL_TEST_BINS): $(BUILD)/mpi_tests/%: $(BUILD)/obj-emu/tests/mpi/%.o $(CUDA_EMU_OBJS) \
+                       $(CUDA_KERNEL_EMU_OBJS) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS)
+
 # `make all` builds them, and so does building a wrapper alone (order-only: the
 # wrappers and test_slurm find the programs at run time, they do not link them).
 EXTRA_TARGETS += $(MPI_TEST_BINS)
-$(BUILD)/tests/test_mpi_comm $(BUILD)/tests/test_grid $(BUILD)/tests/test_slurm: | $(MPI_TEST_BINS)
+$(BUILD)/tests/test_mpi_comm $(BUILD)/tests/test_grid $(BUILD)/tests/test_slurm \
+  $(BUILD)/tests/test_nccl_emu: | $(MPI_TEST_BINS)
 
 .PHONY: mpi-tests
 mpi-tests: $(MPI_TEST_BINS)

@@ -102,10 +102,14 @@ int cmd_train(const Args& raw_args, MpiSession& mpi) {
   JobLayout layout(cfg);
   ParallelContext& par = layout.parallel();
   auto ops = make_ops(cfg);
-#if defined(PPTRAIN_WITH_CUDA) && !defined(PPTRAIN_EMULATED)
-  // On GPUs the pp, tp, dp and embedding groups talk over NCCL (MPI stays the bootstrap).
+#ifdef PPTRAIN_WITH_CUDA
+  // On GPUs the pp, tp, dp and embedding groups talk over NCCL (MPI stays the bootstrap);
+  // in pptrain-emu over the emulated NCCL, which runs on MPI.
   std::optional<NcclGroups> nccl;
   if (cfg.device == "cuda") nccl.emplace(layout.grid(), *ops, par);
+  const char* transport = nccl ? "nccl" : "mpi";  // for the startup line
+#else
+  const char* transport = "mpi";
 #endif
   Trainer trainer(cfg, par, *ops);
   CheckpointManager checkpoints(cfg, par);
@@ -122,7 +126,7 @@ int cmd_train(const Args& raw_args, MpiSession& mpi) {
               " heads, seq ", cfg.model.seq_len, ", vocab ", cfg.model.vocab_size, " | dp ", cfg.parallel.dp,
               " pp ", cfg.parallel.pp, " tp ", cfg.parallel.tp, " | schedule ", cfg.parallel.schedule, ", ",
               cfg.parallel.microbatches, " microbatches, blocks per stage [", cut_text, "] | backend ",
-              ops->name(), " ", cfg.training.precision);
+              ops->name(), " ", cfg.training.precision, " | comm ", transport);
     if (resumed_from > 0) log::info("resumed from step ", resumed_from);
   }
   MetricsLog metrics(cfg.logging.metrics, rank0);

@@ -7,7 +7,7 @@ inline constexpr const char* kVersion = "0.1.0";
 // "cpu" or "cpu cuda": which backends this binary contains.
 inline const char* compiled_backends() {
 #if defined(PPTRAIN_WITH_CUDA) && defined(PPTRAIN_EMULATED)
-  return "cpu cuda (emulated on the CPU by the SIMT emulator; collectives over MPI)";
+  return "cpu cuda (emulated on the CPU by the SIMT emulator; NCCL emulated over MPI)";
 #elif defined(PPTRAIN_WITH_CUDA)
   return "cpu cuda";
 #else

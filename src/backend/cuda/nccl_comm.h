@@ -1,5 +1,6 @@
-// NcclComm: the Communicator over NCCL for `device: cuda` (real CUDA build only; NCCL
-// cannot be emulated, so the emulated build keeps MpiComm).
+// NcclComm: the Communicator over NCCL for `device: cuda`. In the emulated build
+// (PPTRAIN_EMULATED: tests and pptrain-emu) the same code runs over the emulated NCCL of
+// emu/nccl_emu.h, which carries the calls on MPI.
 //
 // One ncclComm_t per group, bootstrapped over the matching MPI communicator: group rank 0
 // creates the ncclUniqueId and broadcasts it with MPI, then every member calls
@@ -20,7 +21,11 @@
 // NCCL matches point-to-point messages by order per pair of ranks, not by tag: both sides
 // must post a pair's messages in the same order. Tags are accepted and ignored.
 #pragma once
+#ifdef PPTRAIN_EMULATED
+#include "backend/cuda/emu/nccl_emu.h"
+#else
 #include <nccl.h>
+#endif
 
 #include <memory>
 

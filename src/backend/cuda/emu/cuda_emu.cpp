@@ -1,14 +1,85 @@
 // The emulated CUDA runtime (see cuda_runtime_emu.h; cuBLAS and cuBLASLt are in
 // cublas_emu.cpp and cublaslt_emu.cpp). Kernels run synchronously at launch under the SIMT
-// emulator, so streams and events carry no state beyond the emulator's run options:
-// synchronising is a no-op and every event is complete.
+// emulator; the asynchronous work a stream can hold is what enqueue_stream_work queued on
+// it (the emulated NCCL's transfers), kept in a side table keyed by stream. An event holds
+// the work its stream had pending when it was recorded.
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
+#include <unordered_map>
+#include <vector>
 
 #include "backend/cuda/emu/cuda_runtime_emu.h"
 
-struct CUevent_st {};
+using pptrain::cuda_emu::StreamWork;
+using WorkList = std::vector<std::shared_ptr<StreamWork>>;
+
+struct CUevent_st {
+  WorkList work;  // what the stream had pending at the last cudaEventRecord
+};
+
+namespace {
+
+// Pending work per stream (nullptr: the default stream). The mutex guards the table only;
+// waiting happens outside it.
+std::mutex table_mutex;
+std::unordered_map<cudaStream_t, WorkList> pending_by_stream;
+
+// Polls every item of `work` (waiting for each with `block`) and drops the finished ones.
+// cudaErrorNotReady while any is pending, cudaErrorLaunchFailure (the reason on stderr) if
+// one failed.
+cudaError_t settle(WorkList& work, bool block) {
+  cudaError_t result = cudaSuccess;
+  WorkList still_pending;
+  for (auto& w : work) {
+    switch (w->poll(block)) {
+      case StreamWork::State::pending: still_pending.push_back(w); break;
+      case StreamWork::State::done: break;
+      case StreamWork::State::failed:  // stays in the list: the error is sticky
+        still_pending.push_back(w);
+        std::fprintf(stderr, "emulated stream work failed: %s\n", w->error().c_str());
+        result = cudaErrorLaunchFailure;
+        break;
+    }
+  }
+  work.swap(still_pending);
+  if (result == cudaSuccess && !work.empty()) result = cudaErrorNotReady;
+  return result;
+}
+
+// Drops the finished work of `stream` and returns a copy of what is still pending.
+WorkList pending_of(cudaStream_t stream, cudaError_t* status) {
+  std::lock_guard<std::mutex> lock(table_mutex);
+  auto it = pending_by_stream.find(stream);
+  if (it == pending_by_stream.end()) {
+    *status = cudaSuccess;
+    return {};
+  }
+  *status = settle(it->second, false);
+  if (*status == cudaErrorNotReady) *status = cudaSuccess;
+  return it->second;
+}
+
+// Waits for everything queued on `stream` so far.
+cudaError_t synchronize(cudaStream_t stream) {
+  WorkList work;
+  {
+    std::lock_guard<std::mutex> lock(table_mutex);
+    auto it = pending_by_stream.find(stream);
+    if (it == pending_by_stream.end()) return cudaSuccess;
+    work.swap(it->second);
+  }
+  return settle(work, true);
+}
+
+}  // namespace
+
+void pptrain::cuda_emu::enqueue_stream_work(cudaStream_t stream, std::shared_ptr<StreamWork> work) {
+  std::lock_guard<std::mutex> lock(table_mutex);
+  pending_by_stream[stream].push_back(std::move(work));
+}
 
 const char* cudaGetErrorString(cudaError_t error) {
   switch (error) {
@@ -18,6 +89,7 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
   }
   return "unrecognized error code";
 }
@@ -34,7 +106,17 @@ cudaError_t cudaGetDevice(int* device) {
   *device = 0;
   return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() {
+  std::vector<cudaStream_t> streams;
+  {
+    std::lock_guard<std::mutex> lock(table_mutex);
+    for (auto& [stream, work] : pending_by_stream) streams.push_back(stream);
+  }
+  cudaError_t result = cudaSuccess;
+  for (cudaStream_t stream : streams)
+    if (cudaError_t err = synchronize(stream); err != cudaSuccess) result = err;
+  return result;
+}
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   *ptr = nullptr;
@@ -70,13 +152,24 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
   *stream = new (std::nothrow) pptrain::emu::Stream();
   return *stream ? cudaSuccess : cudaErrorMemoryAllocation;
 }
+// Like cudaStreamDestroy, lets queued work finish (here: waits for it, since the buffers
+// it uses may be freed right after).
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  cudaError_t result = synchronize(stream);
+  {
+    std::lock_guard<std::mutex> lock(table_mutex);
+    pending_by_stream.erase(stream);
+  }
   delete stream;
-  return cudaSuccess;
+  return result;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) { return synchronize(stream); }
+// On a GPU the stream waits and the host goes on; in emulation the host waits here for the
+// event's work, which orders everything queued on `stream` afterwards the same way (only
+// later, so the emulation can never run ahead of what a GPU allows).
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
-  return event ? cudaSuccess : cudaErrorInvalidResourceHandle;
+  if (!event) return cudaErrorInvalidResourceHandle;
+  return settle(event->work, true);
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
@@ -87,12 +180,17 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   delete event;
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
-  return event ? cudaSuccess : cudaErrorInvalidResourceHandle;
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  if (!event) return cudaErrorInvalidResourceHandle;
+  cudaError_t status = cudaSuccess;
+  event->work = pending_of(stream, &status);
+  return status;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  return event ? cudaSuccess : cudaErrorInvalidResourceHandle;
+  if (!event) return cudaErrorInvalidResourceHandle;
+  return settle(event->work, true);
 }
 cudaError_t cudaEventQuery(cudaEvent_t event) {
-  return event ? cudaSuccess : cudaErrorInvalidResourceHandle;
+  if (!event) return cudaErrorInvalidResourceHandle;
+  return settle(event->work, false);
 }

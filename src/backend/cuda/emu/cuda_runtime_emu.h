@@ -1,10 +1,14 @@
 // The slice of the CUDA runtime API the cuda backend uses, for the emulated build only
 // (tests and pptrain-emu): "device" memory is host memory, streams are the SIMT emulator's
-// emu::Stream (kernels run to completion at launch, so every stream is always idle) and
-// events are always complete. Names, signatures and error codes follow cuda_runtime_api.h so
-// src/backend/cuda compiles unchanged against either header.
+// emu::Stream. Kernels and copies run to completion at launch; the only asynchronous work
+// is what the emulated NCCL (nccl_emu.h) queues on a stream with enqueue_stream_work (its
+// MPI transfers). An event captures the work pending on its stream when recorded and is
+// complete once that work is. Names, signatures and error codes follow cuda_runtime_api.h
+// so src/backend/cuda compiles unchanged against either header.
 #pragma once
 #include <cstddef>
+#include <memory>
+#include <string>
 
 #include "emu/emu.h"  // cudaStream_t = pptrain::emu::Stream*
 
@@ -15,6 +19,7 @@ enum cudaError_t {
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
   cudaErrorNotReady = 600,
+  cudaErrorLaunchFailure = 719,  // queued stream work failed (the emulated NCCL's MPI transfers)
 };
 
 enum cudaMemcpyKind {
@@ -58,3 +63,24 @@ cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventQuery(cudaEvent_t event);
+
+// ---- emulator extension (not CUDA API) --------------------------------------------------------
+namespace pptrain::cuda_emu {
+
+// Asynchronous work queued on a stream. Once poll() has returned done or failed it keeps
+// returning that (several events may capture the same work).
+class StreamWork {
+ public:
+  enum class State { pending, done, failed };
+  virtual ~StreamWork() = default;
+  // Checks for completion; with `block`, waits until the work is done or has failed.
+  virtual State poll(bool block) = 0;
+  // Why it failed (printed to stderr when a runtime call reports cudaErrorLaunchFailure).
+  virtual std::string error() const = 0;
+};
+
+// Appends `work` to `stream`: events recorded on the stream afterwards, and
+// cudaStreamSynchronize, wait for it.
+void enqueue_stream_work(cudaStream_t stream, std::shared_ptr<StreamWork> work);
+
+}  // namespace pptrain::cuda_emu
