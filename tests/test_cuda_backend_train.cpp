@@ -22,8 +22,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string pptrain_emu_bin() { return (fs::path(pptrain_bin()).parent_path() / "pptrain-emu").string(); }
-
 // Runs one step on 2 ranks with `layout` (overrides) and returns the merged dump of the
 // ranks that wrote one (dp rank 0).
 GlobalDump run_step(const TempDir& dir, const std::string& bin, const std::string& device,

@@ -23,8 +23,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string pptrain_emu_bin() { return (fs::path(pptrain_bin()).parent_path() / "pptrain-emu").string(); }
-
 class Bf16Train : public ::testing::Test {
  protected:
   void SetUp() override {

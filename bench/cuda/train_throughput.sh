@@ -61,9 +61,8 @@ fail_line() {  # a JSON line naming what went wrong before any run could start
 
 [ -x "$PPTRAIN" ] || fail_line "$PPTRAIN is not built"
 [ -x "$BUILD/bench/model_flops" ] || fail_line "$BUILD/bench/model_flops is not built"
-# The FLOPs do not depend on the precision; fp32 keeps the config loadable where bf16 is
-# rejected (the bf16 run then reports why).
-flops_json=$("$BUILD/bench/model_flops" "$CONFIG" training.precision=fp32 "${overrides[@]}" 2>&1) ||
+# The FLOPs do not depend on the precision.
+flops_json=$("$BUILD/bench/model_flops" "$CONFIG" "${overrides[@]}" 2>&1) ||
   fail_line "model_flops: $flops_json"
 flops_per_token=$(json_number flops_per_token "$flops_json")
 tokens_per_step=$(json_number tokens_per_step "$flops_json")

@@ -38,6 +38,10 @@ std::string pptrain_bin() {
   return env ? env : "build/pptrain";
 }
 
+std::string pptrain_emu_bin() {
+  return (std::filesystem::path(pptrain_bin()).parent_path() / "pptrain-emu").string();
+}
+
 std::string mpirun(int ranks) {
   return "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
          "mpirun --oversubscribe --bind-to none -np " + std::to_string(ranks) + " ";

@@ -17,6 +17,8 @@ CommandResult run_command(const std::string& command, int timeout_s = 120);
 
 // Path of the pptrain executable under test ($PPTRAIN_BIN, else build/pptrain).
 std::string pptrain_bin();
+// The trainer with the emulated cuda backend, beside pptrain_bin().
+std::string pptrain_emu_bin();
 
 // "mpirun -np N" with the switches that let it run as root and oversubscribed, one
 // OpenMP thread per rank.
