@@ -2,7 +2,8 @@
 // emulated cuda backend: a pp=2 ZB-V pipeline and a dp=2 run equal the single-process bf16
 // run up to fp32 summation order; tp=2 stays within the bf16 bound; a resumed bf16 run
 // equals the uninterrupted one bit for bit (only fp32 masters are saved, the bf16 copies
-// are rounded from them each step); and bf16 training learns a Markov source as fp32 does.
+// are rounded from them each step) and resumes in fp32 as well; and bf16 training learns a
+// Markov source as fp32 does.
 // The in-process model comparisons are in test_cuda_backend_model.cpp.
 
 #include <gtest/gtest.h>
@@ -111,6 +112,23 @@ TEST_F(Bf16Train, ResumedRunEqualsTheUninterruptedOneBitForBit) {
   EXPECT_NE(last_output_.find("resumed from step 2"), std::string::npos) << last_output_;
   EXPECT_EQ(resumed.loss, straight.loss);
   expect_close(resumed, straight, 0.0, true);
+}
+
+TEST_F(Bf16Train, ABf16CheckpointResumesInFp32) {
+  // Checkpoints hold the fp32 masters only, so the precision may change at a resume.
+  const std::string steps = "training.steps=4 ";
+  GlobalDump straight = run(1, "straight", steps, 4);
+  const std::string resumable = steps + "checkpoint.dir=" + dir_.file("ck") + " checkpoint.every=2";
+  auto r = run_command("PPTRAIN_FAIL_AT=0:3 " + mpirun(1) + pptrain_emu_bin() + " train " +
+                           dir_.file("model.yaml") + " " + resumable,
+                       180);
+  ASSERT_NE(r.output.find("injected failure"), std::string::npos) << r.output;
+  GlobalDump fp32 = run(1, "fp32", resumable + " training.precision=fp32", 4);
+  EXPECT_NE(last_output_.find("resumed from step 2"), std::string::npos) << last_output_;
+  EXPECT_NE(last_output_.find("backend cuda fp32"), std::string::npos) << last_output_;
+  // Two fp32 steps from the same masters stay within bf16's distance of two bf16 steps.
+  EXPECT_NE(fp32.loss, straight.loss);
+  EXPECT_NEAR(fp32.loss, straight.loss, kBf16LossBound * std::fabs(straight.loss));
 }
 
 TEST(Bf16Learning, LearnsAMarkovSourceAsFp32Does) {
