@@ -6,16 +6,26 @@ namespace pptrain {
 
 using pipeline::Op;
 
+namespace {
+
+// Bytes of one stage-to-stage transfer: the same for every stage of the rank.
+size_t transfer_bytes(const std::map<int, Stage*>& stages, int pp_rank) {
+  PPTRAIN_CHECK(!stages.empty(), "pp rank ", pp_rank, " holds no stage");
+  const auto& [first, first_stage] = *stages.begin();
+  const size_t bytes = first_stage->transfer_bytes();
+  for (auto& [index, stage] : stages)
+    PPTRAIN_CHECK(stage->transfer_bytes() == bytes, "stage ", index, " transfers ", stage->transfer_bytes(),
+                  " bytes, stage ", first, " ", bytes);
+  return bytes;
+}
+
+}  // namespace
+
 PipelineExecutor::PipelineExecutor(Ops& ops, std::map<int, Stage*> stages,
                                    const pipeline::Schedule& schedule, int pp_rank,
                                    Communicator& pp_comm)
     : ops_(ops), stages_(std::move(stages)), schedule_(schedule), pp_rank_(pp_rank), pp_(pp_comm),
-      bytes_(0), total_stages_(schedule.pp * schedule.stages_per_rank) {
-  PPTRAIN_CHECK(!stages_.empty(), "pp rank ", pp_rank_, " holds no stage");
-  bytes_ = stages_.begin()->second->transfer_bytes();
-  for (auto& [index, stage] : stages_)
-    PPTRAIN_CHECK(stage->transfer_bytes() == bytes_, "stage ", index, " transfers ", stage->transfer_bytes(),
-                  " bytes, stage ", stages_.begin()->first, " ", bytes_);
+      bytes_(transfer_bytes(stages_, pp_rank)), total_stages_(schedule.pp * schedule.stages_per_rank) {
   const auto& actions = schedule_.program.at(pp_rank_);
   for (size_t pos = 0; pos < actions.size(); ++pos)
     if (actions[pos].op == Op::SEND_F || actions[pos].op == Op::SEND_B)

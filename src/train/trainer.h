@@ -41,6 +41,9 @@ class Trainer {
 
   StepResult train_step();
   double evaluate();  // mean validation loss over training.eval_batches batches
+  // bf16 models: rounds the fp32 masters into the bf16 copies the layers compute with
+  // (before every step and evaluation, so optimizer steps and checkpoint loads show).
+  void refresh_working_weights();
   int step() const { return step_; }
   void set_step(int s) { step_ = s; }
 
@@ -60,12 +63,6 @@ class Trainer {
   void reduce_gradients();
   double gradient_norm();
   double mean_loss(double local_loss_sum);
- public:
-  // bf16 models: rounds the fp32 masters into the bf16 copies the layers compute with
-  // (before every step and evaluation, so optimizer steps and checkpoint loads show).
-  void refresh_working_weights();
-
- private:
 
   Config cfg_;
   ParallelContext par_;
