@@ -37,29 +37,30 @@ class MpiRequest final : public Request {
  public:
   MpiRequest(std::vector<MPI_Request> parts, std::vector<int> counts, bool is_send,
              std::string what, std::string where)
-      : parts_(std::move(parts)), counts_(std::move(counts)), is_send_(is_send),
-        what_(std::move(what)), where_(std::move(where)) {}
+      : parts_(std::move(parts)), counts_(std::move(counts)), statuses_(parts_.size()),
+        is_send_(is_send), what_(std::move(what)), where_(std::move(where)) {}
 
   ~MpiRequest() override {
     if (!done_ && !mpi_finalized()) abandon();
   }
 
+  // Polls MPI_Testall rather than calling MPI_Waitall. Open MPI 4.1's MPI_Waitall can
+  // miss the completion of a request that completes with an error (a truncated receive:
+  // the message was longer than posted) and then spins forever; under load a quarter of
+  // such waits hung. MPI_Testall reads the completion flag directly, and each call drives
+  // MPI's progress engine as MPI_Waitall's own loop does, so nothing is lost by polling.
   void wait() override {
-    if (done_) return;
-    std::vector<MPI_Status> statuses(parts_.size());
-    int rc = MPI_Waitall(int(parts_.size()), parts_.data(), statuses.data());
-    done_ = true;  // success or not, the request is finished with
-    finish(rc, statuses, "MPI_Waitall");
+    while (!test()) {
+    }
   }
 
   bool test() override {
     if (done_) return true;
-    std::vector<MPI_Status> statuses(parts_.size());
     int flag = 0;
-    int rc = MPI_Testall(int(parts_.size()), parts_.data(), &flag, statuses.data());
+    int rc = MPI_Testall(int(parts_.size()), parts_.data(), &flag, statuses_.data());
     if (rc == MPI_SUCCESS && !flag) return false;
-    done_ = true;
-    finish(rc, statuses, "MPI_Testall");
+    done_ = true;  // success or not, the request is finished with
+    finish(rc, "MPI_Testall");
     return true;
   }
 
@@ -67,19 +68,19 @@ class MpiRequest final : public Request {
   // Checks the completion code and, for a receive, that each chunk got exactly the
   // number of bytes posted: a shorter message than expected would otherwise leave
   // stale data in the buffer without any MPI error.
-  void finish(int rc, const std::vector<MPI_Status>& statuses, const char* call) {
+  void finish(int rc, const char* call) {
     if (rc == MPI_ERR_IN_STATUS) {
-      for (const MPI_Status& s : statuses)
+      for (const MPI_Status& s : statuses_)
         if (s.MPI_ERROR != MPI_SUCCESS && s.MPI_ERROR != MPI_ERR_PENDING) rc = s.MPI_ERROR;
     }
     check_mpi(rc, call, cat(where_, ", ", what_));
     if (is_send_) return;
-    for (size_t i = 0; i < statuses.size(); ++i) {
+    for (size_t i = 0; i < statuses_.size(); ++i) {
       int got = 0;
-      check_mpi(MPI_Get_count(&statuses[i], MPI_BYTE, &got), "MPI_Get_count", where_);
+      check_mpi(MPI_Get_count(&statuses_[i], MPI_BYTE, &got), "MPI_Get_count", where_);
       if (got != counts_[i])
         fail(what_, " on ", where_, ": expected ", counts_[i], " bytes in part ", i + 1, " of ",
-             statuses.size(), " but the message had ", got);
+             statuses_.size(), " but the message had ", got);
     }
   }
 
@@ -91,9 +92,8 @@ class MpiRequest final : public Request {
       if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
     int flag = 0;
-    std::vector<MPI_Status> statuses(parts_.size());
     while (true) {
-      if (MPI_Testall(int(parts_.size()), parts_.data(), &flag, statuses.data()) != MPI_SUCCESS)
+      if (MPI_Testall(int(parts_.size()), parts_.data(), &flag, statuses_.data()) != MPI_SUCCESS)
         break;
       if (flag || std::chrono::steady_clock::now() > deadline) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -110,6 +110,7 @@ class MpiRequest final : public Request {
 
   std::vector<MPI_Request> parts_;  // one per chunk; MPI_REQUEST_NULL once complete
   std::vector<int> counts_;         // bytes per chunk
+  std::vector<MPI_Status> statuses_;  // one per chunk, filled by MPI_Testall
   bool is_send_;
   std::string what_;   // "isend of 48 bytes to rank 2, tag 7"
   std::string where_;  // "'pp' (rank 1 of 4, world rank 5)"

@@ -8,6 +8,8 @@
 //                 unmatched large send): reported, cancelled, no hang
 //   rank_throws   rank 1 throws while the others wait for it: the job ends at once with
 //                 rank 1's message and a non-zero status
+//   hang          rank 0 waits for a message never sent, the others in a barrier: a
+//                 real hang, for the test harness's report of where each rank was
 // The first three print "caught: <message>" on rank 1 and exit 0.
 #include <chrono>
 #include <thread>
@@ -91,6 +93,11 @@ int main(int argc, char** argv) {
       float x = 0;
       pp.irecv(&x, sizeof x, 1, 99)->wait();
       MPI_EXPECT(false, "rank ", pp.rank(), " received a message that was never sent");
+    } else if (mode == "hang") {
+      say("hanging rank ", pp.rank());
+      float x = 0;
+      if (pp.rank() == 0) pp.irecv(&x, sizeof x, 1, 77)->wait();
+      pp.barrier();
     } else {
       MPI_EXPECT(false, "unknown mode ", mode);
     }

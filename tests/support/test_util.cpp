@@ -1,10 +1,8 @@
 #include "support/test_util.h"
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,23 +13,6 @@
 #include <stdexcept>
 
 namespace pptrain::testing {
-
-CommandResult run_command(const std::string& command, int timeout_s) {
-  // single quotes inside the command are escaped for sh -c '...'
-  std::string escaped;
-  for (char c : command) escaped += (c == '\'') ? std::string("'\\''") : std::string(1, c);
-  // No stdin: mpirun forwards its stdin to rank 0 and must not wait on the caller's.
-  const std::string full = "timeout -k 5 " + std::to_string(timeout_s) + " sh -c '" + escaped + "' 2>&1 </dev/null";
-  FILE* pipe = popen(full.c_str(), "r");
-  if (!pipe) throw std::runtime_error("popen failed: " + command);
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  int status = pclose(pipe);
-  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return {code, out};
-}
 
 std::string pptrain_bin() {
   const char* env = std::getenv("PPTRAIN_BIN");

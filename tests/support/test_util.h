@@ -12,7 +12,9 @@ struct CommandResult {
   std::string output;  // stdout and stderr together
 };
 
-// Runs `command` with /bin/sh, killed after `timeout_s` seconds.
+// Runs `command` with /bin/sh (no stdin), killed after `timeout_s` seconds; then the
+// output ends with which of its processes were still running and where (the ranks of an
+// mpirun job by rank, with backtraces when gdb is installed). tests/support/run_command.cpp
 CommandResult run_command(const std::string& command, int timeout_s = 120);
 
 // Path of the pptrain executable under test ($PPTRAIN_BIN, else build/pptrain).

@@ -125,15 +125,18 @@ class TransferWork final : public StreamWork {
       : requests_(std::move(requests)), what_(std::move(what)) {}
   State poll(bool block) override {
     if (state_ != State::pending) return state_;
-    int done = 1;
-    int rc = block ? MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE)
-                   : MPI_Testall(int(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE);
-    if (rc != MPI_SUCCESS) {
-      error_ = cat(what_, ": ", block ? "MPI_Waitall" : "MPI_Testall", " failed: ", mpi_error(rc));
-      state_ = State::failed;
-    } else if (done) {
-      state_ = State::done;
-    }
+    // Blocking also polls MPI_Testall: Open MPI 4.1's MPI_Waitall can miss a request that
+    // completes with an error and spin forever (see MpiRequest::wait, parallel/mpi_comm.cpp).
+    int done = 0;
+    do {
+      if (int rc = MPI_Testall(int(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE);
+          rc != MPI_SUCCESS) {
+        error_ = cat(what_, ": MPI_Testall failed: ", mpi_error(rc));
+        state_ = State::failed;
+        return state_;
+      }
+    } while (block && !done);
+    if (done) state_ = State::done;
     return state_;
   }
   std::string error() const override { return error_; }
