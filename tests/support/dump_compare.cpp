@@ -61,9 +61,13 @@ bool Verdict::passed() const {
 }
 
 Check Verdict::worst() const {
+  // Among exact checks that failed (ratio +inf) the one with the largest difference.
+  auto worse = [](const Check& a, const Check& b) {
+    return a.ratio() > b.ratio() || (a.ratio() == b.ratio() && a.diff > b.diff);
+  };
   Check w{"(nothing compared)", 0, 0};
   for (const Check& c : checks)
-    if (c.ratio() > w.ratio() || w.what == "(nothing compared)") w = c;
+    if (w.what == "(nothing compared)" || worse(c, w)) w = c;
   return w;
 }
 
@@ -85,7 +89,7 @@ std::string Verdict::summary() const {
   const Check w = worst(), b = worst_bounded();
   std::ostringstream out;
   out << "worst diff/bound " << w.ratio() << ": " << w.what << " (" << w.diff << " vs " << w.bound << ")";
-  if (b.what != w.what)
+  if (b.bound > 0 && b.what != w.what)
     out << "; worst with a tolerance " << b.ratio() << ": " << b.what << " (" << b.diff << " vs " << b.bound << ")";
   return out.str();
 }
