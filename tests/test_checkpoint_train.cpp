@@ -3,7 +3,8 @@
 //   - bit-exact resume: 2k steps uninterrupted equal k steps, save, exit, resume, k more
 //     (every loss and every final parameter bitwise), single process and pp=2 x tp=2 zbv;
 //   - resharding: a checkpoint written under pp=2 x tp=2 loads under pp=1 tp=1, pp=4 and
-//     tp=2 x dp=2 with parameters bitwise as stored and the next loss within 1e-5;
+//     tp=2 x dp=2 with parameters bitwise as stored and the next loss within the derived
+//     fp32 forward bound;
 //   - crash safety: a save killed mid-write or before the rename leaves the previous
 //     checkpoint and `latest` intact, and the next run resumes from it;
 //   - bad files: one clear message on every rank and a non-zero exit;
@@ -12,7 +13,8 @@
 // Resume is compared bit for bit, and that is exact by construction: the resumed run
 // executes the same operations on the same bits as the uninterrupted one (same binary,
 // layout, one thread per rank, data), the checkpoint restores the fp32 masters and AdamW
-// moments bitwise, and nothing depends on time or memory addresses. The resharded runs
+// moments bitwise, and nothing depends on time or memory addresses. A file's datasets and
+// a load's shards are compared bitwise too: a save and a load copy bits. The resharded runs
 // change the layout, so their next loss differs by rounding: the fp32 forward chain bound
 // (support/tolerances.h).
 #include <gtest/gtest.h>
