@@ -1,5 +1,5 @@
 // The whole GPT-2 model as one Stage on one backend, for comparing backends and precisions
-// in the cuda backend tests, and the error bound bf16 rounding allows.
+// in the cuda backend tests; the bounds are derived in support/tolerances.h.
 #pragma once
 #include <cmath>
 #include <memory>
@@ -10,18 +10,20 @@
 #include "core/communicator.h"
 #include "model/stage.h"
 #include "support/single_rank_model.h"
+#include "support/tolerances.h"
 #include "test_cpu_ops_util.h"
 
 namespace pptrain::testing {
 
-// Rounding to bf16 (8 significant bits, nearest even) has relative error at most
-// u = 2^-9 ≈ 2e-3. In one step of the tiny model below an output gradient is the end of a
-// chain of about 20 rounded tensors (each layer rounds its GEMM outputs, layernorm, GELU
-// and residual outputs in forward and again in dgrad), so first-order error growth gives
-// ~20·u ≈ 4e-2 of the tensor's scale. The bound is that, measured normwise
-// (max|Δ| / max|reference| per tensor); the loss, a mean over tokens, is far tighter.
-constexpr double kBf16GradientBound = 4e-2;
-constexpr double kBf16LossBound = 1e-2;
+// The config of one step of `batch` sequences of model `m` in one microbatch, for the
+// bounds of support/tolerances.h (they count the step's tokens and the model's chain).
+inline Config one_microbatch(const ModelConfig& m, int batch) {
+  Config c;
+  c.model = m;
+  c.training.micro_batch_size = batch;
+  c.parallel.microbatches = 1;
+  return c;
+}
 
 // SingleRankModel with its token buffers and one training step.
 struct TinyModel : SingleRankModel {

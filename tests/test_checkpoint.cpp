@@ -2,7 +2,9 @@
 // h5dump and with `pptrain inspect`), bitwise round trips of parameters and AdamW
 // moments, every kind of bad file, the manager's keep_last / latest / resume policy, and
 // the llm.c import: test_llmc_import. Multi-rank layouts and resume through training:
-// test_checkpoint_train.
+// test_checkpoint_train. Every comparison here is bitwise, and exact by construction: a
+// checkpoint stores the fp32 tensors as float32 datasets and a load copies them back, so
+// no arithmetic happens between what was written and what is read.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -3,18 +3,31 @@
 //   - bit-exact resume: 2k steps uninterrupted equal k steps, save, exit, resume, k more
 //     (every loss and every final parameter bitwise), single process and pp=2 x tp=2 zbv;
 //   - resharding: a checkpoint written under pp=2 x tp=2 loads under pp=1 tp=1, pp=4 and
-//     tp=2 x dp=2 with parameters bitwise as stored and the next loss within 1e-5;
+//     tp=2 x dp=2 with parameters bitwise as stored and the next loss within the derived
+//     fp32 forward bound;
 //   - crash safety: a save killed mid-write or before the rename leaves the previous
 //     checkpoint and `latest` intact, and the next run resumes from it;
-//   - bad files: one clear message on every rank and a non-zero exit.
+//   - bad files: one clear message on every rank and a non-zero exit;
+//   - planted faults (core/faults.h): a resume that loses an optimizer moment, or loads a
+//     tensor wrongly, is rejected by the same comparisons.
+// Resume is compared bit for bit, and that is exact by construction: the resumed run
+// executes the same operations on the same bits as the uninterrupted one (same binary,
+// layout, one thread per rank, data), the checkpoint restores the fp32 masters and AdamW
+// moments bitwise, and nothing depends on time or memory addresses. A file's datasets and
+// a load's shards are compared bitwise too: a save and a load copy bits. The resharded runs
+// change the layout, so their next loss differs by rounding: the fp32 forward chain bound
+// (support/tolerances.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
+#include <iostream>
+#include <sstream>
 #include <map>
 #include <regex>
 
 #include "mpi/programs.h"
+#include "support/dump_compare.h"
 #include "support/test_util.h"
 #include "test_checkpoint_util.h"
 #include "train/param_dump.h"
@@ -78,40 +91,104 @@ class CheckpointTrain : public ::testing::Test {
   }
 
   static void expect_bitwise_equal(const GlobalDump& got, const GlobalDump& want, const std::string& what) {
-    EXPECT_EQ(got.max_replica_diff, 0.0) << what << ": copies of a tensor on different ranks disagree";
-    ASSERT_EQ(got.tensors.size(), want.tensors.size()) << what;
-    for (const auto& [name, w] : want.tensors) {
-      auto it = got.tensors.find(name);
-      ASSERT_NE(it, got.tensors.end()) << what << ": " << name;
-      for (char c : it->second.covered) ASSERT_TRUE(c) << what << ": " << name << " not covered";
-      EXPECT_EQ(it->second.value, w.value) << what << ": " << name << " differs";
-    }
+    const Verdict v = compare_exact(got, want);
+    EXPECT_TRUE(v.passed()) << v.failures(what);
   }
 
-  // k = 3 of 2k = 6 steps: uninterrupted, then stop after 3 (saved at 3) and resume.
-  static void check_bit_exact_resume(int ranks, const std::string& layout) {
-    const std::string tag = "bitexact" + std::to_string(ranks);
+  // k = 3 of 2k = 6 steps: uninterrupted, then stop after 3 (saved at 3) and resume (with
+  // `resume_env` before the resumed run: planted faults). Every loss as printed (%.17g) and
+  // every final value, compared exactly.
+  static Verdict bit_exact_resume(int ranks, const std::string& layout, const std::string& tag,
+                                  const std::string& resume_env = "") {
+    Verdict v;
     TrainRun whole = train(ranks, layout + " --dump-final " + dir_->file(tag + "_whole"));
-    ASSERT_EQ(whole.result.exit_code, 0) << whole.result.output;
-    ASSERT_EQ(whole.losses.size(), 6u) << whole.result.output;
+    EXPECT_EQ(whole.result.exit_code, 0) << whole.result.output;
+    EXPECT_EQ(whole.losses.size(), 6u) << whole.result.output;
 
     const std::string ck = " checkpoint.dir=" + dir_->file(tag + "_ck") + " checkpoint.every=3";
     TrainRun first = train(ranks, layout + ck + " --stop-after 3");
-    ASSERT_EQ(first.result.exit_code, 0) << first.result.output;
+    EXPECT_EQ(first.result.exit_code, 0) << first.result.output;
     EXPECT_EQ(first.resumed_from, 0);
     EXPECT_EQ(read_file(dir_->file(tag + "_ck/latest")), "step_00000003.h5\n");
-    TrainRun second = train(ranks, layout + ck + " --dump-final " + dir_->file(tag + "_resumed"));
-    ASSERT_EQ(second.result.exit_code, 0) << second.result.output;
+    TrainRun second = train(ranks, layout + ck + " --dump-final " + dir_->file(tag + "_resumed"), resume_env);
+    EXPECT_EQ(second.result.exit_code, 0) << second.result.output;
     EXPECT_EQ(second.resumed_from, 3) << second.result.output;
+    EXPECT_EQ(second.losses.size(), 3u);
+    if (::testing::Test::HasFailure()) return v;
 
     for (int s = 1; s <= 6; ++s) {
       const auto& run = s <= 3 ? first : second;
-      ASSERT_TRUE(run.losses.count(s)) << "step " << s << "\n" << run.result.output;
-      EXPECT_EQ(run.losses.at(s), whole.losses.at(s)) << "loss of step " << s;
+      // %.17g round-trips a double: equal text is equal bits.
+      double diff = INFINITY;
+      if (run.losses.count(s) && whole.losses.count(s))
+        diff = run.losses.at(s) == whole.losses.at(s)
+                   ? 0.0
+                   : std::max(std::fabs(std::stod(run.losses.at(s)) - std::stod(whole.losses.at(s))), 1e-300);
+      v.checks.push_back({"loss of step " + std::to_string(s), diff, 0.0});
     }
-    EXPECT_EQ(second.losses.size(), 3u);
-    expect_bitwise_equal(dumps(dir_->file(tag + "_resumed"), "final", ranks),
-                         dumps(dir_->file(tag + "_whole"), "final", ranks), tag);
+    v.add(compare_exact(dumps(dir_->file(tag + "_resumed"), "final", ranks),
+                        dumps(dir_->file(tag + "_whole"), "final", ranks)));
+    return v;
+  }
+  static void check_bit_exact_resume(int ranks, const std::string& layout) {
+    const std::string tag = "bitexact" + std::to_string(ranks);
+    const Verdict v = bit_exact_resume(ranks, layout, tag);
+    EXPECT_TRUE(v.passed()) << v.failures(tag);
+  }
+
+  // The run written under pp=2 x tp=2 at step 2, which goes on to step 3: the file the
+  // resharding tests load, and that run's loss of step 3.
+  struct Original {
+    std::string file, loss3;
+  };
+  static const Original& reshard_original() {
+    static Original original;
+    if (original.file.empty()) {
+      const std::string ck = dir_->file("reshard_ck");
+      TrainRun run = train(4, "parallel.pp=2 parallel.tp=2 checkpoint.every=2 checkpoint.dir=" + ck + " --stop-after 3");
+      EXPECT_EQ(run.result.exit_code, 0) << run.result.output;
+      EXPECT_TRUE(run.losses.count(3)) << run.result.output;
+      original = {ck + "/step_00000002.h5", run.losses[3]};
+    }
+    return original;
+  }
+  struct ReshardLayout {
+    const char* name;
+    int ranks;
+    const char* args;
+  };
+  // Loads the original's step-2 checkpoint under `l` and takes step 3. Every rank's loaded
+  // shard, DP replicas included, must be bitwise the stored tensor (a load copies bits);
+  // the loss of step 3 is the original's up to rounding, computed from the same parameters
+  // in another order: within the fp32 forward chain bound.
+  static Verdict resharded(const ReshardLayout& l, const std::string& env = "") {
+    const Original& original = reshard_original();
+    const std::string dump = dir_->file(std::string("reshard_") + l.name);
+    TrainRun run = train(l.ranks, std::string(l.args) + " checkpoint.resume=" + original.file +
+                                      " --stop-after 3 --dump-loaded " + dump, env);
+    Verdict v;
+    EXPECT_EQ(run.result.exit_code, 0) << l.name << "\n" << run.result.output;
+    EXPECT_EQ(run.resumed_from, 2) << l.name;
+    if (!run.losses.count(3)) {
+      ADD_FAILURE() << l.name << ": no step 3\n" << run.result.output;
+      return v;
+    }
+    const Config cfg = load_config(dir_->file("model.yaml"), split_words(l.args));
+    const double got = std::stod(run.losses.at(3)), want = std::stod(original.loss3);
+    v.checks.push_back({"loss of step 3", std::fabs(got - want), fp32_step_bounds(cfg).loss * std::fabs(want)});
+
+    GlobalDump loaded = dumps(dump, "loaded", l.ranks);
+    EXPECT_EQ(loaded.tensors.size(), 2u + 4u * 12u + 2u) << l.name;  // wte, wpe, 12 per block, ln_f
+    GlobalDump stored = loaded;
+    for (auto& [name, t] : stored.tensors) t.value = read_h5_floats(original.file, "/model/" + name);
+    v.add(compare_exact(loaded, stored));
+    return v;
+  }
+  static std::vector<std::string> split_words(const std::string& s) {
+    std::vector<std::string> words;
+    std::istringstream in(s);
+    for (std::string w; in >> w;) words.push_back(w);
+    return words;
   }
 
   static TempDir* dir_;
@@ -126,37 +203,42 @@ TEST_F(CheckpointTrain, BitExactResumeSingleProcess) { check_bit_exact_resume(1,
 
 TEST_F(CheckpointTrain, BitExactResumePp2Tp2Zbv) { check_bit_exact_resume(4, kPp2Tp2Zbv); }
 
-TEST_F(CheckpointTrain, ReshardingLoadsUnderOtherLayouts) {
-  // Written under pp=2 x tp=2 at step 2; the original run goes on to step 3.
-  const std::string ck = dir_->file("reshard_ck");
-  TrainRun original = train(4, "parallel.pp=2 parallel.tp=2 checkpoint.every=2 checkpoint.dir=" + ck + " --stop-after 3");
-  ASSERT_EQ(original.result.exit_code, 0) << original.result.output;
-  ASSERT_TRUE(original.losses.count(3)) << original.result.output;
-  const std::string file = ck + "/step_00000002.h5";
-  std::vector<hsize_t> shape;
-  read_h5_floats(file, "/model/wte.weight", &shape);
-  EXPECT_EQ(shape, (std::vector<hsize_t>{19, 16})) << "the vocabulary padding of tp=2 is not stored";
-
-  struct Layout { const char* name; int ranks; const char* args; };
-  for (const Layout& l : {Layout{"pp1tp1", 1, ""}, Layout{"pp4", 4, "parallel.pp=4"},
-                          Layout{"tp2dp2", 4, "parallel.tp=2 parallel.dp=2 parallel.microbatches=2"}}) {
-    const std::string dump = dir_->file(std::string("reshard_") + l.name);
-    TrainRun run = train(l.ranks, std::string(l.args) + " checkpoint.resume=" + file + " --stop-after 3 --dump-loaded " + dump);
-    ASSERT_EQ(run.result.exit_code, 0) << l.name << "\n" << run.result.output;
-    EXPECT_EQ(run.resumed_from, 2) << l.name;
-    ASSERT_TRUE(run.losses.count(3)) << l.name << "\n" << run.result.output;
-    const double got = std::stod(run.losses.at(3)), want = std::stod(original.losses.at(3));
-    EXPECT_NEAR(got, want, 1e-5 * std::fabs(want)) << l.name << ": loss of step 3";
-
-    // Every rank's loaded shard, DP replicas included, is bitwise the stored tensor.
-    GlobalDump loaded = dumps(dump, "loaded", l.ranks);
-    EXPECT_EQ(loaded.max_replica_diff, 0.0) << l.name;
-    EXPECT_EQ(loaded.tensors.size(), 2u + 4u * 12u + 2u) << l.name;  // wte, wpe, 12 per block, ln_f
-    for (const auto& [name, t] : loaded.tensors) {
-      for (char c : t.covered) ASSERT_TRUE(c) << l.name << ": " << name << " not covered";
-      EXPECT_EQ(t.value, read_h5_floats(file, "/model/" + name)) << l.name << ": " << name;
-    }
+TEST_F(CheckpointTrain, PlantedLostMomentIsRejected) {
+  // The resumed run loses one AdamW moment of one tensor on one rank (zeroed after the
+  // load): the exact comparison of the resumed run must reject it.
+  for (const char* moment : {"m", "v"}) {
+    const std::string fault = std::string("resume_zero@1:optim/") + moment + "/h.3.mlp.fc.weight";
+    const Verdict v = bit_exact_resume(4, kPp2Tp2Zbv, std::string("planted_") + moment, "PPTRAIN_FAULTS=" + fault);
+    EXPECT_FALSE(v.passed()) << fault << " was not caught";
+    std::cout << "planted " << fault << " (pp2 tp2 zbv): " << v.summary() << "\n";
   }
+}
+
+TEST_F(CheckpointTrain, ReshardingLoadsUnderOtherLayouts) {
+  std::vector<hsize_t> shape;
+  read_h5_floats(reshard_original().file, "/model/wte.weight", &shape);
+  EXPECT_EQ(shape, (std::vector<hsize_t>{19, 16})) << "the vocabulary padding of tp=2 is not stored";
+  for (const ReshardLayout& l : {ReshardLayout{"pp1tp1", 1, ""}, ReshardLayout{"pp4", 4, "parallel.pp=4"},
+                                 ReshardLayout{"tp2dp2", 4, "parallel.tp=2 parallel.dp=2 parallel.microbatches=2"}}) {
+    const Verdict v = resharded(l);
+    EXPECT_TRUE(v.passed()) << v.failures(l.name);
+    std::cout << "resharded to " << l.name << ": " << v.summary() << "\n";
+  }
+}
+
+TEST_F(CheckpointTrain, PlantedWrongLoadIsRejected) {
+  // A load that loses one tensor (zeroed after reading) under another layout: the bitwise
+  // check of the loaded shards and the loss of the next step must both reject it.
+  const ReshardLayout pp4{"pp4_planted", 4, "parallel.pp=4"};
+  const Verdict v = resharded(pp4, "PPTRAIN_FAULTS=resume_zero:model/h.1.mlp.fc.weight");
+  EXPECT_FALSE(v.passed());
+  Verdict loss;
+  for (const Check& c : v.checks)
+    if (c.what == "loss of step 3") loss.checks.push_back(c);
+  ASSERT_EQ(loss.checks.size(), 1u);
+  EXPECT_GE(loss.worst().ratio(), 3.0) << loss.summary();
+  std::cout << "planted resume_zero:model/h.1.mlp.fc.weight (resharded to pp4): " << v.summary() << "; "
+            << loss.summary() << "\n";
 }
 
 TEST_F(CheckpointTrain, FileWrittenUnderTp2Dp2HoldsTheTrainedModel) {

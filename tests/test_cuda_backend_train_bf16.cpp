@@ -1,19 +1,24 @@
 // bf16 mixed precision (training.precision: bf16) through pptrain-emu, the trainer on the
 // emulated cuda backend: a pp=2 ZB-V pipeline and a dp=2 run equal the single-process bf16
-// run up to fp32 summation order; tp=2 stays within the bf16 bound; a resumed bf16 run
-// equals the uninterrupted one bit for bit (only fp32 masters are saved, the bf16 copies
-// are rounded from them each step) and resumes in fp32 as well; and bf16 training learns a
-// Markov source as fp32 does.
+// run up to fp32 summation order (and a gradient planted 1e-2 off is rejected); tp=2 stays
+// within the bf16 bound; a resumed bf16 run equals the uninterrupted one bit for bit (only
+// fp32 masters are saved, the bf16 copies are rounded from them each step) and resumes in
+// fp32 as well; and bf16 training learns a Markov source as fp32 does. Bounds:
+// support/tolerances.h, computed from the test's config.
 // The in-process model comparisons are in test_cuda_backend_model.cpp.
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
+#include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/config.h"
 #include "cuda_backend_model.h"
+#include "support/dump_compare.h"
 #include "support/test_util.h"
 #include "test_cpu_ops_util.h"
 #include "train/param_dump.h"
@@ -57,20 +62,26 @@ class Bf16Train : public ::testing::Test {
     return read_param_dumps(files);
   }
 
-  // Per tensor max|Δ| ≤ bound · max|reference| for gradients (and values if `values`).
-  static void expect_close(const GlobalDump& got, const GlobalDump& want, double bound, bool values) {
-    ASSERT_FALSE(want.tensors.empty());
-    EXPECT_NEAR(got.loss, want.loss, bound * std::fabs(want.loss));
-    ASSERT_EQ(got.tensors.size(), want.tensors.size());
-    for (auto& [name, w] : want.tensors) {
-      auto it = got.tensors.find(name);
-      ASSERT_NE(it, got.tensors.end()) << name;
-      for (char c : it->second.covered) ASSERT_TRUE(c) << name << " not fully covered by the ranks";
-      EXPECT_LE(normalized_error(it->second.grad, w.grad), bound) << name << " gradient";
-      if (values) {
-        EXPECT_LE(normalized_error(it->second.value, w.value), bound) << name << " value";
-      }
-    }
+  // The config a run with `overrides` uses (the bounds count its tokens and its chain).
+  Config config(const std::string& overrides) {
+    std::vector<std::string> words;
+    std::istringstream in(overrides);
+    for (std::string w; in >> w;) words.push_back(w);
+    return load_config(dir_.file("model.yaml"), words);
+  }
+
+  // A pipeline or data-parallel bf16 step against the single-process bf16 step. Each
+  // microbatch's forward and dgrad are the same kernels on the same bf16 inputs in both
+  // runs, so every bf16 rounding is identical by construction; only the fp32 sums of the
+  // weight gradients over microbatches, replicas and the tied-embedding stages run in
+  // another order. The fp32 chain bound covers that (it counts those sums and more), and
+  // the values after AdamW follow from that gradient noise (adamw_value_allowance).
+  Verdict fp32_order_only(const GlobalDump& got, const GlobalDump& want, const std::string& overrides) {
+    const Config cfg = config(overrides);
+    const StepBounds bounds = fp32_step_bounds(cfg);
+    Verdict v = compare_gradients(got, want, bounds);
+    v.add(compare_adamw_values(got, want, adamw_step(cfg, 1), bounds.gradient));
+    return v;
   }
 
   TempDir dir_;
@@ -79,26 +90,48 @@ class Bf16Train : public ::testing::Test {
 
 }  // namespace
 
+const char* kZbv = "parallel.pp=2 parallel.schedule=zbv parallel.stages_per_rank=2";
+const char* kDp = "parallel.dp=2 parallel.microbatches=2";
+
 TEST_F(Bf16Train, PipelineAndDataParallelStepsEqualTheSingleProcessRun) {
   GlobalDump single = run(1, "single", "");
-  // The same bf16 tensors cross stage boundaries as bytes; only the order in which the
-  // fp32 weight gradients of the microbatches are summed differs (ZB-V runs W late).
-  GlobalDump pipeline = run(2, "zbv", "parallel.pp=2 parallel.schedule=zbv parallel.stages_per_rank=2");
-  expect_close(pipeline, single, 1e-5, true);
-  EXPECT_EQ(pipeline.max_replica_diff, 0.0) << "the two copies of the tied embedding disagree";
-  GlobalDump data_parallel = run(2, "dp", "parallel.dp=2 parallel.microbatches=2", 1, 1);
-  expect_close(data_parallel, single, 1e-5, true);
+  // ZB-V runs W late: the fp32 weight gradients of the microbatches are summed in another
+  // order; the same bf16 tensors cross stage boundaries as bytes.
+  GlobalDump pipeline = run(2, "zbv", kZbv);
+  Verdict v = fp32_order_only(pipeline, single, kZbv);
+  EXPECT_TRUE(v.passed()) << v.failures("zbv");
+  std::cout << "bf16 zbv against single: " << v.summary() << "\n";
+  GlobalDump data_parallel = run(2, "dp", kDp, 1, 1);
+  v = fp32_order_only(data_parallel, single, kDp);
+  EXPECT_TRUE(v.passed()) << v.failures("dp");
+  std::cout << "bf16 dp against single: " << v.summary() << "\n";
+}
+
+TEST_F(Bf16Train, PlantedGradientErrorIsRejected) {
+  // One gradient 1e-2 off on one rank of the pipeline: the same comparison must reject it.
+  GlobalDump single = run(1, "single", "");
+  const std::string fault = "grad_scale@0:h.0.mlp.fc.weight:1.01";
+  GlobalDump planted = run(2, "planted", kZbv, 1, -1, "PPTRAIN_FAULTS=" + fault + " ");
+  const Verdict v = fp32_order_only(planted, single, kZbv);
+  EXPECT_FALSE(v.passed());
+  EXPECT_GE(v.worst().ratio(), 3.0) << v.summary();
+  std::cout << "planted " << fault << " (bf16 zbv pp2): " << v.summary() << "\n";
 }
 
 TEST_F(Bf16Train, TensorParallelStepStaysWithinTheBf16Bound) {
   // Row-parallel layers round each rank's partial product to bf16 before the all-reduce,
-  // so tp=2 differs from tp=1 by bf16 rounding, not by fp32 reordering.
+  // so tp=2 differs from tp=1 by bf16 rounding, not by fp32 reordering: two runs with
+  // independent bf16 errors along the chain.
   GlobalDump single = run(1, "single", "");
   GlobalDump tp = run(2, "tp", "parallel.tp=2");
-  expect_close(tp, single, kBf16GradientBound, false);
+  const Verdict v = compare_gradients(tp, single, bf16_against_bf16_bounds(config("parallel.tp=2")));
+  EXPECT_TRUE(v.passed()) << v.failures("tp");
+  std::cout << "bf16 tp2 against single: " << v.summary() << "\n";
 }
 
 TEST_F(Bf16Train, ResumedRunEqualsTheUninterruptedOneBitForBit) {
+  // Exact by construction: the resumed run rounds the same fp32 masters to the same bf16
+  // copies and runs the same kernels on the same data.
   const std::string steps = "training.steps=4 ";
   GlobalDump straight = run(1, "straight", steps, 4);
   // Dies at step 3, after the step-2 checkpoint; the same command then resumes.
@@ -110,25 +143,29 @@ TEST_F(Bf16Train, ResumedRunEqualsTheUninterruptedOneBitForBit) {
   ASSERT_NE(r.output.find("injected failure"), std::string::npos) << r.output;
   GlobalDump resumed = run(1, "resumed", resumable, 4);
   EXPECT_NE(last_output_.find("resumed from step 2"), std::string::npos) << last_output_;
-  EXPECT_EQ(resumed.loss, straight.loss);
-  expect_close(resumed, straight, 0.0, true);
+  const Verdict v = compare_exact(resumed, straight);
+  EXPECT_TRUE(v.passed()) << v.failures("resumed");
 }
 
 TEST_F(Bf16Train, ABf16CheckpointResumesInFp32) {
   // Checkpoints hold the fp32 masters only, so the precision may change at a resume.
   const std::string steps = "training.steps=4 ";
-  GlobalDump straight = run(1, "straight", steps, 4);
+  GlobalDump straight = run(1, "straight", steps, 3);
   const std::string resumable = steps + "checkpoint.dir=" + dir_.file("ck") + " checkpoint.every=2";
   auto r = run_command("PPTRAIN_FAIL_AT=0:3 " + mpirun(1) + pptrain_emu_bin() + " train " +
                            dir_.file("model.yaml") + " " + resumable,
                        180);
   ASSERT_NE(r.output.find("injected failure"), std::string::npos) << r.output;
-  GlobalDump fp32 = run(1, "fp32", resumable + " training.precision=fp32", 4);
+  GlobalDump fp32 = run(1, "fp32", resumable + " training.precision=fp32", 3);
   EXPECT_NE(last_output_.find("resumed from step 2"), std::string::npos) << last_output_;
   EXPECT_NE(last_output_.find("backend cuda fp32"), std::string::npos) << last_output_;
-  // Two fp32 steps from the same masters stay within bf16's distance of two bf16 steps.
+  // The loss of step 3 is the forward of the same loaded masters in fp32 and in bf16: they
+  // differ (the precision changed) within the bf16-against-fp32 forward bound.
   EXPECT_NE(fp32.loss, straight.loss);
-  EXPECT_NEAR(fp32.loss, straight.loss, kBf16LossBound * std::fabs(straight.loss));
+  const double bound = bf16_against_fp32_bounds(config(steps)).loss * std::fabs(fp32.loss);
+  EXPECT_LE(std::fabs(fp32.loss - straight.loss), bound) << "fp32 " << fp32.loss << ", bf16 " << straight.loss;
+  std::cout << "loss of step 3, fp32 after a bf16 checkpoint against bf16: diff/bound "
+            << std::fabs(fp32.loss - straight.loss) / bound << "\n";
 }
 
 TEST(Bf16Learning, LearnsAMarkovSourceAsFp32Does) {
@@ -158,7 +195,13 @@ TEST(Bf16Learning, LearnsAMarkovSourceAsFp32Does) {
     val[i] = v.back();
   }
   // 80 steps bring both within 10% of the source entropy (the best any model can do;
-  // ln 16 = 2.77 at the start); bf16 ends within 2% of fp32.
+  // ln 16 = 2.77 at the start); bf16 ends within 2% of fp32. These are statements about
+  // the outcome of training, not rounding bounds: after 80 AdamW steps two trajectories
+  // differ by far more than rounding (an element at the noise level moves by ±lr per step),
+  // yet both approach the same minimum. Near it the validation loss is first-order flat in
+  // the parameters, so rounding anywhere (another CPU, bf16 itself) moves it by far less
+  // than the margins, which are set by how far 80 steps get (the excess over the entropy
+  // is the model's KL divergence from the source).
   EXPECT_LT(val[0], 1.10 * entropy) << "fp32, entropy " << entropy;
   EXPECT_LT(val[1], 1.10 * entropy) << "bf16, entropy " << entropy;
   EXPECT_NEAR(val[1], val[0], 0.02 * val[0]);

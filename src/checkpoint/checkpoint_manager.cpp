@@ -110,8 +110,23 @@ std::vector<ShardedTensor> sharded_tensors(ParamStore& params) {
   return out;
 }
 
-CheckpointManager::CheckpointManager(const Config& cfg, const ParallelContext& par)
-    : cfg_(cfg), par_(par), io_(par.world) {}
+CheckpointManager::CheckpointManager(const Config& cfg, const ParallelContext& par, const Faults& faults)
+    : cfg_(cfg), faults_(faults), par_(par), io_(par.world) {}
+
+void CheckpointManager::plant_load_faults(ParamStore& params, AdamW& optimizer) const {
+  for (const Fault* f : faults_.find_all("resume_zero")) {
+    const std::string& t = f->target;  // model/NAME, optim/m/NAME or optim/v/NAME
+    const size_t slash = t.rfind('/');
+    const std::string section = slash == std::string::npos ? "" : t.substr(0, slash), name = t.substr(slash + 1);
+    if (section != "model" && section != "optim/m" && section != "optim/v")
+      fail("PPTRAIN_FAULTS: resume_zero: target '", t, "' should be model/NAME, optim/m/NAME or optim/v/NAME");
+    Param* p = params.find(name);
+    if (!p) continue;  // held by other ranks
+    if (section == "model") p->value.zero();
+    else if (section == "optim/m") optimizer.m(name).zero();
+    else optimizer.v(name).zero();
+  }
+}
 
 int CheckpointManager::resume(Trainer& trainer) {
   const int step = resume(trainer.params(), trainer.optimizer());
@@ -166,6 +181,7 @@ int CheckpointManager::resume(ParamStore& params, AdamW& optimizer) {
       optimizer.v(p->spec.name).zero();
     }
   }
+  plant_load_faults(params, optimizer);
 
   const Config stored = parse_config(meta.config_yaml, cat(path, " (attribute 'config')"));
   if (meta.step > 0 && cfg_.data.shuffle && meta.rng_seed != cfg_.training.seed)

@@ -26,6 +26,7 @@
 #include "checkpoint/io_group.h"
 #include "checkpoint/tensor_table.h"
 #include "core/config.h"
+#include "core/faults.h"
 #include "runtime/parallel_context.h"
 
 namespace pptrain {
@@ -40,7 +41,8 @@ std::vector<ShardedTensor> sharded_tensors(ParamStore& params);
 class CheckpointManager {
  public:
   // `par.world` is the job's world communicator (an MpiComm gives parallel HDF5).
-  CheckpointManager(const Config& cfg, const ParallelContext& par);
+  // `faults`: the planted faults acting on this rank (resume_zero; tests only).
+  CheckpointManager(const Config& cfg, const ParallelContext& par, const Faults& faults = {});
 
   // Collective. Applies checkpoint.resume: loads parameters, AdamW moments and the step
   // into the trainer. Returns the step resumed from (0 if none).
@@ -64,8 +66,10 @@ class CheckpointManager {
 
  private:
   CheckpointMeta meta_for(int step) const;
+  void plant_load_faults(ParamStore& params, AdamW& optimizer) const;
 
   Config cfg_;
+  Faults faults_;
   ParallelContext par_;
   IoGroup io_;
   // What the run resumed from: tokens and sequences seen are counted on from there, so

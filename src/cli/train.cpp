@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/faults.h"
 #include "core/log.h"
 #include "parallel/mpi_session.h"
 #include "partition/partition.h"
@@ -98,6 +99,8 @@ void write_trace(const std::string& path, const std::string& events, Communicato
 
 int cmd_train(const Args& raw_args, MpiSession& mpi) {
   const TrainArgs args = parse_args(raw_args);
+  // Planted faults (tests of the tests): parsed once, announced, handed to where they act.
+  const Faults all_faults = Faults::from_env();
   const Config cfg = load_config(args.config, args.overrides);
   JobLayout layout(cfg);
   ParallelContext& par = layout.parallel();
@@ -111,8 +114,10 @@ int cmd_train(const Args& raw_args, MpiSession& mpi) {
 #else
   const char* transport = "mpi";
 #endif
-  Trainer trainer(cfg, par, *ops);
-  CheckpointManager checkpoints(cfg, par);
+  all_faults.announce(mpi.rank());
+  const Faults faults = all_faults.on_rank(mpi.rank());
+  Trainer trainer(cfg, par, *ops, faults);
+  CheckpointManager checkpoints(cfg, par, faults);
   const int resumed_from = checkpoints.resume(trainer);  // sets trainer.step()
 
   const bool rank0 = mpi.rank() == 0;

@@ -13,7 +13,7 @@ ParamSpec spec(const std::string& name, std::vector<int64_t> shape, Shard shard,
 }  // namespace
 
 template <typename T>
-Block<T>::Block(ParamStore& p, const ModelDims& d, int i, Communicator& tp)
+Block<T>::Block(ParamStore& p, const ModelDims& d, int i, Communicator& tp, const Faults& faults)
     : ops_(p.ops()), dims_(d), tp_(tp),
       ln1_w_(p.get_or_create(spec(cat("h.", i, ".ln_1.weight"), {d.d_model}, Shard::Replicated, Init::Ones))),
       ln1_b_(p.get_or_create(spec(cat("h.", i, ".ln_1.bias"), {d.d_model}, Shard::Replicated, Init::Zeros))),
@@ -31,7 +31,22 @@ Block<T>::Block(ParamStore& p, const ModelDims& d, int i, Communicator& tp)
       fc_b_(p.get_or_create(spec(cat("h.", i, ".mlp.fc.bias"), {4 * d.d_model}, Shard::Rows, Init::Zeros))),
       fc2_w_(p.get_or_create(spec(cat("h.", i, ".mlp.proj.weight"), {d.d_model, 4 * d.d_model}, Shard::Cols,
                                   Init::Normal, 0.02f / std::sqrt(2.0f * d.n_layer), true))),
-      fc2_b_(p.get_or_create(spec(cat("h.", i, ".mlp.proj.bias"), {d.d_model}, Shard::Replicated, Init::Zeros))) {}
+      fc2_b_(p.get_or_create(spec(cat("h.", i, ".mlp.proj.bias"), {d.d_model}, Shard::Replicated, Init::Zeros))) {
+  for (const Fault* f : faults.find_all("skip_tp_allreduce"))  // target row or col (checked by the parser)
+    (f->target == "row" ? keep_row_partial_ : keep_col_partial_) = true;
+  if (keep_row_partial_ || keep_col_partial_) fault_scratch_ = Buffer<T>(ops_, size_t(d.rows()) * d.d_model);
+}
+
+template <typename T>
+void Block<T>::tp_sum(T* x, size_t n, bool keep_partial) {
+  if (dims_.tp == 1) return;
+  if (!keep_partial) {
+    tp_.allreduce(x, n, ReduceOp::Sum);
+    return;
+  }
+  ops_.copy(fault_scratch_.data(), x, n * sizeof(T));
+  tp_.allreduce(fault_scratch_.data(), n, ReduceOp::Sum);
+}
 
 template <typename T>
 std::unique_ptr<typename Block<T>::Slot> Block<T>::make_slot() {
@@ -79,7 +94,7 @@ void Block<T>::forward(int mb, const T* x, T* y, const MicrobatchData&) {
   ops_.attention_forward(s.attn.data(), s.probs.data(), s.qkv.data(), dims_.batch, dims_.seq_len,
                          dims_.local_heads(), dims_.head_dim());
   ops_.linear_forward(s.x2.data(), s.attn.data(), weights<T>(proj_w_), nullptr, n, cl, c);
-  if (dims_.tp > 1) tp_.allreduce(s.x2.data(), size_t(n) * c, ReduceOp::Sum);
+  tp_sum(s.x2.data(), size_t(n) * c, keep_row_partial_);
   ops_.add_bias(s.x2.data(), weights<T>(proj_b_), n, c);
   ops_.add(s.x2.data(), s.x2.data(), x, size_t(n) * c);
   // MLP half
@@ -88,7 +103,7 @@ void Block<T>::forward(int mb, const T* x, T* y, const MicrobatchData&) {
   ops_.linear_forward(s.fc1.data(), s.ln2.data(), weights<T>(fc_w_), weights<T>(fc_b_), n, c, hl);
   ops_.gelu_forward(s.gelu.data(), s.fc1.data(), size_t(n) * hl);
   ops_.linear_forward(y, s.gelu.data(), weights<T>(fc2_w_), nullptr, n, hl, c);
-  if (dims_.tp > 1) tp_.allreduce(y, size_t(n) * c, ReduceOp::Sum);
+  tp_sum(y, size_t(n) * c, keep_row_partial_);
   ops_.add_bias(y, weights<T>(fc2_b_), n, c);
   ops_.add(y, y, s.x2.data(), size_t(n) * c);
 }
@@ -103,7 +118,7 @@ void Block<T>::backward_input(int mb, const T* dy, T* dx) {
   ops_.linear_backward_input(dgelu, dy, weights<T>(fc2_w_), n, hl, c, false);
   ops_.gelu_backward(s.dfc1.data(), dgelu, s.fc1.data(), size_t(n) * hl);
   ops_.linear_backward_input(s.dln2.data(), s.dfc1.data(), weights<T>(fc_w_), n, c, hl, false);
-  if (dims_.tp > 1) tp_.allreduce(s.dln2.data(), size_t(n) * c, ReduceOp::Sum);
+  tp_sum(s.dln2.data(), size_t(n) * c, keep_col_partial_);
   ops_.copy(s.dx2.data(), dy, sizeof(T) * size_t(n) * c);
   ops_.layernorm_backward_input(s.dx2.data(), s.dln2.data(), s.x2.data(), s.ln2_mean.data(),
                                 s.ln2_rstd.data(), weights<T>(ln2_w_), n, c, true);
@@ -113,7 +128,7 @@ void Block<T>::backward_input(int mb, const T* dy, T* dx) {
   ops_.attention_backward_input(s.dqkv.data(), dattn, s.qkv.data(), s.probs.data(), dims_.batch,
                                 dims_.seq_len, dims_.local_heads(), dims_.head_dim());
   ops_.linear_backward_input(s.dln1.data(), s.dqkv.data(), weights<T>(qkv_w_), n, c, 3 * cl, false);
-  if (dims_.tp > 1) tp_.allreduce(s.dln1.data(), size_t(n) * c, ReduceOp::Sum);
+  tp_sum(s.dln1.data(), size_t(n) * c, keep_col_partial_);
   ops_.copy(dx, s.dx2.data(), sizeof(T) * size_t(n) * c);
   ops_.layernorm_backward_input(dx, s.dln1.data(), s.x, s.ln1_mean.data(), s.ln1_rstd.data(),
                                 weights<T>(ln1_w_), n, c, true);

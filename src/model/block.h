@@ -9,6 +9,7 @@
 #pragma once
 #include "backend/buffer.h"
 #include "core/communicator.h"
+#include "core/faults.h"
 #include "model/dims.h"
 #include "model/layer.h"
 #include "model/param.h"
@@ -19,7 +20,8 @@ namespace pptrain {
 template <typename T>
 class Block final : public Layer<T> {
  public:
-  Block(ParamStore& params, const ModelDims& dims, int layer_index, Communicator& tp);
+  // `faults`: the planted faults acting on this rank (skip_tp_allreduce; tests only).
+  Block(ParamStore& params, const ModelDims& dims, int layer_index, Communicator& tp, const Faults& faults = {});
   void forward(int mb, const T* x, T* y, const MicrobatchData& data) override;
   void backward_input(int mb, const T* dy, T* dx) override;
   void backward_weight(int mb) override;
@@ -50,6 +52,10 @@ class Block final : public Layer<T> {
     Buffer<T> scratch;              // [N,max(C,HL)] dgelu / dattn before they become dfc1 / dqkv
   };
   std::unique_ptr<Slot> make_slot();
+  // Sums x[n] over the tp group in place; with `keep_partial` (the planted fault
+  // skip_tp_allreduce) this rank still takes part, so the others do not hang, but keeps
+  // its own partial sum.
+  void tp_sum(T* x, size_t n, bool keep_partial);
 
   Ops& ops_;
   ModelDims dims_;
@@ -57,6 +63,8 @@ class Block final : public Layer<T> {
   Param &ln1_w_, &ln1_b_, &qkv_w_, &qkv_b_, &proj_w_, &proj_b_;
   Param &ln2_w_, &ln2_b_, &fc_w_, &fc_b_, &fc2_w_, &fc2_b_;
   SlotPool<Slot> slots_;
+  bool keep_row_partial_ = false, keep_col_partial_ = false;  // skip_tp_allreduce:row / :col
+  Buffer<T> fault_scratch_;                                    // [N,C], only with one of them
 };
 
 }  // namespace pptrain

@@ -11,11 +11,12 @@ namespace {
 template <typename T>
 class TypedStage final : public Stage {
  public:
-  TypedStage(ParamStore& params, const ModelDims& dims, const StageSpec& spec, Communicator& tp)
+  TypedStage(ParamStore& params, const ModelDims& dims, const StageSpec& spec, Communicator& tp,
+             const Faults& faults)
       : ops_(params.ops()), dims_(dims), spec_(spec) {
     if (spec.has_embedding) layers_.push_back(std::make_unique<Embedding<T>>(params, dims, tp));
     for (int i = 0; i < spec.num_blocks; ++i)
-      layers_.push_back(std::make_unique<Block<T>>(params, dims, spec.first_block + i, tp));
+      layers_.push_back(std::make_unique<Block<T>>(params, dims, spec.first_block + i, tp, faults));
     if (spec.has_head) {
       auto head = std::make_unique<Head<T>>(params, dims, tp);
       head_ = head.get();
@@ -64,6 +65,12 @@ class TypedStage final : public Stage {
   void backward_weight(int mb, bool keep_io) override {
     slots_.get(mb);  // checks the microbatch is live
     for (size_t i = layers_.size(); i-- > 0;) layers_[i]->backward_weight(mb);
+    if (!keep_io) slots_.release(mb);
+  }
+
+  void skip_weight(int mb, bool keep_io) override {
+    slots_.get(mb);
+    for (auto& layer : layers_) layer->discard(mb);
     if (!keep_io) slots_.release(mb);
   }
 
@@ -124,9 +131,9 @@ class TypedStage final : public Stage {
 }  // namespace
 
 std::unique_ptr<Stage> make_stage(ParamStore& params, const ModelDims& dims, const StageSpec& spec,
-                                  Communicator& tp, Precision precision) {
-  if (precision == Precision::bf16) return std::make_unique<TypedStage<bfloat16>>(params, dims, spec, tp);
-  return std::make_unique<TypedStage<float>>(params, dims, spec, tp);
+                                  Communicator& tp, Precision precision, const Faults& faults) {
+  if (precision == Precision::bf16) return std::make_unique<TypedStage<bfloat16>>(params, dims, spec, tp, faults);
+  return std::make_unique<TypedStage<float>>(params, dims, spec, tp, faults);
 }
 
 }  // namespace pptrain

@@ -13,6 +13,7 @@
 #include "backend/buffer.h"
 #include "core/bf16.h"
 #include "core/communicator.h"
+#include "core/faults.h"
 #include "model/dims.h"
 #include "model/layer.h"
 #include "model/param.h"
@@ -46,6 +47,9 @@ class Stage {
   // Frees the microbatch, unless `keep_io`: then its input/output tensors stay until
   // release() (a non-blocking send may still be reading them).
   virtual void backward_weight(int mb, bool keep_io = false) = 0;
+  // The planted fault drop_microbatch (core/faults.h): frees the microbatch like
+  // backward_weight without accumulating its parameter gradients.
+  virtual void skip_weight(int mb, bool keep_io) = 0;
   virtual void release(int mb) = 0;
   virtual void discard(int mb) = 0;            // frees it without backward (evaluation)
 
@@ -58,8 +62,10 @@ class Stage {
 };
 
 // The stage of `spec` with activations and compute weights of `precision` (bf16 needs a
-// backend with bf16 ops and ParamStore::refresh_bf16 before each step).
+// backend with bf16 ops and ParamStore::refresh_bf16 before each step). `faults`: the
+// planted faults acting on this rank (tests only).
 std::unique_ptr<Stage> make_stage(ParamStore& params, const ModelDims& dims, const StageSpec& spec,
-                                  Communicator& tp, Precision precision = Precision::fp32);
+                                  Communicator& tp, Precision precision = Precision::fp32,
+                                  const Faults& faults = {});
 
 }  // namespace pptrain

@@ -23,9 +23,10 @@ size_t transfer_bytes(const std::map<int, Stage*>& stages, int pp_rank) {
 
 PipelineExecutor::PipelineExecutor(Ops& ops, std::map<int, Stage*> stages,
                                    const pipeline::Schedule& schedule, int pp_rank,
-                                   Communicator& pp_comm)
+                                   Communicator& pp_comm, const Faults& faults)
     : ops_(ops), stages_(std::move(stages)), schedule_(schedule), pp_rank_(pp_rank), pp_(pp_comm),
       bytes_(transfer_bytes(stages_, pp_rank)), total_stages_(schedule.pp * schedule.stages_per_rank) {
+  if (const Fault* f = faults.find("drop_microbatch")) dropped_microbatch_ = std::stoi(f->target);
   const auto& actions = schedule_.program.at(pp_rank_);
   for (size_t pos = 0; pos < actions.size(); ++pos)
     if (actions[pos].op == Op::SEND_F || actions[pos].op == Op::SEND_B)
@@ -138,7 +139,8 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
         if (s > 0 && local(s - 1)) {
           ops_.copy(stage_here(s - 1).output_grad(mb), st.input_grad(mb), bytes_);
         }
-        if (a.op == Op::B) st.backward_weight(mb, /*keep_io=*/true);
+        if (a.op == Op::B && mb == dropped_microbatch_) st.skip_weight(mb, /*keep_io=*/true);
+        else if (a.op == Op::B) st.backward_weight(mb, /*keep_io=*/true);
         end_compute(a, t0, timeline);
         if (a.op == Op::B) finish_microbatch(st, mb);
         break;
@@ -146,7 +148,8 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
       case Op::W: {
         Stage& st = stage_here(s);
         double t0 = timeline.now_us();
-        st.backward_weight(mb, /*keep_io=*/true);
+        if (mb == dropped_microbatch_) st.skip_weight(mb, /*keep_io=*/true);
+        else st.backward_weight(mb, /*keep_io=*/true);
         end_compute(a, t0, timeline);
         finish_microbatch(st, mb);
         break;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/communicator.h"
+#include "core/faults.h"
 #include "model/layer.h"
 #include "model/stage.h"
 #include "pipeline/ir.h"
@@ -22,9 +23,10 @@ namespace pptrain {
 class PipelineExecutor {
  public:
   // `stages`: global stage index -> the Stages on this rank (at least one, all of one
-  // precision); `schedule` is lowered.
+  // precision); `schedule` is lowered. `faults`: the planted faults acting on this rank
+  // (drop_microbatch; tests only).
   PipelineExecutor(Ops& ops, std::map<int, Stage*> stages, const pipeline::Schedule& schedule,
-                   int pp_rank, Communicator& pp_comm);
+                   int pp_rank, Communicator& pp_comm, const Faults& faults = {});
   // Runs the step. data[mb] holds the microbatch's tokens/targets (read by the first and
   // last stage). Returns the summed loss of the microbatches whose last stage is here.
   double run(const std::vector<MicrobatchData>& data, Timeline& timeline);
@@ -56,6 +58,7 @@ class PipelineExecutor {
   std::vector<std::pair<Stage*, int>> unreleased_;                      // (stage, mb)
   std::map<std::pair<int, int>, size_t> last_send_;  // (stage, mb) -> position of its last SEND_*
   size_t position_ = 0;                              // of the action being run
+  int dropped_microbatch_ = -1;                      // planted fault drop_microbatch: its W is skipped
 };
 
 }  // namespace pptrain

@@ -39,8 +39,8 @@ pipeline::Schedule forward_only(const pipeline::Schedule& train) {
 
 }  // namespace
 
-Trainer::Trainer(const Config& cfg, const ParallelContext& par, Ops& ops)
-    : cfg_(cfg), par_(par), ops_(ops) {
+Trainer::Trainer(const Config& cfg, const ParallelContext& par, Ops& ops, const Faults& faults)
+    : cfg_(cfg), par_(par), ops_(ops), faults_(faults) {
   const auto& pc = cfg.parallel;
   if (pc.pp != par.pp || pc.tp != par.tp || pc.dp != par.dp)
     fail(cfg.source, ": parallel layout ", pc.dp, "x", pc.pp, "x", pc.tp, " does not match the process grid");
@@ -52,16 +52,18 @@ Trainer::Trainer(const Config& cfg, const ParallelContext& par, Ops& ops)
   std::map<int, Stage*> mine;
   for (const StageSpec& spec : stage_specs(cfg)) {
     if (pipeline::rank_of_stage(train_schedule_.placement, spec.index, pc.pp) != par.pp_rank) continue;
-    stages_.push_back(make_stage(*params_, dims, spec, *par.tp_comm, cfg.precision()));
+    stages_.push_back(make_stage(*params_, dims, spec, *par.tp_comm, cfg.precision(), faults_));
     mine[spec.index] = stages_.back().get();
     if (spec.has_head) {
       const double tokens = double(cfg.global_batch_sequences()) * cfg.model.seq_len;
       stages_.back()->set_loss_scale(float(1.0 / tokens));
     }
   }
-  train_exec_ = std::make_unique<PipelineExecutor>(ops, mine, train_schedule_, par.pp_rank, *par.pp_comm);
+  train_exec_ = std::make_unique<PipelineExecutor>(ops, mine, train_schedule_, par.pp_rank, *par.pp_comm, faults_);
   eval_exec_ = std::make_unique<PipelineExecutor>(ops, mine, eval_schedule_, par.pp_rank, *par.pp_comm);
-  optimizer_ = std::make_unique<AdamW>(*params_, cfg.training);
+  TrainingConfig optim = cfg.training;
+  if (faults_.find("skip_weight_decay")) optim.weight_decay = 0.0;
+  optimizer_ = std::make_unique<AdamW>(*params_, optim);
 
   const int m = pc.microbatches, bt = dims.rows();
   for (int i = 0; i < m; ++i) {
@@ -105,6 +107,11 @@ double Trainer::mean_loss(double local_loss_sum) {
   return v / (double(cfg_.global_batch_sequences()) * cfg_.model.seq_len);
 }
 
+void Trainer::plant_gradient_faults() {
+  for (const Fault* f : faults_.find_all("grad_scale"))
+    if (Param* p = params_->find(f->target)) ops_.scale(p->grad.data(), float(*f->value), p->numel());
+}
+
 void Trainer::reduce_gradients() {
   // The tied embedding: first and last stage each accumulated part of its gradient.
   if (Param* wte = params_->find("wte.weight"); wte && par_.embedding_comm && par_.embedding_comm->size() > 1)
@@ -139,6 +146,7 @@ StepResult Trainer::train_step() {
 
   StepResult r;
   r.loss = mean_loss(last_local_loss_);
+  plant_gradient_faults();
   reduce_gradients();
   r.grad_norm = gradient_norm();
   if (t.grad_clip > 0 && r.grad_norm > t.grad_clip) {
@@ -147,6 +155,7 @@ StepResult Trainer::train_step() {
   }
   r.lr = learning_rate(step_, t.steps, t.warmup_steps, t.lr, t.min_lr);
   optimizer_->step(r.lr, step_ + 1);
+  if (faults_.find("repeat_update")) optimizer_->step(r.lr, step_ + 1);
   ops_.synchronize();
   const double end_us = timeline_.now_us();
   timeline_.add("reduce+optimizer", pipeline_us, end_us, false);

@@ -15,6 +15,7 @@
 
 #include "backend/buffer.h"
 #include "core/config.h"
+#include "core/faults.h"
 #include "data/token_dataset.h"
 #include "model/stage.h"
 #include "pipeline/ir.h"
@@ -36,7 +37,8 @@ struct StepResult {
 
 class Trainer {
  public:
-  Trainer(const Config& cfg, const ParallelContext& par, Ops& ops);
+  // `faults`: the planted faults acting on this rank (core/faults.h; tests only).
+  Trainer(const Config& cfg, const ParallelContext& par, Ops& ops, const Faults& faults = {});
   ~Trainer();
 
   StepResult train_step();
@@ -60,6 +62,7 @@ class Trainer {
 
  private:
   void load_microbatches(const data::TokenDataset& ds, uint64_t batch_index);
+  void plant_gradient_faults();
   void reduce_gradients();
   double gradient_norm();
   double mean_loss(double local_loss_sum);
@@ -67,6 +70,7 @@ class Trainer {
   Config cfg_;
   ParallelContext par_;
   Ops& ops_;
+  Faults faults_;
   int step_ = 0;
   std::unique_ptr<ParamStore> params_;
   std::vector<std::unique_ptr<Stage>> stages_;

@@ -5,7 +5,8 @@
 // Prints "resumed_from S" and one "step N loss L" line per step (world rank 0, %.17g).
 // A pptrain::Error is printed on the rank that raised it, which then waits a moment
 // before aborting the job, so that ranks failing together all get their line out
-// before MPI_Abort ends them (the tests check the message of every rank).
+// before MPI_Abort ends them (the tests check the message of every rank). Planted faults
+// (PPTRAIN_FAULTS, core/faults.h) act as in `pptrain train`.
 //   --stop-after K     exits cleanly after step K (the LR schedule still spans
 //                      training.steps), i.e. "train K steps, save, exit"
 //   --dump-loaded DIR  right after resume, parameter dumps of every rank
@@ -19,6 +20,7 @@
 #include "backend/ops.h"
 #include "checkpoint/checkpoint_manager.h"
 #include "core/config.h"
+#include "core/faults.h"
 #include "mpi/mpi_program.h"
 #include "runtime/job_layout.h"
 #include "pipeline/ir.h"
@@ -40,12 +42,15 @@ void train_with_checkpoints(MpiSession& mpi, const std::vector<std::string>& arg
     else if (config.empty()) config = args[i];
     else overrides.push_back(args[i]);
   }
+  const Faults all_faults = Faults::from_env();
   const Config cfg = load_config(config, overrides);
   JobLayout layout(cfg);
   ParallelContext& par = layout.parallel();
   auto ops = make_cpu_ops();
-  Trainer trainer(cfg, par, *ops);
-  CheckpointManager checkpoints(cfg, par);
+  all_faults.announce(mpi.rank());
+  const Faults faults = all_faults.on_rank(mpi.rank());
+  Trainer trainer(cfg, par, *ops, faults);
+  CheckpointManager checkpoints(cfg, par, faults);
 
   const int resumed = checkpoints.resume(trainer);
   if (mpi.rank() == 0) mpi_test::say("resumed_from ", resumed);

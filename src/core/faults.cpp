@@ -1,0 +1,154 @@
+#include "core/faults.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace pptrain {
+namespace {
+
+// What a fault needs: its target's syntax ("" = takes none) and whether VALUE is required.
+struct FaultKind {
+  const char* name;
+  const char* target;  // "" when the fault takes no target
+  bool needs_value;
+  const char* effect;  // for the startup warning
+};
+
+const FaultKind kFaultKinds[] = {
+    {"grad_scale", "TENSOR", true,
+     "multiplies this rank's gradient of the tensor by the value before the gradient reductions"},
+    {"skip_tp_allreduce", "row|col", false,
+     "this rank keeps its partial sum instead of the all-reduced one: row = the output of the row-parallel "
+     "layers (attention and MLP projections, forward), col = the input gradient of the column-parallel layers "
+     "(QKV and MLP fc, dgrad)"},
+    {"drop_microbatch", "MICROBATCH", false,
+     "this rank skips the W (weight-gradient pass) of that microbatch, losing its contribution"},
+    {"skip_weight_decay", "", false, "AdamW on this rank applies no weight decay"},
+    {"repeat_update", "", false, "AdamW on this rank applies every update twice"},
+    {"resume_zero", "DATASET", false,
+     "after a checkpoint load this rank zeroes its part of the dataset (model/NAME, optim/m/NAME, optim/v/NAME)"},
+};
+
+const FaultKind* kind_of(const std::string& name) {
+  for (const FaultKind& k : kFaultKinds)
+    if (name == k.name) return &k;
+  return nullptr;
+}
+
+std::string known_names() {
+  std::string s;
+  for (const FaultKind& k : kFaultKinds) s += cat(s.empty() ? "" : ", ", k.name);
+  return s;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  std::string part;
+  std::istringstream in(s);
+  while (std::getline(in, part, sep)) parts.push_back(part);
+  if (!s.empty() && s.back() == sep) parts.push_back("");
+  return parts;
+}
+
+Fault parse_one(const std::string& entry, const std::string& source) {
+  const auto fields = split(entry, ':');
+  if (fields.empty() || fields.size() > 3)
+    fail(source, ": fault '", entry, "' should be NAME[@RANK][:TARGET[:VALUE]]");
+  Fault f;
+  f.name = fields[0];
+  if (auto at = f.name.find('@'); at != std::string::npos) {
+    const std::string rank = f.name.substr(at + 1);
+    char* end = nullptr;
+    const long r = std::strtol(rank.c_str(), &end, 10);
+    if (rank.empty() || *end != '\0' || r < 0)
+      fail(source, ": fault '", entry, "': '@", rank, "' should be a world rank (an integer >= 0)");
+    f.rank = int(r);
+    f.name.resize(at);
+  }
+  const FaultKind* kind = kind_of(f.name);
+  if (!kind) fail(source, ": unknown fault '", f.name, "' (known: ", known_names(), ")");
+  if (fields.size() > 1) f.target = fields[1];
+  if (fields.size() > 2) {
+    char* end = nullptr;
+    const double v = std::strtod(fields[2].c_str(), &end);
+    if (fields[2].empty() || *end != '\0' || !std::isfinite(v))
+      fail(source, ": fault '", entry, "': value '", fields[2], "' is not a number");
+    f.value = v;
+  }
+  const bool wants_target = kind->target[0] != '\0';
+  if (wants_target && f.target.empty())
+    fail(source, ": fault '", entry, "' needs a target: ", f.name, ":", kind->target, kind->needs_value ? ":VALUE" : "");
+  if (!wants_target && !f.target.empty()) fail(source, ": fault '", entry, "' takes no target");
+  if (kind->needs_value && !f.value) fail(source, ": fault '", entry, "' needs a value: ", f.name, ":", kind->target, ":VALUE");
+  if (!kind->needs_value && f.value) fail(source, ": fault '", entry, "' takes no value");
+  // Targets of a fixed form are checked here; names (tensors, datasets) where they act.
+  const std::string form = kind->target;
+  if (form.find('|') != std::string::npos) {
+    bool ok = false;
+    for (const std::string& choice : split(form, '|')) ok = ok || f.target == choice;
+    if (!ok) fail(source, ": fault '", entry, "': target '", f.target, "' should be ", form);
+  } else if (form == "MICROBATCH") {
+    char* end = nullptr;
+    const long mb = std::strtol(f.target.c_str(), &end, 10);
+    if (*end != '\0' || mb < 0) fail(source, ": fault '", entry, "': target '", f.target, "' should be a microbatch index");
+  }
+  return f;
+}
+
+}  // namespace
+
+std::string Fault::text() const {
+  std::ostringstream s;
+  s << name;
+  if (rank >= 0) s << '@' << rank;
+  if (!target.empty() || value) s << ':' << target;
+  if (value) s << ':' << *value;
+  return s.str();
+}
+
+Faults Faults::parse(const std::string& spec, const std::string& source) {
+  Faults out;
+  if (spec.empty()) return out;
+  for (const std::string& entry : split(spec, ',')) {
+    if (entry.empty()) fail(source, ": empty fault in '", spec, "'");
+    out.faults_.push_back(parse_one(entry, source));
+  }
+  return out;
+}
+
+Faults Faults::from_env() {
+  const char* spec = std::getenv("PPTRAIN_FAULTS");
+  return spec ? parse(spec) : Faults{};
+}
+
+Faults Faults::on_rank(int world_rank) const {
+  Faults out;
+  for (const Fault& f : faults_)
+    if (f.rank < 0 || f.rank == world_rank) out.faults_.push_back(f);
+  return out;
+}
+
+const Fault* Faults::find(const std::string& name) const {
+  for (const Fault& f : faults_)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+std::vector<const Fault*> Faults::find_all(const std::string& name) const {
+  std::vector<const Fault*> out;
+  for (const Fault& f : faults_)
+    if (f.name == name) out.push_back(&f);
+  return out;
+}
+
+void Faults::announce(int world_rank) const {
+  for (const Fault& f : faults_)
+    if (f.rank == world_rank || (f.rank < 0 && world_rank == 0))
+      log::warn("planted fault ", f.text(), " is active (PPTRAIN_FAULTS): ", kind_of(f.name)->effect);
+}
+
+}  // namespace pptrain
