@@ -7,7 +7,8 @@
 //  - the compiler (mpicxx) and nvcc record their command line and create their output.
 // Checked: the first call succeeds and every compile and link line has the packages'
 // flags; a build step asked for before the packages exist stops with one clear line; the
-// first `make run` builds only build/pptrain before it trains. Runs from the repository root.
+// first `make run` builds only build/pptrain before it trains; a test that fails to compile
+// costs `make test` only that test. Runs from the repository root.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -48,7 +49,8 @@ bool ends_with(const std::string& s, const std::string& tail) {
 // A copy of the working tree (no build outputs) with the stand-ins; `make` runs in it.
 class FreshMachine {
  public:
-  FreshMachine() {
+  // `broken`: a source the stand-in compiler fails on, as on a compile error.
+  explicit FreshMachine(const std::string& broken = "") {
     const std::string real = run_command("command -v pkg-config", 10).output;
     real_pkg_config_ = real.substr(0, real.find('\n'));
     repo_ = dir_.file("repo");
@@ -62,7 +64,9 @@ class FreshMachine {
     // The compilers: one line per call, the output file created (an executable script
     // for a linked binary, so `make run` can go on to "train").
     const std::string compiler =
-        "echo \"$(basename \"$0\") $*\" >> " + log + "\n"
+        "echo \"$(basename \"$0\") $*\" >> " + log + "\n" +
+        (broken.empty() ? "" : "case \" $* \" in *\" " + broken + " \"*) echo \"" + broken +
+                                   ": error: stand-in compile error\" >&2; exit 1 ;; esac\n") +
         "out=; prev=\n"
         "for a in \"$@\"; do [ \"$prev\" = -o ] && out=$a; prev=$a; done\n"
         "[ -n \"$out\" ] || exit 0\n"
@@ -170,4 +174,20 @@ TEST(FreshMachine, FirstMakeRunBuildsOnlyThePptrainBinaryThenTrains) {
                "the link of build/pptrain");
   for (const std::string& c : m.commands())
     EXPECT_EQ(c.find("build/obj/tests/"), std::string::npos) << "make run built a test: " << c;
+}
+
+TEST(FreshMachine, ATestThatFailsToCompileCountsAsOneFailureAndMakeTestStillEndsWithItsSummary) {
+  FreshMachine m("tests/test_config.cpp");
+  if (!m.real_pkg_config_knows_the_packages()) GTEST_SKIP() << "pkg-config does not know the packages here";
+  CommandResult r = m.make("CUDA=0 test");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  // The stand-in test binaries print no results: the one that failed to build is the only
+  // failure, and every other test binary was still built (and run).
+  std::string out = r.output;
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  const std::string tail = out.substr(out.find_last_of('\n') + 1);
+  EXPECT_TRUE(tail == "0 passed, 1 failed" || out.find("\n0 passed, 1 failed\n") != std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("test_config"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(not built)"), std::string::npos) << r.output;
+  EXPECT_FALSE(m.command_writing("build/tests/test_train").empty()) << "make test stopped at the first error";
 }
