@@ -28,7 +28,7 @@ for name in "${names[@]}"; do
     continue
   fi
   t0=$(date +%s)
-  timeout -k 10 ${TEST_TIMEOUT:-600} "$bin" --gtest_color=no >"$log" 2>&1
+  timeout -k 10 "${TEST_TIMEOUT:-600}" "$bin" --gtest_color=no >"$log" 2>&1
   rc=$?
   p=$(grep -Eo '^\[  PASSED  \] [0-9]+' "$log" | grep -Eo '[0-9]+$' || echo 0)
   f=$(grep -Eo '^\[  FAILED  \] [0-9]+ test' "$log" | grep -Eo '[0-9]+' || echo 0)
