@@ -105,15 +105,15 @@ JOBS := $(if $(filter -j%,$(MAKEFLAGS)),,-j$(NPROC))
 ON_CORES := $(if $(JOBS),$(NPROC) jobs in parallel,with the -j given)
 
 all:
-	@echo "== make [1/2] deps: packages of the build and the tests (first time: a few minutes)"
+	@echo "== make [1/2] deps: packages of the build and the tests (first time: a minute or so)"
 	@scripts/install_deps.sh test
 	@echo "== make [2/2] build: every binary, $(ON_CORES)"
 	@$(MAKE) --no-print-directory $(JOBS) binaries
 
 run:
-	@echo "== make run [1/4] deps: compiler, MPI, HDF5, yaml-cpp, OpenBLAS and a text corpus (first time: a minute or two)"
+	@echo "== make run [1/4] deps: compiler, MPI, HDF5, yaml-cpp, OpenBLAS and a text corpus (first time: a minute or so)"
 	@scripts/install_deps.sh run
-	@echo "== make run [2/4] build: $(BUILD)/pptrain, $(ON_CORES) (first time: about 3 minutes on 2 cores)"
+	@echo "== make run [2/4] build: $(BUILD)/pptrain, $(ON_CORES) (first time: a minute or two on 2 cores)"
 	@$(MAKE) --no-print-directory $(JOBS) $(BUILD)/pptrain
 	@scripts/demo.sh $(BUILD)
 
@@ -123,9 +123,9 @@ run:
 # a failed build of anything else as one more).
 BUILD_FAILED_MARK := $(BUILD)/build-failed
 test:
-	@echo "== make test [1/3] deps: packages of the build and the tests (first time: a few minutes)"
+	@echo "== make test [1/3] deps: packages of the build and the tests (first time: a minute or so)"
 	@scripts/install_deps.sh test || echo "deps: failed; building and testing what can be"
-	@echo "== make test [2/3] build: every binary, $(ON_CORES) (first time: about 10 minutes on 2 cores)"
+	@echo "== make test [2/3] build: every binary, $(ON_CORES) (first time: 3 to 5 minutes on 2 cores)"
 	@rm -f $(BUILD_FAILED_MARK); $(MAKE) --no-print-directory -k $(JOBS) binaries || { \
 	  echo "build: failed (errors above); what it could not build counts as failed"; \
 	  mkdir -p $(BUILD) && touch $(BUILD_FAILED_MARK); \

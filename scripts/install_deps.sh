@@ -40,5 +40,6 @@ echo "deps: installing ${missing[*]}"
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q >/dev/null
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+# apt's progress is noise for a newcomer; its errors still show (debconf's note is no error).
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2> >(grep -v '^debconf: delaying' >&2)
 echo "deps: done"
