@@ -1,14 +1,49 @@
-# pptrain build. `make` builds build/pptrain and the test binaries; `make test` runs them;
-# `make run` trains the demo; `make bench` runs the benchmarks; `make deps` installs packages.
+# pptrain build. What a user types (each installs missing packages first, see below):
+#   make          build build/pptrain, the tests and the benchmarks
+#   make run      build build/pptrain only, train the demo (configs/demo.yaml), print a sample
+#   make test     build every test binary and run them all; ends with "N passed, M failed"
+#   make bench    build, then run the benchmarks
+#   make deps     install every package (scripts/install_deps.sh)
+# Options: ARCH=native (default x86-64-v3), CUDA=0|1, CUDA_ARCH="80 90", BUILD=dir.
 SHELL := /bin/bash
 BUILD ?= build
 CXX := mpicxx
 PKGS := hdf5-openmpi yaml-cpp openblas
-CXXFLAGS ?= -O3 -march=native -g
+
+# Code generation for a baseline ISA that every x86-64-v3 CPU runs (AVX2 and FMA: Intel
+# Haswell, AMD Zen and later), so a binary built on a login node runs on any compute node
+# and the numbers the tests compare do not change with the build host. ARCH=native opts in
+# to the build host's full ISA. OpenBLAS picks its kernels at run time either way.
+ARCH ?= x86-64-v3
+CXXFLAGS ?= -O3 -march=$(ARCH) -g
+CODEGEN_FLAGS := $(CXXFLAGS)
+
+# The packages' flags come from pkg-config when make reads this file, so they must be read
+# after the packages are installed: the entry targets (end of this file) install first,
+# then re-enter make for the build.
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CXXFLAGS += -std=c++20 -fopenmp -Wall -Wextra -Wno-unused-parameter -MMD -MP -DOMPI_SKIP_MPICXX \
-            -Isrc -Ikernels -Itests $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-LDLIBS += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -fopenmp -lpthread
+            -Isrc -Ikernels -Itests $(PKG_CFLAGS)
+LDLIBS += $(PKG_LIBS) -fopenmp -lpthread
 GTEST_LIBS := -lgtest_main -lgtest -lpthread
+
+# Goals that need no package flags; any other goal is a build step, which would compile
+# without the packages' headers and link without their libraries if they are missing.
+ENTRY_GOALS := all run test bench deps clean
+ifneq ($(filter-out $(ENTRY_GOALS),$(or $(MAKECMDGOALS),all)),)
+ifeq ($(PKG_LIBS),)
+$(error pkg-config finds none of: $(PKGS). Run `make deps` first, or plain `make`, which installs what is missing and then builds)
+endif
+endif
+
+# Switching ARCH (or CXXFLAGS) rewrites this stamp, which every object depends on, so the
+# objects are rebuilt rather than mixed.
+CODEGEN_STAMP := $(BUILD)/codegen.stamp
+ifneq ($(file <$(CODEGEN_STAMP)),$(CODEGEN_FLAGS))
+$(shell mkdir -p $(BUILD))
+$(file >$(CODEGEN_STAMP),$(CODEGEN_FLAGS))
+endif
 
 # Every .cpp under src/ except the CLI entry goes into one static library; a linked
 # binary only pulls the objects it references.
@@ -31,11 +66,12 @@ BENCH_BINS := $(BENCH_SRCS:bench/%.cpp=$(BUILD)/bench/%)
 # The CUDA part (kernels/, src/backend/cuda) is added by mk/cuda.mk when present.
 -include mk/*.mk
 
-.PHONY: all deps test run bench clean
+.PHONY: binaries clean
 .PRECIOUS: $(BUILD)/obj/%.o
-all: deps-check $(BUILD)/pptrain $(TEST_BINS) $(BENCH_BINS) $(EXTRA_TARGETS)
+# Every binary; the entry targets build it (or part of it) after installing packages.
+binaries: $(BUILD)/pptrain $(TEST_BINS) $(BENCH_BINS) $(EXTRA_TARGETS)
 
-$(BUILD)/obj/%.o: %.cpp
+$(BUILD)/obj/%.o: %.cpp $(CODEGEN_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
@@ -54,25 +90,56 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS)
 
-# deps: installs the Debian packages the build and tests need (root: apt-get; else sudo).
-deps:
-	@scripts/install_deps.sh
-
-# deps-check: cheap test run before every build; installs only when something is missing.
-.PHONY: deps-check
-deps-check:
-	@scripts/install_deps.sh --check-or-install
-
-test: all
-	@scripts/run_tests.sh $(BUILD)
-
-run: all
-	@scripts/demo.sh $(BUILD)
-
-bench: all
-	@scripts/bench.sh $(BUILD)
-
 clean:
 	rm -rf $(BUILD)
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# ---- Entry points ------------------------------------------------------------------------
+# Each installs the missing packages (scripts/install_deps.sh: the `run` set for `make run`,
+# all of them otherwise), then re-enters make, which reads the packages' flags anew and
+# builds on every core (unless -j was given). One line per phase says where the time goes.
+.PHONY: all run test bench deps
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+JOBS := $(if $(filter -j%,$(MAKEFLAGS)),,-j$(NPROC))
+ON_CORES := $(if $(JOBS),$(NPROC) jobs in parallel,with the -j given)
+
+all:
+	@echo "== make [1/2] deps: packages of the build and the tests (first time: a minute or so)"
+	@scripts/install_deps.sh test
+	@echo "== make [2/2] build: every binary, $(ON_CORES)"
+	@$(MAKE) --no-print-directory $(JOBS) binaries
+
+run:
+	@echo "== make run [1/4] deps: compiler, MPI, HDF5, yaml-cpp, OpenBLAS and a text corpus (first time: a minute or so)"
+	@scripts/install_deps.sh run
+	@echo "== make run [2/4] build: $(BUILD)/pptrain, $(ON_CORES) (first time: a minute or two on 2 cores)"
+	@$(MAKE) --no-print-directory $(JOBS) $(BUILD)/pptrain
+	@scripts/demo.sh $(BUILD)
+
+# -k: a test that fails to compile costs only its own binary. A test binary the failed
+# build left out of date is removed, so it counts as failed instead of running stale
+# (scripts/run_tests.sh counts each missing binary of tests/test_*.cpp as one failure, and
+# a failed build of anything else as one more).
+BUILD_FAILED_MARK := $(BUILD)/build-failed
+test:
+	@echo "== make test [1/3] deps: packages of the build and the tests (first time: a minute or so)"
+	@scripts/install_deps.sh test || echo "deps: failed; building and testing what can be"
+	@echo "== make test [2/3] build: every binary, $(ON_CORES) (first time: 3 to 5 minutes on 2 cores)"
+	@rm -f $(BUILD_FAILED_MARK); $(MAKE) --no-print-directory -k $(JOBS) binaries || { \
+	  echo "build: failed (errors above); what it could not build counts as failed"; \
+	  mkdir -p $(BUILD) && touch $(BUILD_FAILED_MARK); \
+	  for b in $(TEST_BINS); do $(MAKE) --no-print-directory -q $$b 2>/dev/null || rm -f $$b; done; }
+	@echo "== make test [3/3] tests: each $(BUILD)/tests/test_* under a timeout"
+	@BUILD_FAILED=$$(test -e $(BUILD_FAILED_MARK) && echo 1) scripts/run_tests.sh $(BUILD) $(notdir $(TEST_BINS))
+
+bench:
+	@echo "== make bench [1/3] deps"
+	@scripts/install_deps.sh test
+	@echo "== make bench [2/3] build: every binary, $(ON_CORES)"
+	@$(MAKE) --no-print-directory $(JOBS) binaries
+	@echo "== make bench [3/3] benchmarks"
+	@scripts/bench.sh $(BUILD)
+
+deps:
+	@scripts/install_deps.sh test

@@ -8,8 +8,9 @@
 #    emulated NCCL.
 #  - real (CUDA=1): mpicxx compiles src/backend/cuda/*.cpp against the CUDA toolkit, and
 #    build/pptrain links them with the nvcc kernels ($(KERNEL_NVCC_OBJS)), cuBLAS and NCCL.
-#    Opt-in: the nvcc compile of every kernel for CUDA_ARCH takes minutes on a small
-#    machine, and the toolkit without a GPU can only be compile-tested.
+#    On by default where nvcc is found and a GPU is visible; elsewhere (a login node that
+#    builds for GPU compute nodes) `make CUDA=1`. The nvcc compile of every kernel for
+#    CUDA_ARCH costs minutes on a small machine, which a CPU-only `make run` should not pay.
 
 # mk/kernels.mk is read after this file, so the kernel object lists are spelled out here
 # (the same names its rules build).
@@ -23,7 +24,7 @@ CUDA_EMU_OBJS := $(CUDA_EMU_SRCS:%.cpp=$(BUILD)/obj-emu/%.o)
 # The CLI objects that see PPTRAIN_WITH_CUDA (make_ops, --version) in pptrain-emu.
 CUDA_EMU_CLI_OBJS := $(addprefix $(BUILD)/obj-emu/src/,main.o cli/train.o cli/version.o)
 
-$(BUILD)/obj-emu/%.o: %.cpp
+$(BUILD)/obj-emu/%.o: %.cpp $(CODEGEN_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -DPPTRAIN_EMULATED -DPPTRAIN_WITH_CUDA -c $< -o $@
 
@@ -52,10 +53,12 @@ NCCL_HOME ?= $(firstword $(patsubst %/include/nccl.h,%,$(wildcard $(CUDA_HOME)/i
 NCCL_LIBDIR ?= $(firstword $(dir $(wildcard $(NCCL_HOME)/lib64/libnccl.so $(NCCL_HOME)/lib/libnccl.so \
                  $(CUDA_HOME)/lib/libnccl.so $(CUDA_HOME)/lib64/libnccl.so /usr/lib/x86_64-linux-gnu/libnccl.so)))
 
-# The real build is on when nvcc is found (CUDA=1 forces it, CUDA=0 turns it off).
-# Switching rewrites a stamp that the objects seeing PPTRAIN_WITH_CUDA depend on, so
-# they are rebuilt.
-CUDA ?= $(if $(shell command -v nvcc 2>/dev/null)$(wildcard /usr/local/cuda/bin/nvcc),1,0)
+# The real build is on when nvcc is found and an NVIDIA GPU is visible (CUDA=1 forces it,
+# CUDA=0 turns it off). Switching rewrites a stamp that the objects seeing
+# PPTRAIN_WITH_CUDA depend on, so they are rebuilt.
+CUDA_NVCC_FOUND := $(if $(shell command -v nvcc 2>/dev/null)$(wildcard $(CUDA_HOME)/bin/nvcc),1)
+CUDA_GPU_VISIBLE := $(if $(wildcard /dev/nvidia[0-9]*),1)
+CUDA ?= $(if $(CUDA_NVCC_FOUND),$(if $(CUDA_GPU_VISIBLE),1,0),0)
 CUDA_MODE_STAMP := $(BUILD)/cuda-mode.stamp
 $(shell mkdir -p $(BUILD) && (echo '$(CUDA)' | cmp -s - $(CUDA_MODE_STAMP) || echo '$(CUDA)' > $(CUDA_MODE_STAMP)))
 $(BUILD)/obj/src/main.o $(BUILD)/obj/src/cli/train.o $(BUILD)/obj/src/cli/version.o: $(CUDA_MODE_STAMP)

@@ -7,7 +7,7 @@
 KERNEL_SRCS := $(sort $(wildcard kernels/*.cu))
 KERNEL_EMU_OBJS := $(KERNEL_SRCS:%.cu=$(BUILD)/obj/%.emu.o) $(BUILD)/obj/kernels/emu/emu.o $(BUILD)/obj/kernels/emu/fiber.o
 
-$(BUILD)/obj/kernels/%.emu.o: kernels/%.cu
+$(BUILD)/obj/kernels/%.emu.o: kernels/%.cu $(CODEGEN_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -x c++ -include kernels/emu/emu.h -c $< -o $@
 

@@ -18,7 +18,7 @@ $(MPI_NCCL_TEST_BINS): $(BUILD)/mpi_tests/%: $(BUILD)/obj-emu/tests/mpi/%.o $(CU
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS)
 
-# `make all` builds them, and so does building a wrapper alone (order-only: the
+# `make` builds them (binaries), and so does building a wrapper alone (order-only: the
 # wrappers and test_slurm find the programs at run time, they do not link them).
 EXTRA_TARGETS += $(MPI_TEST_BINS)
 $(BUILD)/tests/test_mpi_comm $(BUILD)/tests/test_grid $(BUILD)/tests/test_slurm \

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make run`: prepares a byte-level corpus from the fortune-mod package's text and
-# trains configs/demo.yaml on this machine.
+# `make run` (after its deps and build phases): prepares a byte-level corpus from the
+# fortune-mod package's text and trains configs/demo.yaml on this machine, then prints a
+# sample of the model's text.
 set -euo pipefail
 BUILD=${1:-build}; shift || true
 corpus=(/usr/share/games/fortunes/fortunes /usr/share/games/fortunes/literature /usr/share/games/fortunes/riddles)
@@ -8,9 +9,12 @@ for f in "${corpus[@]}"; do
   [ -f "$f" ] || { echo "demo: $f is missing (make deps installs fortunes-min)" >&2; exit 1; }
 done
 if [ ! -f data/fortunes/train_000.bin ]; then
+  echo "== make run [3/4] data: byte-level token shards from the fortune-mod corpus -> data/fortunes"
   "$BUILD/pptrain" prepare-data --text "${corpus[@]}" --out data/fortunes
+else
+  echo "== make run [3/4] data: data/fortunes is already prepared"
 fi
-mkdir -p runs/demo
 rm -f runs/demo/metrics.jsonl
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
+echo "== make run [4/4] training: configs/demo.yaml on $OMP_NUM_THREADS threads (1 to 2 minutes on 2 cores), then a sample"
 exec "$BUILD/pptrain" train configs/demo.yaml "$@"

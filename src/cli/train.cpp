@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <utility>
 
 #include "backend/ops.h"
 #include "checkpoint/checkpoint_manager.h"
@@ -57,7 +58,8 @@ std::unique_ptr<Ops> make_ops(const Config& cfg) {
 #ifdef PPTRAIN_WITH_CUDA
   return make_cuda_ops(cfg);
 #else
-  fail(cfg.source, ": key 'device': cuda requested but this pptrain was built without CUDA (see pptrain --version)");
+  fail(cfg.source, ": key 'device': cuda requested but this pptrain was built without CUDA (see pptrain --version; "
+       "make CUDA=1 builds it)");
 #endif
 }
 
@@ -95,6 +97,26 @@ void write_trace(const std::string& path, const std::string& events, Communicato
   world.barrier();
 }
 
+// The folders the outputs go to may not exist yet (runs/demo/ in a fresh checkout). World
+// rank 0 creates them before any work, so a path that cannot be created fails in the first
+// second, not at the first write hours later; the barrier orders the creation before any
+// rank writes there (every rank writes a part of the trace).
+void create_output_dirs(const Config& cfg, Communicator& world) {
+  if (world.rank() == 0) {
+    const std::pair<const char*, std::string> outputs[] = {
+        {"logging.metrics", std::filesystem::path(cfg.logging.metrics).parent_path().string()},
+        {"logging.trace", std::filesystem::path(cfg.logging.trace).parent_path().string()},
+        {"checkpoint.dir", cfg.checkpoint.dir}};
+    for (const auto& [key, dir] : outputs) {
+      if (dir.empty()) continue;
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      if (ec) fail(key, ": cannot create directory '", dir, "': ", ec.message());
+    }
+  }
+  world.barrier();
+}
+
 }  // namespace
 
 int cmd_train(const Args& raw_args, MpiSession& mpi) {
@@ -103,6 +125,7 @@ int cmd_train(const Args& raw_args, MpiSession& mpi) {
   const Faults all_faults = Faults::from_env();
   const Config cfg = load_config(args.config, args.overrides);
   JobLayout layout(cfg);
+  create_output_dirs(cfg, layout.world());
   ParallelContext& par = layout.parallel();
   auto ops = make_ops(cfg);
 #ifdef PPTRAIN_WITH_CUDA

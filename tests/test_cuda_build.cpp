@@ -1,0 +1,53 @@
+// The real CUDA build (`make CUDA=1`: the cuda backend's host sources compiled against the
+// toolkit, the kernels by nvcc, linked with cuBLAS, cuBLASLt and NCCL) compiles and links
+// wherever nvcc is found, with or without a GPU. Without a GPU the default build leaves it
+// out, so this test is what keeps it building on such machines (CI among them).
+// To take well under a minute it builds in a temporary BUILD folder seeded with this
+// build's library objects, so only what sees PPTRAIN_WITH_CUDA, the cuda backend and the
+// kernels (for one architecture) are compiled. Runs from the repository root.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "support/test_util.h"
+
+using namespace pptrain::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+bool nvcc_found() {
+  return run_command("command -v nvcc", 10).exit_code == 0 || fs::exists("/usr/local/cuda/bin/nvcc") ||
+         (std::getenv("CUDA_HOME") && fs::exists(std::string(std::getenv("CUDA_HOME")) + "/bin/nvcc"));
+}
+
+}  // namespace
+
+TEST(CudaBuild, MakeCuda1CompilesAndLinksPptrainWithTheCudaBackend) {
+  if (!nvcc_found()) GTEST_SKIP() << "nvcc not found: the real CUDA build cannot be built here";
+  const fs::path build = fs::absolute(pptrain_bin()).parent_path();
+  CommandResult version = run_command(pptrain_bin() + " --version", 30);
+  if (version.output.find(" cuda") != std::string::npos)
+    GTEST_SKIP() << "the build under test is the real CUDA build already";
+  ASSERT_TRUE(fs::exists(build / "libpptrain.a") && fs::exists(build / "obj/src"))
+      << build << " holds no library build to seed from";
+
+  TempDir dir;
+  fs::create_directories(dir.file("obj"));
+  CommandResult seed = run_command("cp -a " + (build / "obj/src").string() + " " + dir.file("obj/") + " && cp -a " +
+                                   (build / "libpptrain.a").string() + " " + dir.path() + "/", 60);
+  ASSERT_EQ(seed.exit_code, 0) << seed.output;
+  // A make of its own (not the jobserver of a `make test` above), told to ignore the code
+  // generation stamp: the seeded objects stand whatever ARCH they were built with.
+  CommandResult r = run_command("env -u MAKEFLAGS -u MAKELEVEL make -j2 --no-print-directory -o " +
+                                    dir.file("codegen.stamp") + " CUDA=1 CUDA_ARCH=90 BUILD=" + dir.path() + " " +
+                                    dir.file("pptrain"),
+                                600);
+  ASSERT_EQ(r.exit_code, 0) << r.output.substr(r.output.size() > 6000 ? r.output.size() - 6000 : 0);
+  EXPECT_NE(r.output.find("-c src/backend/cuda/cuda_ops.cpp"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("-lcublasLt"), std::string::npos) << r.output;
+  CommandResult cuda_version = run_command(dir.file("pptrain") + " --version", 30);
+  EXPECT_NE(cuda_version.output.find("backends: cpu cuda"), std::string::npos) << cuda_version.output;
+}
