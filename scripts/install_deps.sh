@@ -19,6 +19,7 @@ RUN_PACKAGES=(
 TEST_PACKAGES=(
   libgtest-dev                        # tests
   hdf5-tools                          # h5dump, to read checkpoints independently
+  gdb                                 # where each rank was when a test's command hung
   munge slurmctld slurmd slurm-client # a throwaway local Slurm cluster for the sbatch tests
 )
 check_only=0

@@ -36,7 +36,9 @@ for name in "${names[@]}"; do
   if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi   # crash, timeout or abort
   passed=$((passed + p)); failed=$((failed + f))
   status=""
-  [ $rc -eq 124 ] && status="  (timed out)"
+  # A binary past its deadline: name the test it was in (each test's own commands carry
+  # shorter deadlines and report where their ranks were).
+  [ $rc -eq 124 ] && status="  (timed out in $(grep -E '^\[ RUN      \]' "$log" | tail -1 | sed 's/^\[ RUN      \] //'))"
   [ $rc -eq 137 ] && status="  (killed: timed out, or out of memory)"
   [ $rc -gt 128 ] && [ $rc -ne 137 ] && status="  (died of signal $((rc - 128)))"
   printf '%-36s %4d passed %3d failed  %4ds%s\n' "$name" "$p" "$f" $(( $(date +%s) - t0 )) "$status"
