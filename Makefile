@@ -63,8 +63,13 @@ BENCH_BINS := $(BENCH_SRCS:bench/%.cpp=$(BUILD)/bench/%)
 
 .DEFAULT_GOAL := all
 
-# The CUDA part (kernels/, src/backend/cuda) is added by mk/cuda.mk when present.
--include mk/*.mk
+# The parts, in the order their variables are needed (each object list is defined once):
+#   kernels.mk        the kernels, emulated and nvcc (KERNEL_EMU_OBJS, KERNEL_NVCC_OBJS)
+#   cuda.mk           the cuda backend, emulated (pptrain-emu) and real; uses the above
+#   cuda_bench.mk     GPU benchmarks; uses CUDA and the object lists of cuda.mk
+#   mpi_tests.mk      MPI test programs (the NCCL ones link the emulated cuda backend)
+#   checkpoint.mk, run_time_tests.mk   what tests find at run time (order-only)
+include mk/kernels.mk mk/cuda.mk mk/cuda_bench.mk mk/mpi_tests.mk mk/checkpoint.mk mk/run_time_tests.mk
 
 .PHONY: binaries clean
 .PRECIOUS: $(BUILD)/obj/%.o

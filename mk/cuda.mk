@@ -12,11 +12,8 @@
 #    builds for GPU compute nodes) `make CUDA=1`. The nvcc compile of every kernel for
 #    CUDA_ARCH costs minutes on a small machine, which a CPU-only `make run` should not pay.
 
-# mk/kernels.mk is read after this file, so the kernel object lists are spelled out here
-# (the same names its rules build).
-CUDA_KERNEL_SRCS := $(sort $(wildcard kernels/*.cu))
-CUDA_KERNEL_EMU_OBJS := $(CUDA_KERNEL_SRCS:%.cu=$(BUILD)/obj/%.emu.o) $(BUILD)/obj/kernels/emu/emu.o $(BUILD)/obj/kernels/emu/fiber.o
-CUDA_KERNEL_NVCC_OBJS := $(CUDA_KERNEL_SRCS:%.cu=$(BUILD)/nvcc/%.o)
+# The kernel object lists (KERNEL_EMU_OBJS, KERNEL_NVCC_OBJS) come from mk/kernels.mk,
+# which the Makefile reads before this file.
 
 # ---- emulated ------------------------------------------------------------------------------
 CUDA_EMU_SRCS := $(sort $(wildcard src/backend/cuda/*.cpp src/backend/cuda/emu/*.cpp))
@@ -29,11 +26,11 @@ $(BUILD)/obj-emu/%.o: %.cpp $(CODEGEN_STAMP)
 	$(CXX) $(CXXFLAGS) -DPPTRAIN_EMULATED -DPPTRAIN_WITH_CUDA -c $< -o $@
 
 # Objects before $(LIB) so the archive resolves what they use; $(LIB) again after them.
-$(BUILD)/pptrain-emu: $(CUDA_EMU_CLI_OBJS) $(CUDA_EMU_OBJS) $(CUDA_KERNEL_EMU_OBJS) $(LIB)
+$(BUILD)/pptrain-emu: $(CUDA_EMU_CLI_OBJS) $(CUDA_EMU_OBJS) $(KERNEL_EMU_OBJS) $(LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS)
 
 CUDA_EMU_TESTS := $(filter $(BUILD)/tests/test_cuda_backend%, $(TEST_BINS))
-$(CUDA_EMU_TESTS): $(CUDA_EMU_OBJS) $(CUDA_KERNEL_EMU_OBJS)
+$(CUDA_EMU_TESTS): $(CUDA_EMU_OBJS) $(KERNEL_EMU_OBJS)
 $(CUDA_EMU_TESTS): LDLIBS := $(LIB) $(LDLIBS)
 # The end-to-end test runs pptrain-emu (and pptrain) at run time.
 $(CUDA_EMU_TESTS): | $(BUILD)/pptrain-emu $(BUILD)/pptrain
@@ -70,6 +67,6 @@ CUDA_OBJS := $(CUDA_SRCS:%.cpp=$(BUILD)/obj/%.o)
 CXXFLAGS += -DPPTRAIN_WITH_CUDA -I$(CUDA_HOME)/include $(if $(filter-out $(CUDA_HOME),$(NCCL_HOME)),-I$(NCCL_HOME)/include)
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 $(if $(NCCL_LIBDIR),-L$(NCCL_LIBDIR) -Wl$(comma)-rpath$(comma)$(NCCL_LIBDIR)) \
                 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublasLt -lcublas -lcudart
-$(BUILD)/pptrain: $(CUDA_OBJS) $(CUDA_KERNEL_NVCC_OBJS)
+$(BUILD)/pptrain: $(CUDA_OBJS) $(KERNEL_NVCC_OBJS)
 $(BUILD)/pptrain: LDLIBS := $(LIB) $(LDLIBS) $(CUDA_LDLIBS)
 endif

@@ -14,7 +14,7 @@ $(BUILD)/mpi_tests/%: $(BUILD)/obj/tests/mpi/%.o $(LIB)
 # cuda backend.
 MPI_NCCL_TEST_BINS := $(filter $(BUILD)/mpi_tests/nccl_%,$(MPI_TEST_BINS))
 $(MPI_NCCL_TEST_BINS): $(BUILD)/mpi_tests/%: $(BUILD)/obj-emu/tests/mpi/%.o $(CUDA_EMU_OBJS) \
-                       $(CUDA_KERNEL_EMU_OBJS) $(LIB)
+                       $(KERNEL_EMU_OBJS) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS)
 
