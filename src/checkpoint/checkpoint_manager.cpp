@@ -12,8 +12,8 @@
 #include <regex>
 
 #include "checkpoint/checkpoint_reader.h"
-#include "cli/version.h"
 #include "core/log.h"
+#include "core/version.h"
 #include "train/adamw.h"
 #include "train/trainer.h"
 

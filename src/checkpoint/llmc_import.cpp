@@ -6,8 +6,8 @@
 #include <memory>
 
 #include "checkpoint/checkpoint_writer.h"
-#include "cli/version.h"
 #include "core/error.h"
+#include "core/version.h"
 
 namespace pptrain {
 namespace {

@@ -1,8 +1,8 @@
 #pragma once
 
-namespace pptrain {
+#include "core/version.h"
 
-inline constexpr const char* kVersion = "0.1.0";
+namespace pptrain {
 
 // "cpu" or "cpu cuda": which backends this binary contains.
 inline const char* compiled_backends() {

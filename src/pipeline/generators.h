@@ -17,6 +17,10 @@ Schedule make_zb_h2(int pp, int microbatches, int stages_per_rank);
 Schedule make_zbv(int pp, int microbatches, int stages_per_rank);
 Schedule make_dualpipev(int pp, int microbatches, int stages_per_rank);
 
+// The forward-only program of a training schedule (evaluation): every rank runs its F
+// actions in (microbatch, stage) order under the same placement, lowered.
+Schedule make_forward_only(const Schedule& train);
+
 // An empty program of pp ranks with the given shape.
 inline Schedule empty_schedule(const char* name, int pp, int microbatches, int stages_per_rank,
                                Placement placement) {

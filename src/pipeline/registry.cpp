@@ -108,4 +108,13 @@ Schedule prepare_schedule(const std::string& spec, int pp, int microbatches, int
   return s;
 }
 
+Schedule prepare_schedule(const Config& cfg) {
+  const auto& p = cfg.parallel;
+  try {
+    return prepare_schedule(p.schedule, p.pp, p.microbatches, p.stages_per_rank);
+  } catch (const Error& e) {
+    fail(cfg.source, ": key 'parallel.schedule': ", e.what());
+  }
+}
+
 }  // namespace pptrain::pipeline

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
 #include "pipeline/ir.h"
 #include "pipeline/transform.h"
 
@@ -32,6 +33,10 @@ struct PrepareOptions {
 // communication, and validated again (a program lowered here also with blocking sends).
 Schedule prepare_schedule(const std::string& spec, int pp, int microbatches, int stages_per_rank,
                           const PrepareOptions& opts = {});
+
+// The schedule a training config asks for: prepare_schedule of parallel.schedule for its
+// (pp, microbatches, stages_per_rank). An error names the config file and key.
+Schedule prepare_schedule(const Config& cfg);
 
 // The placement under which every action of `program` sits on its rank: Loop if it fits,
 // else V (when stages_per_rank is 2), else Loop (validate() then names the misplaced action).

@@ -2,7 +2,7 @@
 
 #include "core/error.h"
 #include "pipeline/ir.h"
-#include "train/trainer.h"
+#include "pipeline/registry.h"
 
 namespace pptrain {
 namespace {
@@ -13,7 +13,7 @@ std::vector<int> embedding_pp_ranks(const Config& cfg, const MpiComm& world) {
     fail(cfg.source, ": parallel.dp x pp x tp = ", cfg.parallel.dp, " x ", cfg.parallel.pp, " x ",
          cfg.parallel.tp, " = ", cfg.world_size(), " ranks, but the job has ", world.size(), " (rank ",
          world.rank(), ")");
-  const pipeline::Schedule schedule = build_schedule(cfg);
+  const pipeline::Schedule schedule = pipeline::prepare_schedule(cfg);
   return {pipeline::rank_of_stage(schedule.placement, 0, cfg.parallel.pp),
           pipeline::rank_of_stage(schedule.placement, cfg.total_stages() - 1, cfg.parallel.pp)};
 }

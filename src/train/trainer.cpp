@@ -6,46 +6,19 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "partition/partition.h"
-#include "pipeline/lower.h"
+#include "pipeline/generators.h"
 #include "pipeline/registry.h"
 #include "train/lr_schedule.h"
 
 namespace pptrain {
-
-pipeline::Schedule build_schedule(const Config& cfg) {
-  const auto& p = cfg.parallel;
-  try {
-    return pipeline::prepare_schedule(p.schedule, p.pp, p.microbatches, p.stages_per_rank);
-  } catch (const Error& e) {
-    fail(cfg.source, ": key 'parallel.schedule': ", e.what());
-  }
-}
-
-namespace {
-
-// Forward-only program for evaluation: every rank runs its F actions in (microbatch,
-// stage) order, a topological order of the forward graph, so it cannot deadlock.
-pipeline::Schedule forward_only(const pipeline::Schedule& train) {
-  pipeline::Schedule s = train;
-  s.name = train.name + "/forward";
-  s.program.assign(train.pp, {});
-  const int stages = train.pp * train.stages_per_rank;
-  for (int mb = 0; mb < train.microbatches; ++mb)
-    for (int st = 0; st < stages; ++st)
-      s.program[pipeline::rank_of_stage(train.placement, st, train.pp)].push_back(
-          {pipeline::Op::F, st, mb});
-  return pipeline::lower(s);
-}
-
-}  // namespace
 
 Trainer::Trainer(const Config& cfg, const ParallelContext& par, Ops& ops, const Faults& faults)
     : cfg_(cfg), par_(par), ops_(ops), faults_(faults) {
   const auto& pc = cfg.parallel;
   if (pc.pp != par.pp || pc.tp != par.tp || pc.dp != par.dp)
     fail(cfg.source, ": parallel layout ", pc.dp, "x", pc.pp, "x", pc.tp, " does not match the process grid");
-  train_schedule_ = build_schedule(cfg);
-  eval_schedule_ = forward_only(train_schedule_);
+  train_schedule_ = pipeline::prepare_schedule(cfg);
+  eval_schedule_ = pipeline::make_forward_only(train_schedule_);
 
   const ModelDims dims = ModelDims::from(cfg.model, cfg.training.micro_batch_size, par.tp, par.tp_rank);
   params_ = std::make_unique<ParamStore>(ops, par.tp, par.tp_rank, cfg.training.seed);

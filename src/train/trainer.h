@@ -85,8 +85,4 @@ class Trainer {
   double last_local_loss_ = 0;
 };
 
-// The schedule the config asks for (generator name or file:PATH.csv), lowered and
-// validated for (pp, microbatches, stages_per_rank). Throws pptrain::Error.
-pipeline::Schedule build_schedule(const Config& cfg);
-
 }  // namespace pptrain
