@@ -1,6 +1,8 @@
 #include "model/block.h"
 
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 namespace pptrain {
 namespace {
@@ -49,36 +51,47 @@ void Block<T>::tp_sum(T* x, size_t n, bool keep_partial) {
 }
 
 template <typename T>
-std::unique_ptr<typename Block<T>::Slot> Block<T>::make_slot() {
+template <typename Visit>
+void Block<T>::for_each_buffer(Slot& s, Visit&& visit) const {
   const size_t n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), hl = dims_.local_hidden();
   const size_t t = dims_.seq_len;
+  visit(s.ln1, n * c);
+  visit(s.ln1_mean, n);
+  visit(s.ln1_rstd, n);
+  visit(s.qkv, n * 3 * cl);
+  visit(s.probs, size_t(dims_.batch) * dims_.local_heads() * t * t);
+  visit(s.attn, n * cl);
+  visit(s.x2, n * c);
+  visit(s.ln2, n * c);
+  visit(s.ln2_mean, n);
+  visit(s.ln2_rstd, n);
+  visit(s.fc1, n * hl);
+  visit(s.gelu, n * hl);
+  visit(s.dfc1, n * hl);
+  visit(s.dln2, n * c);
+  visit(s.dx2, n * c);
+  visit(s.dqkv, n * 3 * cl);
+  visit(s.dln1, n * c);
+  visit(s.scratch, n * std::max(c, hl));
+}
+
+template <typename T>
+std::unique_ptr<typename Block<T>::Slot> Block<T>::make_slot() {
   auto s = std::make_unique<Slot>();
-  s->ln1 = Buffer<T>(ops_, n * c);
-  s->ln1_mean = Buffer<float>(ops_, n);
-  s->ln1_rstd = Buffer<float>(ops_, n);
-  s->qkv = Buffer<T>(ops_, n * 3 * cl);
-  s->probs = Buffer<T>(ops_, size_t(dims_.batch) * dims_.local_heads() * t * t);
-  s->attn = Buffer<T>(ops_, n * cl);
-  s->x2 = Buffer<T>(ops_, n * c);
-  s->ln2 = Buffer<T>(ops_, n * c);
-  s->ln2_mean = Buffer<float>(ops_, n);
-  s->ln2_rstd = Buffer<float>(ops_, n);
-  s->fc1 = Buffer<T>(ops_, n * hl);
-  s->gelu = Buffer<T>(ops_, n * hl);
-  s->dfc1 = Buffer<T>(ops_, n * hl);
-  s->dln2 = Buffer<T>(ops_, n * c);
-  s->dx2 = Buffer<T>(ops_, n * c);
-  s->dqkv = Buffer<T>(ops_, n * 3 * cl);
-  s->dln1 = Buffer<T>(ops_, n * c);
-  s->scratch = Buffer<T>(ops_, n * std::max(c, hl));
+  for_each_buffer(*s, [this](auto& buffer, size_t count) {
+    buffer = std::remove_reference_t<decltype(buffer)>(ops_, count);
+  });
   return s;
 }
 
 template <typename T>
 size_t Block<T>::slot_bytes() const {
-  const size_t n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), hl = dims_.local_hidden();
-  const size_t probs = size_t(dims_.batch) * dims_.local_heads() * dims_.seq_len * dims_.seq_len;
-  return sizeof(T) * (n * c * 7 + n * cl * 7 + n * hl * 3 + probs + n * std::max(c, hl)) + sizeof(float) * n * 4;
+  Slot empty;  // nothing allocated: only the list of buffers and their sizes is used
+  size_t bytes = 0;
+  for_each_buffer(empty, [&bytes](auto& buffer, size_t count) {
+    bytes += count * sizeof(*buffer.data());
+  });
+  return bytes;
 }
 
 template <typename T>

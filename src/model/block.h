@@ -52,6 +52,10 @@ class Block final : public Layer<T> {
     Buffer<T> scratch;              // [N,max(C,HL)] dgelu / dattn before they become dfc1 / dqkv
   };
   std::unique_ptr<Slot> make_slot();
+  // Calls visit(buffer, element count) for every buffer of a slot: make_slot allocates
+  // them and slot_bytes adds them up from the same list, so the two cannot disagree.
+  template <typename Visit>
+  void for_each_buffer(Slot& s, Visit&& visit) const;
   // Sums x[n] over the tp group in place; with `keep_partial` (the planted fault
   // skip_tp_allreduce) this rank still takes part, so the others do not hang, but keeps
   // its own partial sum.
