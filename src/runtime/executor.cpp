@@ -42,8 +42,8 @@ void PipelineExecutor::discard(int microbatches) {
     for (int mb = 0; mb < microbatches; ++mb) stage->discard(mb);
 }
 
-int PipelineExecutor::tag(int direction, int stage, int mb) const {
-  return (mb * total_stages_ + stage) * 2 + direction;
+int PipelineExecutor::tag(Direction direction, int stage, int mb) const {
+  return (mb * total_stages_ + stage) * 2 + int(direction);
 }
 
 void PipelineExecutor::wait_recv(const Key& key, Timeline& timeline) {
@@ -53,7 +53,7 @@ void PipelineExecutor::wait_recv(const Key& key, Timeline& timeline) {
   it->second->wait();
   double t1 = timeline.now_us();
   auto [dir, stage, mb] = key;
-  timeline.add(cat("wait ", stage, dir == 0 ? "RECV_F" : "RECV_B", mb), t0, t1, false);
+  timeline.add(cat("wait ", stage, dir == Direction::Forward ? "RECV_F" : "RECV_B", mb), t0, t1, false);
   recvs_.erase(it);
 }
 
@@ -105,22 +105,24 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
     };
     switch (a.op) {
       case Op::RECV_F:
-        recvs_[{0, s, mb}] = pp_.irecv(stage_here(s).input(mb), bytes_, rank_of(s - 1), tag(0, s, mb));
+        recvs_[{Direction::Forward, s, mb}] =
+            pp_.irecv(stage_here(s).input(mb), bytes_, rank_of(s - 1), tag(Direction::Forward, s, mb));
         break;
       case Op::RECV_B:
-        recvs_[{1, s, mb}] = pp_.irecv(stage_here(s).output_grad(mb), bytes_, rank_of(s + 1), tag(1, s, mb));
+        recvs_[{Direction::Backward, s, mb}] =
+            pp_.irecv(stage_here(s).output_grad(mb), bytes_, rank_of(s + 1), tag(Direction::Backward, s, mb));
         break;
       case Op::SEND_F:
         sends_.emplace(std::make_pair(s, mb),
-                       pp_.isend(stage_here(s).output(mb), bytes_, rank_of(s + 1), tag(0, s + 1, mb)));
+                       pp_.isend(stage_here(s).output(mb), bytes_, rank_of(s + 1), tag(Direction::Forward, s + 1, mb)));
         break;
       case Op::SEND_B:
         sends_.emplace(std::make_pair(s, mb),
-                       pp_.isend(stage_here(s).input_grad(mb), bytes_, rank_of(s - 1), tag(1, s - 1, mb)));
+                       pp_.isend(stage_here(s).input_grad(mb), bytes_, rank_of(s - 1), tag(Direction::Backward, s - 1, mb)));
         break;
       case Op::F: {
         Stage& st = stage_here(s);
-        wait_recv({0, s, mb}, timeline);
+        wait_recv({Direction::Forward, s, mb}, timeline);
         double t0 = timeline.now_us();
         st.forward(mb, data.at(mb));
         if (st.spec().has_head) loss += st.loss_sum(mb);
@@ -133,7 +135,7 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
       case Op::B:
       case Op::I: {
         Stage& st = stage_here(s);
-        wait_recv({1, s, mb}, timeline);
+        wait_recv({Direction::Backward, s, mb}, timeline);
         double t0 = timeline.now_us();
         st.backward_input(mb);
         if (s > 0 && local(s - 1)) {
@@ -161,7 +163,7 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
   sends_.clear();
   if (!recvs_.empty()) {
     auto [dir, s, mb] = recvs_.begin()->first;
-    fail("pipeline rank ", pp_rank_, ": receive ", s, dir == 0 ? "RECV_F" : "RECV_B", mb,
+    fail("pipeline rank ", pp_rank_, ": receive ", s, dir == Direction::Forward ? "RECV_F" : "RECV_B", mb,
          " was posted but never used by the program");
   }
   return loss;

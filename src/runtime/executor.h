@@ -34,10 +34,13 @@ class PipelineExecutor {
   void discard(int microbatches);
 
  private:
-  using Key = std::tuple<int, int, int>;  // (direction 0=F 1=B, stage, microbatch)
+  // What a transfer carries: a stage's input (forward) or its output gradient (backward).
+  enum class Direction { Forward = 0, Backward = 1 };
+  using Key = std::tuple<Direction, int, int>;  // (direction, receiving stage, microbatch)
   int rank_of(int stage) const;
   bool local(int stage) const { return stages_.count(stage) > 0; }
-  int tag(int direction, int stage, int mb) const;
+  // The MPI/NCCL tag of the transfer to `stage` of microbatch `mb`: unique within a step.
+  int tag(Direction direction, int stage, int mb) const;
   void wait_recv(const Key& key, Timeline& timeline);
   void end_compute(const pipeline::Action& a, double start_us, Timeline& timeline);
   // After a microbatch's W (or B) its stage tensors are freed once every send that reads
