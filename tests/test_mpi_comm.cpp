@@ -129,6 +129,9 @@ TEST(MpiComm, HangIsReportedWithEachRankAndWhereItWaits) {
   } else {
     EXPECT_TRUE(contains(m0[1], "wait channel")) << m0[1];
   }
+  // 3 s deadline + about 1 s of gdb per live process (3 here) + at most the 5 s grace from
+  // SIGTERM to SIGKILL ≈ 11 s; 30 s leaves room for a loaded machine, and a harness that
+  // waited for the job instead of ending it would take forever.
   EXPECT_LT(seconds, 30.0) << "the hung job was not ended promptly";
 }
 
