@@ -64,6 +64,9 @@ TEST(Faults, BadEntriesAreOneLineErrors) {
   EXPECT_EQ(error_of("repeat_update@x"), "PPTRAIN_FAULTS: fault 'repeat_update@x': '@x' should be a world rank (an integer >= 0)");
   EXPECT_EQ(error_of("repeat_update:h.0"), "PPTRAIN_FAULTS: fault 'repeat_update:h.0' takes no target");
   EXPECT_EQ(error_of("resume_zero"), "PPTRAIN_FAULTS: fault 'resume_zero' needs a target: resume_zero:DATASET");
+  EXPECT_EQ(error_of("resume_zero:optim/x/wte.weight"),
+            "PPTRAIN_FAULTS: fault 'resume_zero:optim/x/wte.weight': target 'optim/x/wte.weight' should be "
+            "model/NAME, optim/m/NAME or optim/v/NAME");
   EXPECT_EQ(error_of("repeat_update,,skip_weight_decay"), "PPTRAIN_FAULTS: empty fault in 'repeat_update,,skip_weight_decay'");
   EXPECT_EQ(error_of("a:b:c:d"), "PPTRAIN_FAULTS: fault 'a:b:c:d' should be NAME[@RANK][:TARGET[:VALUE]]");
 }

@@ -115,11 +115,9 @@ CheckpointManager::CheckpointManager(const Config& cfg, const ParallelContext& p
 
 void CheckpointManager::plant_load_faults(ParamStore& params, AdamW& optimizer) const {
   for (const Fault* f : faults_.find_all("resume_zero")) {
-    const std::string& t = f->target;  // model/NAME, optim/m/NAME or optim/v/NAME
+    const std::string& t = f->target;  // model/NAME, optim/m/NAME or optim/v/NAME (checked by the parser)
     const size_t slash = t.rfind('/');
-    const std::string section = slash == std::string::npos ? "" : t.substr(0, slash), name = t.substr(slash + 1);
-    if (section != "model" && section != "optim/m" && section != "optim/v")
-      fail("PPTRAIN_FAULTS: resume_zero: target '", t, "' should be model/NAME, optim/m/NAME or optim/v/NAME");
+    const std::string section = t.substr(0, slash), name = t.substr(slash + 1);
     Param* p = params.find(name);
     if (!p) continue;  // held by other ranks
     if (section == "model") p->value.zero();

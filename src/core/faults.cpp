@@ -91,6 +91,11 @@ Fault parse_one(const std::string& entry, const std::string& source) {
     bool ok = false;
     for (const std::string& choice : split(form, '|')) ok = ok || f.target == choice;
     if (!ok) fail(source, ": fault '", entry, "': target '", f.target, "' should be ", form);
+  } else if (form == "DATASET") {
+    const size_t slash = f.target.rfind('/');
+    const std::string section = slash == std::string::npos ? "" : f.target.substr(0, slash);
+    if ((section != "model" && section != "optim/m" && section != "optim/v") || slash + 1 == f.target.size())
+      fail(source, ": fault '", entry, "': target '", f.target, "' should be model/NAME, optim/m/NAME or optim/v/NAME");
   } else if (form == "MICROBATCH") {
     char* end = nullptr;
     const long mb = std::strtol(f.target.c_str(), &end, 10);
