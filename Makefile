@@ -45,10 +45,14 @@ $(shell mkdir -p $(BUILD))
 $(file >$(CODEGEN_STAMP),$(CODEGEN_FLAGS))
 endif
 
-# Every .cpp under src/ except the CLI entry goes into one static library; a linked
+# The host sources that need the CUDA runtime, cuBLAS or NCCL (the cuda backend and
+# NcclComm): built by mk/cuda.mk, for real with the toolkit or emulated for the tests.
+# Builds without them link backend/no_cuda.cpp and parallel/no_nccl.cpp, which say so.
+CUDA_HOST_SRCS := $(sort $(wildcard src/backend/cuda/*.cpp)) src/parallel/nccl_comm.cpp
+
+# Every other .cpp under src/ except the CLI entry goes into one static library; a linked
 # binary only pulls the objects it references.
-# src/backend/cuda is built by mk/cuda.mk (only with nvcc, or emulated for tests).
-LIB_SRCS := $(filter-out src/main.cpp src/backend/cuda/%,$(shell find src -name '*.cpp' | sort))
+LIB_SRCS := $(filter-out src/main.cpp src/backend/cuda/% $(CUDA_HOST_SRCS),$(shell find src -name '*.cpp' | sort))
 LIB_OBJS := $(LIB_SRCS:%.cpp=$(BUILD)/obj/%.o)
 LIB := $(BUILD)/libpptrain.a
 
@@ -85,7 +89,7 @@ $(LIB): $(LIB_OBJS)
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/pptrain: $(BUILD)/obj/src/main.o $(LIB)
-	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS)
+	$(CXX) $(CXXFLAGS) $(filter %.o %.a,$^) -o $@ $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJS) $(LIB)
 	@mkdir -p $(dir $@)

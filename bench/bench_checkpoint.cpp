@@ -24,12 +24,12 @@
 #include "backend/ops.h"
 #include "checkpoint/checkpoint_manager.h"
 #include "core/log.h"
+#include "model/optimizer_state.h"
 #include "model/stage.h"
 #include "parallel/mpi_comm.h"
 #include "parallel/mpi_session.h"
 #include "partition/partition.h"
 #include "pipeline/ir.h"
-#include "train/adamw.h"
 
 using namespace pptrain;
 using Clock = std::chrono::steady_clock;
@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
     for (const StageSpec& spec : stage_specs(cfg))
       if (pipeline::rank_of_stage(pipeline::Placement::Loop, spec.index, pp) == pp_rank)
         stages.push_back(make_stage(params, dims, spec, tp_group));
-    AdamW optimizer(params, cfg.training);
+    OptimizerState optimizer(params);
     ParallelContext par{1, pp, tp, 0, pp_rank, tp_rank, &pp_group, &tp_group, nullptr, nullptr, &world};
     log::set_quiet(true);
 

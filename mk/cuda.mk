@@ -1,12 +1,13 @@
-# The cuda backend (src/backend/cuda). Two builds of the same host sources:
-#  - emulated (always): g++ compiles src/backend/cuda/*.cpp with PPTRAIN_EMULATED against
+# The cuda backend (src/backend/cuda) and NcclComm: $(CUDA_HOST_SRCS), set in the Makefile.
+# Two builds of the same host sources:
+#  - emulated (always): g++ compiles them with PPTRAIN_EMULATED against
 #    the CUDA runtime/cuBLAS/NCCL shims of src/backend/cuda/emu (cuBLAS -> OpenBLAS, NCCL ->
 #    MPI, device memory = host memory) into $(BUILD)/obj-emu/, and links them with the
 #    emulated kernels ($(KERNEL_EMU_OBJS), mk/kernels.mk) into the tests/test_cuda_backend*
 #    binaries, the NCCL test program (mk/mpi_tests.mk) and $(BUILD)/pptrain-emu: the whole
 #    trainer with `device: cuda` running on the CPU, its groups on NcclComm over the
 #    emulated NCCL.
-#  - real (CUDA=1): mpicxx compiles src/backend/cuda/*.cpp against the CUDA toolkit, and
+#  - real (CUDA=1): mpicxx compiles them against the CUDA toolkit, and
 #    build/pptrain links them with the nvcc kernels ($(KERNEL_NVCC_OBJS)), cuBLAS and NCCL.
 #    On by default where nvcc is found and a GPU is visible; elsewhere (a login node that
 #    builds for GPU compute nodes) `make CUDA=1`. The nvcc compile of every kernel for
@@ -16,17 +17,16 @@
 # which the Makefile reads before this file.
 
 # ---- emulated ------------------------------------------------------------------------------
-CUDA_EMU_SRCS := $(sort $(wildcard src/backend/cuda/*.cpp src/backend/cuda/emu/*.cpp))
+CUDA_EMU_SRCS := $(CUDA_HOST_SRCS) $(sort $(wildcard src/backend/cuda/emu/*.cpp))
 CUDA_EMU_OBJS := $(CUDA_EMU_SRCS:%.cpp=$(BUILD)/obj-emu/%.o)
-# The CLI objects that see PPTRAIN_WITH_CUDA (make_ops, --version) in pptrain-emu.
-CUDA_EMU_CLI_OBJS := $(addprefix $(BUILD)/obj-emu/src/,main.o cli/train.o cli/version.o)
 
 $(BUILD)/obj-emu/%.o: %.cpp $(CODEGEN_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -DPPTRAIN_EMULATED -DPPTRAIN_WITH_CUDA -c $< -o $@
 
-# Objects before $(LIB) so the archive resolves what they use; $(LIB) again after them.
-$(BUILD)/pptrain-emu: $(CUDA_EMU_CLI_OBJS) $(CUDA_EMU_OBJS) $(KERNEL_EMU_OBJS) $(LIB)
+# The cuda objects come before $(LIB), so their definitions of the cuda entry points are
+# the ones linked (the library's backend/no_cuda.o and parallel/no_nccl.o are not pulled).
+$(BUILD)/pptrain-emu: $(BUILD)/obj/src/main.o $(CUDA_EMU_OBJS) $(KERNEL_EMU_OBJS) $(LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS)
 
 CUDA_EMU_TESTS := $(filter $(BUILD)/tests/test_cuda_backend%, $(TEST_BINS))
@@ -51,22 +51,23 @@ NCCL_LIBDIR ?= $(firstword $(dir $(wildcard $(NCCL_HOME)/lib64/libnccl.so $(NCCL
                  $(CUDA_HOME)/lib/libnccl.so $(CUDA_HOME)/lib64/libnccl.so /usr/lib/x86_64-linux-gnu/libnccl.so)))
 
 # The real build is on when nvcc is found and an NVIDIA GPU is visible (CUDA=1 forces it,
-# CUDA=0 turns it off). Switching rewrites a stamp that the objects seeing
-# PPTRAIN_WITH_CUDA depend on, so they are rebuilt.
+# CUDA=0 turns it off). Only the cuda objects see the toolkit; switching relinks
+# build/pptrain (a stamp of the mode is one of its prerequisites, not linked).
 CUDA_NVCC_FOUND := $(if $(shell command -v nvcc 2>/dev/null)$(wildcard $(CUDA_HOME)/bin/nvcc),1)
 CUDA_GPU_VISIBLE := $(if $(wildcard /dev/nvidia[0-9]*),1)
 CUDA ?= $(if $(CUDA_NVCC_FOUND),$(if $(CUDA_GPU_VISIBLE),1,0),0)
 CUDA_MODE_STAMP := $(BUILD)/cuda-mode.stamp
 $(shell mkdir -p $(BUILD) && (echo '$(CUDA)' | cmp -s - $(CUDA_MODE_STAMP) || echo '$(CUDA)' > $(CUDA_MODE_STAMP)))
-$(BUILD)/obj/src/main.o $(BUILD)/obj/src/cli/train.o $(BUILD)/obj/src/cli/version.o: $(CUDA_MODE_STAMP)
+$(BUILD)/pptrain: $(CUDA_MODE_STAMP)
 
 ifeq ($(CUDA),1)
 comma := ,
-CUDA_SRCS := $(sort $(wildcard src/backend/cuda/*.cpp))
-CUDA_OBJS := $(CUDA_SRCS:%.cpp=$(BUILD)/obj/%.o)
-CXXFLAGS += -DPPTRAIN_WITH_CUDA -I$(CUDA_HOME)/include $(if $(filter-out $(CUDA_HOME),$(NCCL_HOME)),-I$(NCCL_HOME)/include)
+CUDA_OBJS := $(CUDA_HOST_SRCS:%.cpp=$(BUILD)/obj/%.o)
+$(CUDA_OBJS): CXXFLAGS += -DPPTRAIN_WITH_CUDA -I$(CUDA_HOME)/include \
+                         $(if $(filter-out $(CUDA_HOME),$(NCCL_HOME)),-I$(NCCL_HOME)/include)
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 $(if $(NCCL_LIBDIR),-L$(NCCL_LIBDIR) -Wl$(comma)-rpath$(comma)$(NCCL_LIBDIR)) \
                 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublasLt -lcublas -lcudart
+# The cuda objects before $(LIB) (see pptrain-emu above).
 $(BUILD)/pptrain: $(CUDA_OBJS) $(KERNEL_NVCC_OBJS)
 $(BUILD)/pptrain: LDLIBS := $(LIB) $(LDLIBS) $(CUDA_LDLIBS)
 endif

@@ -1,5 +1,5 @@
 // The tiny single-rank model the checkpoint tests write, read and import into: the whole
-// GPT-2 as one Stage on the cpu backend with its AdamW state.
+// GPT-2 as one Stage on the cpu backend with its optimizer moments.
 #pragma once
 #include <memory>
 #include <random>
@@ -11,9 +11,9 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "model/stage.h"
-#include "runtime/parallel_context.h"
+#include "parallel/parallel_context.h"
+#include "model/optimizer_state.h"
 #include "support/single_rank_model.h"
-#include "train/adamw.h"
 
 namespace pptrain::testing {
 
@@ -27,10 +27,10 @@ inline Config tiny_config(const std::string& dir) {
 
 // A whole model on one rank with its optimizer, values and moments randomised.
 struct Model : SingleRankModel {
-  std::unique_ptr<AdamW> optimizer;
+  std::unique_ptr<OptimizerState> optimizer;
 
   Model(const ModelConfig& m, uint64_t seed, int batch = 1) : SingleRankModel(m, batch, seed) {
-    optimizer = std::make_unique<AdamW>(*params, TrainingConfig{});
+    optimizer = std::make_unique<OptimizerState>(*params);
   }
   void randomise(uint32_t seed) {
     std::mt19937 gen(seed);

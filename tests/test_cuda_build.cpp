@@ -3,8 +3,8 @@
 // wherever nvcc is found, with or without a GPU. Without a GPU the default build leaves it
 // out, so this test is what keeps it building on such machines (CI among them).
 // To take well under a minute it builds in a temporary BUILD folder seeded with this
-// build's library objects, so only what sees PPTRAIN_WITH_CUDA, the cuda backend and the
-// kernels (for one architecture) are compiled. Runs from the repository root.
+// build's library objects, so only the cuda host sources (the cuda backend and NcclComm) and
+// the kernels (for one architecture) are compiled. Runs from the repository root.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

@@ -23,16 +23,16 @@ TEST(Trace, ChromeTraceHasATrackPerRankAndEveryAction) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::string trace = read_file(dir.file("trace.json"));
   ASSERT_EQ(trace.rfind("{\"traceEvents\": [", 0), 0u) << trace.substr(0, 200);
-  EXPECT_NE(trace.find("\"name\":\"rank 0 (dp 0 pp 0 tp 0)\""), std::string::npos);
-  EXPECT_NE(trace.find("\"name\":\"rank 1 (dp 0 pp 1 tp 0)\""), std::string::npos);
+  EXPECT_NE(trace.find("\"name\": \"rank 0 (dp 0 pp 0 tp 0)\""), std::string::npos);
+  EXPECT_NE(trace.find("\"name\": \"rank 1 (dp 0 pp 1 tp 0)\""), std::string::npos);
   // every compute action of the zbv program appears, twice (two steps): F, I and W of
   // 4 stages x 4 microbatches
   for (const char* op : {"F", "I", "W"}) {
-    std::regex re(std::string("\"name\":\"[0-3]") + op + "[0-3]\"");
+    std::regex re(std::string("\"name\": \"[0-3]") + op + "[0-3]\"");
     auto n = std::distance(std::sregex_iterator(trace.begin(), trace.end(), re), std::sregex_iterator());
     EXPECT_EQ(n, 2 * 16) << op;
   }
-  EXPECT_NE(trace.find("\"name\":\"wait "), std::string::npos) << "receive waits are not in the trace";
+  EXPECT_NE(trace.find("\"name\": \"wait "), std::string::npos) << "receive waits are not in the trace";
   EXPECT_EQ(trace.find(".part"), std::string::npos);
   // no per-rank part files left behind
   EXPECT_NE(run_command("ls " + dir.path()).output.find("trace.json"), std::string::npos);

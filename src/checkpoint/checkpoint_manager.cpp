@@ -14,8 +14,6 @@
 #include "checkpoint/checkpoint_reader.h"
 #include "core/log.h"
 #include "core/version.h"
-#include "train/adamw.h"
-#include "train/trainer.h"
 
 namespace pptrain {
 namespace fs = std::filesystem;
@@ -113,7 +111,7 @@ std::vector<ShardedTensor> sharded_tensors(ParamStore& params) {
 CheckpointManager::CheckpointManager(const Config& cfg, const ParallelContext& par, const Faults& faults)
     : cfg_(cfg), faults_(faults), par_(par), io_(par.world) {}
 
-void CheckpointManager::plant_load_faults(ParamStore& params, AdamW& optimizer) const {
+void CheckpointManager::plant_load_faults(ParamStore& params, OptimizerState& optimizer) const {
   for (const Fault* f : faults_.find_all("resume_zero")) {
     const std::string& t = f->target;  // model/NAME, optim/m/NAME or optim/v/NAME (checked by the parser)
     const size_t slash = t.rfind('/');
@@ -124,16 +122,6 @@ void CheckpointManager::plant_load_faults(ParamStore& params, AdamW& optimizer) 
     else if (section == "optim/m") optimizer.m(name).zero();
     else optimizer.v(name).zero();
   }
-}
-
-int CheckpointManager::resume(Trainer& trainer) {
-  const int step = resume(trainer.params(), trainer.optimizer());
-  trainer.set_step(step);
-  return step;
-}
-
-void CheckpointManager::after_step(Trainer& trainer, bool final) {
-  after_step(trainer.params(), trainer.optimizer(), trainer.step(), final);
 }
 
 std::string CheckpointManager::resume_path() const {
@@ -157,7 +145,7 @@ std::string CheckpointManager::resume_path() const {
   return broadcast_string(io_.comm(), path, 0);
 }
 
-int CheckpointManager::resume(ParamStore& params, AdamW& optimizer) {
+int CheckpointManager::resume(ParamStore& params, OptimizerState& optimizer) {
   const std::string path = resume_path();
   if (path.empty()) {
     if (!cfg_.checkpoint.dir.empty()) log::info("checkpoint: no checkpoint to resume from, starting at step 0");
@@ -173,12 +161,7 @@ int CheckpointManager::resume(ParamStore& params, AdamW& optimizer) {
     else optimizer.v(p.spec.name).upload(host);
   };
   const CheckpointMeta meta = read_checkpoint_file(path, tensors, upload, cfg_, true, io_);
-  if (!meta.has_optimizer_state) {
-    for (Param* p : by_index) {
-      optimizer.m(p->spec.name).zero();
-      optimizer.v(p->spec.name).zero();
-    }
-  }
+  if (!meta.has_optimizer_state) optimizer.zero();
   plant_load_faults(params, optimizer);
 
   const Config stored = parse_config(meta.config_yaml, cat(path, " (attribute 'config')"));
@@ -201,7 +184,7 @@ int CheckpointManager::resume(ParamStore& params, AdamW& optimizer) {
   return int(meta.step);
 }
 
-void CheckpointManager::after_step(ParamStore& params, AdamW& optimizer, int step, bool final) {
+void CheckpointManager::after_step(ParamStore& params, OptimizerState& optimizer, int step, bool final) {
   const auto& c = cfg_.checkpoint;
   if (c.dir.empty()) return;
   if (final || (c.every > 0 && step % c.every == 0)) save(params, optimizer, step);
@@ -225,7 +208,7 @@ CheckpointMeta CheckpointManager::meta_for(int step) const {
   return m;
 }
 
-std::string CheckpointManager::save(ParamStore& params, AdamW& optimizer, int step) {
+std::string CheckpointManager::save(ParamStore& params, OptimizerState& optimizer, int step) {
   const fs::path dir = cfg_.checkpoint.dir;
   const fs::path final_path = dir / checkpoint_name(step);
   const fs::path tmp_path = final_path.string() + ".tmp";

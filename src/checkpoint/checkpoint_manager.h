@@ -27,13 +27,10 @@
 #include "checkpoint/tensor_table.h"
 #include "core/config.h"
 #include "core/faults.h"
-#include "runtime/parallel_context.h"
+#include "model/optimizer_state.h"
+#include "parallel/parallel_context.h"
 
 namespace pptrain {
-
-class AdamW;
-class ParamStore;
-class Trainer;
 
 // The parameters of `params` described for the checkpoint reader and writer.
 std::vector<ShardedTensor> sharded_tensors(ParamStore& params);
@@ -44,20 +41,16 @@ class CheckpointManager {
   // `faults`: the planted faults acting on this rank (resume_zero; tests only).
   CheckpointManager(const Config& cfg, const ParallelContext& par, const Faults& faults = {});
 
-  // Collective. Applies checkpoint.resume: loads parameters, AdamW moments and the step
-  // into the trainer. Returns the step resumed from (0 if none).
-  int resume(Trainer& trainer);
+  // Collective. Applies checkpoint.resume: loads parameters and optimizer moments.
+  // Returns the step resumed from (0 if none); setting it is the caller's business (the
+  // data position, LR schedule and RNG counter of pptrain are functions of it).
+  int resume(ParamStore& params, OptimizerState& optimizer);
   // Collective. Called after every step: saves when checkpoint.every divides the step,
   // or when `final`; does nothing without checkpoint.dir.
-  void after_step(Trainer& trainer, bool final);
-
-  // The same on the parts of a trainer (tests, tools). resume() leaves the step to the
-  // caller (the data position, LR schedule and RNG counter of pptrain are functions of it).
-  int resume(ParamStore& params, AdamW& optimizer);
-  void after_step(ParamStore& params, AdamW& optimizer, int step, bool final);
+  void after_step(ParamStore& params, OptimizerState& optimizer, int step, bool final);
   // Collective: writes DIR/step_<step>.h5 now (temporary name, rename, latest, pruning)
   // and returns its path.
-  std::string save(ParamStore& params, AdamW& optimizer, int step);
+  std::string save(ParamStore& params, OptimizerState& optimizer, int step);
 
   // Collective: the file resume() would load ("" for none). Throws pptrain::Error.
   std::string resume_path() const;
@@ -66,7 +59,7 @@ class CheckpointManager {
 
  private:
   CheckpointMeta meta_for(int step) const;
-  void plant_load_faults(ParamStore& params, AdamW& optimizer) const;
+  void plant_load_faults(ParamStore& params, OptimizerState& optimizer) const;
 
   Config cfg_;
   Faults faults_;

@@ -1,12 +1,17 @@
 #include <cstdio>
+#include <string>
 
+#include "backend/cuda/cuda_backend.h"
 #include "cli/commands.h"
-#include "cli/version.h"
+#include "core/version.h"
 
 namespace pptrain {
 
+// Which backends this binary contains: the cuda backend is linked in (real or emulated)
+// or not, which cuda_backend_build() tells at run time.
 int cmd_version(const Args&) {
-  std::printf("pptrain %s\nbackends: %s\n", kVersion, compiled_backends());
+  const std::string cuda = cuda_backend_build();
+  std::printf("pptrain %s\nbackends: cpu%s%s\n", kVersion, cuda.empty() ? "" : " ", cuda.c_str());
   return 0;
 }
 

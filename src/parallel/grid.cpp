@@ -47,6 +47,11 @@ Grid::Grid(const MpiComm& world, int dp, int pp, int tp, std::vector<int> embedd
                                                       : dp * tp + world_rank_,
                                   pp_idx_, "embedding")) {}
 
+ParallelContext Grid::context(Communicator& world) {
+  return ParallelContext{dp_,       pp_,       tp_,       dp_idx_,          pp_idx_, tp_idx_,
+                         &pp_comm_, &tp_comm_, &dp_comm_, &embedding_comm_, &world};
+}
+
 int Grid::world_rank_of(int dp_idx, int pp_idx, int tp_idx) const {
   PPTRAIN_CHECK(dp_idx >= 0 && dp_idx < dp_ && pp_idx >= 0 && pp_idx < pp_ && tp_idx >= 0 &&
                     tp_idx < tp_,

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "parallel/mpi_comm.h"
+#include "parallel/parallel_context.h"
 
 namespace pptrain {
 
@@ -45,6 +46,10 @@ class Grid {
   MpiComm& tp_comm() { return tp_comm_; }
   MpiComm& dp_comm() { return dp_comm_; }
   MpiComm& embedding_comm() { return embedding_comm_; }
+
+  // This rank's coordinates and groups as the Communicator interfaces the model and
+  // trainer take; `world` is the job's world communicator. Valid while both live.
+  ParallelContext context(Communicator& world);
 
   const std::vector<int>& embedding_pp_ranks() const { return embedding_pp_ranks_; }
   bool in_embedding_group() const { return in_embedding_group_; }

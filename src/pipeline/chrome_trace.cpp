@@ -1,6 +1,8 @@
-// The simulated time line as a Chrome trace (JSON object format), which chrome://tracing
-// and Perfetto open: one thread per rank, a complete ("X") event per compute action and a
-// flow arrow from each SEND to the compute action that consumes the message.
+// The Chrome trace writer, and the simulated time line of a schedule as a trace: one
+// thread per rank, a complete ("X") event per compute action and a flow arrow from each
+// SEND to the compute action that consumes the message.
+#include "pipeline/chrome_trace.h"
+
 #include <cstdio>
 #include <map>
 
@@ -12,28 +14,61 @@ namespace pptrain::pipeline {
 
 namespace {
 
-constexpr double kMicrosecondsPerUnit = 1000;  // 1 cost unit = 1 ms
-
 std::string us(double t) {
   char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.3f", t * kMicrosecondsPerUnit);
+  std::snprintf(buffer, sizeof buffer, "%.3f", t);
   return buffer;
 }
 
 }  // namespace
 
+void ChromeTrace::add(const std::string& event) { events_ += (events_.empty() ? "" : ",\n") + event; }
+
+void ChromeTrace::process_name(int pid, const std::string& name) {
+  add(cat("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": ", pid, ", \"args\": {\"name\": ",
+          json_string(name), "}}"));
+}
+
+void ChromeTrace::thread_name(int pid, int tid, const std::string& name) {
+  add(cat("{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": ", pid, ", \"tid\": ", tid,
+          ", \"args\": {\"name\": ", json_string(name), "}}"));
+}
+
+void ChromeTrace::slice(const std::string& name, const std::string& category, int pid, int tid, double ts_us,
+                        double dur_us, const std::string& args) {
+  add(cat("{\"name\": ", json_string(name), ", \"cat\": ", json_string(category), ", \"ph\": \"X\", \"pid\": ", pid,
+          ", \"tid\": ", tid, ", \"ts\": ", us(ts_us), ", \"dur\": ", us(dur_us),
+          args.empty() ? "" : cat(", \"args\": {", args, "}"), "}"));
+}
+
+void ChromeTrace::flow(const std::string& name, int id, int pid, int from_tid, double from_us, int to_tid,
+                       double to_us) {
+  const std::string quoted = json_string(name);
+  add(cat("{\"name\": ", quoted, ", \"cat\": \"p2p\", \"ph\": \"s\", \"id\": ", id, ", \"pid\": ", pid,
+          ", \"tid\": ", from_tid, ", \"ts\": ", us(from_us), "}"));
+  add(cat("{\"name\": ", quoted, ", \"cat\": \"p2p\", \"ph\": \"f\", \"bp\": \"e\", \"id\": ", id, ", \"pid\": ", pid,
+          ", \"tid\": ", to_tid, ", \"ts\": ", us(to_us), "}"));
+}
+
+std::string ChromeTrace::document(const std::vector<std::string>& fragments) {
+  std::string out = "{\"traceEvents\": [\n";
+  bool first = true;
+  for (const std::string& f : fragments) {
+    if (f.empty()) continue;
+    out += (first ? "" : ",\n") + f;
+    first = false;
+  }
+  return out + "\n], \"displayTimeUnit\": \"ms\"}\n";
+}
+
 std::string render_chrome_trace(const ScheduleReport& report) {
   PPTRAIN_CHECK(report.valid);
+  constexpr double kMicrosecondsPerUnit = 1000;  // 1 cost unit = 1 ms
   const Schedule& s = report.schedule;
   const SimResult& sim = report.sim;
-  std::vector<std::string> events;
-  events.push_back(cat("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": {\"name\": ",
-                       json_string(cat("pptrain schedule ", s.name, " pp=", s.pp, " m=",
-                                       s.microbatches)),
-                       "}}"));
-  for (int r = 0; r < s.pp; ++r)
-    events.push_back(cat("{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": ", r,
-                         ", \"args\": {\"name\": \"rank ", r, "\"}}"));
+  ChromeTrace trace;
+  trace.process_name(0, cat("pptrain schedule ", s.name, " pp=", s.pp, " m=", s.microbatches));
+  for (int r = 0; r < s.pp; ++r) trace.thread_name(0, r, cat("rank ", r));
 
   // Each message as an arrow from the middle of its producer's slice to the middle of its
   // consumer's (a flow event binds to the slice that encloses it; slice edges are ambiguous).
@@ -54,10 +89,9 @@ std::string render_chrome_trace(const ScheduleReport& report) {
       }
       if (!is_compute(a.op)) continue;
       last_compute_middle = (t.start + t.end) / 2;
-      events.push_back(cat("{\"name\": ", json_string(to_string(a)), ", \"cat\": \"", op_name(a.op),
-                           "\", \"ph\": \"X\", \"pid\": 0, \"tid\": ", r, ", \"ts\": ", us(t.start),
-                           ", \"dur\": ", us(t.end - t.start), ", \"args\": {\"stage\": ", a.stage,
-                           ", \"microbatch\": ", a.microbatch, "}}"));
+      trace.slice(to_string(a), op_name(a.op), 0, r, t.start * kMicrosecondsPerUnit,
+                  (t.end - t.start) * kMicrosecondsPerUnit,
+                  cat("\"stage\": ", a.stage, ", \"microbatch\": ", a.microbatch));
       if (auto msg = incoming_message(s, a)) {
         Flow& f = flows[key_of(msg->recv)];
         f.receiver = r;
@@ -69,17 +103,10 @@ std::string render_chrome_trace(const ScheduleReport& report) {
   for (const auto& [key, f] : flows) {
     if (f.sender < 0 || f.receiver < 0) continue;
     Action recv{Op(std::get<0>(key)), std::get<1>(key), std::get<2>(key)};
-    std::string name = json_string(to_string(matching_action(recv)));
-    events.push_back(cat("{\"name\": ", name, ", \"cat\": \"p2p\", \"ph\": \"s\", \"id\": ", id,
-                         ", \"pid\": 0, \"tid\": ", f.sender, ", \"ts\": ",
-                         us(f.sent), "}"));
-    events.push_back(cat("{\"name\": ", name, ", \"cat\": \"p2p\", \"ph\": \"f\", \"bp\": \"e\", \"id\": ",
-                         id, ", \"pid\": 0, \"tid\": ", f.receiver, ", \"ts\": ", us(f.consumed), "}"));
-    ++id;
+    trace.flow(to_string(matching_action(recv)), id++, 0, f.sender, f.sent * kMicrosecondsPerUnit, f.receiver,
+               f.consumed * kMicrosecondsPerUnit);
   }
-  std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
-  for (size_t i = 0; i < events.size(); ++i) out += (i ? ",\n" : "") + events[i];
-  return out + "\n]}\n";
+  return ChromeTrace::document({trace.events()});
 }
 
 }  // namespace pptrain::pipeline

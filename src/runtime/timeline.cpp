@@ -1,7 +1,6 @@
 #include "runtime/timeline.h"
 
 #include <algorithm>
-#include <cstdio>
 
 namespace pptrain {
 
@@ -19,22 +18,9 @@ double Timeline::span_us() const {
   return end;
 }
 
-std::string chrome_trace_events(const Timeline& t, int pid, const std::string& track_name,
-                                double step_offset_us) {
-  std::string out;
-  char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"%s\"}}",
-                pid, track_name.c_str());
-  out += buf;
-  for (auto& e : t.events()) {
-    std::snprintf(buf, sizeof buf,
-                  ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,\"ts\":%.3f,\"dur\":%.3f}",
-                  e.name.c_str(), e.compute ? "compute" : "comm", pid, step_offset_us + e.start_us,
-                  e.end_us - e.start_us);
-    out += buf;
-  }
-  return out;
+void add_to_trace(const Timeline& t, int pid, double step_offset_us, pipeline::ChromeTrace& trace) {
+  for (const TimedEvent& e : t.events())
+    trace.slice(e.name, e.compute ? "compute" : "comm", pid, 0, step_offset_us + e.start_us, e.end_us - e.start_us);
 }
 
 }  // namespace pptrain

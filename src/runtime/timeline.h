@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/chrome_trace.h"
+
 namespace pptrain {
 
 struct TimedEvent {
@@ -34,9 +36,8 @@ class Timeline {
   std::vector<TimedEvent> events_;
 };
 
-// Chrome trace events (one JSON object per event, no enclosing brackets) of one rank,
-// for `pid` = world rank and `step_offset_us` = when the step began on the job clock.
-std::string chrome_trace_events(const Timeline& t, int pid, const std::string& track_name,
-                                double step_offset_us);
+// Adds one step of a rank's time line to `trace`: one slice per event on track `pid` (the
+// world rank), shifted by `step_offset_us` (when the step began on the job's clock).
+void add_to_trace(const Timeline& t, int pid, double step_offset_us, pipeline::ChromeTrace& trace);
 
 }  // namespace pptrain

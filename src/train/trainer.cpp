@@ -2,66 +2,49 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "core/error.h"
 #include "core/log.h"
-#include "partition/partition.h"
 #include "pipeline/generators.h"
 #include "pipeline/registry.h"
 #include "train/lr_schedule.h"
 
 namespace pptrain {
 
-Trainer::Trainer(const Config& cfg, const ParallelContext& par, Ops& ops, const Faults& faults)
-    : cfg_(cfg), par_(par), ops_(ops), faults_(faults) {
-  const auto& pc = cfg.parallel;
-  if (pc.pp != par.pp || pc.tp != par.tp || pc.dp != par.dp)
-    fail(cfg.source, ": parallel layout ", pc.dp, "x", pc.pp, "x", pc.tp, " does not match the process grid");
-  train_schedule_ = pipeline::prepare_schedule(cfg);
-  eval_schedule_ = pipeline::make_forward_only(train_schedule_);
-
-  const ModelDims dims = ModelDims::from(cfg.model, cfg.training.micro_batch_size, par.tp, par.tp_rank);
-  params_ = std::make_unique<ParamStore>(ops, par.tp, par.tp_rank, cfg.training.seed);
+Trainer::Trainer(Job& job)
+    : job_(job), cfg_(job.config()), par_(job.parallel()), ops_(job.ops()), faults_(job.faults()) {
+  const auto& pc = cfg_.parallel;
+  eval_schedule_ = pipeline::make_forward_only(job.schedule());
   std::map<int, Stage*> mine;
-  for (const StageSpec& spec : stage_specs(cfg)) {
-    if (pipeline::rank_of_stage(train_schedule_.placement, spec.index, pc.pp) != par.pp_rank) continue;
-    stages_.push_back(make_stage(*params_, dims, spec, *par.tp_comm, cfg.precision(), faults_));
-    mine[spec.index] = stages_.back().get();
-    if (spec.has_head) {
-      const double tokens = double(cfg.global_batch_sequences()) * cfg.model.seq_len;
-      stages_.back()->set_loss_scale(float(1.0 / tokens));
-    }
-  }
-  train_exec_ = std::make_unique<PipelineExecutor>(ops, mine, train_schedule_, par.pp_rank, *par.pp_comm, faults_);
-  eval_exec_ = std::make_unique<PipelineExecutor>(ops, mine, eval_schedule_, par.pp_rank, *par.pp_comm);
-  TrainingConfig optim = cfg.training;
+  for (const auto& stage : job.stages()) mine[stage->spec().index] = stage.get();
+  train_exec_ =
+      std::make_unique<PipelineExecutor>(ops_, mine, job.schedule(), par_.pp_rank, *par_.pp_comm, faults_);
+  eval_exec_ = std::make_unique<PipelineExecutor>(ops_, mine, eval_schedule_, par_.pp_rank, *par_.pp_comm);
+  TrainingConfig optim = cfg_.training;
   if (faults_.find("skip_weight_decay")) optim.weight_decay = 0.0;
-  optimizer_ = std::make_unique<AdamW>(*params_, optim);
+  optimizer_ = std::make_unique<AdamW>(job.params(), optim);
 
-  const int m = pc.microbatches, bt = dims.rows();
+  const int m = pc.microbatches, bt = cfg_.training.micro_batch_size * cfg_.model.seq_len;  // B·T tokens
   for (int i = 0; i < m; ++i) {
-    tokens_.emplace_back(ops, bt);
-    targets_.emplace_back(ops, bt);
+    tokens_.emplace_back(ops_, bt);
+    targets_.emplace_back(ops_, bt);
     microbatches_.push_back({tokens_.back().data(), targets_.back().data()});
   }
   host_tokens_.resize(bt);
   host_targets_.resize(bt);
   // Only the ranks with the first or last stage read data.
-  if (holds_stage(0) || holds_stage(cfg.total_stages() - 1)) {
-    if (cfg.data.train.empty()) fail(cfg.source, ": key 'data.train': a glob of token shards is required");
-    train_data_ = std::make_unique<data::TokenDataset>(cfg.data.train, cfg.model.seq_len, cfg.model.vocab_size,
-                                                       "data.train", cfg.data.shuffle, cfg.training.seed);
-    if (!cfg.data.val.empty() && cfg.training.eval_every > 0 && cfg.training.eval_batches > 0)
-      val_data_ = std::make_unique<data::TokenDataset>(cfg.data.val, cfg.model.seq_len, cfg.model.vocab_size,
-                                                       "data.val", false, cfg.training.seed);
+  if (job.holds_stage(0) || job.holds_stage(cfg_.total_stages() - 1)) {
+    if (cfg_.data.train.empty()) fail(cfg_.source, ": key 'data.train': a glob of token shards is required");
+    train_data_ = std::make_unique<data::TokenDataset>(cfg_.data.train, cfg_.model.seq_len, cfg_.model.vocab_size,
+                                                       "data.train", cfg_.data.shuffle, cfg_.training.seed);
+    if (!cfg_.data.val.empty() && cfg_.training.eval_every > 0 && cfg_.training.eval_batches > 0)
+      val_data_ = std::make_unique<data::TokenDataset>(cfg_.data.val, cfg_.model.seq_len, cfg_.model.vocab_size,
+                                                       "data.val", false, cfg_.training.seed);
   }
 }
 
 Trainer::~Trainer() = default;
-
-bool Trainer::holds_stage(int stage) const {
-  return pipeline::rank_of_stage(train_schedule_.placement, stage, par_.pp) == par_.pp_rank;
-}
 
 void Trainer::load_microbatches(const data::TokenDataset& ds, uint64_t batch_index) {
   const auto& pc = cfg_.parallel;
@@ -82,24 +65,24 @@ double Trainer::mean_loss(double local_loss_sum) {
 
 void Trainer::plant_gradient_faults() {
   for (const Fault* f : faults_.find_all("grad_scale"))
-    if (Param* p = params_->find(f->target)) ops_.scale(p->grad.data(), float(*f->value), p->numel());
+    if (Param* p = job_.params().find(f->target)) ops_.scale(p->grad.data(), float(*f->value), p->numel());
 }
 
 void Trainer::reduce_gradients() {
   // The tied embedding: first and last stage each accumulated part of its gradient.
-  if (Param* wte = params_->find("wte.weight"); wte && par_.embedding_comm && par_.embedding_comm->size() > 1)
+  if (Param* wte = job_.params().find("wte.weight"); wte && par_.embedding_comm && par_.embedding_comm->size() > 1)
     par_.embedding_comm->allreduce(wte->grad.data(), wte->numel(), ReduceOp::Sum);
   if (par_.dp > 1)
-    for (auto& [name, p] : params_->all()) par_.dp_comm->allreduce(p->grad.data(), p->numel(), ReduceOp::Sum);
+    for (auto& [name, p] : job_.params().all()) par_.dp_comm->allreduce(p->grad.data(), p->numel(), ReduceOp::Sum);
 }
 
 double Trainer::gradient_norm() {
   // Each element of the global model counted once: tp-replicated tensors on tp rank 0
   // only, the tied embedding only on the rank of stage 0.
   double local = 0;
-  for (auto& [name, p] : params_->all()) {
+  for (auto& [name, p] : job_.params().all()) {
     if (p->replicated_over_tp && par_.tp_rank != 0) continue;
-    if (name == "wte.weight" && !holds_stage(0)) continue;
+    if (name == "wte.weight" && !job_.holds_stage(0)) continue;
     local += ops_.sum_squares(p->grad.data(), p->numel());
   }
   par_.tp_comm->allreduce(&local, 1, ReduceOp::Sum);
@@ -110,7 +93,7 @@ double Trainer::gradient_norm() {
 StepResult Trainer::train_step() {
   const auto& t = cfg_.training;
   timeline_.start_step();
-  params_->zero_grads();
+  job_.params().zero_grads();
   refresh_working_weights();
   if (train_data_) load_microbatches(*train_data_, uint64_t(step_));
   last_local_loss_ = train_exec_->run(microbatches_, timeline_);
@@ -124,7 +107,7 @@ StepResult Trainer::train_step() {
   r.grad_norm = gradient_norm();
   if (t.grad_clip > 0 && r.grad_norm > t.grad_clip) {
     const float scale = float(t.grad_clip / (r.grad_norm + 1e-6));
-    for (auto& [name, p] : params_->all()) ops_.scale(p->grad.data(), scale, p->numel());
+    for (auto& [name, p] : job_.params().all()) ops_.scale(p->grad.data(), scale, p->numel());
   }
   r.lr = learning_rate(step_, t.steps, t.warmup_steps, t.lr, t.min_lr);
   optimizer_->step(r.lr, step_ + 1);
@@ -140,7 +123,7 @@ StepResult Trainer::train_step() {
 }
 
 void Trainer::refresh_working_weights() {
-  if (cfg_.precision() == Precision::bf16) params_->refresh_bf16();
+  if (cfg_.precision() == Precision::bf16) job_.params().refresh_bf16();
 }
 
 double Trainer::evaluate() {

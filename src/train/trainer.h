@@ -1,5 +1,5 @@
-// Trainer: one rank's part of a training run. It builds the stages this rank holds, the
-// pipeline program for its pp rank, the optimizer and the data streams, and runs steps:
+// Trainer: one rank's part of a training run. On the stages, program and groups of its Job
+// it builds the executors, the optimizer and the data streams, and runs steps:
 //   1. zero gradients; read this DP replica's microbatches;
 //   2. run the lowered pipeline program (forward, dgrad, wgrad, transfers);
 //   3. sum the tied-embedding gradient over the embedding group (first and last stage);
@@ -17,10 +17,11 @@
 #include "core/config.h"
 #include "core/faults.h"
 #include "data/token_dataset.h"
+#include "job/job.h"
 #include "model/stage.h"
+#include "parallel/parallel_context.h"
 #include "pipeline/ir.h"
 #include "runtime/executor.h"
-#include "runtime/parallel_context.h"
 #include "runtime/timeline.h"
 #include "train/adamw.h"
 
@@ -37,8 +38,8 @@ struct StepResult {
 
 class Trainer {
  public:
-  // `faults`: the planted faults acting on this rank (core/faults.h; tests only).
-  Trainer(const Config& cfg, const ParallelContext& par, Ops& ops, const Faults& faults = {});
+  // `job` must outlive the trainer.
+  explicit Trainer(Job& job);
   ~Trainer();
 
   StepResult train_step();
@@ -51,12 +52,9 @@ class Trainer {
 
   const Config& config() const { return cfg_; }
   const ParallelContext& parallel() const { return par_; }
-  ParamStore& params() { return *params_; }
+  ParamStore& params() { return job_.params(); }
   AdamW& optimizer() { return *optimizer_; }
-  const std::vector<std::unique_ptr<Stage>>& stages() const { return stages_; }
-  const pipeline::Schedule& schedule() const { return train_schedule_; }
   const Timeline& timeline() const { return timeline_; }
-  bool holds_stage(int stage) const;
   // Loss of the most recent step's microbatches, summed on this rank (tests).
   double last_local_loss_sum() const { return last_local_loss_; }
 
@@ -67,14 +65,13 @@ class Trainer {
   double gradient_norm();
   double mean_loss(double local_loss_sum);
 
-  Config cfg_;
-  ParallelContext par_;
+  Job& job_;
+  const Config& cfg_;
+  const ParallelContext& par_;
   Ops& ops_;
-  Faults faults_;
+  const Faults& faults_;
   int step_ = 0;
-  std::unique_ptr<ParamStore> params_;
-  std::vector<std::unique_ptr<Stage>> stages_;
-  pipeline::Schedule train_schedule_, eval_schedule_;
+  pipeline::Schedule eval_schedule_;
   std::unique_ptr<PipelineExecutor> train_exec_, eval_exec_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<data::TokenDataset> train_data_, val_data_;

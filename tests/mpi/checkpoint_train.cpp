@@ -1,5 +1,5 @@
-// A training run with checkpoints, as `pptrain train` runs it (Trainer + CheckpointManager),
-// with what the checkpoint tests need to observe it:
+// A training run with checkpoints: the loop of `pptrain train` itself (run_training on a
+// Job), observed through its hooks as the checkpoint tests need:
 //   checkpoint_train CONFIG [section.key=value ...] [--stop-after K] [--dump-loaded DIR]
 //                    [--dump-final DIR]
 // Prints "resumed_from S" and one "step N loss L" line per step (world rank 0, %.17g).
@@ -17,15 +17,12 @@
 #include <filesystem>
 #include <thread>
 
-#include "backend/ops.h"
-#include "checkpoint/checkpoint_manager.h"
 #include "core/config.h"
 #include "core/faults.h"
+#include "job/job.h"
 #include "mpi/mpi_program.h"
-#include "runtime/job_layout.h"
-#include "pipeline/ir.h"
 #include "train/param_dump.h"
-#include "train/trainer.h"
+#include "train/run_training.h"
 
 using namespace pptrain;
 
@@ -44,34 +41,28 @@ void train_with_checkpoints(MpiSession& mpi, const std::vector<std::string>& arg
   }
   const Faults all_faults = Faults::from_env();
   const Config cfg = load_config(config, overrides);
-  JobLayout layout(cfg);
-  ParallelContext& par = layout.parallel();
-  auto ops = make_cpu_ops();
   all_faults.announce(mpi.rank());
-  const Faults faults = all_faults.on_rank(mpi.rank());
-  Trainer trainer(cfg, par, *ops, faults);
-  CheckpointManager checkpoints(cfg, par, faults);
+  Job job(cfg, all_faults.on_rank(mpi.rank()));
 
-  const int resumed = checkpoints.resume(trainer);
-  if (mpi.rank() == 0) mpi_test::say("resumed_from ", resumed);
-  auto dump = [&](const std::string& dir, const char* what) {
+  auto dump = [&](Trainer& trainer, const std::string& dir, const char* what) {
     if (dir.empty()) return;
     std::filesystem::create_directories(dir);
     write_param_dump(cat(dir, "/", what, ".rank", mpi.rank(), ".bin"), 0.0, trainer.params());
   };
-  dump(dump_loaded, "loaded");
-  while (trainer.step() < cfg.training.steps) {
-    StepResult r = trainer.train_step();
-    if (mpi.rank() == 0) {
-      char line[96];
-      std::snprintf(line, sizeof line, "step %d loss %.17g", r.step, r.loss);
-      mpi_test::say(line);
-    }
-    const bool last = r.step == cfg.training.steps;
-    checkpoints.after_step(trainer, last);
-    if (r.step == stop_after) break;
-  }
-  dump(dump_final, "final");
+  TrainingHooks hooks;
+  hooks.stop_after = stop_after;
+  hooks.after_resume = [&](Trainer& trainer, int resumed) {
+    if (mpi.rank() == 0) mpi_test::say("resumed_from ", resumed);
+    dump(trainer, dump_loaded, "loaded");
+  };
+  hooks.after_step = [&](Trainer&, const StepResult& r) {
+    if (mpi.rank() != 0) return;
+    char line[96];
+    std::snprintf(line, sizeof line, "step %d loss %.17g", r.step, r.loss);
+    mpi_test::say(line);
+  };
+  hooks.at_end = [&](Trainer& trainer) { dump(trainer, dump_final, "final"); };
+  run_training(job, hooks);
 }
 
 }  // namespace

@@ -1,10 +1,10 @@
-// NcclComm (src/backend/cuda/nccl_comm.cpp) over the emulated NCCL (emu/nccl_emu.h), on any
+// NcclComm (src/parallel/nccl_comm.cpp) over the emulated NCCL (emu/nccl_emu.h), on any
 // number of ranks >= 2. Built with PPTRAIN_EMULATED against the emulated cuda backend
 // (mk/mpi_tests.mk). Modes:
 //  - (none): ring p2p with several messages per pair received in posting order; receives
 //    that test() not ready until their sender has posted, then test() polling and wait();
 //    fp32, bf16 and fp64 all-reduce sum and max over the world and over groups that only
-//    some ranks create (as NcclGroups' embedding group); mismatched ncclCommInitRank
+//    some ranks create (as the job's embedding group); mismatched ncclCommInitRank
 //    arguments fail on every member. Prints "nccl ok rank R of P".
 //  - bad_peer: rank 0 isends to a peer outside the group; the error is caught and printed
 //    as "caught: <message>".
@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/nccl_comm.h"
+#include "parallel/nccl_comm.h"
 #include "mpi_program.h"
 
 using namespace pptrain;
@@ -34,7 +34,7 @@ std::vector<float> payload(int from, int k, size_t n) {
   return v;
 }
 
-void ring(MpiComm& world, cuda::NcclComm& nccl) {
+void ring(MpiComm& world, NcclComm& nccl) {
   const int p = nccl.size(), r = nccl.rank();
   const int right = (r + 1) % p, left = (r + p - 1) % p;
   const size_t lengths[] = {64, 0, 5, 3000};  // one pair's messages, in posting order
@@ -72,7 +72,7 @@ void ring(MpiComm& world, cuda::NcclComm& nccl) {
 }
 
 // All-reduces over `nccl` whose members hold value (rank + 1) + 0.5 i at element i.
-void allreduce(cuda::NcclComm& nccl) {
+void allreduce(NcclComm& nccl) {
   const int p = nccl.size(), r = nccl.rank();
   constexpr size_t n = 37;
   for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
     const int p = world.size(), r = world.rank();
     MPI_EXPECT(p >= 2, "needs at least 2 ranks");
     ComputeStream stream;
-    cuda::NcclComm nccl(world, stream.s);
+    NcclComm nccl(world, stream.s);
     if (!args.empty() && args[0] == "bad_peer") {
       if (r == 0) {
         try {
@@ -143,10 +143,10 @@ int main(int argc, char** argv) {
     MpiComm pair = world.split(r / 2, r, "pair");
     {
       const bool in_ends = ends.size() == 2;
-      std::unique_ptr<cuda::NcclComm> ends_nccl, pair_nccl;
-      if (!in_ends && pair.size() == 2) pair_nccl = std::make_unique<cuda::NcclComm>(pair, stream.s);
-      if (in_ends) ends_nccl = std::make_unique<cuda::NcclComm>(ends, stream.s);
-      if (in_ends && pair.size() == 2) pair_nccl = std::make_unique<cuda::NcclComm>(pair, stream.s);
+      std::unique_ptr<NcclComm> ends_nccl, pair_nccl;
+      if (!in_ends && pair.size() == 2) pair_nccl = std::make_unique<NcclComm>(pair, stream.s);
+      if (in_ends) ends_nccl = std::make_unique<NcclComm>(ends, stream.s);
+      if (in_ends && pair.size() == 2) pair_nccl = std::make_unique<NcclComm>(pair, stream.s);
       if (ends_nccl) allreduce(*ends_nccl);
       if (pair_nccl) {
         allreduce(*pair_nccl);

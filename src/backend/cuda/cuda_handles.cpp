@@ -10,6 +10,9 @@ namespace pptrain::cuda {
 Stream::Stream() { PPTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
 Stream::~Stream() { (void)cudaStreamDestroy(stream_); }
 
+Event::Event() { PPTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
+Event::~Event() { (void)cudaEventDestroy(event_); }
+
 CublasHandle::CublasHandle(cudaStream_t stream) {
   PPTRAIN_CUBLAS_CHECK(cublasCreate(&handle_));
   PPTRAIN_CUBLAS_CHECK(cublasSetStream(handle_, stream));

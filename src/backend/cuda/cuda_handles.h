@@ -29,6 +29,19 @@ class Stream {
   cudaStream_t stream_ = nullptr;
 };
 
+// An owned cudaEvent_t (timing disabled: used for ordering only).
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
 // An owned cuBLAS handle bound to a stream.
 class CublasHandle {
  public:

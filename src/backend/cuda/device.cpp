@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -35,3 +36,15 @@ int select_device() {
 }
 
 }  // namespace pptrain::cuda
+
+namespace pptrain {
+
+const char* cuda_backend_build() {
+#ifdef PPTRAIN_EMULATED
+  return "cuda (emulated on the CPU by the SIMT emulator; NCCL emulated over MPI)";
+#else
+  return "cuda";
+#endif
+}
+
+}  // namespace pptrain

@@ -1,5 +1,7 @@
 // ParallelContext: where this rank sits in the dp x pp x tp grid and the groups it talks
-// to. Built from a Grid under MPI, or from groups of one for a single process. Passed
+// to, as the model, the trainer and the checkpoints see it: coordinates and Communicator
+// interfaces, whatever carries them (MPI, NCCL, or groups of one for a single process).
+// A Grid makes one (Grid::context()); the job swaps in NCCL groups on GPUs. Passed
 // explicitly: pptrain has no global process-group state.
 #pragma once
 #include "core/communicator.h"

@@ -1,4 +1,5 @@
-// NcclComm: the Communicator over NCCL for `device: cuda`. In the emulated build
+// NcclComm: the Communicator over NCCL for `device: cuda` (built with the cuda backend only;
+// parallel/nccl.h is the CUDA-free way in). In the emulated build
 // (PPTRAIN_EMULATED: tests and pptrain-emu) the same code runs over the emulated NCCL of
 // emu/nccl_emu.h, which carries the calls on MPI.
 //
@@ -29,24 +30,11 @@
 
 #include <memory>
 
-#include "backend/cuda/cuda_api.h"
+#include "backend/cuda/cuda_handles.h"
 #include "core/communicator.h"
 #include "parallel/mpi_comm.h"
 
-namespace pptrain::cuda {
-
-// An owned cudaEvent_t (timing disabled: used for ordering only).
-class Event {
- public:
-  Event();
-  ~Event();
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  cudaEvent_t get() const { return event_; }
-
- private:
-  cudaEvent_t event_ = nullptr;
-};
+namespace pptrain {
 
 class NcclComm final : public Communicator {
  public:
@@ -74,8 +62,8 @@ class NcclComm final : public Communicator {
   MpiComm& group_;
   cudaStream_t compute_;
   cudaStream_t send_stream_ = nullptr, recv_stream_ = nullptr;
-  Event compute_ready_;  // recorded on the compute stream before each p2p
+  cuda::Event compute_ready_;  // recorded on the compute stream before each p2p
   ncclComm_t comm_ = nullptr;
 };
 
-}  // namespace pptrain::cuda
+}  // namespace pptrain

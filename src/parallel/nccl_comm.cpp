@@ -1,21 +1,19 @@
-#include "backend/cuda/nccl_comm.h"
+#include "parallel/nccl_comm.h"
 
 #include <string>
 
-#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
 #include "core/error.h"
-#include "parallel/grid.h"
-#include "runtime/parallel_context.h"
+#include "parallel/nccl.h"
 
-namespace pptrain::cuda {
+namespace pptrain {
 namespace {
 
 // A posted ncclSend/ncclRecv: complete when `done` (recorded on its comm stream) is.
 class NcclRequest final : public Request {
  public:
-  explicit NcclRequest(std::unique_ptr<Event> done) : done_(std::move(done)) {}
+  explicit NcclRequest(std::unique_ptr<cuda::Event> done) : done_(std::move(done)) {}
   void wait() override { PPTRAIN_CUDA_CHECK(cudaEventSynchronize(done_->get())); }
   bool test() override {
     cudaError_t err = cudaEventQuery(done_->get());
@@ -25,19 +23,16 @@ class NcclRequest final : public Request {
   }
 
  private:
-  std::unique_ptr<Event> done_;
+  std::unique_ptr<cuda::Event> done_;
 };
 
 ncclRedOp_t to_nccl(ReduceOp op) { return op == ReduceOp::Sum ? ncclSum : ncclMax; }
 
 }  // namespace
 
-Event::Event() { PPTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
-Event::~Event() { (void)cudaEventDestroy(event_); }
-
 void NcclComm::check(ncclResult_t result, const char* call) const {
   if (result == ncclSuccess) return;
-  fail(call, " failed on ", where(), " in group ", group_.where(), ": ", ncclGetErrorString(result));
+  fail(call, " failed on ", cuda::where(), " in group ", group_.where(), ": ", ncclGetErrorString(result));
 }
 
 NcclComm::NcclComm(MpiComm& group, cudaStream_t compute_stream) : group_(group), compute_(compute_stream) {
@@ -97,7 +92,7 @@ std::unique_ptr<Request> NcclComm::post(void* data, size_t bytes, int peer, bool
   ncclResult_t end = ncclGroupEnd();
   check(result, is_send ? "ncclSend" : "ncclRecv");
   check(end, "ncclGroupEnd");
-  auto done = std::make_unique<Event>();
+  auto done = std::make_unique<cuda::Event>();
   PPTRAIN_CUDA_CHECK(cudaEventRecord(done->get(), stream));
   return std::make_unique<NcclRequest>(std::move(done));
 }
@@ -109,30 +104,10 @@ std::unique_ptr<Request> NcclComm::irecv(void* data, size_t bytes, int peer, int
   return post(data, bytes, peer, false);
 }
 
-}  // namespace pptrain::cuda
-
-namespace pptrain {
-
-struct NcclGroups::Comms {
-  std::unique_ptr<cuda::NcclComm> pp, tp, dp, embedding;
-};
-
-NcclGroups::NcclGroups(Grid& grid, Ops& ops, ParallelContext& par) : comms_(std::make_unique<Comms>()) {
+std::unique_ptr<Communicator> make_nccl_comm(MpiComm& group, Ops& ops) {
   auto* cuda_ops = dynamic_cast<cuda::CudaOps*>(&ops);
   if (!cuda_ops) fail("NCCL needs the cuda backend, got backend '", ops.name(), "'");
-  const cudaStream_t stream = cuda_ops->compute_stream();
-  // Every rank creates its groups in the same order, so the collective inits cannot cross.
-  auto make = [&](MpiComm& group, std::unique_ptr<cuda::NcclComm>& slot, Communicator*& use) {
-    if (group.size() < 2) return;  // a group of one communicates nothing
-    slot = std::make_unique<cuda::NcclComm>(group, stream);
-    use = slot.get();
-  };
-  make(grid.pp_comm(), comms_->pp, par.pp_comm);
-  make(grid.tp_comm(), comms_->tp, par.tp_comm);
-  make(grid.dp_comm(), comms_->dp, par.dp_comm);
-  make(grid.embedding_comm(), comms_->embedding, par.embedding_comm);
+  return std::make_unique<NcclComm>(group, cuda_ops->compute_stream());
 }
-
-NcclGroups::~NcclGroups() = default;
 
 }  // namespace pptrain

@@ -1,0 +1,78 @@
+#include "job/job.h"
+
+#include "backend/cuda/cuda_backend.h"
+#include "core/error.h"
+#include "model/dims.h"
+#include "parallel/nccl.h"
+#include "partition/partition.h"
+#include "pipeline/registry.h"
+
+namespace pptrain {
+namespace {
+
+// The world must hold exactly the config's dp x pp x tp ranks; checked before the schedule
+// and the groups, so a wrong -np ends every rank with the config's name in the message.
+MpiComm checked_world(const Config& cfg) {
+  MpiComm world = MpiComm::world();
+  if (cfg.world_size() != world.size())
+    fail(cfg.source, ": parallel.dp x pp x tp = ", cfg.parallel.dp, " x ", cfg.parallel.pp, " x ",
+         cfg.parallel.tp, " = ", cfg.world_size(), " ranks, but the job has ", world.size(), " (rank ",
+         world.rank(), ")");
+  return world;
+}
+
+// The pp ranks holding the tied token embedding: those of the first and last stage.
+std::vector<int> embedding_pp_ranks(const Config& cfg, const pipeline::Schedule& s) {
+  return {pipeline::rank_of_stage(s.placement, 0, cfg.parallel.pp),
+          pipeline::rank_of_stage(s.placement, cfg.total_stages() - 1, cfg.parallel.pp)};
+}
+
+std::unique_ptr<Ops> make_ops(const Config& cfg) {
+  if (cfg.device == "cuda") return make_cuda_ops(cfg);
+  return make_cpu_ops();
+}
+
+}  // namespace
+
+Job::Job(const Config& cfg, const Faults& faults)
+    : cfg_(cfg),
+      faults_(faults),
+      world_(checked_world(cfg)),
+      schedule_(pipeline::prepare_schedule(cfg)),
+      grid_(world_, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.tp, embedding_pp_ranks(cfg, schedule_)),
+      ops_(make_ops(cfg)),
+      par_(grid_.context(world_)) {
+  if (cfg.device == "cuda") {
+    // On GPUs the pp, tp, dp and embedding groups talk over NCCL (in pptrain-emu over the
+    // emulated NCCL, which runs on MPI). Every rank creates its groups in the same order,
+    // so the collective inits cannot cross; a group of one communicates nothing.
+    auto use_nccl = [&](MpiComm& group, Communicator*& slot) {
+      if (group.size() < 2) return;
+      nccl_.push_back(make_nccl_comm(group, *ops_));
+      slot = nccl_.back().get();
+    };
+    use_nccl(grid_.pp_comm(), par_.pp_comm);
+    use_nccl(grid_.tp_comm(), par_.tp_comm);
+    use_nccl(grid_.dp_comm(), par_.dp_comm);
+    use_nccl(grid_.embedding_comm(), par_.embedding_comm);
+  }
+
+  const ModelDims dims = ModelDims::from(cfg.model, cfg.training.micro_batch_size, par_.tp, par_.tp_rank);
+  params_ = std::make_unique<ParamStore>(*ops_, par_.tp, par_.tp_rank, cfg.training.seed);
+  // The head scales the loss by 1/(tokens of the global batch), so gradients are plain
+  // sums over microbatches and DP replicas (DESIGN.md, the layer contract).
+  const double global_tokens = double(cfg.global_batch_sequences()) * cfg.model.seq_len;
+  for (const StageSpec& spec : stage_specs(cfg)) {
+    if (!holds_stage(spec.index)) continue;
+    stages_.push_back(make_stage(*params_, dims, spec, *par_.tp_comm, cfg.precision(), faults_));
+    if (spec.has_head) stages_.back()->set_loss_scale(float(1.0 / global_tokens));
+  }
+}
+
+Job::~Job() = default;
+
+bool Job::holds_stage(int stage) const {
+  return pipeline::rank_of_stage(schedule_.placement, stage, cfg_.parallel.pp) == par_.pp_rank;
+}
+
+}  // namespace pptrain

@@ -1,0 +1,65 @@
+// Job: one rank's part of a training job, assembled once from the resolved config, in
+// this order:
+//   schedule  the pipeline program (generated or loaded, validated, lowered) and its
+//             placement of stages on pp ranks (pipeline::prepare_schedule)
+//   grid      the dp x pp x tp ranks and their MPI groups; the embedding group from the
+//             placement of the first and last stage
+//   ops       the backend: cpu, or cuda on this rank's GPU
+//   parallel  the groups as the model and trainer see them (ParallelContext): NCCL
+//             communicators over the grid's groups on `device: cuda`, the MPI groups
+//             otherwise; the world stays MPI (bootstrap, checkpoints)
+//   stages    the parameters this rank holds and the stages the placement gives it
+// Nothing else is touched: no files, no global state. The trainer, the checkpoints and the
+// evaluation take what they need from here. Collective over MPI_COMM_WORLD (every rank
+// builds its Job at the same point); a config that does not fit the job throws
+// pptrain::Error on every rank before any group is created.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "backend/ops.h"
+#include "core/config.h"
+#include "core/faults.h"
+#include "model/param.h"
+#include "model/stage.h"
+#include "parallel/grid.h"
+#include "parallel/mpi_comm.h"
+#include "parallel/parallel_context.h"
+#include "pipeline/ir.h"
+
+namespace pptrain {
+
+class Job {
+ public:
+  // `faults`: the planted faults acting on this rank (core/faults.h; tests only).
+  Job(const Config& cfg, const Faults& faults = {});
+  ~Job();
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+
+  const Config& config() const { return cfg_; }
+  const Faults& faults() const { return faults_; }
+  const pipeline::Schedule& schedule() const { return schedule_; }
+  MpiComm& world() { return world_; }
+  const ParallelContext& parallel() const { return par_; }
+  Ops& ops() { return *ops_; }
+  const char* transport() const { return nccl_.empty() ? "mpi" : "nccl"; }
+  ParamStore& params() { return *params_; }
+  // This rank's stages, in increasing stage index.
+  const std::vector<std::unique_ptr<Stage>>& stages() const { return stages_; }
+  bool holds_stage(int stage) const;
+
+ private:
+  Config cfg_;
+  Faults faults_;
+  MpiComm world_;
+  pipeline::Schedule schedule_;
+  Grid grid_;
+  std::unique_ptr<Ops> ops_;
+  std::vector<std::unique_ptr<Communicator>> nccl_;  // declared after ops_: destroyed first
+  ParallelContext par_;
+  std::unique_ptr<ParamStore> params_;
+  std::vector<std::unique_ptr<Stage>> stages_;
+};
+
+}  // namespace pptrain

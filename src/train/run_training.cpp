@@ -1,0 +1,147 @@
+#include "train/run_training.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <utility>
+
+#include "checkpoint/checkpoint_manager.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "partition/partition.h"
+#include "pipeline/chrome_trace.h"
+#include "runtime/timeline.h"
+#include "train/metrics.h"
+#include "train/param_dump.h"
+#include "train/sample.h"
+
+namespace pptrain {
+namespace {
+
+// The folders the outputs go to may not exist yet (runs/demo/ in a fresh checkout). World
+// rank 0 creates them before any work, so a path that cannot be created fails in the first
+// second, not at the first write hours later; the barrier orders the creation before any
+// rank writes there (every rank writes a part of the trace).
+void create_output_dirs(const Config& cfg, Communicator& world) {
+  if (world.rank() == 0) {
+    const std::pair<const char*, std::string> outputs[] = {
+        {"logging.metrics", std::filesystem::path(cfg.logging.metrics).parent_path().string()},
+        {"logging.trace", std::filesystem::path(cfg.logging.trace).parent_path().string()},
+        {"checkpoint.dir", cfg.checkpoint.dir}};
+    for (const auto& [key, dir] : outputs) {
+      if (dir.empty()) continue;
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      if (ec) fail(key, ": cannot create directory '", dir, "': ", ec.message());
+    }
+  }
+  world.barrier();
+}
+
+// Test hook: PPTRAIN_FAIL_AT="rank:step" makes that world rank fail at that step, to
+// check that one failing rank ends the whole job.
+void maybe_inject_failure(int world_rank, int step) {
+  const char* spec = std::getenv("PPTRAIN_FAIL_AT");
+  if (!spec) return;
+  int rank = -1, at = -1;
+  if (std::sscanf(spec, "%d:%d", &rank, &at) == 2 && rank == world_rank && at == step)
+    fail("injected failure on rank ", world_rank, " at step ", step, " (PPTRAIN_FAIL_AT)");
+}
+
+// One trace for the whole job: every rank writes its events to PATH.rankR.part, world
+// rank 0 joins the parts into PATH and removes them.
+void write_trace(const std::string& path, const pipeline::ChromeTrace& trace, Communicator& world) {
+  const std::string part = cat(path, ".rank", world.rank(), ".part");
+  {
+    std::ofstream out(part);
+    out << trace.events();
+    if (!out) fail("logging.trace: cannot write '", part, "'");
+  }
+  world.barrier();
+  if (world.rank() == 0) {
+    std::vector<std::string> fragments;
+    for (int r = 0; r < world.size(); ++r) {
+      const std::string p = cat(path, ".rank", r, ".part");
+      std::ifstream in(p);
+      fragments.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      std::filesystem::remove(p);
+    }
+    std::ofstream out(path);
+    out << pipeline::ChromeTrace::document(fragments);
+    if (!out) fail("logging.trace: cannot write '", path, "'");
+  }
+  world.barrier();
+}
+
+// The startup line (world rank 0): model, layout, schedule, backend and transport.
+void log_startup(Job& job) {
+  const Config& cfg = job.config();
+  std::string cut_text;
+  for (int c : blocks_per_stage(cfg)) cut_text += cat(cut_text.empty() ? "" : ",", c);
+  log::info("pptrain: ", cfg.model.n_layer, " layers, d_model ", cfg.model.d_model, ", ", cfg.model.n_head,
+            " heads, seq ", cfg.model.seq_len, ", vocab ", cfg.model.vocab_size, " | dp ", cfg.parallel.dp, " pp ",
+            cfg.parallel.pp, " tp ", cfg.parallel.tp, " | schedule ", cfg.parallel.schedule, ", ",
+            cfg.parallel.microbatches, " microbatches, blocks per stage [", cut_text, "] | backend ",
+            job.ops().name(), " ", cfg.training.precision, " | comm ", job.transport());
+}
+
+}  // namespace
+
+int run_training(Job& job, const TrainingHooks& hooks) {
+  const Config& cfg = job.config();
+  const ParallelContext& par = job.parallel();
+  const int world_rank = job.world().rank();
+  const bool rank0 = world_rank == 0;
+  create_output_dirs(cfg, job.world());
+  Trainer trainer(job);
+  CheckpointManager checkpoints(cfg, par, job.faults());
+  const int resumed_from = checkpoints.resume(trainer.params(), trainer.optimizer().state());
+  trainer.set_step(resumed_from);
+  if (rank0) {
+    log_startup(job);
+    if (resumed_from > 0) log::info("resumed from step ", resumed_from);
+  }
+  if (hooks.after_resume) hooks.after_resume(trainer, resumed_from);
+
+  MetricsLog metrics(cfg.logging.metrics, rank0);
+  if (!hooks.dump_dir.empty()) std::filesystem::create_directories(hooks.dump_dir);
+  const double tokens_per_step = double(cfg.global_batch_sequences()) * cfg.model.seq_len;
+  pipeline::ChromeTrace trace;
+  trace.process_name(world_rank, cat("rank ", world_rank, " (dp ", par.dp_rank, " pp ", par.pp_rank, " tp ",
+                                     par.tp_rank, ")"));
+  double trace_offset_us = 0, total_ms = 0;
+  int timed_steps = 0;
+  while (trainer.step() < cfg.training.steps) {
+    maybe_inject_failure(world_rank, trainer.step() + 1);
+    const StepResult r = trainer.train_step();
+    if (r.step > 1 || cfg.training.steps == 1) { total_ms += r.ms; ++timed_steps; }  // step 1 warms up
+    if (!cfg.logging.trace.empty()) {
+      add_to_trace(trainer.timeline(), world_rank, trace_offset_us, trace);
+      trace_offset_us += r.ms * 1000.0;
+    }
+    if (!hooks.dump_dir.empty() && par.dp_rank == 0)
+      write_param_dump(cat(hooks.dump_dir, "/step", r.step, ".rank", world_rank, ".bin"), r.loss, trainer.params());
+    if (r.step % cfg.logging.every == 0 || r.step == cfg.training.steps || r.step == 1)
+      metrics.step(r, cfg.training.steps, tokens_per_step, timed_steps ? total_ms / timed_steps : r.ms);
+    const int ev = cfg.training.eval_every;
+    if (ev > 0 && (r.step % ev == 0 || r.step == cfg.training.steps)) {
+      const double val = trainer.evaluate();
+      if (!std::isnan(val)) metrics.eval(r.step, val);
+    }
+    if (hooks.after_step) hooks.after_step(trainer, r);
+    checkpoints.after_step(trainer.params(), trainer.optimizer().state(), r.step, r.step == cfg.training.steps);
+    if (r.step == hooks.stop_after) break;
+  }
+  if (hooks.at_end) hooks.at_end(trainer);
+  if (!cfg.logging.trace.empty()) write_trace(cfg.logging.trace, trace, job.world());
+  if (cfg.logging.sample_tokens > 0 && cfg.model.vocab_size == 256) {
+    const std::string text = generate_sample(trainer, cfg.logging.sample_tokens);
+    if (rank0 && !text.empty()) log::info("sample:\n", text);
+  }
+  return 0;
+}
+
+}  // namespace pptrain

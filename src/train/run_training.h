@@ -1,0 +1,27 @@
+// run_training: the training loop of `pptrain train`, on an assembled Job. Per step:
+// train (Trainer::train_step), log metrics, evaluate every training.eval_every steps,
+// checkpoint (CheckpointManager); before the first step it creates the output folders and
+// resumes; at the end it writes the Chrome trace (logging.trace) and, for byte-level
+// models, prints a sample. Test programs run the same loop, observing it through hooks.
+#pragma once
+#include <functional>
+#include <string>
+
+#include "job/job.h"
+#include "train/trainer.h"
+
+namespace pptrain {
+
+struct TrainingHooks {
+  std::string dump_dir;  // parameter dumps of every rank after every step (train/param_dump.h)
+  int stop_after = 0;    // > 0: leave after this step (the LR schedule still spans training.steps)
+  std::function<void(Trainer&, int resumed_from)> after_resume;
+  std::function<void(Trainer&, const StepResult&)> after_step;  // before the step's checkpoint
+  std::function<void(Trainer&)> at_end;
+};
+
+// Collective over the job's world. Returns the process exit code (0); errors throw
+// pptrain::Error.
+int run_training(Job& job, const TrainingHooks& hooks = {});
+
+}  // namespace pptrain
