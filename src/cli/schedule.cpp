@@ -10,7 +10,6 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "pipeline/csv.h"
-#include "pipeline/lower.h"
 #include "pipeline/registry.h"
 #include "pipeline/render.h"
 #include "pipeline/transform.h"
@@ -104,25 +103,13 @@ Options parse_options(const Args& args) {
   return o;
 }
 
-pipeline::Schedule build(const Options& o) {
-  using namespace pipeline;
+// The schedule spec of prepare_schedule: a generator's name or "file:PATH".
+std::string spec_of(const Options& o) {
   if (o.schedule.empty() == o.load.empty())
     fail("schedule: give either --schedule NAME or --load FILE.csv");
   if (o.pp == 0) fail("schedule: --pp is required");
   if (o.microbatches == 0) fail("schedule: --microbatches is required");
-  if (!o.schedule.empty())
-    return generate_schedule(o.schedule, o.pp, o.microbatches, o.stages_per_rank);
-  Schedule s = load_schedule_csv(o.load, o.pp, o.microbatches, std::max(1, o.stages_per_rank),
-                                 Placement::Loop);
-  if (o.stages_per_rank == 0) {
-    int last = 0;
-    for (const auto& actions : s.program)
-      for (const Action& a : actions) last = std::max(last, a.stage);
-    s.stages_per_rank = last / o.pp + 1;
-  }
-  s.placement = o.placement.empty() ? infer_placement(s.program, s.pp, s.stages_per_rank)
-                                    : parse_placement(o.placement);
-  return s;
+  return o.schedule.empty() ? "file:" + o.load : o.schedule;
 }
 
 void write_output(const std::string& text, const std::string& path) {
@@ -151,14 +138,11 @@ int cmd_schedule(const Args& args) {
 
   ScheduleReport report;
   report.cost = parse_cost(o.cost);
-  Schedule s = apply_backward_form(build(o), parse_backward_form(o.backward));
+  PrepareOptions prepare{parse_backward_form(o.backward), o.memory_limit, o.blocking_sends};
+  if (!o.placement.empty()) prepare.placement = parse_placement(o.placement);
+  Schedule s = load_or_generate(spec_of(o), o.pp, o.microbatches, o.stages_per_rank, prepare);
   try {
-    ValidateOptions check{o.memory_limit, o.blocking_sends};
-    validate(s, check);
-    if (!has_communication(s.program)) {
-      s = lower(s);
-      validate(s, check);
-    }
+    s = prepare_schedule(s, prepare);
     report.sim = simulate(s, report.cost);
     report.peak_in_flight = peak_in_flight(s);
     report.valid = true;

@@ -80,24 +80,23 @@ Placement infer_placement(const Program& program, int pp, int stages_per_rank) {
   return Placement::Loop;
 }
 
-Schedule prepare_schedule(const std::string& spec, int pp, int microbatches, int stages_per_rank,
+Schedule load_or_generate(const std::string& spec, int pp, int microbatches, int stages_per_rank,
                           const PrepareOptions& opts) {
-  Schedule s;
-  if (spec.rfind("file:", 0) == 0) {
-    const std::string path = spec.substr(5);
-    s = load_schedule_csv(path, pp, microbatches, std::max(stages_per_rank, 1), Placement::Loop);
-    if (stages_per_rank == 0) {
-      int last = 0;
-      for (const auto& actions : s.program)
-        for (const Action& a : actions) last = std::max(last, a.stage);
-      s.stages_per_rank = std::max(1, (last + pp) / pp);
-    }
-    s.placement = infer_placement(s.program, pp, s.stages_per_rank);
-  } else {
-    s = generate_schedule(spec, pp, microbatches, stages_per_rank);
+  if (spec.rfind("file:", 0) != 0) return generate_schedule(spec, pp, microbatches, stages_per_rank);
+  Schedule s = load_schedule_csv(spec.substr(5), pp, microbatches, std::max(stages_per_rank, 1), Placement::Loop);
+  if (stages_per_rank == 0) {
+    int last = 0;
+    for (const auto& actions : s.program)
+      for (const Action& a : actions) last = std::max(last, a.stage);
+    s.stages_per_rank = last / pp + 1;
   }
+  s.placement = opts.placement ? *opts.placement : infer_placement(s.program, pp, s.stages_per_rank);
+  return s;
+}
+
+Schedule prepare_schedule(Schedule s, const PrepareOptions& opts) {
   s = apply_backward_form(s, opts.backward);
-  ValidateOptions check{opts.max_in_flight, false};
+  ValidateOptions check{opts.max_in_flight, opts.blocking_sends};
   validate(s, check);
   if (!has_communication(s.program)) {
     // Our lowering promises more than the runtime needs: it must also survive blocking sends.
@@ -106,6 +105,11 @@ Schedule prepare_schedule(const std::string& spec, int pp, int microbatches, int
     validate(s, check);
   }
   return s;
+}
+
+Schedule prepare_schedule(const std::string& spec, int pp, int microbatches, int stages_per_rank,
+                          const PrepareOptions& opts) {
+  return prepare_schedule(load_or_generate(spec, pp, microbatches, stages_per_rank, opts), opts);
 }
 
 Schedule prepare_schedule(const Config& cfg) {

@@ -1,6 +1,7 @@
 // The schedule registry: generator names, and the one call the runtime uses to get the
 // program it executes.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,13 +25,25 @@ Schedule generate_schedule(const std::string& name, int pp, int microbatches,
 
 struct PrepareOptions {
   BackwardForm backward = BackwardForm::AsGenerated;
-  double max_in_flight = 0;  // ValidateOptions::max_in_flight
+  double max_in_flight = 0;            // ValidateOptions::max_in_flight
+  bool blocking_sends = false;         // a given program must also finish if every send blocks
+  std::optional<Placement> placement;  // for "file:" programs; default: inferred from the program
 };
 
-// What the runtime executes: `spec` is a schedule name or "file:PATH.csv" (placement taken
-// from the file's stages; stages_per_rank = 0 infers it too). The compute program is
-// rewritten to the asked backward form, validated, lowered unless the file already has
-// communication, and validated again (a program lowered here also with blocking sends).
+// A named schedule's compute program, or the program of "file:PATH.csv" (stages_per_rank
+// = 0 infers it from the highest stage, the placement as PrepareOptions says). Not
+// validated. Throws Error for an unknown name, a bad file or an unsupported shape.
+Schedule load_or_generate(const std::string& spec, int pp, int microbatches, int stages_per_rank,
+                          const PrepareOptions& opts = {});
+
+// What the runtime executes, from a generated or loaded program: rewritten to the asked
+// backward form, validated, lowered unless it already has communication, and validated
+// again (a program lowered here always also with blocking sends). Throws Error naming the
+// rank, position and action of the first problem.
+Schedule prepare_schedule(Schedule program, const PrepareOptions& opts = {});
+
+// The two above in one: the one path from a name or "file:PATH.csv" to a lowered,
+// validated program, used by `pptrain train` and `pptrain schedule` alike.
 Schedule prepare_schedule(const std::string& spec, int pp, int microbatches, int stages_per_rank,
                           const PrepareOptions& opts = {});
 
