@@ -1,6 +1,6 @@
 # The cuda backend (src/backend/cuda). Two builds of the same host sources:
 #  - emulated (always): g++ compiles src/backend/cuda/*.cpp with PPTRAIN_EMULATED against
-#    the CUDA runtime/cuBLAS/NCCL shims of src/backend/cuda/emu (cuBLAS -> OpenBLAS, NCCL ->
+#    the CUDA runtime/cuBLAS/NCCL shims of tests/emu (cuBLAS -> OpenBLAS, NCCL ->
 #    MPI, device memory = host memory) into $(BUILD)/obj-emu/, and links them with the
 #    emulated kernels ($(KERNEL_EMU_OBJS), mk/kernels.mk) into the tests/test_cuda_backend*
 #    binaries, the NCCL test program (mk/mpi_tests.mk) and $(BUILD)/pptrain-emu: the whole
@@ -16,7 +16,9 @@
 # which the Makefile reads before this file.
 
 # ---- emulated ------------------------------------------------------------------------------
-CUDA_EMU_SRCS := $(sort $(wildcard src/backend/cuda/*.cpp src/backend/cuda/emu/*.cpp))
+# The shims are tests/emu/*_emu.cpp; tests/emu/emu.cpp and fiber.cpp (the SIMT emulator) are
+# in $(KERNEL_EMU_OBJS).
+CUDA_EMU_SRCS := $(sort $(wildcard src/backend/cuda/*.cpp tests/emu/*_emu.cpp))
 CUDA_EMU_OBJS := $(CUDA_EMU_SRCS:%.cpp=$(BUILD)/obj-emu/%.o)
 # The CLI objects that see PPTRAIN_WITH_CUDA (make_ops, --version) in pptrain-emu.
 CUDA_EMU_CLI_OBJS := $(addprefix $(BUILD)/obj-emu/src/,main.o cli/train.o cli/version.o)

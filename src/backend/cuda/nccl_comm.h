@@ -22,7 +22,7 @@
 // must post a pair's messages in the same order. Tags are accepted and ignored.
 #pragma once
 #ifdef PPTRAIN_EMULATED
-#include "backend/cuda/emu/nccl_emu.h"
+#include "emu/nccl_emu.h"
 #else
 #include <nccl.h>
 #endif
