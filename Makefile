@@ -52,7 +52,8 @@ LIB_SRCS := $(filter-out src/main.cpp src/backend/cuda/%,$(shell find src -name 
 LIB_OBJS := $(LIB_SRCS:%.cpp=$(BUILD)/obj/%.o)
 LIB := $(BUILD)/libpptrain.a
 
-# One GoogleTest binary per tests/test_*.cpp; tests/support/*.cpp is shared test code.
+# One GoogleTest binary per tests/test_*.cpp; tests/support holds the helpers the tests share
+# (headers, and *.cpp linked into every test binary).
 TEST_SRCS := $(sort $(wildcard tests/test_*.cpp))
 TEST_BINS := $(TEST_SRCS:tests/%.cpp=$(BUILD)/tests/%)
 TEST_SUPPORT_OBJS := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard tests/support/*.cpp))

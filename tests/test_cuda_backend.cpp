@@ -22,7 +22,7 @@
 #include "core/error.h"
 #include "emu/emu.h"
 #include "model/stage.h"
-#include "test_cpu_ops_util.h"
+#include "support/cpu_ops_util.h"
 
 using namespace pptrain;
 using pptrain::testing::normalized_error;

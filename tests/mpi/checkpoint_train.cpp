@@ -21,7 +21,7 @@
 #include "checkpoint/checkpoint_manager.h"
 #include "core/config.h"
 #include "core/faults.h"
-#include "mpi/mpi_program.h"
+#include "support/mpi_program.h"
 #include "runtime/job_layout.h"
 #include "pipeline/ir.h"
 #include "train/param_dump.h"
