@@ -4,6 +4,7 @@
 #   make test     build every test binary and run them all; ends with "N passed, M failed"
 #   make bench    build, then run the benchmarks
 #   make deps     install every package (scripts/install_deps.sh)
+#   make check-layering   check the includes under src/ against DESIGN.md's dependency table
 # Options: ARCH=native (default x86-64-v3), CUDA=0|1, CUDA_ARCH="80 90", BUILD=dir.
 SHELL := /bin/bash
 BUILD ?= build
@@ -56,7 +57,8 @@ LIB_SRCS := $(filter-out src/main.cpp src/backend/cuda/% $(CUDA_HOST_SRCS),$(she
 LIB_OBJS := $(LIB_SRCS:%.cpp=$(BUILD)/obj/%.o)
 LIB := $(BUILD)/libpptrain.a
 
-# One GoogleTest binary per tests/test_*.cpp; tests/support/*.cpp is shared test code.
+# One GoogleTest binary per tests/test_*.cpp; tests/support holds the helpers the tests share
+# (headers, and *.cpp linked into every test binary).
 TEST_SRCS := $(sort $(wildcard tests/test_*.cpp))
 TEST_BINS := $(TEST_SRCS:tests/%.cpp=$(BUILD)/tests/%)
 TEST_SUPPORT_OBJS := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard tests/support/*.cpp))
@@ -101,6 +103,14 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB)
 
 clean:
 	rm -rf $(BUILD)
+
+# The dependency direction of DESIGN.md on its own (`make test` runs it too): every
+# `#include "..."` under src/ against the table of tests/test_layering.cpp, one line per
+# offending include.
+.PHONY: check-layering
+check-layering: $(BUILD)/tests/test_layering
+	@$< --gtest_color=no --gtest_filter='Layering.EveryIncludeUnderSrcFollowsTheDependencyTable' \
+	  | grep -E '^src/|FAILED  \]|PASSED  \]'; exit $${PIPESTATUS[0]}
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 

@@ -2,7 +2,7 @@
 //
 // Every op family exposes host-callable launchers (launch_layernorm_forward, ...) that
 // compute the grid and call launch(). In the CUDA build launch() is the only
-// `<<<grid, block, shared, stream>>>` in pptrain; in the emulated build (kernels/emu, tests
+// `<<<grid, block, shared, stream>>>` in pptrain; in the emulated build (tests/emu, tests
 // only) it runs the same kernel on the CPU SIMT emulator, so both builds share every
 // launcher and call site.
 #pragma once

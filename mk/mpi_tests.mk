@@ -1,7 +1,8 @@
 # MPI test programs: each tests/mpi/<name>.cpp has its own main() and is built to
 # $(BUILD)/mpi_tests/<name>; GoogleTest wrappers (tests/test_mpi_comm.cpp,
 # tests/test_grid.cpp) run them under mpirun with a timeout, tests/test_slurm.cpp
-# under srun in a test Slurm cluster.
+# under srun in a test Slurm cluster. Their shared main is tests/support/mpi_program.h;
+# the wrappers find them with tests/support/mpi_programs.h.
 MPI_TEST_SRCS := $(sort $(wildcard tests/mpi/*.cpp))
 MPI_TEST_BINS := $(MPI_TEST_SRCS:tests/mpi/%.cpp=$(BUILD)/mpi_tests/%)
 

@@ -19,9 +19,9 @@
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checkpoint_writer.h"
 #include "model/stage.h"
+#include "support/checkpoint_model.h"
+#include "support/checkpoint_util.h"
 #include "support/test_util.h"
-#include "test_checkpoint_model.h"
-#include "test_checkpoint_util.h"
 #include "train/adamw.h"
 
 using namespace pptrain;

@@ -26,10 +26,10 @@
 #include <map>
 #include <regex>
 
-#include "mpi/programs.h"
+#include "support/checkpoint_util.h"
 #include "support/dump_compare.h"
+#include "support/mpi_programs.h"
 #include "support/test_util.h"
-#include "test_checkpoint_util.h"
 #include "train/param_dump.h"
 
 using namespace pptrain;

@@ -9,7 +9,7 @@
 
 #include "backend/buffer.h"
 #include "backend/ops.h"
-#include "test_cpu_ops_util.h"
+#include "support/cpu_ops_util.h"
 
 namespace pptrain {
 namespace {

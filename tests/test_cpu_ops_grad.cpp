@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "backend/ops.h"
-#include "test_cpu_ops_util.h"
+#include "support/cpu_ops_util.h"
 
 namespace pptrain {
 namespace {

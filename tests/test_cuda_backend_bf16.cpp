@@ -21,8 +21,8 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/ops.h"
 #include "emu/emu.h"
+#include "support/cpu_ops_util.h"
 #include "support/tolerances.h"
-#include "test_cpu_ops_util.h"
 
 using namespace pptrain;
 using pptrain::testing::gamma_n;

@@ -14,7 +14,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
-#include "cuda_backend_model.h"
+#include "support/cuda_backend_model.h"
 #include "support/dump_compare.h"
 
 using namespace pptrain;

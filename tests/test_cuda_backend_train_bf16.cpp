@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "core/config.h"
-#include "cuda_backend_model.h"
+#include "support/cpu_ops_util.h"
+#include "support/cuda_backend_model.h"
 #include "support/dump_compare.h"
 #include "support/test_util.h"
-#include "test_cpu_ops_util.h"
 #include "train/param_dump.h"
 
 using namespace pptrain;

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <regex>
 
-#include "mpi/programs.h"
+#include "support/mpi_programs.h"
 #include "support/test_util.h"
 
 using namespace pptrain::testing;

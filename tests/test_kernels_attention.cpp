@@ -3,7 +3,7 @@
 // backward of attention.cuh, and compared with the cpu backend's attention_forward /
 // attention_backward_input, in both fiber orders. The bf16 instantiations are compared with
 // the fp32 kernels on the same (bf16-exact) inputs.
-#include "emu/kernel_test.h"
+#include "support/kernel_test.h"
 
 #include <gtest/gtest.h>
 

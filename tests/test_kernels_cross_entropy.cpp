@@ -3,7 +3,7 @@
 // tp = 1 kernel; and the vocabulary-parallel protocol over two shards (host all-reduces
 // between the calls) against the cpu ops on the unsharded logits. fp32 and bf16, both
 // fiber orders.
-#include "emu/kernel_test.h"
+#include "support/kernel_test.h"
 
 #include <gtest/gtest.h>
 

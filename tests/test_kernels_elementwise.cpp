@@ -1,7 +1,7 @@
 // Elementwise kernels (add, accumulate, scale, add_bias, GELU, casts) under the SIMT
 // emulator vs. the cpu backend, fp32 and bf16, aligned (128-bit path plus ragged tail) and
 // misaligned (scalar path) buffers, in both fiber orders.
-#include "emu/kernel_test.h"
+#include "support/kernel_test.h"
 
 #include <gtest/gtest.h>
 

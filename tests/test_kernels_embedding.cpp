@@ -1,7 +1,7 @@
 // Embedding forward and the deterministic wgrad under the SIMT emulator vs. the cpu
 // backend: vocabulary shards with tokens inside and outside, repeated tokens, several token
 // tiles and vocabulary slices, fp32 and bf16, in both fiber orders.
-#include "emu/kernel_test.h"
+#include "support/kernel_test.h"
 
 #include <gtest/gtest.h>
 

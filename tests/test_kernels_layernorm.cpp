@@ -1,7 +1,7 @@
 // Layernorm forward / dgrad / wgrad and the bias-gradient column sums under the SIMT
 // emulator vs. the cpu backend, fp32 and bf16, on row and channel counts that are not
 // multiples of a warp, a block or the 64-row reduction chunk, in both fiber orders.
-#include "emu/kernel_test.h"
+#include "support/kernel_test.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // (with and without the bf16 weight copy, aligned and misaligned arrays) and the
 // deterministic sum of squares (one and many partial blocks, accumulation), both fiber
 // orders.
-#include "emu/kernel_test.h"
+#include "support/kernel_test.h"
 
 #include <gtest/gtest.h>
 

@@ -14,9 +14,9 @@
 #include "checkpoint/checkpoint_manager.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/llmc_import.h"
+#include "support/checkpoint_model.h"
+#include "support/checkpoint_util.h"
 #include "support/test_util.h"
-#include "test_checkpoint_model.h"
-#include "test_checkpoint_util.h"
 
 using namespace pptrain;
 using namespace pptrain::testing;

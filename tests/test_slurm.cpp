@@ -13,7 +13,7 @@
 #include <regex>
 #include <sstream>
 
-#include "mpi/programs.h"
+#include "support/mpi_programs.h"
 #include "support/test_util.h"
 
 using namespace pptrain::testing;

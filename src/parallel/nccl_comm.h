@@ -22,15 +22,10 @@
 // NCCL matches point-to-point messages by order per pair of ranks, not by tag: both sides
 // must post a pair's messages in the same order. Tags are accepted and ignored.
 #pragma once
-#ifdef PPTRAIN_EMULATED
-#include "backend/cuda/emu/nccl_emu.h"
-#else
-#include <nccl.h>
-#endif
-
 #include <memory>
 
 #include "backend/cuda/cuda_handles.h"
+#include "backend/cuda/nccl_api.h"
 #include "core/communicator.h"
 #include "parallel/mpi_comm.h"
 

@@ -20,7 +20,7 @@
 #include "core/config.h"
 #include "core/faults.h"
 #include "job/job.h"
-#include "mpi/mpi_program.h"
+#include "support/mpi_program.h"
 #include "train/param_dump.h"
 #include "train/run_training.h"
 

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "mpi_program.h"
 #include "parallel/mpi_comm.h"
+#include "support/mpi_program.h"
 
 using namespace pptrain;
 using pptrain::mpi_test::say;

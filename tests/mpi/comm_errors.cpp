@@ -14,8 +14,8 @@
 #include <chrono>
 #include <thread>
 
-#include "mpi_program.h"
 #include "parallel/mpi_comm.h"
+#include "support/mpi_program.h"
 
 using namespace pptrain;
 using pptrain::mpi_test::say;

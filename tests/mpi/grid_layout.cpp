@@ -8,8 +8,8 @@
 // aborts with status 1.
 #include <sstream>
 
-#include "mpi_program.h"
 #include "parallel/grid.h"
+#include "support/mpi_program.h"
 
 using namespace pptrain;
 using pptrain::mpi_test::say;

@@ -13,7 +13,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "parallel/nccl_comm.h"
-#include "mpi_program.h"
+#include "support/mpi_program.h"
 
 using namespace pptrain;
 using pptrain::mpi_test::say;

@@ -12,7 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "backend/cuda/emu/cublas_emu.h"
+#include "emu/cublas_emu.h"
 
 struct cublasLtContext;
 using cublasLtHandle_t = cublasLtContext*;

@@ -6,8 +6,8 @@
 #include <new>
 #include <vector>
 
-#include "backend/cuda/emu/cublas_emu.h"
-#include "backend/cuda/emu/gemm_emu.h"
+#include "emu/cublas_emu.h"
+#include "emu/gemm_emu.h"
 
 struct cublasContext {
   cudaStream_t stream = nullptr;

@@ -8,7 +8,7 @@
 // fails here instead of reading out of bounds. alpha and beta are host pointers
 // (CUBLAS_POINTER_MODE_HOST). The cuBLASLt slice is in cublaslt_emu.h.
 #pragma once
-#include "backend/cuda/emu/cuda_runtime_emu.h"
+#include "emu/cuda_runtime_emu.h"
 
 struct cublasContext;
 using cublasHandle_t = cublasContext*;

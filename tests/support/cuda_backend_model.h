@@ -9,9 +9,9 @@
 #include "backend/ops.h"
 #include "core/communicator.h"
 #include "model/stage.h"
+#include "support/cpu_ops_util.h"
 #include "support/single_rank_model.h"
 #include "support/tolerances.h"
-#include "test_cpu_ops_util.h"
 
 namespace pptrain::testing {
 

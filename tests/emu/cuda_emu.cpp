@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backend/cuda/emu/cuda_runtime_emu.h"
+#include "emu/cuda_runtime_emu.h"
 
 using pptrain::cuda_emu::StreamWork;
 using WorkList = std::vector<std::shared_ptr<StreamWork>>;

@@ -1,5 +1,5 @@
 // The emulated NCCL over MPI (see nccl_emu.h).
-#include "backend/cuda/emu/nccl_emu.h"
+#include "emu/nccl_emu.h"
 
 #include <mpi.h>
 

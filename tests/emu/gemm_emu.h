@@ -4,7 +4,7 @@
 #pragma once
 #include <cstdint>
 
-#include "backend/cuda/emu/cublas_emu.h"
+#include "emu/cublas_emu.h"
 
 namespace pptrain::emu {
 

@@ -5,8 +5,8 @@
 #include <climits>
 #include <new>
 
-#include "backend/cuda/emu/cublaslt_emu.h"
-#include "backend/cuda/emu/gemm_emu.h"
+#include "emu/cublaslt_emu.h"
+#include "emu/gemm_emu.h"
 
 struct cublasLtContext {};
 struct cublasLtMatmulDescEmu {

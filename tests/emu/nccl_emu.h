@@ -25,7 +25,7 @@
 #pragma once
 #include <cstddef>
 
-#include "backend/cuda/emu/cuda_runtime_emu.h"
+#include "emu/cuda_runtime_emu.h"
 
 typedef struct ncclComm* ncclComm_t;
 
