@@ -13,10 +13,10 @@
 // parameter gradients, layernorm statistics, cross-entropy row statistics, optimizer
 // state. All arithmetic accumulates in fp32.
 //
-// Precision: every op runs in fp32. `training.precision: bf16` stores weights (the bf16
-// working copy of the fp32 master), activations and their gradients in bf16; the cuda
-// backend runs every view op in either dtype, the cpu backend in fp32 only. A backend
-// given a dtype it lacks fails with one line naming the backend, the dtype and the op.
+// Precision: every backend runs every op in fp32. `training.precision: bf16` stores weights
+// (the bf16 working copy of the fp32 master), activations and their gradients in bf16,
+// which the cuda backend runs and the cpu backend does not: a backend given a dtype it
+// lacks fails with one line naming the backend, the dtype and the op.
 //
 // Shapes use llm.c's letters: N rows (= B·T tokens of one microbatch), C channels,
 // I/O a linear layer's input/output width, NH heads, HD head size, VL the columns of
@@ -36,7 +36,7 @@
 
 namespace pptrain {
 
-// ---- typed views ---------------------------------------------------------------------
+// ---- typed views -----------------------------------------------------------------------
 
 enum class DType : uint8_t { f32, bf16 };
 constexpr const char* dtype_name(DType t) { return t == DType::f32 ? "fp32" : "bf16"; }
@@ -67,7 +67,9 @@ struct ConstView {
 //             kernels::launch_<name>(ctx, arguments...) at the views' storage type, so the
 //             launcher takes the op's parameters in order (a view as T* / const T*).
 // Ops declares each entry pure virtual; CpuOps and CudaOps declare their overrides from
-// the same list (PPTRAIN_EACH_OP(PPTRAIN_OP_OVERRIDE)).
+// the same list (PPTRAIN_EACH_OP(PPTRAIN_OP_OVERRIDE)). A new LAUNCHED op is its entry
+// here, its cpu body (backend/cpu/<family>.cpp) and its launcher in kernels/<family>.cuh
+// (declaration) and kernels/<family>.cu (kernel, launcher, float and bf16 instantiations).
 #define PPTRAIN_OPS(OP, LAUNCHED)                                                                  \
   /* ---- storage ----------------------------------------------------------------------------- */ \
   /* dst[n] = src[n] in dst's dtype: fp32 -> bf16 rounds to nearest even, bf16 -> fp32 is exact,   \
