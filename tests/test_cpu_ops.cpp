@@ -9,6 +9,7 @@
 
 #include "backend/buffer.h"
 #include "backend/ops.h"
+#include "core/error.h"
 #include "support/cpu_ops_util.h"
 
 namespace pptrain {
@@ -200,6 +201,45 @@ TEST_F(CpuOpsTest, AddAccumulateScaleBias) {
     for (int i = 0; i < c; ++i) expect[r * c + i] += bias[i];
   ops->add_bias(y.data(), bias.data(), n, c);
   EXPECT_EQ(y, expect);
+}
+
+// ---- dtypes: the cpu backend is fp32 only ---------------------------------------------
+
+// The message of the Error that `call` throws, or "no error".
+template <typename Call>
+std::string error_of(Call call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST_F(CpuOpsTest, RejectsABf16ViewWithOneLine) {
+  std::vector<bfloat16> h(8);
+  std::vector<float> f(8), dw(8);
+  EXPECT_EQ(error_of([&] { ops->gelu_forward(h.data(), h.data(), h.size()); }),
+            "backend 'cpu' has no bf16 gelu_forward (training.precision: bf16 needs device: cuda)");
+  // One bf16 view among fp32 ones, and a bf16 view beside fp32 gradients.
+  EXPECT_EQ(error_of([&] { ops->add(f.data(), h.data(), f.data(), f.size()); }),
+            "backend 'cpu' has no bf16 add (training.precision: bf16 needs device: cuda)");
+  EXPECT_EQ(error_of([&] { ops->linear_backward_weight(dw.data(), nullptr, h.data(), h.data(), 2, 2, 2); }),
+            "backend 'cpu' has no bf16 linear_backward_weight (training.precision: bf16 needs device: cuda)");
+  EXPECT_EQ(error_of([&] { ops->cast(f.data(), h.data(), f.size()); }),
+            "backend 'cpu' has no bf16 cast (training.precision: bf16 needs device: cuda)");
+}
+
+TEST_F(CpuOpsTest, AnAbsentViewMatchesAnyDtypeAndCastIsACopy) {
+  const int n = 3, in = 4, out = 5;
+  auto x = random_floats(size_t(n) * in, 40), w = random_floats(size_t(out) * in, 41);
+  std::vector<float> y(size_t(n) * out), y_null(y.size());
+  ops->linear_forward(y.data(), x.data(), w.data(), nullptr, n, in, out);
+  ops->linear_forward(y_null.data(), x.data(), w.data(), static_cast<const bfloat16*>(nullptr), n, in, out);
+  EXPECT_EQ(y, y_null);
+  std::vector<float> copy(x.size());
+  ops->cast(copy.data(), x.data(), x.size());
+  EXPECT_EQ(copy, x);
 }
 
 // ---- embedding ------------------------------------------------------------------------

@@ -1,10 +1,10 @@
 // The cuda backend's host code (CudaOps: caching allocator, cuBLASLt and cuBLAS GEMM
 // mapping, kernel launches, workspaces) run end to end on the CPU: the CUDA runtime, cuBLAS
 // and cuBLASLt are the shims of tests/emu (-> OpenBLAS column-major), the kernels
-// run under the SIMT emulator in both fiber orders. Every fp32 Ops method is compared with
+// run under the SIMT emulator in both fiber orders. Every Ops method is compared in fp32 with
 // the cpu backend on odd shapes (1e-5 relative to the tensor's largest element), and so are
 // the loss and every parameter gradient of one forward/dgrad/wgrad step of a whole model.
-// The cuBLASLt plan cache and GEMM errors are checked too; the bf16 overloads are in
+// The cuBLASLt plan cache and GEMM errors are checked too; the ops in bf16 are in
 // test_cuda_backend_bf16.cpp.
 #define PPTRAIN_EMULATED 1  // this binary links the emulated cuda backend
 

@@ -1,4 +1,4 @@
-// The bf16 overloads of CudaOps, run end to end on the CPU (emulated runtime, cuBLAS and
+// The bf16 ops of CudaOps, run end to end on the CPU (emulated runtime, cuBLAS and
 // cuBLASLt; kernels under the SIMT emulator in both fiber orders), each compared with the
 // cpu backend's fp32 op run on the same inputs rounded to bf16. Both sides then compute
 // from identical values, so what differs is only the bf16 rounding of outputs and
@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/ops.h"
+#include "core/error.h"
 #include "emu/emu.h"
 #include "support/cpu_ops_util.h"
 #include "support/tolerances.h"
@@ -199,6 +200,48 @@ TEST(CudaBackendBf16, CastRoundsToNearestEvenAndRoundTrips) {
     }
     for (void* p : {static_cast<void*>(h), static_cast<void*>(f), static_cast<void*>(back)}) ops->release(p);
   }
+}
+
+// ---- dtypes: the views of one call share one dtype --------------------------------------------
+
+TEST(CudaBackendBf16, RejectsMixedDtypesInOneCallWithOneLine) {
+  auto ops = make_cuda_ops(0);
+  auto* h = static_cast<bfloat16*>(ops->allocate(64 * sizeof(bfloat16)));
+  auto* f = static_cast<float*>(ops->allocate(64 * sizeof(float)));
+  auto error_of = [](auto call) -> std::string {
+    try {
+      call();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  // A generated body (a kernel launch) and a hand-written one (a GEMM).
+  EXPECT_EQ(error_of([&] { ops->add(h, f, h, 64); }),
+            "backend 'cuda': add got bf16 and fp32 views in one call (the views of one call share one dtype)");
+  EXPECT_EQ(error_of([&] { ops->linear_forward(f, f, h, nullptr, 4, 4, 4); }),
+            "backend 'cuda': linear_forward got fp32 and bf16 views in one call (the views of one call share one "
+            "dtype)");
+  // An absent (null) view matches any dtype: a null fp32 bias beside bf16 views is no bias.
+  std::vector<bfloat16> x(16), w(16), y(16), y_null(16);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = bfloat16::from_float(float(i % 5) - 2.0f);
+    w[i] = bfloat16::from_float(float(i % 3) - 1.0f);
+  }
+  bfloat16 *x_dev = h, *w_dev = h + 16, *y_dev = h + 32;
+  ops->copy_to_device(x_dev, x.data(), 16 * sizeof(bfloat16));
+  ops->copy_to_device(w_dev, w.data(), 16 * sizeof(bfloat16));
+  ops->linear_forward(y_dev, x_dev, w_dev, nullptr, 4, 4, 4);
+  ops->copy_to_host(y.data(), y_dev, 16 * sizeof(bfloat16));
+  ops->linear_forward(y_dev, x_dev, w_dev, static_cast<const float*>(nullptr), 4, 4, 4);
+  ops->copy_to_host(y_null.data(), y_dev, 16 * sizeof(bfloat16));
+  for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i].bits, y_null[i].bits) << i;
+  // A cast to the same dtype is a copy.
+  ops->cast(h + 48, x_dev, 16);
+  ops->copy_to_host(y.data(), h + 48, 16 * sizeof(bfloat16));
+  for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i].bits, x[i].bits) << i;
+  ops->release(h);
+  ops->release(f);
 }
 
 // ---- linear (cuBLASLt) -----------------------------------------------------------------------

@@ -4,12 +4,19 @@
 // interface with kernels/ and cuBLAS. Pointers are backend memory: host memory for
 // cpu, device memory for cuda. All tensors are row-major.
 //
-// Precision: every op exists in fp32. The ops that touch activations or the weights a
-// layer computes with also exist with bf16 storage (`training.precision: bf16`): weights
-// (the bf16 working copy of the fp32 master), activations and their gradients are bf16;
-// parameter gradients, layernorm statistics and cross-entropy row statistics stay fp32,
-// and all arithmetic accumulates in fp32. A backend without bf16 (cpu) inherits the
-// default bf16 overloads, which fail with a one-line message.
+// Each op is declared once, in the list PPTRAIN_OPS below, and takes typed views:
+// activations, their gradients and the weights a layer computes with are View /
+// ConstView (pointer + dtype; the shape is the op's dimension arguments, documented per
+// op). A view converts implicitly from float* or bfloat16*, so a layer templated over its
+// storage type calls the same op either way, and nullptr ("absent") matches any dtype.
+// The views of one call share one dtype. What is fp32 under every precision stays float*:
+// parameter gradients, layernorm statistics, cross-entropy row statistics, optimizer
+// state. All arithmetic accumulates in fp32.
+//
+// Precision: every backend runs every op in fp32. `training.precision: bf16` stores weights
+// (the bf16 working copy of the fp32 master), activations and their gradients in bf16,
+// which the cuda backend runs and the cpu backend does not: a backend given a dtype it
+// lacks fails with one line naming the backend, the dtype and the op.
 //
 // Shapes use llm.c's letters: N rows (= B·T tokens of one microbatch), C channels,
 // I/O a linear layer's input/output width, NH heads, HD head size, VL the columns of
@@ -29,6 +36,161 @@
 
 namespace pptrain {
 
+// ---- typed views -----------------------------------------------------------------------
+
+enum class DType : uint8_t { f32, bf16 };
+constexpr const char* dtype_name(DType t) { return t == DType::f32 ? "fp32" : "bf16"; }
+constexpr size_t dtype_size(DType t) { return t == DType::f32 ? sizeof(float) : sizeof(bfloat16); }
+
+// Backend memory of one dtype. Null data means "absent" (an optional operand) and
+// matches any dtype.
+struct View {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  View(float* p) : data(p), dtype(DType::f32) {}
+  View(bfloat16* p) : data(p), dtype(DType::bf16) {}
+  View(std::nullptr_t) {}
+};
+struct ConstView {
+  const void* data = nullptr;
+  DType dtype = DType::f32;
+  ConstView(const float* p) : data(p), dtype(DType::f32) {}
+  ConstView(const bfloat16* p) : data(p), dtype(DType::bf16) {}
+  ConstView(View v) : data(v.data), dtype(v.dtype) {}
+  ConstView(std::nullptr_t) {}
+};
+
+// ---- the ops ---------------------------------------------------------------------------
+// Every op once, as KIND(return type, name, (parameters), (argument names)), by family:
+//   OP        each backend writes the body;
+//   LAUNCHED  the cuda body is generated (cuda_kernel_ops.cpp): the one call
+//             kernels::launch_<name>(ctx, arguments...) at the views' storage type, so the
+//             launcher takes the op's parameters in order (a view as T* / const T*).
+// Ops declares each entry pure virtual; CpuOps and CudaOps declare their overrides from
+// the same list (PPTRAIN_EACH_OP(PPTRAIN_OP_OVERRIDE)). A new LAUNCHED op is its entry
+// here, its cpu body (backend/cpu/<family>.cpp) and its launcher in kernels/<family>.cuh
+// (declaration) and kernels/<family>.cu (kernel, launcher, float and bf16 instantiations).
+#define PPTRAIN_OPS(OP, LAUNCHED)                                                                  \
+  /* ---- storage ----------------------------------------------------------------------------- */ \
+  /* dst[n] = src[n] in dst's dtype: fp32 -> bf16 rounds to nearest even, bf16 -> fp32 is exact,   \
+     the same dtype copies. */                                                                     \
+  OP(void, cast, (View dst, ConstView src, size_t n), (dst, src, n))                               \
+                                                                                                   \
+  /* ---- linear: Y[N,O] = X[N,I] · W[O,I]ᵀ + b[O] -------------------------------------------- */ \
+  /* b may be null (no bias, or a row-parallel layer that adds its bias after the all-reduce). */  \
+  OP(void, linear_forward,                                                                         \
+     (View y, ConstView x, ConstView w, ConstView b, int n, int in, int out),                      \
+     (y, x, w, b, n, in, out))                                                                     \
+  /* dX[N,I] = dY[N,O] · W[O,I]; with accumulate, dX += instead. */                                \
+  OP(void, linear_backward_input,                                                                  \
+     (View dx, ConstView dy, ConstView w, int n, int in, int out, bool accumulate),                \
+     (dx, dy, w, n, in, out, accumulate))                                                          \
+  /* dW[O,I] += dYᵀ · X;  db[O] += Σ_rows dY  (db may be null). */                                 \
+  OP(void, linear_backward_weight,                                                                 \
+     (float* dw, float* db, ConstView dy, ConstView x, int n, int in, int out),                    \
+     (dw, db, dy, x, n, in, out))                                                                  \
+                                                                                                   \
+  /* ---- layernorm over C, eps = 1e-5 -------------------------------------------------------- */ \
+  /* y[N,C] = (x - mean) · rstd · g[C] + b[C]; saves mean[N] and rstd[N] for backward. */          \
+  LAUNCHED(void, layernorm_forward,                                                                \
+           (View y, float* mean, float* rstd, ConstView x, ConstView g, ConstView b, int n,        \
+            int c),                                                                                \
+           (y, mean, rstd, x, g, b, n, c))                                                         \
+  /* dx (+)= rstd · (dŷ - mean(dŷ) - x̂ · mean(dŷ · x̂)), where dŷ = dy · g. */                      \
+  LAUNCHED(void, layernorm_backward_input,                                                         \
+           (View dx, ConstView dy, ConstView x, const float* mean, const float* rstd, ConstView g, \
+            int n, int c, bool accumulate),                                                        \
+           (dx, dy, x, mean, rstd, g, n, c, accumulate))                                           \
+  /* dg += Σ_rows dy · x̂;  db += Σ_rows dy. */                                                     \
+  OP(void, layernorm_backward_weight,                                                              \
+     (float* dg, float* db, ConstView dy, ConstView x, const float* mean, const float* rstd,       \
+      int n, int c),                                                                               \
+     (dg, db, dy, x, mean, rstd, n, c))                                                            \
+                                                                                                   \
+  /* ---- GELU, tanh approximation (GPT-2) ---------------------------------------------------- */ \
+  /* y[n] = 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))); y may alias x. */                          \
+  LAUNCHED(void, gelu_forward, (View y, ConstView x, size_t n), (y, x, n))                         \
+  /* dx[n] = dy · gelu'(x). */                                                                     \
+  LAUNCHED(void, gelu_backward, (View dx, ConstView dy, ConstView x, size_t n), (dx, dy, x, n))    \
+                                                                                                   \
+  /* ---- elementwise ------------------------------------------------------------------------- */ \
+  /* y[n] = a + b; y may alias a or b. */                                                          \
+  LAUNCHED(void, add, (View y, ConstView a, ConstView b, size_t n), (y, a, b, n))                  \
+  /* y[n] += x. */                                                                                 \
+  LAUNCHED(void, accumulate, (View y, ConstView x, size_t n), (y, x, n))                           \
+  /* y[n] *= s. */                                                                                 \
+  LAUNCHED(void, scale, (View y, float s, size_t n), (y, s, n))                                    \
+  /* y[N,C] += b[C]. */                                                                            \
+  LAUNCHED(void, add_bias, (View y, ConstView b, int n, int c), (y, b, n, c))                      \
+                                                                                                   \
+  /* ---- embedding (token + position) -------------------------------------------------------- */ \
+  /* y[N,C] = wte[tok - v0] + wpe[row mod T]. The token table wte[VL,C] is this rank's             \
+     vocabulary shard, rows [v0, v0 + VL); a token outside it contributes zero (the                \
+     tensor-parallel all-reduce adds the shards). wpe[T,C] may be null (then only the token        \
+     part). */                                                                                     \
+  LAUNCHED(void, embedding_forward,                                                                \
+           (View y, const int32_t* tokens, ConstView wte, ConstView wpe, int n, int t, int c,      \
+            int v0, int vl),                                                                       \
+           (y, tokens, wte, wpe, n, t, c, v0, vl))                                                 \
+  /* dwte[tok - v0] += dy[row] for tokens in the shard; dwpe[row mod T] += dy[row] if dwpe is      \
+     non-null. Deterministic: the sum order does not depend on thread timing. */                   \
+  LAUNCHED(void, embedding_backward_weight,                                                        \
+           (float* dwte, float* dwpe, ConstView dy, const int32_t* tokens, int n, int t, int c,    \
+            int v0, int vl),                                                                       \
+           (dwte, dwpe, dy, tokens, n, t, c, v0, vl))                                              \
+                                                                                                   \
+  /* ---- causal self-attention core ---------------------------------------------------------- */ \
+  /* qkv[B,T,3·NH·HD]: per row the NH·HD query values, then keys, then values (head h at           \
+     columns h·HD.. of each block). out[B,T,NH·HD] = softmax(q kᵀ / √HD, causal) v.                \
+     probs[B,NH,T,T] keeps the softmax for backward (entries above the diagonal are 0), in the     \
+     views' dtype. */                                                                              \
+  OP(void, attention_forward, (View out, View probs, ConstView qkv, int b, int t, int nh, int hd), \
+     (out, probs, qkv, b, t, nh, hd))                                                              \
+  /* dqkv[B,T,3·NH·HD] = gradient of the three blocks from dout[B,T,NH·HD] (overwrites). */        \
+  OP(void, attention_backward_input,                                                               \
+     (View dqkv, ConstView dout, ConstView qkv, ConstView probs, int b, int t, int nh, int hd),    \
+     (dqkv, dout, qkv, probs, b, t, nh, hd))                                                       \
+                                                                                                   \
+  /* ---- vocabulary-parallel softmax cross-entropy ------------------------------------------- */ \
+  /* logits[N,VL] are columns [v0, v0 + VL) of the full vocabulary; only the first `valid`         \
+     columns are real tokens, the rest is padding (vocab rounded up to a multiple of tp) and is    \
+     ignored. With tp > 1 the caller all-reduces rmax (max), then sumexp and target_logit (sum)    \
+     between the calls; full logits are never gathered. The row statistics are fp32 [N].           \
+     rmax = max over the valid columns. */                                                         \
+  LAUNCHED(void, ce_row_max, (float* rmax, ConstView logits, int n, int vl, int valid),            \
+           (rmax, logits, n, vl, valid))                                                           \
+  /* sumexp = Σ exp(logit - rmax); target_logit = logits[target - v0] if the target is in this     \
+     shard, else 0. */                                                                             \
+  LAUNCHED(void, ce_sumexp_target,                                                                 \
+           (float* sumexp, float* target_logit, ConstView logits, const float* rmax,               \
+            const int32_t* targets, int n, int vl, int valid, int v0),                             \
+           (sumexp, target_logit, logits, rmax, targets, n, vl, valid, v0))                        \
+  /* Σ_rows (log(sumexp) + rmax - target_logit): the summed loss, returned to the host. */         \
+  OP(double, ce_loss_sum,                                                                          \
+     (const float* rmax, const float* sumexp, const float* target_logit, int n),                   \
+     (rmax, sumexp, target_logit, n))                                                              \
+  /* dlogits[N,VL] = scale · (softmax - onehot(target)); padding columns get 0. May alias          \
+     logits. */                                                                                    \
+  LAUNCHED(void, ce_backward,                                                                      \
+           (View dlogits, ConstView logits, const float* rmax, const float* sumexp,                \
+            const int32_t* targets, int n, int vl, int valid, int v0, float scale),                \
+           (dlogits, logits, rmax, sumexp, targets, n, vl, valid, v0, scale))                      \
+                                                                                                   \
+  /* ---- optimizer (fp32: masters, gradients and moments) ------------------------------------ */ \
+  /* One AdamW step (Loshchilov & Hutter): m = b1 m + (1-b1) g; v = b2 v + (1-b2) g²;              \
+     p -= lr (m̂ / (√v̂ + eps) + wd p), with bias corrections for step t (1-based). */               \
+  OP(void, adamw,                                                                                  \
+     (float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2,        \
+      float eps, float wd, int t),                                                                 \
+     (p, g, m, v, n, lr, b1, b2, eps, wd, t))                                                      \
+  /* Σ x², accumulated in double, returned to the host. */                                         \
+  OP(double, sum_squares, (const float* x, size_t n), (x, n))
+
+// Both kinds alike, and the two declarations every backend needs.
+#define PPTRAIN_EACH_OP(X) PPTRAIN_OPS(X, X)
+#define PPTRAIN_OP_PURE(ret, name, params, args) virtual ret name params = 0;
+#define PPTRAIN_OP_OVERRIDE(ret, name, params, args) ret name params override;
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -43,130 +205,8 @@ class Ops {
   virtual void zero(void* p, size_t bytes) = 0;
   virtual void synchronize() = 0;
 
-  // ---- linear: Y[N,O] = X[N,I] · W[O,I]ᵀ + b[O] -----------------------------------
-  // b may be null (no bias, or a row-parallel layer that adds its bias after the all-reduce).
-  virtual void linear_forward(float* y, const float* x, const float* w, const float* b, int n,
-                              int in, int out) = 0;
-  // dX[N,I] = dY[N,O] · W[O,I]; with accumulate, dX += instead.
-  virtual void linear_backward_input(float* dx, const float* dy, const float* w, int n, int in,
-                                     int out, bool accumulate) = 0;
-  // dW[O,I] += dYᵀ · X;  db[O] += Σ_rows dY  (db may be null).
-  virtual void linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int n,
-                                      int in, int out) = 0;
-
-  // ---- layernorm over C, eps = 1e-5 ----------------------------------------------
-  // y = (x - mean) · rstd · g + b; saves mean[N] and rstd[N] for backward.
-  virtual void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* g,
-                                 const float* b, int n, int c) = 0;
-  // dx (+)= rstd · (dŷ - mean(dŷ) - x̂ · mean(dŷ · x̂)), where dŷ = dy · g.
-  virtual void layernorm_backward_input(float* dx, const float* dy, const float* x,
-                                        const float* mean, const float* rstd, const float* g, int n,
-                                        int c, bool accumulate) = 0;
-  // dg += Σ_rows dy · x̂;  db += Σ_rows dy.
-  virtual void layernorm_backward_weight(float* dg, float* db, const float* dy, const float* x,
-                                         const float* mean, const float* rstd, int n, int c) = 0;
-
-  // ---- GELU, tanh approximation (GPT-2) ------------------------------------------
-  virtual void gelu_forward(float* y, const float* x, size_t n) = 0;
-  virtual void gelu_backward(float* dx, const float* dy, const float* x, size_t n) = 0;  // dx = dy · gelu'(x)
-
-  // ---- elementwise -----------------------------------------------------------------
-  virtual void add(float* y, const float* a, const float* b, size_t n) = 0;  // y = a + b; y may alias a or b
-  virtual void accumulate(float* y, const float* x, size_t n) = 0;           // y += x
-  virtual void scale(float* y, float s, size_t n) = 0;                       // y *= s
-  virtual void add_bias(float* y, const float* b, int n, int c) = 0;         // y[N,C] += b[C]
-
-  // ---- embedding (token + position) ------------------------------------------------
-  // y[N,C] = wte[tok - v0] + wpe[row mod T]. The token table is this rank's vocabulary
-  // shard, rows [v0, v0 + VL); a token outside it contributes zero (the tensor-parallel
-  // all-reduce adds the shards). wpe may be null (then only the token part).
-  virtual void embedding_forward(float* y, const int32_t* tokens, const float* wte,
-                                 const float* wpe, int n, int t, int c, int v0, int vl) = 0;
-  // dwte[tok - v0] += dy[row] for tokens in the shard; dwpe[row mod T] += dy[row] if dwpe
-  // is non-null. Deterministic: the sum order does not depend on thread timing.
-  virtual void embedding_backward_weight(float* dwte, float* dwpe, const float* dy,
-                                         const int32_t* tokens, int n, int t, int c, int v0,
-                                         int vl) = 0;
-
-  // ---- causal self-attention core ---------------------------------------------------
-  // qkv[B,T,3·NH·HD]: per row the NH·HD query values, then keys, then values (head h at
-  // columns h·HD.. of each block). out[B,T,NH·HD] = softmax(q kᵀ / √HD, causal) v.
-  // probs[B,NH,T,T] keeps the softmax for backward (entries above the diagonal are 0).
-  virtual void attention_forward(float* out, float* probs, const float* qkv, int b, int t, int nh,
-                                 int hd) = 0;
-  // dqkv[B,T,3·NH·HD] = gradient of the three blocks from dout[B,T,NH·HD] (overwrites).
-  virtual void attention_backward_input(float* dqkv, const float* dout, const float* qkv,
-                                        const float* probs, int b, int t, int nh, int hd) = 0;
-
-  // ---- vocabulary-parallel softmax cross-entropy -------------------------------------
-  // logits[N,VL] are columns [v0, v0 + VL) of the full vocabulary; only the first `valid`
-  // columns are real tokens, the rest is padding (vocab rounded up to a multiple of tp)
-  // and is ignored. With tp > 1 the caller all-reduces rmax (max), then sumexp and
-  // target_logit (sum) between the calls; full logits are never gathered.
-  virtual void ce_row_max(float* rmax, const float* logits, int n, int vl, int valid) = 0;
-  // sumexp[N] = Σ exp(logit - rmax); target_logit[N] = logits[target - v0] if the target is
-  // in this shard, else 0.
-  virtual void ce_sumexp_target(float* sumexp, float* target_logit, const float* logits,
-                                const float* rmax, const int32_t* targets, int n, int vl, int valid,
-                                int v0) = 0;
-  // Σ_rows (log(sumexp) + rmax - target_logit): the summed loss, returned to the host.
-  virtual double ce_loss_sum(const float* rmax, const float* sumexp, const float* target_logit,
-                             int n) = 0;
-  // dlogits = scale · (softmax - onehot(target)); padding columns get 0. May alias logits.
-  virtual void ce_backward(float* dlogits, const float* logits, const float* rmax,
-                           const float* sumexp, const int32_t* targets, int n, int vl, int valid,
-                           int v0, float scale) = 0;
-
-  // ---- optimizer -------------------------------------------------------------------
-  // One AdamW step (Loshchilov & Hutter): m = b1 m + (1-b1) g; v = b2 v + (1-b2) g²;
-  // p -= lr (m̂ / (√v̂ + eps) + wd p), with bias corrections for step t (1-based).
-  virtual void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1,
-                     float b2, float eps, float wd, int t) = 0;
-  // Σ x², accumulated in double, returned to the host.
-  virtual double sum_squares(const float* x, size_t n) = 0;
-
-  // ---- bf16 storage (same semantics as the fp32 op of the same name) ----------------
-  virtual void cast(bfloat16* dst, const float* src, size_t n);  // round to nearest even
-  virtual void cast(float* dst, const bfloat16* src, size_t n);
-  virtual void linear_forward(bfloat16* y, const bfloat16* x, const bfloat16* w, const bfloat16* b,
-                              int n, int in, int out);
-  virtual void linear_backward_input(bfloat16* dx, const bfloat16* dy, const bfloat16* w, int n,
-                                     int in, int out, bool accumulate);
-  virtual void linear_backward_weight(float* dw, float* db, const bfloat16* dy, const bfloat16* x,
-                                      int n, int in, int out);
-  virtual void layernorm_forward(bfloat16* y, float* mean, float* rstd, const bfloat16* x,
-                                 const bfloat16* g, const bfloat16* b, int n, int c);
-  virtual void layernorm_backward_input(bfloat16* dx, const bfloat16* dy, const bfloat16* x,
-                                        const float* mean, const float* rstd, const bfloat16* g,
-                                        int n, int c, bool accumulate);
-  virtual void layernorm_backward_weight(float* dg, float* db, const bfloat16* dy,
-                                         const bfloat16* x, const float* mean, const float* rstd,
-                                         int n, int c);
-  virtual void gelu_forward(bfloat16* y, const bfloat16* x, size_t n);
-  virtual void gelu_backward(bfloat16* dx, const bfloat16* dy, const bfloat16* x, size_t n);
-  virtual void add(bfloat16* y, const bfloat16* a, const bfloat16* b, size_t n);
-  virtual void add_bias(bfloat16* y, const bfloat16* b, int n, int c);
-  virtual void embedding_forward(bfloat16* y, const int32_t* tokens, const bfloat16* wte,
-                                 const bfloat16* wpe, int n, int t, int c, int v0, int vl);
-  virtual void embedding_backward_weight(float* dwte, float* dwpe, const bfloat16* dy,
-                                         const int32_t* tokens, int n, int t, int c, int v0,
-                                         int vl);
-  // probs[B,NH,T,T] is bf16 as well.
-  virtual void attention_forward(bfloat16* out, bfloat16* probs, const bfloat16* qkv, int b, int t,
-                                 int nh, int hd);
-  virtual void attention_backward_input(bfloat16* dqkv, const bfloat16* dout, const bfloat16* qkv,
-                                        const bfloat16* probs, int b, int t, int nh, int hd);
-  virtual void ce_row_max(float* rmax, const bfloat16* logits, int n, int vl, int valid);
-  virtual void ce_sumexp_target(float* sumexp, float* target_logit, const bfloat16* logits,
-                                const float* rmax, const int32_t* targets, int n, int vl,
-                                int valid, int v0);
-  virtual void ce_backward(bfloat16* dlogits, const bfloat16* logits, const float* rmax,
-                           const float* sumexp, const int32_t* targets, int n, int vl, int valid,
-                           int v0, float scale);
-
- protected:
-  // The body of every bf16 overload a backend does not provide.
-  [[noreturn]] void no_bf16(const char* op) const;
+  // ---- the ops of PPTRAIN_OPS ------------------------------------------------------
+  PPTRAIN_EACH_OP(PPTRAIN_OP_PURE)
 };
 
 // The reference backend (backend/cpu).

@@ -1,5 +1,7 @@
 // The cpu backend: fp32, OpenBLAS sgemm for every matmul, OpenMP for the rest.
 // Each op family lives in its own file of this directory; this header is the class.
+// Every body first turns its views into float pointers with fp32() below, which rejects
+// any other dtype with one line.
 //
 // Threading: a big sgemm outside a parallel region uses all OpenMP threads; inside
 // `omp parallel` (attention, per (batch, head)) the OpenMP build of OpenBLAS runs
@@ -13,9 +15,11 @@
 #include <cstddef>
 #include <cstdlib>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "backend/ops.h"
+#include "core/error.h"
 
 namespace pptrain::cpu {
 
@@ -44,56 +48,9 @@ class CpuOps final : public Ops {
   void zero(void* p, size_t bytes) override;
   void synchronize() override {}
 
-  // linear.cpp
-  void linear_forward(float* y, const float* x, const float* w, const float* b, int n, int in,
-                      int out) override;
-  void linear_backward_input(float* dx, const float* dy, const float* w, int n, int in, int out,
-                             bool accumulate) override;
-  void linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int n, int in,
-                              int out) override;
-
-  // layernorm.cpp
-  void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* g,
-                         const float* b, int n, int c) override;
-  void layernorm_backward_input(float* dx, const float* dy, const float* x, const float* mean,
-                                const float* rstd, const float* g, int n, int c,
-                                bool accumulate) override;
-  void layernorm_backward_weight(float* dg, float* db, const float* dy, const float* x,
-                                 const float* mean, const float* rstd, int n, int c) override;
-
-  // elementwise.cpp
-  void gelu_forward(float* y, const float* x, size_t n) override;
-  void gelu_backward(float* dx, const float* dy, const float* x, size_t n) override;
-  void add(float* y, const float* a, const float* b, size_t n) override;
-  void accumulate(float* y, const float* x, size_t n) override;
-  void scale(float* y, float s, size_t n) override;
-  void add_bias(float* y, const float* b, int n, int c) override;
-
-  // embedding.cpp
-  void embedding_forward(float* y, const int32_t* tokens, const float* wte, const float* wpe, int n,
-                         int t, int c, int v0, int vl) override;
-  void embedding_backward_weight(float* dwte, float* dwpe, const float* dy, const int32_t* tokens,
-                                 int n, int t, int c, int v0, int vl) override;
-
-  // attention.cpp
-  void attention_forward(float* out, float* probs, const float* qkv, int b, int t, int nh,
-                         int hd) override;
-  void attention_backward_input(float* dqkv, const float* dout, const float* qkv,
-                                const float* probs, int b, int t, int nh, int hd) override;
-
-  // cross_entropy.cpp
-  void ce_row_max(float* rmax, const float* logits, int n, int vl, int valid) override;
-  void ce_sumexp_target(float* sumexp, float* target_logit, const float* logits, const float* rmax,
-                        const int32_t* targets, int n, int vl, int valid, int v0) override;
-  double ce_loss_sum(const float* rmax, const float* sumexp, const float* target_logit,
-                     int n) override;
-  void ce_backward(float* dlogits, const float* logits, const float* rmax, const float* sumexp,
-                   const int32_t* targets, int n, int vl, int valid, int v0, float scale) override;
-
-  // adamw.cpp
-  void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2,
-             float eps, float wd, int t) override;
-  double sum_squares(const float* x, size_t n) override;
+  // The ops, one file per family: linear.cpp, layernorm.cpp, elementwise.cpp (GELU too),
+  // embedding.cpp, attention.cpp, cross_entropy.cpp, adamw.cpp; cast in memory.cpp.
+  PPTRAIN_EACH_OP(PPTRAIN_OP_OVERRIDE)
 
  private:
   // One scratch array per OpenMP thread (attention backward's dP/dS tile), sized
@@ -102,6 +59,20 @@ class CpuOps final : public Ops {
   std::vector<double> block_sums_;  // sum_squares' per-block partial sums
   void reserve_thread_scratch(size_t floats_per_thread);
 };
+
+// The float pointers of an op's views, in order (View -> float*, ConstView -> const
+// float*); a view of another dtype fails with one line naming the op:
+//   auto [y, x] = fp32("gelu_forward", yv, xv);
+inline float* fp32_data(View v) { return static_cast<float*>(v.data); }
+inline const float* fp32_data(ConstView v) { return static_cast<const float*>(v.data); }
+template <typename... Views>
+auto fp32(const char* op, Views... views) {
+  for (const ConstView v : {ConstView(views)...})
+    if (v.data && v.dtype != DType::f32)
+      fail("backend 'cpu' has no ", dtype_name(v.dtype), " ", op,
+           " (training.precision: bf16 needs device: cuda)");
+  return std::tuple{fp32_data(views)...};
+}
 
 // Elementwise loops run serially below this many elements: forking threads costs more
 // than the work (bias vectors, small parameter tensors).

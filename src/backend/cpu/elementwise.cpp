@@ -9,34 +9,40 @@ namespace pptrain::cpu {
 // Loop indices are signed (OpenMP canonical loops); sizes beyond 2^63 do not occur.
 using Index = long long;
 
-void CpuOps::gelu_forward(float* y, const float* x, size_t n) {
+void CpuOps::gelu_forward(View yv, ConstView xv, size_t n) {
+  auto [y, x] = fp32("gelu_forward", yv, xv);
   // y[n] = gelu(x[n]); y may alias x (elementwise)
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
   for (Index i = 0; i < Index(n); ++i) y[i] = gelu_value(x[i]);
 }
 
-void CpuOps::gelu_backward(float* dx, const float* dy, const float* x, size_t n) {
+void CpuOps::gelu_backward(View dxv, ConstView dyv, ConstView xv, size_t n) {
+  auto [dx, dy, x] = fp32("gelu_backward", dxv, dyv, xv);
   // dx[n] = dy · gelu'(x)
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
   for (Index i = 0; i < Index(n); ++i) dx[i] = dy[i] * gelu_derivative(x[i]);
 }
 
-void CpuOps::add(float* y, const float* a, const float* b, size_t n) {
+void CpuOps::add(View yv, ConstView av, ConstView bv, size_t n) {
+  auto [y, a, b] = fp32("add", yv, av, bv);
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
   for (Index i = 0; i < Index(n); ++i) y[i] = a[i] + b[i];
 }
 
-void CpuOps::accumulate(float* y, const float* x, size_t n) {
+void CpuOps::accumulate(View yv, ConstView xv, size_t n) {
+  auto [y, x] = fp32("accumulate", yv, xv);
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
   for (Index i = 0; i < Index(n); ++i) y[i] += x[i];
 }
 
-void CpuOps::scale(float* y, float s, size_t n) {
+void CpuOps::scale(View yv, float s, size_t n) {
+  auto [y] = fp32("scale", yv);
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
   for (Index i = 0; i < Index(n); ++i) y[i] *= s;
 }
 
-void CpuOps::add_bias(float* y, const float* b, int n, int c) {
+void CpuOps::add_bias(View yv, ConstView bv, int n, int c) {
+  auto [y, b] = fp32("add_bias", yv, bv);
   // y[N,C] += b[C]
 #pragma omp parallel for schedule(static) if (size_t(n) * c >= kParallelMinElements)
   for (int row = 0; row < n; ++row) {

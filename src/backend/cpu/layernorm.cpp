@@ -11,8 +11,9 @@ namespace {
 constexpr float kEps = 1e-5f;
 }
 
-void CpuOps::layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* g,
-                               const float* b, int n, int c) {
+void CpuOps::layernorm_forward(View yv, float* mean, float* rstd, ConstView xv, ConstView gv,
+                               ConstView bv, int n, int c) {
+  auto [y, x, g, b] = fp32("layernorm_forward", yv, xv, gv, bv);
   // x, y [N,C]; g, b [C]; mean, rstd [N]
 #pragma omp parallel for schedule(static) if (size_t(n) * c >= kParallelMinElements)
   for (int row = 0; row < n; ++row) {
@@ -37,9 +38,10 @@ void CpuOps::layernorm_forward(float* y, float* mean, float* rstd, const float* 
   }
 }
 
-void CpuOps::layernorm_backward_input(float* dx, const float* dy, const float* x, const float* mean,
-                                      const float* rstd, const float* g, int n, int c,
+void CpuOps::layernorm_backward_input(View dxv, ConstView dyv, ConstView xv, const float* mean,
+                                      const float* rstd, ConstView gv, int n, int c,
                                       bool accumulate) {
+  auto [dx, dy, x, g] = fp32("layernorm_backward_input", dxv, dyv, xv, gv);
   // dx (+)= rstd · (dŷ - mean(dŷ) - x̂ · mean(dŷ · x̂)), dŷ = dy · g, x̂ = (x - mean) · rstd
 #pragma omp parallel for schedule(static) if (size_t(n) * c >= kParallelMinElements)
   for (int row = 0; row < n; ++row) {
@@ -73,8 +75,9 @@ void CpuOps::layernorm_backward_input(float* dx, const float* dy, const float* x
   }
 }
 
-void CpuOps::layernorm_backward_weight(float* dg, float* db, const float* dy, const float* x,
+void CpuOps::layernorm_backward_weight(float* dg, float* db, ConstView dyv, ConstView xv,
                                        const float* mean, const float* rstd, int n, int c) {
+  auto [dy, x] = fp32("layernorm_backward_weight", dyv, xv);
   // dg[C] += Σ_rows dy · x̂;  db[C] += Σ_rows dy. Threads own column chunks and walk all
   // rows in order: fixed sum order, no races, contiguous inner loops.
   constexpr int kChunk = 64;

@@ -1,5 +1,5 @@
 // Host memory for the cpu backend: 64-byte aligned (one cache line, one AVX-512
-// vector), zero-filled; copies are memcpy.
+// vector), zero-filled; copies (and casts, fp32 to fp32) are memcpy.
 #include <omp.h>
 
 #include <cstring>
@@ -56,6 +56,12 @@ void CpuOps::copy(void* dst, const void* src, size_t bytes) {
 }
 void CpuOps::zero(void* p, size_t bytes) {
   if (bytes) std::memset(p, 0, bytes);
+}
+
+void CpuOps::cast(View dstv, ConstView srcv, size_t n) {
+  // fp32 only, so a cast is a copy.
+  auto [dst, src] = fp32("cast", dstv, srcv);
+  if (n) std::memcpy(dst, src, n * sizeof(float));
 }
 
 }  // namespace cpu

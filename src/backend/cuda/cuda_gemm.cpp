@@ -1,5 +1,6 @@
 // CudaOps: the linear layer and the attention core, i.e. everything built on GEMMs, in
-// fp32 and bf16 (T = float or kernels::bf16; fp32 accumulation either way).
+// fp32 and bf16: each body is one lambda over the storage type T (float or kernels::bf16;
+// fp32 accumulation either way) that dispatch() calls with the views as T* / const T*.
 //
 // cuBLAS is column-major; our tensors are row-major. A row-major [R,C] buffer read as
 // column-major is its transpose [C,R] with the same leading dimension, so the row-major
@@ -62,122 +63,86 @@ void CudaOps::gemm_batched(const char* what, bool transpose_a, bool transpose_b,
 
 // ---- linear: Y[N,O] = X[N,I] · W[O,I]ᵀ + b[O] ----------------------------------------------
 
-template <typename T>
-void CudaOps::linear_forward_impl(T* y, const T* x, const T* w, const T* b, int n, int in, int out) {
+void CudaOps::linear_forward(View y, ConstView x, ConstView w, ConstView b, int n, int in, int out) {
   // Y[N,O] = X[N,I] · W[O,I]ᵀ, with b added in fp32 before Y is rounded (bias epilogue: the
   // bias runs along the rows of the column-major Yᵀ[O,N]).
-  constexpr cudaDataType type = data_type<T>();
-  lt_.run("linear forward", row_major(false, true, n, out, in, in, in, out, type, type, b != nullptr), w, x, b,
-          0.0f, y);
+  dispatch("linear_forward", [&]<typename T>(T* y, const T* x, const T* w, const T* b) {
+    constexpr cudaDataType type = data_type<T>();
+    lt_.run("linear forward", row_major(false, true, n, out, in, in, in, out, type, type, b != nullptr), w, x, b,
+            0.0f, y);
+  }, y, x, w, b);
 }
 
-template <typename T>
-void CudaOps::linear_backward_input_impl(T* dx, const T* dy, const T* w, int n, int in, int out, bool accumulate) {
+void CudaOps::linear_backward_input(View dx, ConstView dy, ConstView w, int n, int in, int out, bool accumulate) {
   // dX[N,I] (+)= dY[N,O] · W[O,I]
-  constexpr cudaDataType type = data_type<T>();
-  lt_.run("linear dgrad", row_major(false, false, n, in, out, out, in, in, type, type, false), w, dy, nullptr,
-          accumulate ? 1.0f : 0.0f, dx);
+  dispatch("linear_backward_input", [&]<typename T>(T* dx, const T* dy, const T* w) {
+    constexpr cudaDataType type = data_type<T>();
+    lt_.run("linear dgrad", row_major(false, false, n, in, out, out, in, in, type, type, false), w, dy, nullptr,
+            accumulate ? 1.0f : 0.0f, dx);
+  }, dx, dy, w);
 }
 
-template <typename T>
-void CudaOps::linear_backward_weight_impl(float* dw, float* db, const T* dy, const T* x, int n, int in, int out) {
-  // dW[O,I] += dY[N,O]ᵀ · X[N,I], into the fp32 gradient whatever the storage type.
-  lt_.run("linear wgrad", row_major(true, false, out, in, n, out, in, in, data_type<T>(), CUDA_R_32F, false), x,
-          dy, nullptr, 1.0f, dw);
-  // db += Σ_rows dY with the bias_grad kernel rather than cuBLASLt's BGRADB epilogue: the
-  // epilogue stores (overwrites) the bias gradient while db must accumulate over
-  // microbatches, and cuBLASLt leaves its reduction order to the algorithm the heuristic
-  // picks (bit-reproducible only for the same GPU model, SM count and library version);
-  // the kernel sums in a fixed order.
-  if (db) {
-    auto* ws = static_cast<float*>(column_workspace_.reserve(bias_backward_workspace_bytes(n, out)));
-    launch_bias_backward(ctx(), db, dy, ws, n, out);
-  }
-}
-
-void CudaOps::linear_forward(float* y, const float* x, const float* w, const float* b, int n, int in, int out) {
-  linear_forward_impl(y, x, w, b, n, in, out);
-}
-void CudaOps::linear_forward(bfloat16* y, const bfloat16* x, const bfloat16* w, const bfloat16* b, int n, int in,
-                             int out) {
-  linear_forward_impl(to_kernel(y), to_kernel(x), to_kernel(w), to_kernel(b), n, in, out);
-}
-void CudaOps::linear_backward_input(float* dx, const float* dy, const float* w, int n, int in, int out,
-                                    bool accumulate) {
-  linear_backward_input_impl(dx, dy, w, n, in, out, accumulate);
-}
-void CudaOps::linear_backward_input(bfloat16* dx, const bfloat16* dy, const bfloat16* w, int n, int in, int out,
-                                    bool accumulate) {
-  linear_backward_input_impl(to_kernel(dx), to_kernel(dy), to_kernel(w), n, in, out, accumulate);
-}
-void CudaOps::linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int n, int in,
-                                     int out) {
-  linear_backward_weight_impl(dw, db, dy, x, n, in, out);
-}
-void CudaOps::linear_backward_weight(float* dw, float* db, const bfloat16* dy, const bfloat16* x, int n, int in,
-                                     int out) {
-  linear_backward_weight_impl(dw, db, to_kernel(dy), to_kernel(x), n, in, out);
+void CudaOps::linear_backward_weight(float* dw, float* db, ConstView dy, ConstView x, int n, int in, int out) {
+  dispatch("linear_backward_weight", [&]<typename T>(const T* dy, const T* x) {
+    // dW[O,I] += dY[N,O]ᵀ · X[N,I], into the fp32 gradient whatever the storage type.
+    lt_.run("linear wgrad", row_major(true, false, out, in, n, out, in, in, data_type<T>(), CUDA_R_32F, false), x,
+            dy, nullptr, 1.0f, dw);
+    // db += Σ_rows dY with the bias_grad kernel rather than cuBLASLt's BGRADB epilogue: the
+    // epilogue stores (overwrites) the bias gradient while db must accumulate over
+    // microbatches, and cuBLASLt leaves its reduction order to the algorithm the heuristic
+    // picks (bit-reproducible only for the same GPU model, SM count and library version);
+    // the kernel sums in a fixed order.
+    if (db) {
+      auto* ws = static_cast<float*>(column_workspace_.reserve(bias_backward_workspace_bytes(n, out)));
+      launch_bias_backward(ctx(), db, dy, ws, n, out);
+    }
+  }, dy, x);
 }
 
 // ---- causal self-attention (the pipeline of kernels/attention.cuh) --------------------------
 // With bf16 storage every GEMM output (scores, y, dprobs, dv, dq, dk) is rounded to bf16
 // once, and probs are kept in bf16 for backward.
 
-template <typename T>
-void CudaOps::attention_forward_impl(T* out, T* probs, const T* qkv, int b, int t, int nh, int hd) {
-  const int bh = b * nh;
-  const long long head = (long long)t * hd, square = (long long)t * t;  // per-head strides
-  const size_t e = padded<T>(size_t(bh) * head);                       // elements of q (and k, v, y)
-  auto* ws = static_cast<T*>(attention_workspace_.reserve(4 * e * sizeof(T)));
-  T *q = ws, *k = ws + e, *v = ws + 2 * e, *y = ws + 3 * e;  // each [B,NH,T,HD]
-  launch_attention_permute(ctx(), q, k, v, qkv, b, t, nh, hd);
-  // scores[BH,T,T] = q kᵀ, into probs; the softmax then works in place.
-  gemm_batched("attention q·kᵀ", false, true, t, t, hd, q, hd, head, k, hd, head, probs, t, square, bh);
-  launch_attention_softmax_forward(ctx(), probs, probs, bh, t, 1.0f / std::sqrt(float(hd)));
-  // y[BH,T,HD] = probs v
-  gemm_batched("attention probs·v", false, false, t, hd, t, probs, t, square, v, hd, head, y, hd, head, bh);
-  launch_attention_unpermute(ctx(), out, y, b, t, nh, hd);
+void CudaOps::attention_forward(View out, View probs, ConstView qkv, int b, int t, int nh, int hd) {
+  dispatch("attention_forward", [&]<typename T>(T* out, T* probs, const T* qkv) {
+    const int bh = b * nh;
+    const long long head = (long long)t * hd, square = (long long)t * t;  // per-head strides
+    const size_t e = padded<T>(size_t(bh) * head);                       // elements of q (and k, v, y)
+    auto* ws = static_cast<T*>(attention_workspace_.reserve(4 * e * sizeof(T)));
+    T *q = ws, *k = ws + e, *v = ws + 2 * e, *y = ws + 3 * e;  // each [B,NH,T,HD]
+    launch_attention_permute(ctx(), q, k, v, qkv, b, t, nh, hd);
+    // scores[BH,T,T] = q kᵀ, into probs; the softmax then works in place.
+    gemm_batched("attention q·kᵀ", false, true, t, t, hd, q, hd, head, k, hd, head, probs, t, square, bh);
+    launch_attention_softmax_forward(ctx(), probs, probs, bh, t, 1.0f / std::sqrt(float(hd)));
+    // y[BH,T,HD] = probs v
+    gemm_batched("attention probs·v", false, false, t, hd, t, probs, t, square, v, hd, head, y, hd, head, bh);
+    launch_attention_unpermute(ctx(), out, y, b, t, nh, hd);
+  }, out, probs, qkv);
 }
 
-template <typename T>
-void CudaOps::attention_backward_input_impl(T* dqkv, const T* dout, const T* qkv, const T* probs, int b, int t,
-                                            int nh, int hd) {
-  const int bh = b * nh;
-  const long long head = (long long)t * hd, square = (long long)t * t;
-  const size_t e = padded<T>(size_t(bh) * head), s = padded<T>(size_t(bh) * square);
-  auto* ws = static_cast<T*>(attention_workspace_.reserve((7 * e + s) * sizeof(T)));
-  T *q = ws, *k = ws + e, *v = ws + 2 * e;           // [B,NH,T,HD], re-derived from qkv
-  T* dy = ws + 3 * e;                                // [B,NH,T,HD]
-  T *dq = ws + 4 * e, *dk = ws + 5 * e, *dv = ws + 6 * e;
-  T* dprobs = ws + 7 * e;                            // [B,NH,T,T], then dscores in place
-  launch_attention_permute(ctx(), q, k, v, qkv, b, t, nh, hd);
-  launch_attention_unpermute_backward(ctx(), dy, dout, b, t, nh, hd);
-  // dprobs = dy vᵀ;  dv = probsᵀ dy
-  gemm_batched("attention dy·vᵀ", false, true, t, t, hd, dy, hd, head, v, hd, head, dprobs, t, square, bh);
-  gemm_batched("attention probsᵀ·dy", true, false, t, hd, t, probs, t, square, dy, hd, head, dv, hd, head, bh);
-  // dscores = softmax backward, with the 1/√HD of the forward folded in
-  launch_attention_softmax_backward(ctx(), dprobs, dprobs, probs, bh, t, 1.0f / std::sqrt(float(hd)));
-  // dq = dscores k;  dk = dscoresᵀ q
-  gemm_batched("attention dscores·k", false, false, t, hd, t, dprobs, t, square, k, hd, head, dq, hd, head, bh);
-  gemm_batched("attention dscoresᵀ·q", true, false, t, hd, t, dprobs, t, square, q, hd, head, dk, hd, head, bh);
-  launch_attention_permute_backward(ctx(), dqkv, dq, dk, dv, b, t, nh, hd);
-}
-
-void CudaOps::attention_forward(float* out, float* probs, const float* qkv, int b, int t, int nh, int hd) {
-  attention_forward_impl(out, probs, qkv, b, t, nh, hd);
-}
-void CudaOps::attention_forward(bfloat16* out, bfloat16* probs, const bfloat16* qkv, int b, int t, int nh,
-                                int hd) {
-  attention_forward_impl(to_kernel(out), to_kernel(probs), to_kernel(qkv), b, t, nh, hd);
-}
-void CudaOps::attention_backward_input(float* dqkv, const float* dout, const float* qkv, const float* probs,
-                                       int b, int t, int nh, int hd) {
-  attention_backward_input_impl(dqkv, dout, qkv, probs, b, t, nh, hd);
-}
-void CudaOps::attention_backward_input(bfloat16* dqkv, const bfloat16* dout, const bfloat16* qkv,
-                                       const bfloat16* probs, int b, int t, int nh, int hd) {
-  attention_backward_input_impl(to_kernel(dqkv), to_kernel(dout), to_kernel(qkv), to_kernel(probs), b, t, nh,
-                                hd);
+void CudaOps::attention_backward_input(View dqkv, ConstView dout, ConstView qkv, ConstView probs, int b, int t,
+                                       int nh, int hd) {
+  dispatch("attention_backward_input", [&]<typename T>(T* dqkv, const T* dout, const T* qkv, const T* probs) {
+    const int bh = b * nh;
+    const long long head = (long long)t * hd, square = (long long)t * t;
+    const size_t e = padded<T>(size_t(bh) * head), s = padded<T>(size_t(bh) * square);
+    auto* ws = static_cast<T*>(attention_workspace_.reserve((7 * e + s) * sizeof(T)));
+    T *q = ws, *k = ws + e, *v = ws + 2 * e;           // [B,NH,T,HD], re-derived from qkv
+    T* dy = ws + 3 * e;                                // [B,NH,T,HD]
+    T *dq = ws + 4 * e, *dk = ws + 5 * e, *dv = ws + 6 * e;
+    T* dprobs = ws + 7 * e;                            // [B,NH,T,T], then dscores in place
+    launch_attention_permute(ctx(), q, k, v, qkv, b, t, nh, hd);
+    launch_attention_unpermute_backward(ctx(), dy, dout, b, t, nh, hd);
+    // dprobs = dy vᵀ;  dv = probsᵀ dy
+    gemm_batched("attention dy·vᵀ", false, true, t, t, hd, dy, hd, head, v, hd, head, dprobs, t, square, bh);
+    gemm_batched("attention probsᵀ·dy", true, false, t, hd, t, probs, t, square, dy, hd, head, dv, hd, head, bh);
+    // dscores = softmax backward, with the 1/√HD of the forward folded in
+    launch_attention_softmax_backward(ctx(), dprobs, dprobs, probs, bh, t, 1.0f / std::sqrt(float(hd)));
+    // dq = dscores k;  dk = dscoresᵀ q
+    gemm_batched("attention dscores·k", false, false, t, hd, t, dprobs, t, square, k, hd, head, dq, hd, head, bh);
+    gemm_batched("attention dscoresᵀ·q", true, false, t, hd, t, dprobs, t, square, q, hd, head, dk, hd, head, bh);
+    launch_attention_permute_backward(ctx(), dqkv, dq, dk, dv, b, t, nh, hd);
+  }, dqkv, dout, qkv, probs);
 }
 
 }  // namespace pptrain::cuda

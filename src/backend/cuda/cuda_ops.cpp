@@ -47,8 +47,14 @@ void CudaOps::synchronize() { PPTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_.g
 
 // ---- casts ---------------------------------------------------------------------------------
 
-void CudaOps::cast(bfloat16* dst, const float* src, size_t n) { launch_cast(ctx(), to_kernel(dst), src, n); }
-void CudaOps::cast(float* dst, const bfloat16* src, size_t n) { launch_cast(ctx(), dst, to_kernel(src), n); }
+void CudaOps::cast(View dst, ConstView src, size_t n) {
+  // dst[n] = src[n]: fp32 -> bf16 rounds to nearest even, bf16 -> fp32 is exact, one dtype copies.
+  if (dst.dtype == src.dtype) return copy(dst.data, src.data, n * dtype_size(dst.dtype));
+  if (dst.dtype == DType::bf16)
+    launch_cast(ctx(), kernel_arg<bf16>(dst), kernel_arg<float>(src), n);
+  else
+    launch_cast(ctx(), kernel_arg<float>(dst), kernel_arg<bf16>(src), n);
+}
 
 // ---- cross-entropy loss (fp32 row statistics only; the per-logit ops are in cuda_kernel_ops.cpp)
 
@@ -85,7 +91,7 @@ namespace pptrain {
 std::unique_ptr<Ops> make_cuda_ops(int device) { return std::make_unique<cuda::CudaOps>(device); }
 
 std::unique_ptr<Ops> make_cuda_ops(const Config& cfg) {
-  // One backend object serves both precisions (fp32 and bf16 overloads).
+  // One backend object serves both precisions (each op runs at the dtype of its views).
   return make_cuda_ops(cuda::select_device());
 }
 
