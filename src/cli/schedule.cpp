@@ -138,7 +138,10 @@ int cmd_schedule(const Args& args) {
 
   ScheduleReport report;
   report.cost = parse_cost(o.cost);
-  PrepareOptions prepare{parse_backward_form(o.backward), o.memory_limit, o.blocking_sends};
+  PrepareOptions prepare;
+  prepare.backward = parse_backward_form(o.backward);
+  prepare.max_in_flight = o.memory_limit;
+  prepare.blocking_sends = o.blocking_sends;
   if (!o.placement.empty()) prepare.placement = parse_placement(o.placement);
   Schedule s = load_or_generate(spec_of(o), o.pp, o.microbatches, o.stages_per_rank, prepare);
   try {

@@ -74,7 +74,8 @@ bool parallel_over_pairs(int pairs, int t) {
 
 void CpuOps::attention_forward(View outv, View probsv, ConstView qkvv, int b, int t, int nh,
                                int hd) {
-  auto [out, probs, qkv] = fp32("attention_forward", outv, probsv, qkvv);
+  float *out, *probs; const float *qkv;
+  std::tie(out, probs, qkv) = fp32("attention_forward", outv, probsv, qkvv);
   // probs[B,NH,T,T] = softmax(q kᵀ / √HD, causal); out[B,T,C] = probs · v
   PPTRAIN_CHECK(b >= 0 && t > 0 && nh > 0 && hd > 0, "attention shape b=", b, " t=", t, " nh=", nh,
                 " hd=", hd);
@@ -102,7 +103,8 @@ void CpuOps::attention_forward(View outv, View probsv, ConstView qkvv, int b, in
 
 void CpuOps::attention_backward_input(View dqkvv, ConstView doutv, ConstView qkvv,
                                       ConstView probsv, int b, int t, int nh, int hd) {
-  auto [dqkv, dout, qkv, probs] = fp32("attention_backward_input", dqkvv, doutv, qkvv, probsv);
+  float *dqkv; const float *dout, *qkv, *probs;
+  std::tie(dqkv, dout, qkv, probs) = fp32("attention_backward_input", dqkvv, doutv, qkvv, probsv);
   // With P = probs, dO = dout (per head):
   //   dV = Pᵀ dO,  dP = dO Vᵀ,  dS = P ∘ (dP − rowsum(dP ∘ P)),
   //   dQ = dS K / √HD,  dK = dSᵀ Q / √HD.

@@ -62,7 +62,12 @@ class CpuOps final : public Ops {
 
 // The float pointers of an op's views, in order (View -> float*, ConstView -> const
 // float*); a view of another dtype fails with one line naming the op:
-//   auto [y, x] = fp32("gelu_forward", yv, xv);
+//   float* y; const float* x;
+//   std::tie(y, x) = fp32("gelu_forward", yv, xv);
+// into plain local pointers, not structured bindings: a binding names a member of a hidden
+// tuple, which an OpenMP region shares by reference, and GCC then reloads the pointer in
+// the loop and leaves `omp simd` loops scalar (measured: the elementwise ops and
+// layernorm's dgrad reduction), which changes both speed and the reduction's rounding.
 inline float* fp32_data(View v) { return static_cast<float*>(v.data); }
 inline const float* fp32_data(ConstView v) { return static_cast<const float*>(v.data); }
 template <typename... Views>

@@ -18,7 +18,8 @@ int target_column(int32_t target, int v0, int valid) {
 }  // namespace
 
 void CpuOps::ce_row_max(float* rmax, ConstView logitsv, int n, int vl, int valid) {
-  auto [logits] = fp32("ce_row_max", logitsv);
+  const float *logits;
+  std::tie(logits) = fp32("ce_row_max", logitsv);
   // rmax[N] = max over the valid columns (-inf for a shard of padding only)
   PPTRAIN_CHECK(valid >= 0 && valid <= vl, "valid=", valid, " vl=", vl);
 #pragma omp parallel for schedule(static) if (size_t(n) * vl >= kParallelMinElements)
@@ -34,7 +35,8 @@ void CpuOps::ce_row_max(float* rmax, ConstView logitsv, int n, int vl, int valid
 void CpuOps::ce_sumexp_target(float* sumexp, float* target_logit, ConstView logitsv,
                               const float* rmax, const int32_t* targets, int n, int vl, int valid,
                               int v0) {
-  auto [logits] = fp32("ce_sumexp_target", logitsv);
+  const float *logits;
+  std::tie(logits) = fp32("ce_sumexp_target", logitsv);
   // sumexp[N] = Σ_valid exp(logit - rmax); target_logit[N] = logit of the target or 0
   PPTRAIN_CHECK(valid >= 0 && valid <= vl, "valid=", valid, " vl=", vl);
 #pragma omp parallel for schedule(static) if (size_t(n) * vl >= kParallelMinElements)
@@ -64,7 +66,8 @@ double CpuOps::ce_loss_sum(const float* rmax, const float* sumexp, const float* 
 void CpuOps::ce_backward(View dlogitsv, ConstView logitsv, const float* rmax,
                          const float* sumexp, const int32_t* targets, int n, int vl, int valid,
                          int v0, float scale) {
-  auto [dlogits, logits] = fp32("ce_backward", dlogitsv, logitsv);
+  float *dlogits; const float *logits;
+  std::tie(dlogits, logits) = fp32("ce_backward", dlogitsv, logitsv);
   // dlogits[N,VL] = scale · (softmax - onehot(target)); padding columns 0. In place safe:
   // each element is read once before its own write.
   PPTRAIN_CHECK(valid >= 0 && valid <= vl, "valid=", valid, " vl=", vl);

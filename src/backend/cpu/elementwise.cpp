@@ -10,39 +10,45 @@ namespace pptrain::cpu {
 using Index = long long;
 
 void CpuOps::gelu_forward(View yv, ConstView xv, size_t n) {
-  auto [y, x] = fp32("gelu_forward", yv, xv);
+  float *y; const float *x;
+  std::tie(y, x) = fp32("gelu_forward", yv, xv);
   // y[n] = gelu(x[n]); y may alias x (elementwise)
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
   for (Index i = 0; i < Index(n); ++i) y[i] = gelu_value(x[i]);
 }
 
 void CpuOps::gelu_backward(View dxv, ConstView dyv, ConstView xv, size_t n) {
-  auto [dx, dy, x] = fp32("gelu_backward", dxv, dyv, xv);
+  float *dx; const float *dy, *x;
+  std::tie(dx, dy, x) = fp32("gelu_backward", dxv, dyv, xv);
   // dx[n] = dy · gelu'(x)
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
   for (Index i = 0; i < Index(n); ++i) dx[i] = dy[i] * gelu_derivative(x[i]);
 }
 
 void CpuOps::add(View yv, ConstView av, ConstView bv, size_t n) {
-  auto [y, a, b] = fp32("add", yv, av, bv);
+  float *y; const float *a, *b;
+  std::tie(y, a, b) = fp32("add", yv, av, bv);
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
   for (Index i = 0; i < Index(n); ++i) y[i] = a[i] + b[i];
 }
 
 void CpuOps::accumulate(View yv, ConstView xv, size_t n) {
-  auto [y, x] = fp32("accumulate", yv, xv);
+  float *y; const float *x;
+  std::tie(y, x) = fp32("accumulate", yv, xv);
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
   for (Index i = 0; i < Index(n); ++i) y[i] += x[i];
 }
 
 void CpuOps::scale(View yv, float s, size_t n) {
-  auto [y] = fp32("scale", yv);
+  float *y;
+  std::tie(y) = fp32("scale", yv);
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
   for (Index i = 0; i < Index(n); ++i) y[i] *= s;
 }
 
 void CpuOps::add_bias(View yv, ConstView bv, int n, int c) {
-  auto [y, b] = fp32("add_bias", yv, bv);
+  float *y; const float *b;
+  std::tie(y, b) = fp32("add_bias", yv, bv);
   // y[N,C] += b[C]
 #pragma omp parallel for schedule(static) if (size_t(n) * c >= kParallelMinElements)
   for (int row = 0; row < n; ++row) {

@@ -18,7 +18,8 @@ bool in_shard(int32_t token, int v0, int vl) { return token >= v0 && token - v0 
 
 void CpuOps::embedding_forward(View yv, const int32_t* tokens, ConstView wtev, ConstView wpev,
                                int n, int t, int c, int v0, int vl) {
-  auto [y, wte, wpe] = fp32("embedding_forward", yv, wtev, wpev);
+  float *y; const float *wte, *wpe;
+  std::tie(y, wte, wpe) = fp32("embedding_forward", yv, wtev, wpev);
   // y[N,C] = wte[tok - v0] (0 outside the shard) + wpe[row mod T]; wte[VL,C], wpe[T,C]
   PPTRAIN_CHECK(t > 0 && c >= 0 && vl >= 0, "embedding shape t=", t, " c=", c, " vl=", vl);
 #pragma omp parallel for schedule(static) if (size_t(n) * c >= kParallelMinElements)
@@ -44,7 +45,8 @@ void CpuOps::embedding_forward(View yv, const int32_t* tokens, ConstView wtev, C
 
 void CpuOps::embedding_backward_weight(float* dwte, float* dwpe, ConstView dyv,
                                        const int32_t* tokens, int n, int t, int c, int v0, int vl) {
-  auto [dy] = fp32("embedding_backward_weight", dyv);
+  const float *dy;
+  std::tie(dy) = fp32("embedding_backward_weight", dyv);
   // dwte[VL,C] += dy[row] at row tok - v0; dwpe[T,C] += dy[row] at row (row mod T)
   PPTRAIN_CHECK(t > 0 && c >= 0 && vl >= 0, "embedding shape t=", t, " c=", c, " vl=", vl);
   const int chunks = (c + kChannelChunk - 1) / kChannelChunk;

@@ -13,7 +13,8 @@ constexpr float kEps = 1e-5f;
 
 void CpuOps::layernorm_forward(View yv, float* mean, float* rstd, ConstView xv, ConstView gv,
                                ConstView bv, int n, int c) {
-  auto [y, x, g, b] = fp32("layernorm_forward", yv, xv, gv, bv);
+  float *y; const float *x, *g, *b;
+  std::tie(y, x, g, b) = fp32("layernorm_forward", yv, xv, gv, bv);
   // x, y [N,C]; g, b [C]; mean, rstd [N]
 #pragma omp parallel for schedule(static) if (size_t(n) * c >= kParallelMinElements)
   for (int row = 0; row < n; ++row) {
@@ -41,7 +42,8 @@ void CpuOps::layernorm_forward(View yv, float* mean, float* rstd, ConstView xv, 
 void CpuOps::layernorm_backward_input(View dxv, ConstView dyv, ConstView xv, const float* mean,
                                       const float* rstd, ConstView gv, int n, int c,
                                       bool accumulate) {
-  auto [dx, dy, x, g] = fp32("layernorm_backward_input", dxv, dyv, xv, gv);
+  float *dx; const float *dy, *x, *g;
+  std::tie(dx, dy, x, g) = fp32("layernorm_backward_input", dxv, dyv, xv, gv);
   // dx (+)= rstd · (dŷ - mean(dŷ) - x̂ · mean(dŷ · x̂)), dŷ = dy · g, x̂ = (x - mean) · rstd
 #pragma omp parallel for schedule(static) if (size_t(n) * c >= kParallelMinElements)
   for (int row = 0; row < n; ++row) {
@@ -77,7 +79,8 @@ void CpuOps::layernorm_backward_input(View dxv, ConstView dyv, ConstView xv, con
 
 void CpuOps::layernorm_backward_weight(float* dg, float* db, ConstView dyv, ConstView xv,
                                        const float* mean, const float* rstd, int n, int c) {
-  auto [dy, x] = fp32("layernorm_backward_weight", dyv, xv);
+  const float *dy, *x;
+  std::tie(dy, x) = fp32("layernorm_backward_weight", dyv, xv);
   // dg[C] += Σ_rows dy · x̂;  db[C] += Σ_rows dy. Threads own column chunks and walk all
   // rows in order: fixed sum order, no races, contiguous inner loops.
   constexpr int kChunk = 64;

@@ -30,7 +30,8 @@ static void add_column_sums(float* db, const float* dy, int n, int out) {
 
 void CpuOps::linear_forward(View yv, ConstView xv, ConstView wv, ConstView bv, int n, int in,
                             int out) {
-  auto [y, x, w, b] = fp32("linear_forward", yv, xv, wv, bv);
+  float *y; const float *x, *w, *b;
+  std::tie(y, x, w, b) = fp32("linear_forward", yv, xv, wv, bv);
   // With a bias, y starts as b broadcast over rows and the sgemm adds X Wᵀ (beta = 1):
   // one pass over y instead of a second pass after the product.
   float beta = 0.0f;
@@ -46,7 +47,8 @@ void CpuOps::linear_forward(View yv, ConstView xv, ConstView wv, ConstView bv, i
 
 void CpuOps::linear_backward_input(View dxv, ConstView dyv, ConstView wv, int n, int in, int out,
                                    bool accumulate) {
-  auto [dx, dy, w] = fp32("linear_backward_input", dxv, dyv, wv);
+  float *dx; const float *dy, *w;
+  std::tie(dx, dy, w) = fp32("linear_backward_input", dxv, dyv, wv);
   // dx[N,I] (+)= dy[N,O] · w[O,I]
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w, in,
               accumulate ? 1.0f : 0.0f, dx, in);
@@ -54,7 +56,8 @@ void CpuOps::linear_backward_input(View dxv, ConstView dyv, ConstView wv, int n,
 
 void CpuOps::linear_backward_weight(float* dw, float* db, ConstView dyv, ConstView xv, int n,
                                     int in, int out) {
-  auto [dy, x] = fp32("linear_backward_weight", dyv, xv);
+  const float *dy, *x;
+  std::tie(dy, x) = fp32("linear_backward_weight", dyv, xv);
   // dw[O,I] += dy[N,O]ᵀ · x[N,I]
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw,
               in);

@@ -60,7 +60,8 @@ void CpuOps::zero(void* p, size_t bytes) {
 
 void CpuOps::cast(View dstv, ConstView srcv, size_t n) {
   // fp32 only, so a cast is a copy.
-  auto [dst, src] = fp32("cast", dstv, srcv);
+  float *dst; const float *src;
+  std::tie(dst, src) = fp32("cast", dstv, srcv);
   if (n) std::memcpy(dst, src, n * sizeof(float));
 }
 
