@@ -160,7 +160,7 @@ void CpuOps::attention_backward_input(View dqkvv, ConstView doutv, ConstView qkv
 
 }  // namespace pptrain::cpu
 
-namespace pptrain {
+namespace pptrain::cpu {
 void CpuOps::flash_attention_forward(View, float*, ConstView, int, int, int, int) {
   fail("flash_attention_forward: not yet on the cpu backend");
 }
@@ -168,4 +168,4 @@ void CpuOps::flash_attention_backward_input(View, float*, ConstView, ConstView, 
                                             int, int, int) {
   fail("flash_attention_backward_input: not yet on the cpu backend");
 }
-}  // namespace pptrain
+}  // namespace pptrain::cpu
