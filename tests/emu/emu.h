@@ -6,7 +6,9 @@
 // of a block run as cooperative fibers (a hand-written context switch on x86-64, ucontext
 // elsewhere) that switch only at synchronisation points. `__syncthreads` waits for every thread of the block; warp collectives
 // (`__shfl_*_sync`, `__ballot_sync`, `__syncwarp`) wait for every lane of their mask, and
-// each lane then reads the values all lanes deposited, as on hardware. Between two block
+// each lane then reads the values all lanes deposited, as on hardware; the warp matrix
+// operations of nvcuda::wmma (wmma_emu.h) wait for all 32 lanes and then run once for the
+// whole warp. Between two block
 // barriers the warps run one after another, each as far as it can get, and within a warp
 // the lanes run in ascending index; Order::reverse makes warps, lanes and blocks run in
 // descending order. So a kernel that forgets a barrier computes a different answer in one
