@@ -30,6 +30,13 @@ __device__ __forceinline__ int min_int(int a, int b) { return a < b ? a : b; }
 // Column of element k (0 ≤ k < HD/2) of the lane's half of a head vector.
 __device__ __forceinline__ int lane_col(int k, int h) { return (k / 8) * 16 + h * 8 + k % 8; }
 
+// Row stride (elements) of a [rows][HD] tile in shared memory. bf16 rows are padded by 8
+// elements (16 bytes): a WMMA load reads 8 rows of 16 bytes at a time, which with a stride of
+// HD·2 bytes (a multiple of 128) would all fall into the same 4 of the 32 banks; with 16
+// bytes more per row they cover all 32. The fp32 path reads two addresses per warp: no pad.
+template <typename T, int HD>
+constexpr int kTileLd = std::is_same_v<T, bf16> ? HD + 8 : HD;
+
 template <typename T, int HD>
 struct Config {
   static constexpr bool kTensorCores = std::is_same_v<T, bf16>;
@@ -39,13 +46,13 @@ struct Config {
   // Shared memory, in this order (every offset a multiple of 32 bytes, as WMMA needs):
   //  [bf16] region A: the block's own 64 rows staged for fragment loads, later the 4 warps'
   //         fp32 scratch tiles [16][kLdS];
-  //  X, Y: two streamed tiles [kCols][HD] of T;
+  //  X, Y: two streamed tiles [kCols][HD] of T (row stride kTileLd);
   //  [bf16] P: the 4 warps' [16][kLdP] bf16 probabilities (or dS);
   //  stats: kCols fp32 lse and delta values (dK/dV kernel).
-  static constexpr size_t kStageBytes = kTensorCores ? size_t(kRows) * HD * sizeof(T) : 0;
+  static constexpr size_t kStageBytes = kTensorCores ? size_t(kRows) * kTileLd<T, HD> * sizeof(T) : 0;
   static constexpr size_t kScratchBytes = kTensorCores ? size_t(kRows) * kLdS * sizeof(float) : 0;
   static constexpr size_t kRegionBytes = kStageBytes > kScratchBytes ? kStageBytes : kScratchBytes;
-  static constexpr size_t kTileBytes = size_t(kCols) * HD * sizeof(T);
+  static constexpr size_t kTileBytes = size_t(kCols) * kTileLd<T, HD> * sizeof(T);
   static constexpr size_t kPBytes = kTensorCores ? size_t(kRows) * kLdP * sizeof(bf16) : 0;
   static constexpr size_t kStatsBytes = 2 * kCols * sizeof(float);
   static constexpr size_t kX = kRegionBytes, kY = kX + kTileBytes, kP = kY + kTileBytes;
@@ -54,7 +61,7 @@ struct Config {
   static_assert(kX % 32 == 0 && kY % 32 == 0 && kP % 32 == 0 && kStats % 32 == 0);
 };
 
-// dst[rows][HD] (shared) = rows of src (global, row stride `stride` elements); rows ≥ valid
+// dst[rows][HD] (shared, row stride kTileLd) = rows of src (global, row stride `stride` elements); rows ≥ valid
 // are zero (a partial last tile), so they add nothing to any product. 16-byte packs,
 // consecutive threads on consecutive packs of a row: coalesced.
 template <typename T, int HD>
@@ -66,7 +73,7 @@ __device__ void load_tile(T* dst, const T* src, size_t stride, int rows, int val
     if (r < valid) v = load_pack(src + size_t(r) * stride + p * kPack);
     else
       for (int e = 0; e < kPack; ++e) v.v[e] = from_float<T>(0.0f);
-    store_pack(dst + r * HD + p * kPack, v);
+    store_pack(dst + r * kTileLd<T, HD> + p * kPack, v);
   }
 }
 
@@ -131,11 +138,13 @@ using FragAcc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 // a[c] = chunk c (columns c·16 ..) of the warp's 16 rows of a staged [64][HD] tile.
 template <int HD>
 __device__ void load_row_fragments(FragA (&a)[HD / 16], const bf16* staged, int warp) {
-  for (int c = 0; c < HD / 16; ++c) wmma::load_matrix_sync(a[c], staged + warp * kWarpRows * HD + c * 16, HD);
+  constexpr int kLd = kTileLd<bf16, HD>;
+  for (int c = 0; c < HD / 16; ++c) wmma::load_matrix_sync(a[c], staged + warp * kWarpRows * kLd + c * 16, kLd);
 }
 
 // scratch[16][ld] (fp32) = A · tileᵀ: scratch[r][j] = Σ_d A[r][d] tile[j][d] for the warp's
-// 16 rows A (fragments) and the N rows of a shared [N][HD] tile (read as a col-major B).
+// 16 rows A (fragments) and the N rows of a shared [N][HD] tile (row stride kTileLd; read as
+// a col-major B).
 template <int HD, int N>
 __device__ void product_with_tile_rows(float* scratch, int ld, const FragA (&a)[HD / 16], const bf16* tile) {
   for (int n = 0; n < N / 16; ++n) {
@@ -143,7 +152,7 @@ __device__ void product_with_tile_rows(float* scratch, int ld, const FragA (&a)[
     wmma::fill_fragment(acc, 0.0f);
     for (int c = 0; c < HD / 16; ++c) {
       FragBCol b;
-      wmma::load_matrix_sync(b, tile + n * 16 * HD + c * 16, HD);
+      wmma::load_matrix_sync(b, tile + n * 16 * kTileLd<bf16, HD> + c * 16, kTileLd<bf16, HD>);
       wmma::mma_sync(acc, a[c], b, acc);
     }
     wmma::store_matrix_sync(scratch + n * 16, acc, ld, wmma::mem_row_major);
@@ -151,7 +160,7 @@ __device__ void product_with_tile_rows(float* scratch, int ld, const FragA (&a)[
 }
 
 // acc[c] += P · tile, chunk c of the [16][HD] product of the warp's P[16][N] (bf16, shared,
-// row stride ldp) and a shared [N][HD] tile.
+// row stride ldp) and a shared [N][HD] tile (row stride kTileLd).
 template <int HD, int N>
 __device__ void accumulate_p_times_tile(FragAcc (&acc)[HD / 16], const bf16* p, int ldp, const bf16* tile) {
   FragA pa[N / 16];
@@ -159,7 +168,7 @@ __device__ void accumulate_p_times_tile(FragAcc (&acc)[HD / 16], const bf16* p, 
   for (int c = 0; c < HD / 16; ++c)
     for (int n = 0; n < N / 16; ++n) {
       FragBRow b;
-      wmma::load_matrix_sync(b, tile + n * 16 * HD + c * 16, HD);
+      wmma::load_matrix_sync(b, tile + n * 16 * kTileLd<bf16, HD> + c * 16, kTileLd<bf16, HD>);
       wmma::mma_sync(acc[c], pa[n], b, acc[c]);
     }
 }
