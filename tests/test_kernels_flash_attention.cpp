@@ -119,7 +119,7 @@ void backward_reference(Reference& r, const Shape& s, const std::vector<float>& 
                                        << " (" << err / (rel * norm) << " times the bound)";
 }
 
-// The bf16 bound of the header: |got − ref| ≤ 2⁻⁸ (abs + |ref|) + fp32 part.
+// The bf16 bound of the header: |got − ref| ≤ 2⁻⁸ (abs + |ref|)(1 + 2⁻⁸) + fp32 part.
 ::testing::AssertionResult within_bf16(const std::vector<float>& got, const std::vector<double>& ref,
                                        const std::vector<double>& abs, double* worst_out = nullptr) {
   double largest = 0;
@@ -127,7 +127,8 @@ void backward_reference(Reference& r, const Shape& s, const std::vector<float>& 
   double worst = 0;
   size_t at = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
-    double bound = kBf16Rounding * (abs[i] + std::fabs(ref[i])) * (1 + kFp32Tolerance) +
+    // (1 + u): the output rounding is relative to the unrounded value, itself within u·A of ref.
+    double bound = kBf16Rounding * (abs[i] + std::fabs(ref[i])) * (1 + kBf16Rounding) +
                    kFp32Tolerance * std::max(std::fabs(ref[i]), kTinyFraction * largest);
     double ratio = std::fabs(got[i] - ref[i]) / bound;
     if (!(ratio <= worst)) worst = std::isnan(ratio) ? INFINITY : ratio, at = i;
