@@ -151,6 +151,21 @@ struct ConstView {
      (View dqkv, ConstView dout, ConstView qkv, ConstView probs, int b, int t, int nh, int hd),    \
      (dqkv, dout, qkv, probs, b, t, nh, hd))                                                       \
                                                                                                    \
+  /* ---- causal self-attention, fused (flash): the T×T matrix is never stored ---------------- */ \
+  /* out[B,T,NH·HD] as attention_forward; lse[B,NH,T] (fp32) = log Σ_{j≤i} exp(q_i·k_j / √HD),      \
+     each query row's log-sum-exp of the scaled scores (natural log), kept for backward instead    \
+     of probs. Memory O(B·NH·T), not O(B·NH·T²). */                                                \
+  OP(void, flash_attention_forward,                                                                \
+     (View out, float* lse, ConstView qkv, int b, int t, int nh, int hd),                          \
+     (out, lse, qkv, b, t, nh, hd))                                                                \
+  /* dqkv[B,T,3·NH·HD] (overwrites) from dout[B,T,NH·HD] and the forward's qkv, out and lse; the   \
+     probabilities are recomputed from lse tile by tile. delta[B,NH,T] is fp32 scratch the         \
+     backend may use for Σ_d dout·out per row. */                                                  \
+  OP(void, flash_attention_backward_input,                                                         \
+     (View dqkv, float* delta, ConstView dout, ConstView qkv, ConstView out, const float* lse,     \
+      int b, int t, int nh, int hd),                                                               \
+     (dqkv, delta, dout, qkv, out, lse, b, t, nh, hd))                                             \
+                                                                                                   \
   /* ---- vocabulary-parallel softmax cross-entropy ------------------------------------------- */ \
   /* logits[N,VL] are columns [v0, v0 + VL) of the full vocabulary; only the first `valid`         \
      columns are real tokens, the rest is padding (vocab rounded up to a multiple of tp) and is    \

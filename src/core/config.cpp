@@ -89,6 +89,7 @@ std::map<std::string, Section> schema(Config& c) {
   m["seq_len"] = int_field(&c.model.seq_len);
   m["vocab_size"] = int_field(&c.model.vocab_size);
   m["tie_embeddings"] = bool_field(&c.model.tie_embeddings);
+  m["attention"] = string_field(&c.model.attention);
   auto& p = s["parallel"];
   p["pp"] = int_field(&c.parallel.pp);
   p["tp"] = int_field(&c.parallel.tp);
@@ -201,6 +202,10 @@ void validate(const Config& c) {
           cat("n_head ", m.n_head, " must divide d_model ", m.d_model));
   require(m.seq_len >= 1, c, "model.seq_len", cat("expected >= 1, got ", m.seq_len));
   require(m.vocab_size >= 2, c, "model.vocab_size", cat("expected >= 2, got ", m.vocab_size));
+  require(m.attention == "flash" || m.attention == "cudnn" || m.attention == "naive", c, "model.attention",
+          "expected flash, cudnn or naive, got '" + m.attention + "'");
+  require(m.attention != "cudnn" || c.device == "cuda", c, "model.attention",
+          "cudnn needs device: cuda");
   require(m.tie_embeddings, c, "model.tie_embeddings", "only tied embeddings (GPT-2) are supported");
   require(p.pp >= 1, c, "parallel.pp", cat("expected >= 1, got ", p.pp));
   require(p.tp >= 1, c, "parallel.tp", cat("expected >= 1, got ", p.tp));
@@ -260,6 +265,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
   }
   apply(c, root, source);
   for (const auto& o : overrides) apply(c, override_node(o), "command line override '" + o + "'");
+  if (c.model.attention.empty()) c.model.attention = c.device == "cuda" ? "flash" : "naive";
   validate(c);
   return c;
 }

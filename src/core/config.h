@@ -19,6 +19,12 @@ struct ModelConfig {
   int seq_len = 1024;
   int vocab_size = 50257;
   bool tie_embeddings = true;
+  // The attention core: naive (materialises the [B,NH,T,T] probabilities), flash (fused,
+  // keeps the per-row log-sum-exp), cudnn (cuDNN's fused attention, device: cuda). Empty
+  // in the file means the device's default, resolved when the config is parsed: flash on
+  // cuda; naive on cpu, where the materialised path is the faster of the two at the
+  // sequence lengths a CPU trains and keeps the cpu figures as they were.
+  std::string attention;
 };
 
 struct ParallelConfig {

@@ -52,6 +52,7 @@ struct WarpGroup {
   unsigned mask, arrived;
   detail::WarpOp op;
   const char* name;
+  detail::MatrixRun run;  // WarpOp::matrix only
 };
 
 struct Warp {
@@ -107,7 +108,7 @@ class BlockRunner {
   }
 
   uint64_t warp_collective(WarpOp op, const char* name, unsigned mask, uint64_t value, int arg,
-                           int width) {
+                           int width, detail::MatrixRun run = nullptr) {
     int lane = current_ % 32;
     Warp& w = warps_[current_ / 32];
     unsigned bit = 1u << lane;
@@ -121,8 +122,8 @@ class BlockRunner {
       fault(cat(name, " with width ", width, " (must be a power of two <= 32)"));
     size_t g = 0;
     while (g < w.pending.size() && w.pending[g].mask != mask) ++g;
-    if (g == w.pending.size()) w.pending.push_back({mask, 0u, op, name});
-    if (w.pending[g].op != op)
+    if (g == w.pending.size()) w.pending.push_back({mask, 0u, op, name, run});
+    if (w.pending[g].op != op || w.pending[g].run != run)
       fault(cat("lanes of mask ", hex(mask), " disagree: this lane is at ", name,
                 ", others at ", w.pending[g].name));
     w.value[lane] = value;
@@ -210,6 +211,13 @@ class BlockRunner {
 
   // Computes every lane's result of a completed collective and wakes the lanes.
   void complete(Warp& w, const WarpGroup& g, int warp_base) {
+    if (g.op == WarpOp::matrix) {
+      void* lanes[32];
+      for (int l = 0; l < 32; ++l) lanes[l] = reinterpret_cast<void*>(w.value[l]);
+      g.run(lanes);  // runs on the last lane's fiber; the others' operands are on their stacks
+      for (int l = 0; l < 32; ++l) fibers_[warp_base + l].wait = Wait::runnable;
+      return;
+    }
     unsigned ballot = 0;
     for (int l = 0; l < 32; ++l)
       if ((g.mask >> l & 1u) && w.value[l]) ballot |= 1u << l;
@@ -224,7 +232,7 @@ class BlockRunner {
         case WarpOp::shfl_up: src = l - w.arg[l] >= segment ? l - w.arg[l] : l; break;
         case WarpOp::shfl_down: src = l + w.arg[l] < segment + width ? l + w.arg[l] : l; break;
         case WarpOp::shfl_xor: src = (l ^ w.arg[l]) < segment + width ? l ^ w.arg[l] : l; break;
-        case WarpOp::ballot: case WarpOp::sync: break;
+        case WarpOp::ballot: case WarpOp::sync: case WarpOp::matrix: break;
       }
       if (!(g.mask >> src & 1u))
         fault(cat(g.name, ": lane ", l, " reads lane ", src, " outside mask ", hex(g.mask)));
@@ -352,6 +360,12 @@ uint64_t warp_collective(WarpOp op, const char* name, unsigned mask, uint64_t va
                          int width) {
   if (!g_active || !g_active->in_fiber()) fault(std::string(name) + " called outside a kernel");
   return g_active->warp_collective(op, name, mask, value, arg, width);
+}
+
+void warp_matrix_collective(const char* name, void* operands, MatrixRun run) {
+  if (!g_active || !g_active->in_fiber()) fault(std::string(name) + " called outside a kernel");
+  g_active->warp_collective(WarpOp::matrix, name, 0xffffffffu, reinterpret_cast<uintptr_t>(operands), 0,
+                            32, run);
 }
 
 void sync_block() {

@@ -6,7 +6,9 @@
 // of a block run as cooperative fibers (a hand-written context switch on x86-64, ucontext
 // elsewhere) that switch only at synchronisation points. `__syncthreads` waits for every thread of the block; warp collectives
 // (`__shfl_*_sync`, `__ballot_sync`, `__syncwarp`) wait for every lane of their mask, and
-// each lane then reads the values all lanes deposited, as on hardware. Between two block
+// each lane then reads the values all lanes deposited, as on hardware; the warp matrix
+// operations of nvcuda::wmma (wmma_emu.h) wait for all 32 lanes and then run once for the
+// whole warp. Between two block
 // barriers the warps run one after another, each as far as it can get, and within a warp
 // the lanes run in ascending index; Order::reverse makes warps, lanes and blocks run in
 // descending order. So a kernel that forgets a barrier computes a different answer in one
@@ -99,11 +101,17 @@ void launch(Stream* stream, const char* name, dim3 grid, dim3 block, size_t dyna
 constexpr size_t kMaxDynamicSharedBytes = 48 * 1024;
 
 namespace detail {
-enum class WarpOp { shfl, shfl_up, shfl_down, shfl_xor, ballot, sync };
+enum class WarpOp { shfl, shfl_up, shfl_down, shfl_xor, ballot, sync, matrix };
 // Every lane of `mask` calls this with the same op and mask; returns the lane's result once
 // all of them arrived: the value of the source lane (shuffles) or the vote mask (ballot).
 uint64_t warp_collective(WarpOp op, const char* name, unsigned mask, uint64_t value, int arg,
                          int width);
+// A warp-wide matrix operation (wmma_emu.h): all 32 lanes of the warp call this with a pointer
+// to their own operands; when the last one arrives, run(lanes) runs once with every lane's
+// pointer (lanes[l] from lane l), then all lanes continue. A lane that never arrives is a
+// deadlock, one at another collective a disagreement: both are KernelFaults.
+using MatrixRun = void (*)(void* const* lanes);
+void warp_matrix_collective(const char* name, void* operands, MatrixRun run);
 void sync_block();
 void* dynamic_shared_memory();
 [[noreturn]] void fault(const std::string& what);
@@ -226,3 +234,6 @@ inline float __bfloat162float(__nv_bfloat16 h) {
   std::memcpy(&f, &u, 4);
   return f;
 }
+
+// ---- warp matrix operations (nvcuda::wmma) ----------------------------------------------------
+#include "emu/wmma_emu.h"

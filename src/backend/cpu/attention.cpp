@@ -161,3 +161,13 @@ void CpuOps::attention_backward_input(View dqkvv, ConstView doutv, ConstView qkv
 }
 
 }  // namespace pptrain::cpu
+
+namespace pptrain::cpu {
+void CpuOps::flash_attention_forward(View, float*, ConstView, int, int, int, int) {
+  fail("flash_attention_forward: not yet on the cpu backend");
+}
+void CpuOps::flash_attention_backward_input(View, float*, ConstView, ConstView, ConstView, const float*, int,
+                                            int, int, int) {
+  fail("flash_attention_backward_input: not yet on the cpu backend");
+}
+}  // namespace pptrain::cpu

@@ -1,0 +1,418 @@
+// Fused causal attention, FlashAttention-2 style (see flash_attention.cuh for the ops, and
+// flash_attention_tiles.cuh for the lane layout and the tile products).
+//
+// Blocks: 128 threads (4 warps); each warp owns 16 rows, a block 64. Columns stream through
+// shared memory in tiles of kCols = 64 (HD 32, 64) or 32 (HD 128) rows. Static shared memory
+// per block (Config::kBytes), independent of T:
+//   bf16  HD 32: 36.5 KiB, HD 64: 44.5 KiB, HD 128: 39.3 KiB
+//   fp32  HD 32: 16.5 KiB, HD 64: 32.5 KiB, HD 128: 32.3 KiB
+// Per streamed tile a block reads 2·kCols·HD elements (16 KiB for bf16, HD 64) from global
+// memory (mostly L2) and does 4·64·kCols·HD FLOPs in the forward (S = QKᵀ and PV: 1 MFLOP),
+// 8·64·kCols·HD in the backward kernels: 64 (forward) and 128 (backward) FLOPs per byte.
+//
+// Forward: one block per (query tile, b·h); for each key tile j0 ≤ the tile's last query:
+//   S = Q Kᵀ · (log2 e / √HD)           [64, kCols]   (base 2: exp2f is one instruction)
+//   mask j > i to −∞ (every tile; a no-op below the diagonal)
+//   m' = max(m, rowmax S), α = 2^(m − m'), P = 2^(S − m'), l = α l + rowsum P
+//   O = α O + P V                       [64, HD] in registers (lane layout)
+// then out = O / l, lse = (m + log2 l) · ln 2. Fully masked key tiles are never visited.
+// bf16: S and PV on tensor cores (WMMA m16n16k16, fp32 accumulate); P is rounded to bf16
+// before the PV product (l sums the unrounded fp32 P); Q's fragments stay in registers.
+// fp32: the same tiles with plain FMAs (WMMA's tf32 would not meet 1e-5).
+//
+// Backward (the I action), deterministic, no atomics:
+//   delta_kernel: delta[i] = Σ_d dout[i,d] · out[i,d]
+//   kv_kernel: one block per (key tile, b·h) loops over query tiles i0 ≥ its first key and
+//     accumulates dV += Pᵀ dO, dK += dSᵀ Q with P = 2^(S·log2e − lse·log2e), dS = P (dP − delta),
+//     dP = dO Vᵀ, in registers it owns.
+//   q_kernel: one block per (query tile, b·h) loops over key tiles and accumulates dQ += dS K.
+// Splitting dQ from dK/dV costs recomputing S and dP twice, but each output row then has one
+// owner summing in a fixed order: no float atomics, bit-reproducible results.
+#include "flash_attention.cuh"
+#include "flash_attention_tiles.cuh"
+
+namespace pptrain::kernels {
+namespace {
+
+using namespace flash;
+
+// Where the rows of one (b, h) live: row i of q/k/v at base + i·qkv_stride (+ nh·HD, + 2·nh·HD),
+// of out/dout at base + i·row_stride; lse/delta at stats + i.
+struct Head {
+  size_t qkv, row, stats;  // offsets of row 0
+  size_t qkv_stride, row_stride;
+  __device__ Head(int t, int nh, int hd) {
+    int bi = blockIdx.y / nh, hi = blockIdx.y % nh;
+    qkv_stride = 3 * size_t(nh) * hd;
+    row_stride = size_t(nh) * hd;
+    qkv = size_t(bi) * t * qkv_stride + size_t(hi) * hd;
+    row = size_t(bi) * t * row_stride + size_t(hi) * hd;
+    stats = size_t(blockIdx.y) * t;
+  }
+};
+
+// One online-softmax step of a row over n scores s[] (already scaled to base 2, masked to
+// −∞): updates the running max m and sum l, turns s into P = 2^(s − m'), and returns
+// α = 2^(m − m'), the factor for what was accumulated before. With kPair the row's scores
+// are split between the two lanes of a pair, which combine max and sum (identically).
+template <int N, bool kPair>
+__device__ __forceinline__ float softmax_step(float* s, float& m, float& l) {
+  float row_max = m;
+  for (int k = 0; k < N; ++k) row_max = fmaxf(row_max, s[k]);
+  if constexpr (kPair) row_max = fmaxf(row_max, __shfl_xor_sync(kFullMask, row_max, 1));
+  // Column 0 is visible to every row, so m' is finite after the first tile; before, m = −∞
+  // and α = 2^(−∞) = 0 multiplies the empty accumulators.
+  float alpha = exp2f(m - row_max), sum = 0.0f;
+  for (int k = 0; k < N; ++k) {
+    s[k] = exp2f(s[k] - row_max);
+    sum += s[k];
+  }
+  if constexpr (kPair) sum += __shfl_xor_sync(kFullMask, sum, 1);
+  m = row_max;
+  l = alpha * l + sum;
+  return alpha;
+}
+
+template <typename T, int HD>
+__global__ void __launch_bounds__(kThreads) forward_kernel(T* out, float* lse, const T* qkv, int t, int nh) {
+  using C = Config<T, HD>;
+  constexpr int kCols = C::kCols;
+  __shared__ __align__(32) unsigned char smem[C::kBytes];
+  T* k_tile = reinterpret_cast<T*>(smem + C::kX);  // [kCols][HD]
+  T* v_tile = reinterpret_cast<T*>(smem + C::kY);  // [kCols][HD]
+  Head head(t, nh, HD);
+  const T* q = qkv + head.qkv;
+  const T* k = q + size_t(nh) * HD;
+  const T* v = k + size_t(nh) * HD;
+  int warp = threadIdx.x / kWarp, r = threadIdx.x % kWarp / 2, h = threadIdx.x % 2;
+  int q0 = (gridDim.x - 1 - blockIdx.x) * kRows;  // the longest rows first: better tail balance
+  int q_end = min_int(q0 + kRows, t);
+  int i = q0 + warp * kWarpRows + r;  // this lane's query row
+  float scale2 = kLog2e / sqrtf(float(HD));
+  float m = -INFINITY, l = 0.0f, o[HD / 2];  // o: the lane's half of row i of O
+  for (int k2 = 0; k2 < HD / 2; ++k2) o[k2] = 0.0f;
+
+  if constexpr (C::kTensorCores) {
+    float* scratch = reinterpret_cast<float*>(smem) + warp * kWarpRows * C::kLdS;  // [16][kLdS]
+    bf16* p_tile = reinterpret_cast<bf16*>(smem + C::kP) + warp * kWarpRows * C::kLdP;  // [16][kLdP]
+    FragA qa[HD / 16];
+    load_tile<T, HD>(reinterpret_cast<T*>(smem), q + q0 * head.qkv_stride, head.qkv_stride, kRows, q_end - q0);
+    __syncthreads();
+    load_row_fragments<HD>(qa, reinterpret_cast<const bf16*>(smem), warp);
+    __syncthreads();  // the staging area becomes the scratch tiles
+    for (int j0 = 0; j0 < q_end; j0 += kCols) {
+      load_tile<T, HD>(k_tile, k + j0 * head.qkv_stride, head.qkv_stride, kCols, t - j0);
+      load_tile<T, HD>(v_tile, v + j0 * head.qkv_stride, head.qkv_stride, kCols, t - j0);
+      __syncthreads();
+      product_with_tile_rows<HD, kCols>(scratch, C::kLdS, qa, k_tile);  // S[16][kCols]
+      __syncwarp();
+      float s[kCols / 2];  // columns 2·k2 + h
+      for (int k2 = 0; k2 < kCols / 2; ++k2) {
+        int col = 2 * k2 + h;
+        s[k2] = j0 + col > i ? -INFINITY : scratch[r * C::kLdS + col] * scale2;
+      }
+      float alpha = softmax_step<kCols / 2, true>(s, m, l);
+      for (int k2 = 0; k2 < kCols / 2; ++k2) p_tile[r * C::kLdP + 2 * k2 + h] = from_float<bf16>(s[k2]);
+      for (int k2 = 0; k2 < HD / 2; ++k2) o[k2] *= alpha;
+      __syncwarp();
+      FragAcc pv[HD / 16];
+      for (int c = 0; c < HD / 16; ++c) wmma::fill_fragment(pv[c], 0.0f);
+      accumulate_p_times_tile<HD, kCols>(pv, p_tile, C::kLdP, v_tile);
+      for (int c = 0; c < HD / 16; ++c) {
+        float part[8];
+        chunk_to_lane(part, pv[c], scratch, C::kLdS, r, h);
+        for (int e = 0; e < 8; ++e) o[c * 8 + e] += part[e];
+      }
+      __syncthreads();  // every warp is done with k_tile, v_tile before they are reloaded
+    }
+  } else {
+    float qr[HD / 2];  // the lane's half of query row i
+    load_half_row<T, HD>(qr, q + size_t(i) * head.qkv_stride, i < t, h);
+    for (int j0 = 0; j0 < q_end; j0 += kCols) {
+      load_tile<T, HD>(k_tile, k + j0 * head.qkv_stride, head.qkv_stride, kCols, t - j0);
+      load_tile<T, HD>(v_tile, v + j0 * head.qkv_stride, head.qkv_stride, kCols, t - j0);
+      __syncthreads();
+      float s[kCols];  // the whole row of the tile, in both lanes of the pair
+      for (int jj = 0; jj < kCols; ++jj) {
+        float dot = pair_dot<T, HD>(qr, k_tile + jj * kTileLd<T, HD>, h);
+        s[jj] = j0 + jj > i ? -INFINITY : dot * scale2;
+      }
+      float alpha = softmax_step<kCols, false>(s, m, l);
+      for (int k2 = 0; k2 < HD / 2; ++k2) o[k2] *= alpha;
+      for (int jj = 0; jj < kCols; ++jj) axpy_half<T, HD>(o, s[jj], v_tile + jj * kTileLd<T, HD>, h);
+      __syncthreads();
+    }
+  }
+  if (i >= t) return;  // rows past the end of a partial tile (no barrier follows)
+  float inv = 1.0f / l;
+  for (int k2 = 0; k2 < HD / 2; ++k2) o[k2] *= inv;
+  store_half_row<T, HD>(out + head.row + size_t(i) * head.row_stride, o, h);
+  if (h == 0) lse[head.stats + i] = (m + log2f(l)) * kLn2;
+}
+
+// delta[b,h,i] = Σ_d dout · out over row (b, i, h): one warp per row, 4 rows per block.
+template <typename T>
+__global__ void delta_kernel(float* delta, const T* dout, const T* out, int rows, int t, int nh, int hd) {
+  int row = blockIdx.x * kWarps + threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (row >= rows) return;  // whole warps leave; no barrier follows
+  const T* a = dout + size_t(row) * hd;
+  const T* b = out + size_t(row) * hd;
+  float sum = 0.0f;
+  for (int d = lane; d < hd; d += kWarp) sum += to_float(a[d]) * to_float(b[d]);
+  sum = warp_reduce(sum, Sum{});
+  int hi = row % nh, i = row / nh % t, bi = row / nh / t;
+  if (lane == 0) delta[(size_t(bi) * nh + hi) * t + i] = sum;
+}
+
+// dK and dV of one key tile (the block's 64 rows) over every query tile at or after it.
+template <typename T, int HD>
+__global__ void __launch_bounds__(kThreads)
+    kv_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta, int t, int nh) {
+  using C = Config<T, HD>;
+  constexpr int kCols = C::kCols;
+  __shared__ __align__(32) unsigned char smem[C::kBytes];
+  T* q_tile = reinterpret_cast<T*>(smem + C::kX);     // [kCols][HD]
+  T* do_tile = reinterpret_cast<T*>(smem + C::kY);    // [kCols][HD]
+  float* lse2 = reinterpret_cast<float*>(smem + C::kStats);  // [kCols] lse in base 2
+  float* dlt = lse2 + kCols;                                  // [kCols] delta
+  Head head(t, nh, HD);
+  const T* q = qkv + head.qkv;
+  const T* k = q + size_t(nh) * HD;
+  const T* v = k + size_t(nh) * HD;
+  const T* dO = dout + head.row;
+  int warp = threadIdx.x / kWarp, r = threadIdx.x % kWarp / 2, h = threadIdx.x % 2;
+  int k0 = blockIdx.x * kRows;  // key tiles near 0 see the most queries: launched first
+  int j = k0 + warp * kWarpRows + r;  // this lane's key row
+  float scale = 1.0f / sqrtf(float(HD)), scale2 = scale * kLog2e;
+  float dk[HD / 2], dv[HD / 2];  // the lane's halves of dK and dV row j (fp32 path and epilogue)
+
+  // Query tile i0 into q_tile / do_tile / lse2 / dlt; rows past T get lse = +∞ (P = 0).
+  auto load_query_tile = [&](int i0) {
+    load_tile<T, HD>(q_tile, q + i0 * head.qkv_stride, head.qkv_stride, kCols, t - i0);
+    load_tile<T, HD>(do_tile, dO + i0 * head.row_stride, head.row_stride, kCols, t - i0);
+    for (int c = threadIdx.x; c < kCols; c += blockDim.x) {
+      bool valid = i0 + c < t;
+      lse2[c] = valid ? lse[head.stats + i0 + c] * kLog2e : INFINITY;
+      dlt[c] = valid ? delta[head.stats + i0 + c] : 0.0f;
+    }
+    __syncthreads();
+  };
+  int first = k0 / kCols * kCols;  // the first query tile that sees key k0
+
+  if constexpr (C::kTensorCores) {
+    float* scratch = reinterpret_cast<float*>(smem) + warp * kWarpRows * C::kLdS;
+    bf16* p_tile = reinterpret_cast<bf16*>(smem + C::kP) + warp * kWarpRows * C::kLdP;
+    FragA ka[HD / 16], va[HD / 16];
+    int k_valid = min_int(kRows, t - k0);
+    load_tile<T, HD>(reinterpret_cast<T*>(smem), k + k0 * head.qkv_stride, head.qkv_stride, kRows, k_valid);
+    __syncthreads();
+    load_row_fragments<HD>(ka, reinterpret_cast<const bf16*>(smem), warp);
+    __syncthreads();
+    load_tile<T, HD>(reinterpret_cast<T*>(smem), v + k0 * head.qkv_stride, head.qkv_stride, kRows, k_valid);
+    __syncthreads();
+    load_row_fragments<HD>(va, reinterpret_cast<const bf16*>(smem), warp);
+    __syncthreads();  // the staging area becomes the scratch tiles
+    FragAcc dk_acc[HD / 16], dv_acc[HD / 16];
+    for (int c = 0; c < HD / 16; ++c) wmma::fill_fragment(dk_acc[c], 0.0f), wmma::fill_fragment(dv_acc[c], 0.0f);
+    for (int i0 = first; i0 < t; i0 += kCols) {
+      load_query_tile(i0);
+      product_with_tile_rows<HD, kCols>(scratch, C::kLdS, ka, q_tile);  // Sᵀ[16][kCols]
+      __syncwarp();
+      float p[kCols / 2];  // Pᵀ of columns (queries) 2·k2 + h
+      for (int k2 = 0; k2 < kCols / 2; ++k2) {
+        int col = 2 * k2 + h;
+        p[k2] = i0 + col < j ? 0.0f : exp2f(scratch[r * C::kLdS + col] * scale2 - lse2[col]);
+        p_tile[r * C::kLdP + col] = from_float<bf16>(p[k2]);
+      }
+      __syncwarp();
+      accumulate_p_times_tile<HD, kCols>(dv_acc, p_tile, C::kLdP, do_tile);  // dV += Pᵀ dO
+      product_with_tile_rows<HD, kCols>(scratch, C::kLdS, va, do_tile);      // dPᵀ = V dOᵀ
+      __syncwarp();
+      for (int k2 = 0; k2 < kCols / 2; ++k2) {
+        int col = 2 * k2 + h;
+        p_tile[r * C::kLdP + col] = from_float<bf16>(p[k2] * (scratch[r * C::kLdS + col] - dlt[col]));
+      }
+      __syncwarp();
+      accumulate_p_times_tile<HD, kCols>(dk_acc, p_tile, C::kLdP, q_tile);  // dK += dSᵀ Q
+      __syncthreads();
+    }
+    for (int c = 0; c < HD / 16; ++c) {
+      chunk_to_lane(dk + c * 8, dk_acc[c], scratch, C::kLdS, r, h);
+      chunk_to_lane(dv + c * 8, dv_acc[c], scratch, C::kLdS, r, h);
+    }
+  } else {
+    float kr[HD / 2], vr[HD / 2];
+    load_half_row<T, HD>(kr, k + size_t(j) * head.qkv_stride, j < t, h);
+    load_half_row<T, HD>(vr, v + size_t(j) * head.qkv_stride, j < t, h);
+    for (int k2 = 0; k2 < HD / 2; ++k2) dk[k2] = dv[k2] = 0.0f;
+    for (int i0 = first; i0 < t; i0 += kCols) {
+      load_query_tile(i0);
+      for (int c = 0; c < kCols; ++c) {
+        float s = pair_dot<T, HD>(kr, q_tile + c * kTileLd<T, HD>, h);
+        float p = i0 + c < j ? 0.0f : exp2f(s * scale2 - lse2[c]);
+        float dp = pair_dot<T, HD>(vr, do_tile + c * kTileLd<T, HD>, h);
+        axpy_half<T, HD>(dv, p, do_tile + c * kTileLd<T, HD>, h);
+        axpy_half<T, HD>(dk, p * (dp - dlt[c]), q_tile + c * kTileLd<T, HD>, h);
+      }
+      __syncthreads();
+    }
+  }
+  if (j >= t) return;
+  for (int k2 = 0; k2 < HD / 2; ++k2) dk[k2] *= scale;  // S = scale · q·k
+  T* dk_row = dqkv + head.qkv + size_t(j) * head.qkv_stride + size_t(nh) * HD;
+  store_half_row<T, HD>(dk_row, dk, h);
+  store_half_row<T, HD>(dk_row + size_t(nh) * HD, dv, h);
+}
+
+// dQ of one query tile (the block's 64 rows) over every key tile up to it.
+template <typename T, int HD>
+__global__ void __launch_bounds__(kThreads)
+    q_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta, int t, int nh) {
+  using C = Config<T, HD>;
+  constexpr int kCols = C::kCols;
+  __shared__ __align__(32) unsigned char smem[C::kBytes];
+  T* k_tile = reinterpret_cast<T*>(smem + C::kX);
+  T* v_tile = reinterpret_cast<T*>(smem + C::kY);
+  Head head(t, nh, HD);
+  const T* q = qkv + head.qkv;
+  const T* k = q + size_t(nh) * HD;
+  const T* v = k + size_t(nh) * HD;
+  const T* dO = dout + head.row;
+  int warp = threadIdx.x / kWarp, r = threadIdx.x % kWarp / 2, h = threadIdx.x % 2;
+  int q0 = (gridDim.x - 1 - blockIdx.x) * kRows;
+  int q_end = min_int(q0 + kRows, t);
+  int i = q0 + warp * kWarpRows + r;
+  float scale = 1.0f / sqrtf(float(HD)), scale2 = scale * kLog2e;
+  float lse2 = i < t ? lse[head.stats + i] * kLog2e : INFINITY;  // +∞: P = 0 past the end
+  float dlt = i < t ? delta[head.stats + i] : 0.0f;
+  float dq[HD / 2];
+  auto load_key_tile = [&](int j0) {
+    load_tile<T, HD>(k_tile, k + j0 * head.qkv_stride, head.qkv_stride, kCols, t - j0);
+    load_tile<T, HD>(v_tile, v + j0 * head.qkv_stride, head.qkv_stride, kCols, t - j0);
+    __syncthreads();
+  };
+
+  if constexpr (C::kTensorCores) {
+    float* scratch = reinterpret_cast<float*>(smem) + warp * kWarpRows * C::kLdS;
+    bf16* p_tile = reinterpret_cast<bf16*>(smem + C::kP) + warp * kWarpRows * C::kLdP;
+    FragA qa[HD / 16], doa[HD / 16];
+    load_tile<T, HD>(reinterpret_cast<T*>(smem), q + q0 * head.qkv_stride, head.qkv_stride, kRows, q_end - q0);
+    __syncthreads();
+    load_row_fragments<HD>(qa, reinterpret_cast<const bf16*>(smem), warp);
+    __syncthreads();
+    load_tile<T, HD>(reinterpret_cast<T*>(smem), dO + q0 * head.row_stride, head.row_stride, kRows, q_end - q0);
+    __syncthreads();
+    load_row_fragments<HD>(doa, reinterpret_cast<const bf16*>(smem), warp);
+    __syncthreads();
+    FragAcc dq_acc[HD / 16];
+    for (int c = 0; c < HD / 16; ++c) wmma::fill_fragment(dq_acc[c], 0.0f);
+    for (int j0 = 0; j0 < q_end; j0 += kCols) {
+      load_key_tile(j0);
+      product_with_tile_rows<HD, kCols>(scratch, C::kLdS, qa, k_tile);  // S[16][kCols]
+      __syncwarp();
+      float p[kCols / 2];
+      for (int k2 = 0; k2 < kCols / 2; ++k2) {
+        int col = 2 * k2 + h;
+        p[k2] = j0 + col > i ? 0.0f : exp2f(scratch[r * C::kLdS + col] * scale2 - lse2);
+      }
+      __syncwarp();
+      product_with_tile_rows<HD, kCols>(scratch, C::kLdS, doa, v_tile);  // dP = dO Vᵀ
+      __syncwarp();
+      for (int k2 = 0; k2 < kCols / 2; ++k2) {
+        int col = 2 * k2 + h;
+        p_tile[r * C::kLdP + col] = from_float<bf16>(p[k2] * (scratch[r * C::kLdS + col] - dlt));
+      }
+      __syncwarp();
+      accumulate_p_times_tile<HD, kCols>(dq_acc, p_tile, C::kLdP, k_tile);  // dQ += dS K
+      __syncthreads();
+    }
+    for (int c = 0; c < HD / 16; ++c) chunk_to_lane(dq + c * 8, dq_acc[c], scratch, C::kLdS, r, h);
+  } else {
+    float qr[HD / 2], dor[HD / 2];
+    load_half_row<T, HD>(qr, q + size_t(i) * head.qkv_stride, i < t, h);
+    load_half_row<T, HD>(dor, dO + size_t(i) * head.row_stride, i < t, h);
+    for (int k2 = 0; k2 < HD / 2; ++k2) dq[k2] = 0.0f;
+    for (int j0 = 0; j0 < q_end; j0 += kCols) {
+      load_key_tile(j0);
+      for (int c = 0; c < kCols; ++c) {
+        float s = pair_dot<T, HD>(qr, k_tile + c * kTileLd<T, HD>, h);
+        float p = j0 + c > i ? 0.0f : exp2f(s * scale2 - lse2);
+        float dp = pair_dot<T, HD>(dor, v_tile + c * kTileLd<T, HD>, h);
+        axpy_half<T, HD>(dq, p * (dp - dlt), k_tile + c * kTileLd<T, HD>, h);
+      }
+      __syncthreads();
+    }
+  }
+  if (i >= t) return;
+  for (int k2 = 0; k2 < HD / 2; ++k2) dq[k2] *= scale;
+  store_half_row<T, HD>(dqkv + head.qkv + size_t(i) * head.qkv_stride, dq, h);
+}
+
+// Calls f(std::integral_constant<int, HD>) for a supported head dim; fails otherwise.
+template <typename F>
+void with_head_dim(int hd, F f) {
+  switch (hd) {
+    case 32: return f(std::integral_constant<int, 32>{});
+    case 64: return f(std::integral_constant<int, 64>{});
+    case 128: return f(std::integral_constant<int, 128>{});
+    default: fail("flash attention: head dim ", hd, " is not supported (32, 64, 128)");
+  }
+}
+
+void check_shape(int b, int t, int nh, bool aligned) {
+  if (b < 0 || t < 0 || nh < 0) fail("flash attention: negative shape b=", b, " t=", t, " nh=", nh);
+  if (size_t(b) * nh > 65535) fail("flash attention: b·nh = ", size_t(b) * nh, " exceeds 65535 heads per launch");
+  if (!aligned) fail("flash attention: tensors must be 16-byte aligned");
+}
+
+}  // namespace
+
+template <typename T>
+size_t flash_attention_shared_bytes(int hd) {
+  size_t bytes = 0;
+  with_head_dim(hd, [&](auto hd_constant) { bytes = Config<T, decltype(hd_constant)::value>::kBytes; });
+  return bytes;
+}
+
+template <typename T>
+void launch_flash_attention_forward(const LaunchContext& ctx, T* out, float* lse, const T* qkv, int b, int t,
+                                    int nh, int hd) {
+  with_head_dim(hd, [&](auto hd_constant) {
+    constexpr int HD = decltype(hd_constant)::value;
+    check_shape(b, t, nh, aligned16(out, qkv));
+    if (size_t(b) * t * nh == 0) return;
+    dim3 grid(ceil_div(t, kRows), b * nh);
+    launch(ctx, "flash_attention_forward", forward_kernel<T, HD>, grid, dim3(kThreads), 0, out, lse, qkv, t,
+           nh);
+  });
+}
+
+template <typename T>
+void launch_flash_attention_backward_input(const LaunchContext& ctx, T* dqkv, float* delta, const T* dout,
+                                           const T* qkv, const T* out, const float* lse, int b, int t, int nh,
+                                           int hd) {
+  with_head_dim(hd, [&](auto hd_constant) {
+    constexpr int HD = decltype(hd_constant)::value;
+    check_shape(b, t, nh, aligned16(dqkv, dout, qkv, out));
+    int rows = b * t * nh;
+    if (rows == 0) return;
+    launch(ctx, "flash_attention_delta", delta_kernel<T>, dim3(ceil_div(rows, kWarps)), dim3(kThreads), 0, delta,
+           dout, out, rows, t, nh, hd);
+    dim3 grid(ceil_div(t, kRows), b * nh);
+    launch(ctx, "flash_attention_backward_kv", kv_kernel<T, HD>, grid, dim3(kThreads), 0, dqkv, dout, qkv, lse,
+           static_cast<const float*>(delta), t, nh);
+    launch(ctx, "flash_attention_backward_q", q_kernel<T, HD>, grid, dim3(kThreads), 0, dqkv, dout, qkv, lse,
+           static_cast<const float*>(delta), t, nh);
+  });
+}
+
+#define PPTRAIN_INSTANTIATE(T)                                                                                   \
+  template size_t flash_attention_shared_bytes<T>(int);                                                         \
+  template void launch_flash_attention_forward<T>(const LaunchContext&, T*, float*, const T*, int, int, int, int); \
+  template void launch_flash_attention_backward_input<T>(const LaunchContext&, T*, float*, const T*, const T*,   \
+                                                         const T*, const float*, int, int, int, int);
+PPTRAIN_INSTANTIATE(float)
+PPTRAIN_INSTANTIATE(bf16)
+#undef PPTRAIN_INSTANTIATE
+
+}  // namespace pptrain::kernels

@@ -1,0 +1,261 @@
+// Fused causal attention (kernels/flash_attention.cu) under the SIMT emulator, in both fiber
+// orders: out, lse and dqkv against a double-precision reference in this file, and against
+// the cpu backend's naive attention_forward / attention_backward_input.
+//
+// Bounds.
+//  - fp32: normwise ‖got − ref‖₂ ≤ 1e-5 ‖ref‖₂ (the project's fp32 tolerance). Every output is
+//    a chain of fp32 dot products and sums of n ≤ HD + T + a few terms (≤ 200 here) with unit
+//    roundoff u = 2⁻²⁴; rounding errors of random sign grow like √n·u ≈ 1e-6 relative to the
+//    sum of |terms|, and normwise the terms do not cancel systematically, so 1e-5 has about
+//    a 10× margin, whatever the summation order (the kernel, the naive op and OpenBLAS all
+//    sum in different orders). Element-wise checks would fail on rows that cancel.
+//  - bf16: inputs are bf16 values; the reference is evaluated in double on exactly those
+//    values (and, for the backward, on the out and lse the kernel is given). The kernel
+//    rounds to bf16 (unit roundoff u = 2⁻⁸): the forward's P before P·V, each output; the
+//    backward's P before dV = Pᵀ dO, dS before dQ = dS K and dK = dSᵀ Q, each output. A
+//    product Σ_j x̃_j y_j with x̃ = x(1 + ε), |ε| ≤ u, errs by at most u Σ_j |x_j y_j|, and the
+//    final rounding by u |result|, so element-wise |got − ref| ≤ u (A + |ref|) with A the
+//    sum of |terms| of the rounded product (computed by the reference), plus the fp32 part
+//    (1e-5 of the element or of 10% of the tensor's largest element, as kernel_test.h).
+//    lse is fp32 output of fp32 arithmetic on exact inputs: the fp32 normwise bound.
+#include "support/kernel_test.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "backend/ops.h"
+#include "flash_attention.cuh"
+
+using namespace pptrain;
+using namespace pptrain::kernels;
+using namespace pptrain::kernels::testing;
+
+namespace {
+
+using Outputs = std::vector<std::vector<float>>;
+
+struct Shape {
+  int b, t, nh, hd;
+  size_t rows() const { return size_t(b) * t; }
+  size_t c() const { return size_t(nh) * hd; }
+  size_t q(int bi, int i, int h, int d) const { return (size_t(bi) * t + i) * 3 * c() + size_t(h) * hd + d; }
+  size_t k(int bi, int i, int h, int d) const { return q(bi, i, h, d) + c(); }
+  size_t v(int bi, int i, int h, int d) const { return q(bi, i, h, d) + 2 * c(); }
+  size_t o(int bi, int i, int h, int d) const { return (size_t(bi) * t + i) * c() + size_t(h) * hd + d; }
+  size_t stat(int bi, int h, int i) const { return (size_t(bi) * nh + h) * t + i; }
+};
+
+// Double-precision attention. Forward from qkv; backward from qkv, dout and the given out and
+// lse (P = exp(S − lse), delta = Σ dout·out), as the kernel computes it. `abs_*` are the sums
+// of |terms| of the products the bf16 kernel rounds an operand of (see the bounds above).
+struct Reference {
+  std::vector<double> out, lse, abs_out, dqkv, abs_dqkv;
+};
+
+Reference forward_reference(const Shape& s, const std::vector<float>& qkv) {
+  Reference r;
+  r.out.assign(s.rows() * s.c(), 0), r.abs_out.assign(s.rows() * s.c(), 0);
+  r.lse.assign(size_t(s.b) * s.nh * s.t, 0);
+  double scale = 1.0 / std::sqrt(double(s.hd));
+  std::vector<double> p(s.t);
+  for (int bi = 0; bi < s.b; ++bi)
+    for (int h = 0; h < s.nh; ++h)
+      for (int i = 0; i < s.t; ++i) {
+        double mx = -INFINITY, sum = 0;
+        for (int j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int d = 0; d < s.hd; ++d) dot += double(qkv[s.q(bi, i, h, d)]) * qkv[s.k(bi, j, h, d)];
+          p[j] = dot * scale;
+          mx = std::max(mx, p[j]);
+        }
+        for (int j = 0; j <= i; ++j) sum += std::exp(p[j] - mx);
+        r.lse[s.stat(bi, h, i)] = mx + std::log(sum);
+        for (int j = 0; j <= i; ++j) p[j] = std::exp(p[j] - mx) / sum;
+        for (int d = 0; d < s.hd; ++d)
+          for (int j = 0; j <= i; ++j) {
+            r.out[s.o(bi, i, h, d)] += p[j] * qkv[s.v(bi, j, h, d)];
+            r.abs_out[s.o(bi, i, h, d)] += p[j] * std::fabs(qkv[s.v(bi, j, h, d)]);
+          }
+      }
+  return r;
+}
+
+void backward_reference(Reference& r, const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout,
+                        const std::vector<float>& out, const std::vector<float>& lse) {
+  r.dqkv.assign(qkv.size(), 0), r.abs_dqkv.assign(qkv.size(), 0);
+  double scale = 1.0 / std::sqrt(double(s.hd));
+  for (int bi = 0; bi < s.b; ++bi)
+    for (int h = 0; h < s.nh; ++h)
+      for (int i = 0; i < s.t; ++i) {
+        double delta = 0;
+        for (int d = 0; d < s.hd; ++d) delta += double(dout[s.o(bi, i, h, d)]) * out[s.o(bi, i, h, d)];
+        for (int j = 0; j <= i; ++j) {
+          double sc = 0, dp = 0;
+          for (int d = 0; d < s.hd; ++d) {
+            sc += double(qkv[s.q(bi, i, h, d)]) * qkv[s.k(bi, j, h, d)];
+            dp += double(dout[s.o(bi, i, h, d)]) * qkv[s.v(bi, j, h, d)];
+          }
+          double p = std::exp(sc * scale - lse[s.stat(bi, h, i)]), ds = p * (dp - delta);
+          for (int d = 0; d < s.hd; ++d) {
+            double go = dout[s.o(bi, i, h, d)], qd = qkv[s.q(bi, i, h, d)], kd = qkv[s.k(bi, j, h, d)];
+            r.dqkv[s.v(bi, j, h, d)] += p * go, r.abs_dqkv[s.v(bi, j, h, d)] += std::fabs(p * go);
+            r.dqkv[s.q(bi, i, h, d)] += scale * ds * kd, r.abs_dqkv[s.q(bi, i, h, d)] += scale * std::fabs(ds * kd);
+            r.dqkv[s.k(bi, j, h, d)] += scale * ds * qd, r.abs_dqkv[s.k(bi, j, h, d)] += scale * std::fabs(ds * qd);
+          }
+        }
+      }
+}
+
+
+::testing::AssertionResult normwise(const std::vector<float>& got, const std::vector<double>& ref,
+                                    double rel = kFp32Tolerance) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < ref.size(); ++i) err += std::pow(got[i] - ref[i], 2), norm += ref[i] * ref[i];
+  err = std::sqrt(err), norm = std::sqrt(norm);
+  if (err <= rel * norm) return ::testing::AssertionSuccess() << "ratio " << err / (rel * norm);
+  return ::testing::AssertionFailure() << "‖got − ref‖ = " << err << " > " << rel << " · ‖ref‖ = " << rel * norm
+                                       << " (" << err / (rel * norm) << " times the bound)";
+}
+
+// The bf16 bound of the header: |got − ref| ≤ 2⁻⁸ (abs + |ref|)(1 + 2⁻⁸) + fp32 part.
+::testing::AssertionResult within_bf16(const std::vector<float>& got, const std::vector<double>& ref,
+                                       const std::vector<double>& abs, double* worst_out = nullptr) {
+  double largest = 0;
+  for (double x : ref) largest = std::max(largest, std::fabs(x));
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    // (1 + u): the output rounding is relative to the unrounded value, itself within u·A of ref.
+    double bound = kBf16Rounding * (abs[i] + std::fabs(ref[i])) * (1 + kBf16Rounding) +
+                   kFp32Tolerance * std::max(std::fabs(ref[i]), kTinyFraction * largest);
+    double ratio = std::fabs(got[i] - ref[i]) / bound;
+    if (!(ratio <= worst)) worst = std::isnan(ratio) ? INFINITY : ratio, at = i;
+  }
+  if (worst_out) *worst_out = worst;
+  if (worst <= 1) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "element " << at << ": got " << got[at] << ", expected " << ref[at] << " ("
+                                       << worst << " times the bf16 bound)";
+}
+
+// Forward then backward of the kernels at storage type T, in both fiber orders. The backward
+// is given `out_in`, `lse_in` (or, when empty, the forward's own outputs).
+template <typename T>
+Outputs run_kernels(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout) {
+  return run_both_orders([&](const LaunchContext& ctx) {
+    Guarded<T> gqkv(store_as<T>(qkv)), gdout(store_as<T>(dout));
+    Guarded<T> out{std::vector<T>(s.rows() * s.c())}, dqkv{std::vector<T>(qkv.size())};
+    Guarded<float> lse{std::vector<float>(size_t(s.b) * s.nh * s.t)}, delta{std::vector<float>(lse.size())};
+    launch_flash_attention_forward<T>(ctx, out.data(), lse.data(), gqkv.data(), s.b, s.t, s.nh, s.hd);
+    launch_flash_attention_backward_input<T>(ctx, dqkv.data(), delta.data(), gdout.data(), gqkv.data(), out.data(),
+                                             lse.data(), s.b, s.t, s.nh, s.hd);
+    return Outputs{checked(out, "out"), checked(lse, "lse"), checked(dqkv, "dqkv"), checked(delta, "delta")};
+  });
+}
+
+std::vector<float> inputs(size_t n, uint64_t seed) { return random_floats(n, seed, -1.5f, 1.5f); }
+
+void check_fp32(const Shape& s) {
+  SCOPED_TRACE(::testing::Message() << "fp32 b=" << s.b << " t=" << s.t << " nh=" << s.nh << " hd=" << s.hd);
+  std::vector<float> qkv = inputs(s.rows() * 3 * s.c(), 61), dout = inputs(s.rows() * s.c(), 62);
+  Outputs got = run_kernels<float>(s, qkv, dout);
+  Reference ref = forward_reference(s, qkv);
+  backward_reference(ref, s, qkv, dout, got[0], got[1]);
+  EXPECT_TRUE(normwise(got[0], ref.out)) << "out vs double";
+  EXPECT_TRUE(normwise(got[1], ref.lse)) << "lse vs double";
+  EXPECT_TRUE(normwise(got[2], ref.dqkv)) << "dqkv vs double";
+  // The project's reference: the cpu backend's naive attention (probs materialised).
+  auto cpu = make_cpu_ops();
+  std::vector<float> out(s.rows() * s.c()), probs(size_t(s.b) * s.nh * s.t * s.t), dqkv(qkv.size());
+  cpu->attention_forward(out.data(), probs.data(), qkv.data(), s.b, s.t, s.nh, s.hd);
+  cpu->attention_backward_input(dqkv.data(), dout.data(), qkv.data(), probs.data(), s.b, s.t, s.nh, s.hd);
+  EXPECT_TRUE(normwise(got[0], std::vector<double>(out.begin(), out.end()))) << "out vs cpu naive";
+  EXPECT_TRUE(normwise(got[2], std::vector<double>(dqkv.begin(), dqkv.end()))) << "dqkv vs cpu naive";
+}
+
+void check_bf16(const Shape& s) {
+  SCOPED_TRACE(::testing::Message() << "bf16 b=" << s.b << " t=" << s.t << " nh=" << s.nh << " hd=" << s.hd);
+  std::vector<float> qkv = representable<bf16>(inputs(s.rows() * 3 * s.c(), 71));
+  std::vector<float> dout = representable<bf16>(inputs(s.rows() * s.c(), 72));
+  Outputs got = run_kernels<bf16>(s, qkv, dout);
+  Reference ref = forward_reference(s, qkv);
+  EXPECT_TRUE(within_bf16(got[0], ref.out, ref.abs_out)) << "out vs double";
+  EXPECT_TRUE(normwise(got[1], ref.lse)) << "lse vs double";
+  backward_reference(ref, s, qkv, dout, got[0], got[1]);
+  EXPECT_TRUE(within_bf16(got[2], ref.dqkv, ref.abs_dqkv)) << "dqkv vs double";
+  // The cpu naive op on the same inputs (its own out and probs: fp32 accurate), against the
+  // bf16 bound widened by the naive op's fp32 error, which the fp32 part covers.
+  auto cpu = make_cpu_ops();
+  std::vector<float> out(s.rows() * s.c()), probs(size_t(s.b) * s.nh * s.t * s.t);
+  cpu->attention_forward(out.data(), probs.data(), qkv.data(), s.b, s.t, s.nh, s.hd);
+  EXPECT_TRUE(within_bf16(got[0], std::vector<double>(out.begin(), out.end()), ref.abs_out)) << "out vs cpu naive";
+}
+
+const Shape kShapes[] = {
+    {2, 17, 2, 32},  // one partial tile; B·NH = 4 heads
+    {1, 70, 2, 64},  // a full and a partial tile of query rows and of keys
+    {2, 1, 1, 64},   // a single token
+    {1, 40, 1, 128}, // head dim 128: 32-key tiles
+};
+
+}  // namespace
+
+TEST(KernelsFlashAttention, Fp32MatchesReferenceAndNaive) {
+  for (const Shape& s : kShapes) check_fp32(s);
+}
+
+TEST(KernelsFlashAttention, Bf16WithinRoundingBound) {
+  for (const Shape& s : kShapes) check_bf16(s);
+}
+
+TEST(KernelsFlashAttention, UnsupportedHeadDimFailsWithOneLine) {
+  std::vector<float> buf(3 * 48 * 4, 0.0f), lse(4);
+  emu::Stream stream;
+  try {
+    launch_flash_attention_forward<float>(LaunchContext{&stream}, buf.data(), lse.data(), buf.data(), 1, 4, 1, 48);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "flash attention: head dim 48 is not supported (32, 64, 128)");
+  }
+  EXPECT_EQ(stream.launches, 0);
+}
+
+// Shared memory is static and sized by (T, HD) only: a long sequence launches the same blocks
+// as a short one, and nothing of size T×T exists anywhere (the op has no such argument).
+// T = 1024 rather than 4096: the emulated bf16 forward at T = 4096 (2080 tile steps of 64×64)
+// takes about 4 s, T = 1024 (136 steps) a quarter of a second, and shows the same.
+TEST(KernelsFlashAttention, SharedMemoryDoesNotDependOnT) {
+  for (int hd : {32, 64, 128}) {
+    EXPECT_LE(flash_attention_shared_bytes<float>(hd), 48u * 1024) << hd;
+    EXPECT_LE(flash_attention_shared_bytes<bf16>(hd), 48u * 1024) << hd;
+  }
+  for (int t : {64, 1024}) {
+    Shape s{1, t, 1, 64};
+    std::vector<float> qkv = representable<bf16>(inputs(s.rows() * 3 * s.c(), 81));
+    Guarded<bf16> gqkv(store_as<bf16>(qkv)), out{std::vector<bf16>(s.rows() * s.c())};
+    Guarded<float> lse{std::vector<float>(size_t(t))};
+    emu::Stream stream;
+    launch_flash_attention_forward<bf16>(LaunchContext{&stream}, out.data(), lse.data(), gqkv.data(), 1, t, 1, 64);
+    EXPECT_EQ(stream.blocks, (t + 63) / 64) << "one block per 64 query rows";
+    // Spot-check the last row (it sees every key) against the reference.
+    Shape last{1, t, 1, 64};
+    std::vector<float> got = checked(out, "out");
+    double mx = -INFINITY, sum = 0;
+    std::vector<double> sc(t), o(64, 0.0), abs(64, 0.0);
+    int i = t - 1;
+    for (int j = 0; j < t; ++j) {
+      double dot = 0;
+      for (int d = 0; d < 64; ++d) dot += double(qkv[last.q(0, i, 0, d)]) * qkv[last.k(0, j, 0, d)];
+      sc[j] = dot / 8, mx = std::max(mx, sc[j]);
+    }
+    for (int j = 0; j < t; ++j) sum += std::exp(sc[j] - mx);
+    for (int j = 0; j < t; ++j)
+      for (int d = 0; d < 64; ++d) {
+        double p = std::exp(sc[j] - mx) / sum;
+        o[d] += p * qkv[last.v(0, j, 0, d)], abs[d] += p * std::fabs(qkv[last.v(0, j, 0, d)]);
+      }
+    std::vector<float> row(got.begin() + long(size_t(i) * 64), got.begin() + long(size_t(i) * 64 + 64));
+    EXPECT_TRUE(within_bf16(row, o, abs)) << "t=" << t;
+  }
+}
