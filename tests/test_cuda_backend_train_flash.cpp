@@ -51,6 +51,8 @@ class CudaFlashTrain : public ::testing::Test {
                             overrides + " --dump " + out;
     auto r = run_command(cmd, 180);
     EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+    const std::string attention = config(overrides).model.attention;  // named by the startup line
+    EXPECT_NE(r.output.find("| attention " + attention), std::string::npos) << r.output;
     std::vector<std::string> files;
     for (int i = 0; i < ranks; ++i) files.push_back(out + "/step1.rank" + std::to_string(i) + ".bin");
     return read_param_dumps(files);
