@@ -14,6 +14,7 @@
 #include <cstdio>
 
 #include "backend/ops.h"
+#include "core/error.h"
 #include "support/cpu_ops_util.h"
 #include "support/tolerances.h"
 
@@ -293,6 +294,30 @@ TEST(CpuFlashAttentionGrad, BitIdenticalRunToRunAndOverwritesDqkv) {
   const FlashRun first = run_flash(*ops, s, qkv, dout), second = run_flash(*ops, s, qkv, dout);
   EXPECT_TRUE(first.out == second.out && first.lse == second.lse && first.dqkv == second.dqkv);
   for (float g : first.dqkv) ASSERT_FALSE(std::isnan(g)) << "dqkv not fully written";
+}
+
+TEST(CpuFlashAttentionInput, Bf16ViewsAndBadShapesAreOneLine) {
+  auto ops = make_cpu_ops();
+  std::vector<bfloat16> h(3 * 8);
+  std::vector<float> f(3 * 8), lse(2), delta(2);
+  auto error_of = [](auto call) -> std::string {
+    try {
+      call();
+    } catch (const std::exception& e) {  // Error (bad input) or logic_error (a shape: a caller's bug)
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_EQ(error_of([&] { ops->flash_attention_forward(h.data(), lse.data(), h.data(), 1, 2, 1, 4); }),
+            "backend 'cpu' has no bf16 flash_attention_forward (training.precision: bf16 needs device: cuda)");
+  EXPECT_EQ(error_of([&] {
+              ops->flash_attention_backward_input(f.data(), delta.data(), h.data(), f.data(), f.data(), lse.data(), 1,
+                                                  2, 1, 4);
+            }),
+            "backend 'cpu' has no bf16 flash_attention_backward_input (training.precision: bf16 needs device: cuda)");
+  const std::string shape = error_of([&] { ops->flash_attention_forward(f.data(), lse.data(), f.data(), 1, 0, 1, 4); });
+  EXPECT_NE(shape.find("flash attention shape b=1 t=0 nh=1 hd=4"), std::string::npos) << shape;
+  EXPECT_EQ(shape.find('\n'), std::string::npos) << shape;
 }
 
 }  // namespace
