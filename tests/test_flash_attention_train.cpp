@@ -52,8 +52,9 @@ class FlashTrain : public ::testing::Test {
     auto r = run_command(cmd, 180);
     EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
     for (const char* attention : {"flash", "naive"})  // the startup line names the attention core run
-      if (overrides.find(std::string("model.attention=") + attention) != std::string::npos)
+      if (overrides.find(std::string("model.attention=") + attention) != std::string::npos) {
         EXPECT_NE(r.output.find(std::string("| attention ") + attention), std::string::npos) << r.output;
+      }
     return out;
   }
   // Step `step` of a run, from its first `ranks` ranks (dp replica 0).
