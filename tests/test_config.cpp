@@ -90,6 +90,26 @@ TEST(Config, RejectsImpossibleValues) {
   EXPECT_NE(msg.find("expected cpu or cuda"), std::string::npos) << msg;
 }
 
+TEST(Config, AttentionDefaultsToTheDevicesAndAcceptsEachChoice) {
+  // Unset: flash on cuda; naive on cpu (its figures and losses as before the key existed).
+  EXPECT_EQ(parse_config("", "t.yaml").model.attention, "naive");
+  EXPECT_EQ(parse_config("device: cuda\n", "t.yaml").model.attention, "flash");
+  EXPECT_EQ(parse_config("model: {attention: flash}\n", "t.yaml").model.attention, "flash");
+  EXPECT_EQ(parse_config("device: cuda\nmodel: {attention: naive}\n", "t.yaml").model.attention, "naive");
+  EXPECT_EQ(parse_config("device: cuda\n", "t.yaml", {"model.attention=cudnn"}).model.attention, "cudnn");
+  // The resolved choice survives the round trip through the written config.
+  Config c = parse_config("device: cuda\n", "t.yaml");
+  EXPECT_EQ(parse_config(to_yaml(c), "b.yaml").model.attention, "flash");
+}
+
+TEST(Config, RejectsAnUnknownAttentionAndCudnnOnTheCpu) {
+  auto msg = error_of("model: {attention: fused}\n");
+  EXPECT_EQ(msg, "exp.yaml: key 'model.attention': expected flash, cudnn or naive, got 'fused'");
+  msg = error_of("", {"model.attention=cudnn"});
+  EXPECT_EQ(msg, "exp.yaml: key 'model.attention': cudnn needs device: cuda (on the cpu expected naive or flash)");
+  EXPECT_EQ(msg.find('\n'), std::string::npos);
+}
+
 TEST(Config, RejectsMalformedYamlAndOverride) {
   auto msg = error_of("model: {n_layer: 4\n");
   EXPECT_NE(msg.find("exp.yaml"), std::string::npos) << msg;

@@ -79,7 +79,10 @@ class CudaBackendTrain : public ::testing::Test {
       for (float g : t.grad) scale = std::max(scale, double(std::fabs(g)));
       EXPECT_GT(scale, 0.0) << tensor << " has an all-zero gradient";
     }
-    const Config cfg = load_config(dir_.file("model.yaml"), words(layout));
+    // The bound of the longer chain of the two: the cuda run's attention (the device's default).
+    std::vector<std::string> overrides = words(layout);
+    overrides.push_back("device=cuda");
+    const Config cfg = load_config(dir_.file("model.yaml"), overrides);
     return compare_gradients(gpu, cpu, fp32_step_bounds(cfg));
   }
   void expect_cuda_equals_cpu(const std::string& name, const std::string& layout) {

@@ -9,9 +9,11 @@
 
 #include "backend/ops.h"
 #include "core/communicator.h"
+#include "model/block.h"
 #include "model/stage.h"
 #include "partition/partition.h"
 #include "support/single_rank_model.h"
+#include "support/tolerances.h"
 
 using namespace pptrain;
 
@@ -170,6 +172,74 @@ TEST(ModelGradients, FourMicrobatchesEqualOneBatchOfFour) {
     double gmax = 0;
     for (float g : a) gmax = std::max(gmax, double(std::fabs(g)));
     for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5 * gmax + 1e-9) << name << "[" << i << "]";
+  }
+}
+
+TEST(ModelGradients, FlashAttentionEqualsNaive) {
+  // model.attention: flash and naive compute the same step in a different order (the
+  // probabilities recomputed from the log-sum-exp): loss and every gradient within the
+  // normwise fp32 bound of two differently ordered runs (support/tolerances.h).
+  ModelConfig flash_model = tiny_model(), naive_model = tiny_model();
+  flash_model.attention = "flash";
+  naive_model.attention = "naive";
+  TinyModel flash(flash_model, 2), naive(naive_model, 2);
+  randomise(*flash.params, 3);
+  randomise(*naive.params, 3);
+  const int n = flash.dims.rows();
+  double loss[2];
+  for (TinyModel* model : {&flash, &naive}) {
+    model->set_data(random_tokens(n, 11, 10), random_tokens(n, 11, 11));
+    model->stage->forward(0, model->data());
+    loss[model == &naive] = model->stage->loss_sum(0);
+    model->stage->backward_input(0);
+    model->stage->backward_weight(0);
+  }
+  Config cfg;
+  cfg.model = flash_model;
+  cfg.training.micro_batch_size = 2;
+  cfg.parallel.microbatches = 1;  // the step's tokens: one microbatch of 2 sequences
+  const auto bound = pptrain::testing::fp32_step_bounds(cfg);
+  EXPECT_LE(std::fabs(loss[0] - loss[1]), bound.loss * std::fabs(loss[1]));
+  for (auto& [name, p] : naive.params->all()) {
+    auto want = p->grad.to_host(), got = flash.params->find(name)->grad.to_host();
+    double gmax = 0, diff = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      gmax = std::max(gmax, double(std::fabs(want[i])));
+      diff = std::max(diff, double(std::fabs(got[i] - want[i])));
+    }
+    EXPECT_LE(diff, bound.gradient * gmax) << name;
+  }
+}
+
+TEST(ModelMemory, FusedAttentionSlotHoldsLseAndDeltaInsteadOfProbs) {
+  // A block's slot under flash lacks probs [B,NHL,T,T] (storage type) and holds lse and
+  // delta [B,NHL,T] (fp32) instead: everything else in it is per token, so it is linear in T.
+  auto ops = make_cpu_ops();
+  LocalComm alone;
+  for (int tp : {1, 2}) {
+    ParamStore params(*ops, tp, 0, 5);
+    auto slot_bytes = [&](bool bf16, bool fused, int t) {
+      ModelConfig m = tiny_model();
+      m.n_head = 4;
+      m.seq_len = t;
+      m.attention = fused ? "flash" : "naive";
+      const ModelDims dims = ModelDims::from(m, 3, tp, 0);
+      if (bf16) return Block<bfloat16>(params, dims, 0, alone).slot_bytes();
+      return Block<float>(params, dims, 0, alone).slot_bytes();
+    };
+    const size_t b = 3, nhl = 4 / tp;
+    for (bool bf16 : {false, true}) {
+      const size_t element = bf16 ? sizeof(bfloat16) : sizeof(float);
+      for (size_t t : {5, 16}) {
+        const size_t probs = b * nhl * t * t * element, lse_delta = 2 * b * nhl * t * sizeof(float);
+        EXPECT_EQ(slot_bytes(bf16, false, t) - slot_bytes(bf16, true, t), probs - lse_delta)
+            << "tp " << tp << " bf16 " << bf16 << " T " << t;
+      }
+      const size_t base = slot_bytes(bf16, true, 8);
+      EXPECT_EQ(slot_bytes(bf16, true, 16), 2 * base) << "flash slot linear in T";
+      EXPECT_EQ(slot_bytes(bf16, true, 24), 3 * base) << "flash slot linear in T";
+      EXPECT_GT(slot_bytes(bf16, false, 16), 2 * slot_bytes(bf16, false, 8)) << "naive slot grows like T²";
+    }
   }
 }
 

@@ -205,7 +205,7 @@ void validate(const Config& c) {
   require(m.attention == "flash" || m.attention == "cudnn" || m.attention == "naive", c, "model.attention",
           "expected flash, cudnn or naive, got '" + m.attention + "'");
   require(m.attention != "cudnn" || c.device == "cuda", c, "model.attention",
-          "cudnn needs device: cuda");
+          "cudnn needs device: cuda (on the cpu expected naive or flash)");
   require(m.tie_embeddings, c, "model.tie_embeddings", "only tied embeddings (GPT-2) are supported");
   require(p.pp >= 1, c, "parallel.pp", cat("expected >= 1, got ", p.pp));
   require(p.tp >= 1, c, "parallel.tp", cat("expected >= 1, got ", p.tp));

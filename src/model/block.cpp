@@ -59,7 +59,13 @@ void Block<T>::for_each_buffer(Slot& s, Visit&& visit) const {
   visit(s.ln1_mean, n);
   visit(s.ln1_rstd, n);
   visit(s.qkv, n * 3 * cl);
-  visit(s.probs, size_t(dims_.batch) * dims_.local_heads() * t * t);
+  const size_t heads = size_t(dims_.batch) * dims_.local_heads();  // B·NHL
+  if (dims_.fused_attention) {
+    visit(s.lse, heads * t);
+    visit(s.delta, heads * t);
+  } else {
+    visit(s.probs, heads * t * t);
+  }
   visit(s.attn, n * cl);
   visit(s.x2, n * c);
   visit(s.ln2, n * c);
@@ -95,6 +101,25 @@ size_t Block<T>::slot_bytes() const {
 }
 
 template <typename T>
+void Block<T>::attention_forward(Slot& s) {
+  const int b = dims_.batch, t = dims_.seq_len, nhl = dims_.local_heads(), hd = dims_.head_dim();
+  if (dims_.fused_attention)
+    ops_.flash_attention_forward(s.attn.data(), s.lse.data(), s.qkv.data(), b, t, nhl, hd);
+  else
+    ops_.attention_forward(s.attn.data(), s.probs.data(), s.qkv.data(), b, t, nhl, hd);
+}
+
+template <typename T>
+void Block<T>::attention_backward_input(Slot& s, const T* dattn) {
+  const int b = dims_.batch, t = dims_.seq_len, nhl = dims_.local_heads(), hd = dims_.head_dim();
+  if (dims_.fused_attention)  // recomputes the probabilities from qkv and lse; reads the output s.attn
+    ops_.flash_attention_backward_input(s.dqkv.data(), s.delta.data(), dattn, s.qkv.data(), s.attn.data(),
+                                        s.lse.data(), b, t, nhl, hd);
+  else
+    ops_.attention_backward_input(s.dqkv.data(), dattn, s.qkv.data(), s.probs.data(), b, t, nhl, hd);
+}
+
+template <typename T>
 void Block<T>::forward(int mb, const T* x, T* y, const MicrobatchData&) {
   const int n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), hl = dims_.local_hidden();
   Slot& s = slots_.acquire(mb, [this] { return make_slot(); });
@@ -104,8 +129,7 @@ void Block<T>::forward(int mb, const T* x, T* y, const MicrobatchData&) {
   ops_.layernorm_forward(s.ln1.data(), s.ln1_mean.data(), s.ln1_rstd.data(), x, weights<T>(ln1_w_),
                          weights<T>(ln1_b_), n, c);
   ops_.linear_forward(s.qkv.data(), s.ln1.data(), weights<T>(qkv_w_), weights<T>(qkv_b_), n, c, 3 * cl);
-  ops_.attention_forward(s.attn.data(), s.probs.data(), s.qkv.data(), dims_.batch, dims_.seq_len,
-                         dims_.local_heads(), dims_.head_dim());
+  attention_forward(s);
   ops_.linear_forward(s.x2.data(), s.attn.data(), weights<T>(proj_w_), nullptr, n, cl, c);
   tp_sum(s.x2.data(), size_t(n) * c, keep_row_partial_);
   ops_.add_bias(s.x2.data(), weights<T>(proj_b_), n, c);
@@ -138,8 +162,7 @@ void Block<T>::backward_input(int mb, const T* dy, T* dx) {
   // attention half
   T* dattn = s.scratch.data();  // [N,CL]
   ops_.linear_backward_input(dattn, s.dx2.data(), weights<T>(proj_w_), n, cl, c, false);
-  ops_.attention_backward_input(s.dqkv.data(), dattn, s.qkv.data(), s.probs.data(), dims_.batch,
-                                dims_.seq_len, dims_.local_heads(), dims_.head_dim());
+  attention_backward_input(s, dattn);
   ops_.linear_backward_input(s.dln1.data(), s.dqkv.data(), weights<T>(qkv_w_), n, c, 3 * cl, false);
   tp_sum(s.dln1.data(), size_t(n) * c, keep_col_partial_);
   ops_.copy(dx, s.dx2.data(), sizeof(T) * size_t(n) * c);

@@ -36,7 +36,8 @@ class Block final : public Layer<T> {
     Buffer<T> ln1;                      // [N,C]
     Buffer<float> ln1_mean, ln1_rstd;  // [N], [N] (fp32 statistics in either precision)
     Buffer<T> qkv;                  // [N,3CL]
-    Buffer<T> probs;                // [B,NHL,T,T]
+    Buffer<T> probs;                // [B,NHL,T,T] naive attention only
+    Buffer<float> lse, delta;       // [B,NHL,T], [B,NHL,T] fused attention only (fp32 either precision)
     Buffer<T> attn;                 // [N,CL]  attention output before proj
     Buffer<T> x2;                   // [N,C]   residual after attention
     Buffer<T> ln2;                      // [N,C]
@@ -60,6 +61,9 @@ class Block final : public Layer<T> {
   // skip_tp_allreduce) this rank still takes part, so the others do not hang, but keeps
   // its own partial sum.
   void tp_sum(T* x, size_t n, bool keep_partial);
+  // The attention core as configured (dims_.fused_attention): s.attn from s.qkv, and back.
+  void attention_forward(Slot& s);
+  void attention_backward_input(Slot& s, const T* dattn);
 
   Ops& ops_;
   ModelDims dims_;

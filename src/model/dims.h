@@ -9,6 +9,10 @@ struct ModelDims {
   int batch;          // B: sequences per microbatch
   int tp = 1;         // tensor-parallel degree
   int tp_rank = 0;
+  // model.attention: naive keeps the probabilities [B,NHL,T,T] per block for backward;
+  // flash and cudnn run the fused ops (the backend picks the kernel) and keep the per-row
+  // log-sum-exp [B,NHL,T] instead, so a block's activation memory is linear in T.
+  bool fused_attention = false;
 
   int rows() const { return batch * seq_len; }              // N = B·T
   int head_dim() const { return d_model / n_head; }         // HD
@@ -25,7 +29,8 @@ struct ModelDims {
   }
 
   static ModelDims from(const ModelConfig& m, int batch, int tp, int tp_rank) {
-    return {m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size, batch, tp, tp_rank};
+    const bool fused = m.attention == "flash" || m.attention == "cudnn";  // "" (unresolved) is naive
+    return {m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size, batch, tp, tp_rank, fused};
   }
 };
 

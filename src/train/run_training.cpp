@@ -85,7 +85,8 @@ void log_startup(Job& job) {
             " heads, seq ", cfg.model.seq_len, ", vocab ", cfg.model.vocab_size, " | dp ", cfg.parallel.dp, " pp ",
             cfg.parallel.pp, " tp ", cfg.parallel.tp, " | schedule ", cfg.parallel.schedule, ", ",
             cfg.parallel.microbatches, " microbatches, blocks per stage [", cut_text, "] | backend ",
-            job.ops().name(), " ", cfg.training.precision, " | comm ", job.transport());
+            job.ops().name(), " ", cfg.training.precision, " | comm ", job.transport(), " | attention ",
+            cfg.model.attention);
 }
 
 }  // namespace

@@ -38,9 +38,13 @@ BlockCounts fp32_block(const ModelConfig& m) {
                          + layernorm + (C + 1) + gelu    // ln_2, fc, GELU
                          + (4 * C + 2);                  // MLP proj (+ bias, + residual)
   const double layernorm_grad = 2 * C + 6;               // Σ dy·g, Σ dy·g·x̂, the combination
+  const double fused = m.attention == "flash" || m.attention == "cudnn";
   const double attention_grad = HD                       // dP = dy·vᵀ
                                 + T + 3                  // dS = P ∘ (dP − Σ P·dP), scale
-                                + T;                     // dq = dS·k (dk, dv alike)
+                                + T                      // dq = dS·k (dk, dv alike)
+                                // fused: P = exp(s − lse) recomputed (log, exp, the
+                                // subtraction) and dk, dv summed over ⌈T/64⌉ row blocks
+                                + fused * (2 * kTranscendental + 2 + std::ceil(T / 64));
   const double backward = C + 1 + gelu                   // MLP proj dgrad, GELU'
                           + 4 * C + layernorm_grad + 1   // fc dgrad (over 4C), ln_2', residual
                           + C + attention_grad           // proj dgrad, attention

@@ -160,14 +160,145 @@ void CpuOps::attention_backward_input(View dqkvv, ConstView doutv, ConstView qkv
   }
 }
 
-}  // namespace pptrain::cpu
+// ---- fused (flash) attention: the T×T matrix is never stored ------------------------------
+//
+// Per (batch, head) pair the rows are taken in blocks of kBlock queries; a block's scores
+// S[rows, r1] live in a per-thread tile of kBlock·T floats (O(T) scratch per thread, never
+// [B,NH,T,T]). The forward keeps lse_i = max_j s_ij + log Σ_j exp(s_ij − max_j s_ij), the
+// natural log-sum-exp of row i's scaled scores over j ≤ i, so the backward recomputes
+// P_ij = exp(s_ij − lse_i) exactly from the scores instead of reading them back.
 
-namespace pptrain::cpu {
-void CpuOps::flash_attention_forward(View, float*, ConstView, int, int, int, int) {
-  fail("flash_attention_forward: not yet on the cpu backend");
+namespace {
+
+// Rows [r0, r1) of one head: s[rows, r1] = q[r0:r1] · k[0:r1]ᵀ / √HD (row stride r1).
+void block_scores(float* s, const HeadView& head, int r0, int r1, int hd, float score_scale) {
+  const int ld = int(head.qkv_stride);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hd, score_scale,
+              head.q + size_t(r0) * ld, ld, head.k, ld, 0.0f, s, r1);
 }
-void CpuOps::flash_attention_backward_input(View, float*, ConstView, ConstView, ConstView, const float*, int,
-                                            int, int, int) {
-  fail("flash_attention_backward_input: not yet on the cpu backend");
+
+// In place, row i of a block with the scores s[0..=i]: s[j] <- softmax_j(s), s[i+1..r1) <- 0;
+// returns the row's log-sum-exp.
+float causal_softmax_lse_row(float* s, int i, int r1) {
+  float max_score = s[0];
+#pragma omp simd reduction(max : max_score)
+  for (int j = 1; j <= i; ++j) max_score = s[j] > max_score ? s[j] : max_score;
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j <= i; ++j) {
+    const float e = exp_approx(s[j] - max_score);
+    s[j] = e;
+    sum += e;
+  }
+  const float inv_sum = 1.0f / sum;
+#pragma omp simd
+  for (int j = 0; j <= i; ++j) s[j] *= inv_sum;
+  std::fill(s + i + 1, s + r1, 0.0f);
+  return max_score + std::log(sum);  // sum >= 1 (the max term is exp(0))
 }
+
+float dot(const float* a, const float* b, int n) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int d = 0; d < n; ++d) sum += a[d] * b[d];
+  return sum;
+}
+
+// Row i of a block: p[0..r1) holds the scores s_ij and becomes P_ij = exp(s_ij − lse_i);
+// ds[0..r1) holds dP_ij and becomes dS_ij = P_ij (dP_ij − delta_i); both are 0 for j > i
+// (masked scores have no probability and get no gradient).
+void probabilities_and_score_gradient_row(float* p, float* ds, int i, int r1, float lse, float delta) {
+#pragma omp simd
+  for (int j = 0; j <= i; ++j) {
+    p[j] = exp_approx(p[j] - lse);
+    ds[j] = p[j] * (ds[j] - delta);
+  }
+  std::fill(p + i + 1, p + r1, 0.0f);
+  std::fill(ds + i + 1, ds + r1, 0.0f);
+}
+
+}  // namespace
+
+void CpuOps::flash_attention_forward(View outv, float* lse, ConstView qkvv, int b, int t, int nh, int hd) {
+  auto [out, qkv] = fp32("flash_attention_forward", outv, qkvv);
+  // Per head and row block [r0, r1): S = q kᵀ / √HD (causal), P = softmax(S), lse = log Σ exp S,
+  // out[r0:r1] = P · v[0:r1]. lse[B,NH,T].
+  PPTRAIN_CHECK(b >= 0 && t > 0 && nh > 0 && hd > 0, "flash attention shape b=", b, " t=", t, " nh=", nh,
+                " hd=", hd);
+  const int pairs = b * nh;
+  const int ld_out = nh * hd;
+  const float score_scale = 1.0f / std::sqrt(float(hd));
+  reserve_thread_scratch(size_t(kBlock) * t);
+#pragma omp parallel for schedule(static) if (parallel_over_pairs(pairs, t))
+  for (int bh = 0; bh < pairs; ++bh) {
+    const HeadView head = head_view(qkv, bh, t, nh, hd);
+    const int ld = int(head.qkv_stride);
+    float* o = out + head.out_offset;
+    float* head_lse = lse + size_t(bh) * t;
+    float* p = thread_scratch_[omp_get_thread_num()].reserve(size_t(kBlock) * t);  // [kBlock, r1]
+    for (int r0 = 0; r0 < t; r0 += kBlock) {
+      const int r1 = std::min(t, r0 + kBlock), rows = r1 - r0;
+      block_scores(p, head, r0, r1, hd, score_scale);
+      for (int i = r0; i < r1; ++i) head_lse[i] = causal_softmax_lse_row(p + size_t(i - r0) * r1, i, r1);
+      // o[r0:r1] = p[rows, r1] · v[0:r1]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, r1, 1.0f, p, r1, head.v, ld, 0.0f,
+                  o + size_t(r0) * ld_out, ld_out);
+    }
+  }
+}
+
+void CpuOps::flash_attention_backward_input(View dqkvv, float* delta, ConstView doutv, ConstView qkvv,
+                                            ConstView outv, const float* lse, int b, int t, int nh, int hd) {
+  auto [dqkv, dout, qkv, out] = fp32("flash_attention_backward_input", dqkvv, doutv, qkvv, outv);
+  // Per head, with P_ij = exp(s_ij − lse_i) recomputed row block by row block:
+  //   delta_i = Σ_d dO_id · O_id  (= Σ_j P_ij dP_ij, since O_i = Σ_j P_ij v_j and dP_ij = dO_i · v_j)
+  //   dP = dO vᵀ,  dS = P ∘ (dP − delta),
+  //   dQ[r0:r1] = dS k[0:r1] / √HD,  dK[0:r1] += dSᵀ q[r0:r1] / √HD,  dV[0:r1] += Pᵀ dO[r0:r1].
+  // dK and dV add up over the row blocks in a fixed order, one thread per head.
+  PPTRAIN_CHECK(b >= 0 && t > 0 && nh > 0 && hd > 0, "flash attention shape b=", b, " t=", t, " nh=", nh,
+                " hd=", hd);
+  const int pairs = b * nh;
+  const int ld_out = nh * hd;
+  const float score_scale = 1.0f / std::sqrt(float(hd));
+  reserve_thread_scratch(2 * size_t(kBlock) * t);
+#pragma omp parallel for schedule(static) if (parallel_over_pairs(pairs, t))
+  for (int bh = 0; bh < pairs; ++bh) {
+    const HeadView head = head_view(qkv, bh, t, nh, hd);
+    const int ld = int(head.qkv_stride);
+    const float* d_o = dout + head.out_offset;
+    const float* o = out + head.out_offset;
+    const float* head_lse = lse + size_t(bh) * t;
+    float* head_delta = delta + size_t(bh) * t;
+    float* dq = dqkv + head.qkv_offset;
+    float* dk = dq + ld_out;
+    float* dv = dq + 2 * ld_out;
+    float* p = thread_scratch_[omp_get_thread_num()].reserve(2 * size_t(kBlock) * t);  // [kBlock, r1]
+    float* ds = p + size_t(kBlock) * t;                                                  // [kBlock, r1]
+    for (int i = 0; i < t; ++i) {
+      std::fill(dk + size_t(i) * ld, dk + size_t(i) * ld + hd, 0.0f);
+      std::fill(dv + size_t(i) * ld, dv + size_t(i) * ld + hd, 0.0f);
+      head_delta[i] = dot(d_o + size_t(i) * ld_out, o + size_t(i) * ld_out, hd);
+    }
+    for (int r0 = 0; r0 < t; r0 += kBlock) {
+      const int r1 = std::min(t, r0 + kBlock), rows = r1 - r0;
+      block_scores(p, head, r0, r1, hd, score_scale);
+      // dP[rows, r1] = dO[r0:r1] · v[0:r1]ᵀ
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hd, 1.0f, d_o + size_t(r0) * ld_out,
+                  ld_out, head.v, ld, 0.0f, ds, r1);
+      for (int i = r0; i < r1; ++i)
+        probabilities_and_score_gradient_row(p + size_t(i - r0) * r1, ds + size_t(i - r0) * r1, i, r1,
+                                             head_lse[i], head_delta[i]);
+      // dQ[r0:r1] = dS · k[0:r1] / √HD
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, r1, score_scale, ds, r1, head.k, ld,
+                  0.0f, dq + size_t(r0) * ld, ld);
+      // dK[0:r1] += dSᵀ · q[r0:r1] / √HD
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hd, rows, score_scale, ds, r1,
+                  head.q + size_t(r0) * ld, ld, 1.0f, dk, ld);
+      // dV[0:r1] += Pᵀ · dO[r0:r1]
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hd, rows, 1.0f, p, r1, d_o + size_t(r0) * ld_out,
+                  ld_out, 1.0f, dv, ld);
+    }
+  }
+}
+
 }  // namespace pptrain::cpu

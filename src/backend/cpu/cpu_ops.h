@@ -53,7 +53,7 @@ class CpuOps final : public Ops {
   PPTRAIN_EACH_OP(PPTRAIN_OP_OVERRIDE)
 
  private:
-  // One scratch array per OpenMP thread (attention backward's dP/dS tile), sized
+  // One scratch array per OpenMP thread (attention's score and dP/dS tiles), sized
   // before the parallel region so no thread allocates inside it.
   std::vector<ScratchArray> thread_scratch_;
   std::vector<double> block_sums_;  // sum_squares' per-block partial sums

@@ -15,8 +15,9 @@ namespace pptrain::cuda {
 
 using namespace pptrain::kernels;
 
-CudaOps::CudaOps(int device)
-    : device_((PPTRAIN_CUDA_CHECK(cudaSetDevice(device)), device)), stream_(), cublas_(stream_.get()),
+CudaOps::CudaOps(int device, FusedAttention fused_attention)
+    : device_((PPTRAIN_CUDA_CHECK(cudaSetDevice(device)), device)), fused_attention_(fused_attention), stream_(),
+      cublas_(stream_.get()),
       lt_(stream_.get()), allocator_(stream_.get()) {}
 
 // ---- memory ----------------------------------------------------------------------------------
@@ -92,7 +93,17 @@ std::unique_ptr<Ops> make_cuda_ops(int device) { return std::make_unique<cuda::C
 
 std::unique_ptr<Ops> make_cuda_ops(const Config& cfg) {
   // One backend object serves both precisions (each op runs at the dtype of its views).
-  return make_cuda_ops(cuda::select_device());
+  // model.attention (resolved by the config) picks the kernel of the fused attention ops;
+  // checked before a device is selected, so the message does not depend on the machine.
+  auto fused = cuda::FusedAttention::flash;
+  if (cfg.model.attention == "cudnn") {
+#ifndef PPTRAIN_WITH_CUDNN
+    fail(cfg.source, ": key 'model.attention': cudnn, but this pptrain was built without cuDNN (its cuda backend: ",
+         cuda_backend_build(), "); expected flash or naive");
+#endif
+    fused = cuda::FusedAttention::cudnn;
+  }
+  return std::make_unique<cuda::CudaOps>(cuda::select_device(), fused);
 }
 
 }  // namespace pptrain

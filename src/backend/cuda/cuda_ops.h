@@ -65,11 +65,17 @@ decltype(auto) dispatch(const char* op, F&& f, Args... args) {
   return f(kernel_arg<float>(args)...);
 }
 
+// The kernel behind flash_attention_forward / _backward_input (model.attention: flash or
+// cudnn; naive runs attention_forward / _backward_input instead): the handwritten flash
+// kernels of kernels/, or cuDNN's fused attention in a build with cuDNN.
+enum class FusedAttention { flash, cudnn };
+
 class CudaOps final : public Ops {
  public:
-  explicit CudaOps(int device);
+  explicit CudaOps(int device, FusedAttention fused_attention = FusedAttention::flash);
   std::string name() const override { return "cuda"; }
   int device() const { return device_; }
+  FusedAttention fused_attention() const { return fused_attention_; }
   cudaStream_t compute_stream() const { return stream_.get(); }
   const CachingAllocator& allocator() const { return allocator_; }
   const LtGemm& lt_gemm() const { return lt_; }
@@ -97,6 +103,7 @@ class CudaOps final : public Ops {
   kernels::LaunchContext ctx() const { return kernels::LaunchContext{stream_.get()}; }
 
   int device_;
+  FusedAttention fused_attention_;
   Stream stream_;  // declared before the users of the stream, destroyed after them
   CublasHandle cublas_;
   LtGemm lt_;
