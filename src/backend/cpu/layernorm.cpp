@@ -38,6 +38,14 @@ void CpuOps::layernorm_forward(View yv, float* mean, float* rstd, ConstView xv, 
   }
 }
 
+void CpuOps::residual_layernorm_forward(View sum, View y, float* mean, float* rstd, ConstView a,
+                                        ConstView b, ConstView g, ConstView beta, int n, int c) {
+  fp32("residual_layernorm_forward", sum, y, a, b, g, beta);
+  // The reference of the fused op is the unfused sequence: sum[N,C] = a + b, then layernorm.
+  this->add(sum, a, b, size_t(n) * c);
+  layernorm_forward(y, mean, rstd, sum, g, beta, n, c);
+}
+
 void CpuOps::layernorm_backward_input(View dxv, ConstView dyv, ConstView xv, const float* mean,
                                       const float* rstd, ConstView gv, int n, int c,
                                       bool accumulate) {
