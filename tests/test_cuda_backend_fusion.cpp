@@ -346,3 +346,26 @@ TEST(CudaBackendFusion, EmulatedCublasLtRejectsABadAuxMatrix) {
   ops->synchronize();
   ops->release(buf);
 }
+
+// The plan cache is keyed by the epilogue and the aux matrix's alignment as well: the
+// heuristic sees the aux pointer, and the emulated cublasLtMatmul (like the library) rejects
+// an aux matrix less aligned than the plan was built for, so a reused plan with a misaligned
+// aux would fail here.
+TEST(CudaBackendFusion, PlansAreKeyedByEpilogueAndAuxAlignment) {
+  const int n = 3, in = 5, out = 8;
+  auto ops = make_cuda_ops(0);
+  const auto& lt = static_cast<cuda::CudaOps&>(*ops).lt_gemm();
+  Tensors<float> t(*ops);
+  t.put("x", random_floats(size_t(n) * in, 21)), t.put("w", random_floats(size_t(out) * in, 22));
+  t.put("b", random_floats(out, 23));
+  t.zeros("y", size_t(n) * out), t.zeros("pre", size_t(n) * out + 1);
+  const long long before = lt.heuristic_calls();
+  ops->linear_forward(t["y"], t["x"], t["w"], t["b"], n, in, out);  // bias epilogue
+  ops->linear_gelu_forward(t["y"], t["pre"], t["x"], t["w"], t["b"], n, in, out);  // GELU_AUX_BIAS
+  EXPECT_EQ(lt.heuristic_calls() - before, 2);
+  ops->linear_gelu_forward(t["y"], t["pre"], t["x"], t["w"], t["b"], n, in, out);  // reused
+  EXPECT_EQ(lt.heuristic_calls() - before, 2);
+  ops->linear_gelu_forward(t["y"], t["pre"] + 1, t["x"], t["w"], t["b"], n, in, out);  // aux 4-byte aligned
+  EXPECT_EQ(lt.heuristic_calls() - before, 3);
+  ops->synchronize();
+}
