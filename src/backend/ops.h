@@ -119,13 +119,14 @@ struct ConstView {
      (float* dg, float* db, ConstView dy, ConstView x, const float* mean, const float* rstd,       \
       int n, int c),                                                                               \
      (dg, db, dy, x, mean, rstd, n, c))                                                            \
-  /* Residual add fused with the following layernorm, one pass over memory: sum[N,C] = a + b      \
-     (the residual stream, kept; may alias a or b), y[N,C] = layernorm(sum) with g, beta as        \
-     layernorm_forward, mean[N] and rstd[N] saved. Same values as add then layernorm_forward. */   \
+  /* Bias add, residual add and the following layernorm in one pass over memory:                 \
+     sum[N,C] = (a + bias[C]) + b (the residual stream, kept; bias may be null; sum may alias a),  \
+     y[N,C] = layernorm(sum) with g, beta as layernorm_forward, mean[N] and rstd[N] saved. Same    \
+     values as add_bias (a + bias, rounded to the storage type), add, then layernorm_forward. */  \
   LAUNCHED(void, residual_layernorm_forward,                                                       \
-           (View sum, View y, float* mean, float* rstd, ConstView a, ConstView b, ConstView g,     \
-            ConstView beta, int n, int c),                                                         \
-           (sum, y, mean, rstd, a, b, g, beta, n, c))                                              \
+           (View sum, View y, float* mean, float* rstd, ConstView a, ConstView bias, ConstView b,  \
+            ConstView g, ConstView beta, int n, int c),                                            \
+           (sum, y, mean, rstd, a, bias, b, g, beta, n, c))                                        \
                                                                                                    \
   /* ---- GELU, tanh approximation (GPT-2) ---------------------------------------------------- */ \
   /* y[n] = 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))); y may alias x. */                          \

@@ -108,10 +108,9 @@ void Block<T>::forward(int mb, const T* x, T* y, const MicrobatchData&) {
                          dims_.local_heads(), dims_.head_dim());
   ops_.linear_forward(s.x2.data(), s.attn.data(), weights<T>(proj_w_), nullptr, n, cl, c);
   tp_sum(s.x2.data(), size_t(n) * c, keep_row_partial_);
-  ops_.add_bias(s.x2.data(), weights<T>(proj_b_), n, c);
-  // x2 = proj_out + x (in place) and ln2 = ln_2(x2) in one pass
-  ops_.residual_layernorm_forward(s.x2.data(), s.ln2.data(), s.ln2_mean.data(), s.ln2_rstd.data(), s.x2.data(), x,
-                                  weights<T>(ln2_w_), weights<T>(ln2_b_), n, c);
+  // x2 = (proj_out + proj_b) + x (in place) and ln2 = ln_2(x2) in one pass
+  ops_.residual_layernorm_forward(s.x2.data(), s.ln2.data(), s.ln2_mean.data(), s.ln2_rstd.data(), s.x2.data(),
+                                  weights<T>(proj_b_), x, weights<T>(ln2_w_), weights<T>(ln2_b_), n, c);
   // MLP half: fc1 keeps the pre-activation for the GELU's backward, gelu its output for fc2's wgrad
   ops_.linear_gelu_forward(s.gelu.data(), s.fc1.data(), s.ln2.data(), weights<T>(fc_w_), weights<T>(fc_b_), n, c,
                            hl);
