@@ -1,6 +1,7 @@
-// CudaOps: the linear layer (with its fused GELU / DGELU / bias-gradient epilogues) and the attention core, i.e. everything built on GEMMs, in
-// fp32 and bf16: each body is one lambda over the storage type T (float or kernels::bf16;
-// fp32 accumulation either way) that dispatch() calls with the views as T* / const T*.
+// CudaOps: the linear layer (with its fused GELU, DGELU and bias-gradient epilogues) and the
+// attention core, i.e. everything built on GEMMs, in fp32 and bf16: each body is one lambda
+// over the storage type T (float or kernels::bf16; fp32 accumulation either way) that
+// dispatch() calls with the views as T* / const T*.
 //
 // cuBLAS is column-major; our tensors are row-major. A row-major [R,C] buffer read as
 // column-major is its transpose [C,R] with the same leading dimension, so the row-major
@@ -128,11 +129,13 @@ void CudaOps::linear_backward_input_dgelu(View dpre, ConstView dy, ConstView w, 
 void CudaOps::linear_backward_weight(float* dw, float* db, ConstView dy, ConstView x, int n, int in, int out) {
   dispatch("linear_backward_weight", [&]<typename T>(const T* dy, const T* x) {
     // dW[O,I] += dY[N,O]ᵀ · X[N,I], into the fp32 gradient whatever the storage type.
-    // Column-major this is D[I,O] += X[I,N] · (dY[O,N])ᵀ: B is dY, so Σ_rows dY is the BGRADB
-    // epilogue (Σ_k op(B)[k, j], one value per column of D = per output channel), taken while
-    // the GEMM streams dY anyway instead of a second pass over dY[N,O] by the bias_grad kernel.
-    // The epilogue stores the bias gradient (of D's type, fp32) while db accumulates over
-    // microbatches, so it goes to a scratch vector and one O-length add accumulates it.
+    // Column-major this is D[I,O] += A[I,N] · B[O,N]ᵀ with A = Xᵀ and B = dYᵀ as stored (a
+    // row-major buffer read column-major): B is dY and k runs over the N rows, so Σ_rows dY
+    // is the BGRADB epilogue (Σ_k op(B)[k, j], one value per column of D = per output
+    // channel), taken while the GEMM streams dY anyway instead of a second pass over dY[N,O]
+    // (N·O reads) by the bias_grad kernel. The epilogue stores the bias gradient (of D's
+    // type, fp32) while db accumulates over microbatches, so it goes to a scratch vector and
+    // one O-length add accumulates it (2·O reads, O writes).
     // Where the library does not run BGRADB for these types (run_if_supported), the plain
     // GEMM and the kernel run. cuBLASLt leaves the reduction order of the epilogue to the
     // algorithm it picks: reproducible for the same GPU model and library version.
