@@ -257,8 +257,8 @@ TEST(CudaBackendFusion, FusedOpsMatchTheCpuBackend) {
     t.put("x", x), t.put("w", w), t.put("b", b), t.put("dy", dy);
     t.zeros("y", size_t(n) * out), t.zeros("pre", size_t(n) * out), t.zeros("dpre", size_t(n) * in);
     ops.linear_gelu_forward(t["y"], t["pre"], t["x"], t["w"], t["b"], n, in, out);
-    // dgrad of a layer whose input was `pre`-shaped: w[O,I] maps dy[N,O] to [N,I]; take the
-    // first N·I values of pre as the GELU input.
+    // The dgrad maps dy[N,O] through w[O,I] to [N,I]; the first N·I values of pre (GELU
+    // inputs of a realistic range) serve as that layer's GELU input.
     ops.linear_backward_input_dgelu(t["dpre"], t["dy"], t["w"], t["pre"], n, in, out);
     return std::vector<std::vector<float>>{t.get("y"), t.get("pre"), t.get("dpre")};
   };
