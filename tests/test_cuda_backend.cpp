@@ -269,7 +269,7 @@ TEST(CudaBackendGemm, ABadGemmIsAOneLineErrorNamingTheOpRankAndDevice) {
                "cublasLtMatmulAlgoGetHeuristic (linear forward, M=4 N=3 K=-2) failed on rank 0, device 0: "
                "an invalid numeric value was used as an argument");
   cuda::LtGemm gemm(static_cast<cuda::CudaOps&>(*ops).compute_stream());
-  cuda::LtShape shape{false, false, 8, 4, 5, 3, 5, 8, CUDA_R_16BF, CUDA_R_16BF, false};  // lda 3 < 8 rows
+  cuda::LtShape shape{false, false, 8, 4, 5, 3, 5, 8, CUDA_R_16BF, CUDA_R_16BF};  // lda 3 < 8 rows
   expect_error([&] { gemm.run("test gemm", shape, buf, buf, nullptr, 0.0f, buf); },
                "cublasLtMatmulAlgoGetHeuristic (test gemm, M=8 N=4 K=5) failed on rank 0, device 0: "
                "an invalid numeric value was used as an argument");

@@ -89,6 +89,19 @@ struct ConstView {
   OP(void, linear_backward_weight,                                                                 \
      (float* dw, float* db, ConstView dy, ConstView x, int n, int in, int out),                    \
      (dw, db, dy, x, n, in, out))                                                                  \
+  /* Fused FC1 + GELU (tanh form, as gelu_forward): pre[N,O] = X·Wᵀ + b (kept for backward) and    \
+     y[N,O] = gelu(pre). The cpu body is linear_forward then gelu_forward; the cuda body is one    \
+     cuBLASLt GEMM with the GELU_AUX_BIAS epilogue (y and pre rounded once each from fp32) where   \
+     O is a multiple of 8 (the aux leading-dimension rule), else the two unfused ops. */          \
+  OP(void, linear_gelu_forward,                                                                    \
+     (View y, View pre, ConstView x, ConstView w, ConstView b, int n, int in, int out),            \
+     (y, pre, x, w, b, n, in, out))                                                                \
+  /* Fused dgrad through the GELU: dpre[N,I] = (dY[N,O] · W[O,I]) ∘ gelu'(pre[N,I]) (overwrites).  \
+     The cpu body is linear_backward_input then gelu_backward; the cuda body is one cuBLASLt GEMM  \
+     with the DGELU epilogue where I is a multiple of 8, else the two unfused ops. */              \
+  OP(void, linear_backward_input_dgelu,                                                            \
+     (View dpre, ConstView dy, ConstView w, ConstView pre, int n, int in, int out),                \
+     (dpre, dy, w, pre, n, in, out))                                                               \
                                                                                                    \
   /* ---- layernorm over C, eps = 1e-5 -------------------------------------------------------- */ \
   /* y[N,C] = (x - mean) · rstd · g[C] + b[C]; saves mean[N] and rstd[N] for backward. */          \
@@ -106,6 +119,14 @@ struct ConstView {
      (float* dg, float* db, ConstView dy, ConstView x, const float* mean, const float* rstd,       \
       int n, int c),                                                                               \
      (dg, db, dy, x, mean, rstd, n, c))                                                            \
+  /* Bias add, residual add and the following layernorm in one pass over memory:                 \
+     sum[N,C] = (a + bias[C]) + b (the residual stream, kept; bias may be null; sum may alias a),  \
+     y[N,C] = layernorm(sum) with g, beta as layernorm_forward, mean[N] and rstd[N] saved. Same    \
+     values as add_bias (a + bias, rounded to the storage type), add, then layernorm_forward. */  \
+  LAUNCHED(void, residual_layernorm_forward,                                                       \
+           (View sum, View y, float* mean, float* rstd, ConstView a, ConstView bias, ConstView b,  \
+            ConstView g, ConstView beta, int n, int c),                                            \
+           (sum, y, mean, rstd, a, bias, b, g, beta, n, c))                                        \
                                                                                                    \
   /* ---- GELU, tanh approximation (GPT-2) ---------------------------------------------------- */ \
   /* y[n] = 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))); y may alias x. */                          \

@@ -132,13 +132,12 @@ void Block<T>::forward(int mb, const T* x, T* y, const MicrobatchData&) {
   attention_forward(s);
   ops_.linear_forward(s.x2.data(), s.attn.data(), weights<T>(proj_w_), nullptr, n, cl, c);
   tp_sum(s.x2.data(), size_t(n) * c, keep_row_partial_);
-  ops_.add_bias(s.x2.data(), weights<T>(proj_b_), n, c);
-  ops_.add(s.x2.data(), s.x2.data(), x, size_t(n) * c);
-  // MLP half
-  ops_.layernorm_forward(s.ln2.data(), s.ln2_mean.data(), s.ln2_rstd.data(), s.x2.data(),
-                         weights<T>(ln2_w_), weights<T>(ln2_b_), n, c);
-  ops_.linear_forward(s.fc1.data(), s.ln2.data(), weights<T>(fc_w_), weights<T>(fc_b_), n, c, hl);
-  ops_.gelu_forward(s.gelu.data(), s.fc1.data(), size_t(n) * hl);
+  // x2 = (proj_out + proj_b) + x (in place) and ln2 = ln_2(x2) in one pass
+  ops_.residual_layernorm_forward(s.x2.data(), s.ln2.data(), s.ln2_mean.data(), s.ln2_rstd.data(), s.x2.data(),
+                                  weights<T>(proj_b_), x, weights<T>(ln2_w_), weights<T>(ln2_b_), n, c);
+  // MLP half: fc1 keeps the pre-activation for the GELU's backward, gelu its output for fc2's wgrad
+  ops_.linear_gelu_forward(s.gelu.data(), s.fc1.data(), s.ln2.data(), weights<T>(fc_w_), weights<T>(fc_b_), n, c,
+                           hl);
   ops_.linear_forward(y, s.gelu.data(), weights<T>(fc2_w_), nullptr, n, hl, c);
   tp_sum(y, size_t(n) * c, keep_row_partial_);
   ops_.add_bias(y, weights<T>(fc2_b_), n, c);
@@ -150,10 +149,9 @@ void Block<T>::backward_input(int mb, const T* dy, T* dx) {
   const int n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), hl = dims_.local_hidden();
   Slot& s = slots_.get(mb);
   s.dy = dy;
-  // MLP half: dy flows both into the residual (dx2 = dy + ...) and into fc2.
-  T* dgelu = s.scratch.data();  // [N,HL]
-  ops_.linear_backward_input(dgelu, dy, weights<T>(fc2_w_), n, hl, c, false);
-  ops_.gelu_backward(s.dfc1.data(), dgelu, s.fc1.data(), size_t(n) * hl);
+  // MLP half: dy flows both into the residual (dx2 = dy + ...) and into fc2; through the
+  // GELU in the same op: dfc1 = (dy · fc2_w) ∘ gelu'(fc1), kept for fc1's wgrad.
+  ops_.linear_backward_input_dgelu(s.dfc1.data(), dy, weights<T>(fc2_w_), s.fc1.data(), n, hl, c);
   ops_.linear_backward_input(s.dln2.data(), s.dfc1.data(), weights<T>(fc_w_), n, c, hl, false);
   tp_sum(s.dln2.data(), size_t(n) * c, keep_col_partial_);
   ops_.copy(s.dx2.data(), dy, sizeof(T) * size_t(n) * c);

@@ -3,6 +3,7 @@
 // rounding to the output type.
 #include <cblas.h>
 
+#include <cmath>
 #include <new>
 #include <vector>
 
@@ -44,24 +45,54 @@ bool supported_types(cudaDataType a, cudaDataType b, cudaDataType c) {
   return a == CUDA_R_16BF && (c == CUDA_R_16BF || c == CUDA_R_32F);
 }
 
+float gelu_tanh(float x) {
+  const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);  // √(2/π) (x + 0.044715 x³)
+  return 0.5f * x * (1.0f + std::tanh(u));
+}
+
+// d/dx [0.5 x (1 + tanh u)] = 0.5 (1 + tanh u) + 0.5 x sech²(u) u',  u' = √(2/π) (1 + 3·0.044715 x²).
+float gelu_tanh_derivative(float x) {
+  const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  const float t = std::tanh(u);
+  const float du = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+
 void gemm(bool transa, bool transb, int64_t m, int64_t n, int64_t k, float alpha, const Matrix& a,
           const Matrix& b, float beta, const Matrix& c, void* d, cudaDataType d_type, int64_t ldd,
-          const void* bias) {
+          const Epilogue& epilogue) {
   if (m == 0 || n == 0) return;
   std::vector<float> acc(size_t(m) * n, 0.0f);  // alpha·op(A)·op(B), column-major, ld m
+  std::vector<float> b32 = widen(b);
   if (k > 0) {
-    std::vector<float> a32 = widen(a), b32 = widen(b);
+    std::vector<float> a32 = widen(a);
     cblas_sgemm(CblasColMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans,
                 int(m), int(n), int(k), alpha, a32.data(), int(a.rows > 1 ? a.rows : 1), b32.data(),
                 int(b.rows > 1 ? b.rows : 1), 0.0f, acc.data(), int(m));
   }
+  using Kind = Epilogue::Kind;
   for (int64_t j = 0; j < n; ++j)
     for (int64_t i = 0; i < m; ++i) {
       float v = acc[size_t(j) * m + i];
       if (beta != 0.0f) v += beta * load(c.data, c.type, j * c.ld + i);
-      if (bias) v += load(bias, d_type, i);
+      if (epilogue.kind == Kind::bias || epilogue.kind == Kind::gelu_aux_bias) v += load(epilogue.bias, d_type, i);
+      if (epilogue.kind == Kind::gelu_aux_bias) {
+        store(epilogue.aux, d_type, j * epilogue.aux_ld + i, v);
+        v = gelu_tanh(v);
+      } else if (epilogue.kind == Kind::dgelu) {
+        v *= gelu_tanh_derivative(load(epilogue.aux, d_type, j * epilogue.aux_ld + i));
+      }
       store(d, d_type, j * ldd + i, v);
     }
+  if (epilogue.kind == Kind::bgradb) {
+    // bias[j] = Σ_k op(B)[k, j], k in order; b32 is B as stored, packed with ld b.rows.
+    void* bias = const_cast<void*>(epilogue.bias);
+    for (int64_t j = 0; j < n; ++j) {
+      float sum = 0.0f;
+      for (int64_t kk = 0; kk < k; ++kk) sum += transb ? b32[size_t(kk) * b.rows + j] : b32[size_t(j) * b.rows + kk];
+      store(bias, d_type, j, sum);
+    }
+  }
 }
 
 }  // namespace pptrain::emu
@@ -121,7 +152,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
     char* c = static_cast<char*>(C) + i * strideC * c_size;
     pptrain::emu::gemm(transa == CUBLAS_OP_T, transb == CUBLAS_OP_T, m, n, k, alpha_f,
                        Matrix{a, Atype, a_rows, a_cols, lda}, Matrix{b, Btype, b_rows, b_cols, ldb}, beta_f,
-                       Matrix{c, Ctype, m, n, ldc}, c, Ctype, ldc, nullptr);
+                       Matrix{c, Ctype, m, n, ldc}, c, Ctype, ldc);
   }
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -1,6 +1,6 @@
 // The emulated cuBLASLt (see cublaslt_emu.h): descriptors are plain host structs, the
 // heuristic validates the problem and returns one algorithm, the matmul runs the emulated
-// GEMM of gemm_emu.h with the bias epilogue.
+// GEMM of gemm_emu.h with the epilogue (bias, GELU + aux, DGELU, BGRADB).
 #include <atomic>
 #include <climits>
 #include <new>
@@ -13,6 +13,8 @@ struct cublasLtMatmulDescEmu {
   int32_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
   uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const void* bias = nullptr;
+  const void* aux = nullptr;
+  int64_t aux_ld = 0;
 };
 struct cublasLtMatrixLayoutEmu {
   cudaDataType type;
@@ -48,6 +50,17 @@ cublasStatus_t set(V& field, const void* buf, size_t size) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
+bool known_epilogue(uint32_t e) {
+  return e == CUBLASLT_EPILOGUE_DEFAULT || e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+         e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_BGRADB;
+}
+// The epilogues that read (BIAS, GELU_AUX_BIAS) or write (BGRADB) the bias pointer.
+bool uses_bias(uint32_t e) {
+  return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_BGRADB;
+}
+// The epilogues that write (GELU_AUX_BIAS) or read (DGELU) the aux matrix.
+bool uses_aux(uint32_t e) { return e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU; }
+
 // What cublasLtMatmul and its heuristic check: D[m,n] = op(A)[m,k]·op(B)[k,n] + C[m,n].
 cublasStatus_t check_problem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d) {
@@ -57,8 +70,7 @@ cublasStatus_t check_problem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a
     return CUBLAS_STATUS_INVALID_VALUE;
   if (c->type != d->type || !pptrain::emu::supported_types(a->type, b->type, d->type))
     return CUBLAS_STATUS_NOT_SUPPORTED;
-  if (desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT && desc->epilogue != CUBLASLT_EPILOGUE_BIAS)
-    return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (!known_epilogue(desc->epilogue)) return CUBLAS_STATUS_NOT_SUPPORTED;
   const uint64_t m = d->rows, n = d->cols;
   const uint64_t a_rows = desc->transa ? a->cols : a->rows, k = desc->transa ? a->rows : a->cols;
   const uint64_t b_rows = desc->transb ? b->cols : b->rows, b_cols = desc->transb ? b->rows : b->cols;
@@ -68,8 +80,26 @@ cublasStatus_t check_problem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a
     if (x->rows > uint64_t(INT_MAX) || x->cols > uint64_t(INT_MAX)) return CUBLAS_STATUS_INVALID_VALUE;
     if (x->ld < int64_t(x->rows > 1 ? x->rows : 1)) return CUBLAS_STATUS_INVALID_VALUE;
   }
-  if (desc->epilogue == CUBLASLT_EPILOGUE_BIAS && !desc->bias) return CUBLAS_STATUS_INVALID_VALUE;
+  if (uses_bias(desc->epilogue) && !desc->bias) return CUBLAS_STATUS_INVALID_VALUE;
+  // The GELU input matrix: present, ld a multiple of 8 and at least the rows of D.
+  if (uses_aux(desc->epilogue) && (!desc->aux || desc->aux_ld % 8 != 0 || desc->aux_ld < int64_t(m)))
+    return CUBLAS_STATUS_INVALID_VALUE;
   return CUBLAS_STATUS_SUCCESS;
+}
+
+// The descriptor's epilogue as the emulated GEMM takes it (check_problem has accepted it).
+pptrain::emu::Epilogue epilogue(cublasLtMatmulDesc_t desc) {
+  using Kind = pptrain::emu::Epilogue::Kind;
+  Kind kind = Kind::none;
+  switch (desc->epilogue) {
+    case CUBLASLT_EPILOGUE_BIAS: kind = Kind::bias; break;
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: kind = Kind::gelu_aux_bias; break;
+    case CUBLASLT_EPILOGUE_DGELU: kind = Kind::dgelu; break;
+    case CUBLASLT_EPILOGUE_BGRADB: kind = Kind::bgradb; break;
+    default: break;
+  }
+  return {kind, uses_bias(desc->epilogue) ? desc->bias : nullptr,
+          uses_aux(desc->epilogue) ? const_cast<void*>(desc->aux) : nullptr, desc->aux_ld};
 }
 
 }  // namespace
@@ -106,6 +136,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
     case CUBLASLT_MATMUL_DESC_TRANSB: return set(desc->transb, buf, size);
     case CUBLASLT_MATMUL_DESC_EPILOGUE: return set(desc->epilogue, buf, size);
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return set(desc->bias, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return set(desc->aux, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return set(desc->aux_ld, buf, size);
   }
   return CUBLAS_STATUS_INVALID_VALUE;
 }
@@ -143,7 +175,8 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
 }
 
 // algo.data: [0] kAlgoMagic, [1] workspace bytes, [2..5] alignment of A, B, C, D it assumes,
-// [6] alignment of the bias it assumes (from the descriptor's bias pointer).
+// [6] alignment of the bias it assumes (from the descriptor's bias pointer), [7] that of the
+// aux matrix (from the aux pointer).
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
                                               cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc,
                                               cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
@@ -163,7 +196,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   r.algo.data[0] = kAlgoMagic;
   r.algo.data[1] = workspace;
   for (int i = 0; i < 4; ++i) r.algo.data[2 + i] = preference->min_alignment[i];
-  r.algo.data[6] = desc->epilogue == CUBLASLT_EPILOGUE_BIAS ? alignment(desc->bias) : 1;
+  r.algo.data[6] = uses_bias(desc->epilogue) ? alignment(desc->bias) : 1;
+  r.algo.data[7] = uses_aux(desc->epilogue) ? alignment(desc->aux) : 1;
   r.workspaceSize = workspace;
   r.state = CUBLAS_STATUS_SUCCESS;
   r.wavesCount = 1.0f;
@@ -186,8 +220,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   const void* operands[4] = {A, B, C, D};
   for (int i = 0; i < 4; ++i)
     if (alignment(operands[i]) < algo->data[2 + i]) return CUBLAS_STATUS_INVALID_VALUE;
-  const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
-  if (bias && alignment(desc->bias) < algo->data[6]) return CUBLAS_STATUS_INVALID_VALUE;
+  if (uses_bias(desc->epilogue) && alignment(desc->bias) < algo->data[6]) return CUBLAS_STATUS_INVALID_VALUE;
+  if (uses_aux(desc->epilogue) && alignment(desc->aux) < algo->data[7]) return CUBLAS_STATUS_INVALID_VALUE;
   const int64_t m = Ddesc->rows, n = Ddesc->cols, k = desc->transa ? Adesc->rows : Adesc->cols;
   auto matrix = [](const void* p, cublasLtMatrixLayout_t l) {
     return Matrix{p, l->type, int64_t(l->rows), int64_t(l->cols), l->ld};
@@ -195,6 +229,6 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   pptrain::emu::gemm(desc->transa == CUBLAS_OP_T, desc->transb == CUBLAS_OP_T, m, n, k,
                      *static_cast<const float*>(alpha), matrix(A, Adesc), matrix(B, Bdesc),
                      *static_cast<const float*>(beta), matrix(C, Cdesc), D, Ddesc->type, Ddesc->ld,
-                     bias ? desc->bias : nullptr);
+                     epilogue(desc));
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -39,12 +39,31 @@ enum cublasLtMatmulDescAttributes_t {
   CUBLASLT_MATMUL_DESC_TRANSA = 3,        // int32_t (cublasOperation_t)
   CUBLASLT_MATMUL_DESC_TRANSB = 4,        // int32_t (cublasOperation_t)
   CUBLASLT_MATMUL_DESC_EPILOGUE = 7,      // uint32_t (cublasLtEpilogue_t)
-  CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,  // const void*
+  CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,  // const void* (bias) / void* (bias gradient)
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,  // void* (GELU_AUX_BIAS) / const void* (DGELU)
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,       // int64_t, default 0
 };
 
+// The epilogues the emulation runs (gemm_emu.h, Epilogue, says what each computes); any other
+// value is CUBLAS_STATUS_NOT_SUPPORTED. Rules encoded from cublasLt.h's documentation of the
+// epilogues and of CUBLASLT_MATMUL_DESC_BIAS_POINTER / EPILOGUE_AUX_POINTER / EPILOGUE_AUX_LD:
+//  - BIAS, GELU_AUX_BIAS: a bias vector of D's type, length = rows of D, packed.
+//  - GELU_AUX_BIAS, DGELU: an aux matrix (the GELU input) of D's type (the AUX_DATA_TYPE
+//    default; that attribute is not emulated), shaped like D, whose leading dimension "must be
+//    divisible by 8 and be no less than the number of rows in the output matrix"; a missing aux
+//    pointer or a bad aux ld is CUBLAS_STATUS_INVALID_VALUE.
+//  - BGRADB: the bias gradient Σ_k op(B)[k, j], length = columns of D, of D's type ("the same
+//    type as the output elements"), stored (the library does not accumulate into it).
+//  - The heuristic reads the bias and aux pointers' alignment; the matmul rejects operands less
+//    aligned than that, as for A/B/C/D.
 enum cublasLtEpilogue_t {
   CUBLASLT_EPILOGUE_DEFAULT = 1,
   CUBLASLT_EPILOGUE_BIAS = 4,  // D += bias[row], bias of D's type, length = rows of D
+  CUBLASLT_EPILOGUE_GELU = 32,
+  CUBLASLT_EPILOGUE_GELU_AUX = (CUBLASLT_EPILOGUE_GELU | 128),
+  CUBLASLT_EPILOGUE_GELU_AUX_BIAS = (CUBLASLT_EPILOGUE_GELU_AUX | CUBLASLT_EPILOGUE_BIAS),
+  CUBLASLT_EPILOGUE_DGELU = 64 | 128,
+  CUBLASLT_EPILOGUE_BGRADB = 512,
 };
 
 enum cublasLtMatmulPreferenceAttributes_t {

@@ -39,6 +39,23 @@ void CpuOps::layernorm_forward(View yv, float* mean, float* rstd, ConstView xv, 
   }
 }
 
+void CpuOps::residual_layernorm_forward(View sum, View y, float* mean, float* rstd, ConstView a,
+                                        ConstView bias, ConstView b, ConstView g, ConstView beta,
+                                        int n, int c) {
+  fp32("residual_layernorm_forward", sum, y, a, bias, b, g, beta);
+  // The reference of the fused op is the unfused sequence: sum[N,C] = a + bias (add_bias on a
+  // copy unless sum is a), sum += b, then layernorm.
+  const size_t count = size_t(n) * c;
+  if (bias.data) {
+    if (sum.data != a.data) copy(sum.data, a.data, count * sizeof(float));
+    add_bias(sum, bias, n, c);
+    this->add(sum, sum, b, count);
+  } else {
+    this->add(sum, a, b, count);
+  }
+  layernorm_forward(y, mean, rstd, sum, g, beta, n, c);
+}
+
 void CpuOps::layernorm_backward_input(View dxv, ConstView dyv, ConstView xv, const float* mean,
                                       const float* rstd, ConstView gv, int n, int c,
                                       bool accumulate) {

@@ -64,4 +64,22 @@ void CpuOps::linear_backward_weight(float* dw, float* db, ConstView dyv, ConstVi
   if (db) add_column_sums(db, dy, n, out);
 }
 
+// The fused ops' reference: the unfused sequence, so that a model run on the cpu backend
+// gives the same bits whether its layers call the fused or the separate ops.
+void CpuOps::linear_gelu_forward(View y, View pre, ConstView x, ConstView w, ConstView b, int n,
+                                 int in, int out) {
+  fp32("linear_gelu_forward", y, pre, x, w, b);  // a bf16 view fails naming this op
+  // pre[N,O] = x[N,I] · w[O,I]ᵀ + b[O];  y[N,O] = gelu(pre)
+  linear_forward(pre, x, w, b, n, in, out);
+  gelu_forward(y, pre, size_t(n) * out);
+}
+
+void CpuOps::linear_backward_input_dgelu(View dpre, ConstView dy, ConstView w, ConstView pre,
+                                         int n, int in, int out) {
+  fp32("linear_backward_input_dgelu", dpre, dy, w, pre);
+  // dpre[N,I] = dy[N,O] · w[O,I], then ∘ gelu'(pre[N,I]) in place
+  linear_backward_input(dpre, dy, w, n, in, out, false);
+  gelu_backward(dpre, dpre, pre, size_t(n) * in);
+}
+
 }  // namespace pptrain::cpu

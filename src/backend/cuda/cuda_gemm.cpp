@@ -1,6 +1,7 @@
-// CudaOps: the linear layer and the attention core, i.e. everything built on GEMMs, in
-// fp32 and bf16: each body is one lambda over the storage type T (float or kernels::bf16;
-// fp32 accumulation either way) that dispatch() calls with the views as T* / const T*.
+// CudaOps: the linear layer (with its fused GELU, DGELU and bias-gradient epilogues) and the
+// attention core, i.e. everything built on GEMMs, in fp32 and bf16: each body is one lambda
+// over the storage type T (float or kernels::bf16; fp32 accumulation either way) that
+// dispatch() calls with the views as T* / const T*.
 //
 // cuBLAS is column-major; our tensors are row-major. A row-major [R,C] buffer read as
 // column-major is its transpose [C,R] with the same leading dimension, so the row-major
@@ -14,6 +15,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "bias_grad.cuh"
 #include "core/error.h"
+#include "elementwise.cuh"
 
 namespace pptrain::cuda {
 
@@ -36,10 +38,13 @@ size_t padded(size_t elems) {
 }
 
 // The cuBLASLt problem of a row-major C[M,N] (+)= op(A)[M,K]·op(B)[K,N] (row strides lda,
-// ldb, ldc), by the swap above: column-major Cᵀ = op(B)ᵀ·op(A)ᵀ.
+// ldb, ldc), by the swap above: column-major Cᵀ = op(B)ᵀ·op(A)ᵀ. A per-row vector of the
+// column-major problem (bias, BGRADA) is thus per column of the row-major C, and the aux
+// matrix of the GELU epilogues is a row-major [M,N] with row stride aux_ld.
 LtShape row_major(bool transpose_a, bool transpose_b, int m, int n, int k, int lda, int ldb, int ldc,
-                  cudaDataType ab_type, cudaDataType c_type, bool bias) {
-  return LtShape{transpose_b, transpose_a, n, m, k, ldb, lda, ldc, ab_type, c_type, bias};
+                  cudaDataType ab_type, cudaDataType c_type, LtEpilogue epilogue = LtEpilogue::none,
+                  int64_t aux_ld = 0) {
+  return LtShape{transpose_b, transpose_a, n, m, k, ldb, lda, ldc, ab_type, c_type, epilogue, aux_ld};
 }
 
 }  // namespace
@@ -68,8 +73,9 @@ void CudaOps::linear_forward(View y, ConstView x, ConstView w, ConstView b, int 
   // bias runs along the rows of the column-major Yᵀ[O,N]).
   dispatch("linear_forward", [&]<typename T>(T* y, const T* x, const T* w, const T* b) {
     constexpr cudaDataType type = data_type<T>();
-    lt_.run("linear forward", row_major(false, true, n, out, in, in, in, out, type, type, b != nullptr), w, x, b,
-            0.0f, y);
+    const LtEpilogue epilogue = b ? LtEpilogue::bias : LtEpilogue::none;
+    lt_.run("linear forward", row_major(false, true, n, out, in, in, in, out, type, type, epilogue), w, x, b, 0.0f,
+            y);
   }, y, x, w, b);
 }
 
@@ -77,21 +83,73 @@ void CudaOps::linear_backward_input(View dx, ConstView dy, ConstView w, int n, i
   // dX[N,I] (+)= dY[N,O] · W[O,I]
   dispatch("linear_backward_input", [&]<typename T>(T* dx, const T* dy, const T* w) {
     constexpr cudaDataType type = data_type<T>();
-    lt_.run("linear dgrad", row_major(false, false, n, in, out, out, in, in, type, type, false), w, dy, nullptr,
+    lt_.run("linear dgrad", row_major(false, false, n, in, out, out, in, in, type, type), w, dy, nullptr,
             accumulate ? 1.0f : 0.0f, dx);
   }, dx, dy, w);
+}
+
+void CudaOps::linear_gelu_forward(View y, View pre, ConstView x, ConstView w, ConstView b, int n, int in, int out) {
+  // pre[N,O] = X[N,I] · W[O,I]ᵀ + b[O] and y[N,O] = gelu(pre) from one GEMM: the epilogue
+  // adds the bias in fp32, stores pre (the aux matrix, row stride O) and gelu(pre), each
+  // rounded once. Unfused, pre is written, read back and y written: one pass over [N,O] and
+  // one launch more. cuBLASLt requires the aux stride O to be a multiple of 8; else the
+  // unfused ops run.
+  if (!aux_ld_ok(out) || !b.data) {
+    linear_forward(pre, x, w, b, n, in, out);
+    gelu_forward(y, pre, size_t(n) * out);
+    return;
+  }
+  dispatch("linear_gelu_forward", [&]<typename T>(T* y, T* pre, const T* x, const T* w, const T* b) {
+    constexpr cudaDataType type = data_type<T>();
+    lt_.run("linear forward + GELU",
+            row_major(false, true, n, out, in, in, in, out, type, type, LtEpilogue::gelu_aux_bias, out), w, x, b,
+            0.0f, y, pre);
+  }, y, pre, x, w, b);
+}
+
+void CudaOps::linear_backward_input_dgelu(View dpre, ConstView dy, ConstView w, ConstView pre, int n, int in,
+                                          int out) {
+  // dpre[N,I] = (dY[N,O] · W[O,I]) ∘ gelu'(pre[N,I]) from one GEMM (DGELU epilogue: the
+  // product is multiplied by gelu' of the aux matrix pre before its one rounding). Unfused,
+  // the product is written, read back with pre and dpre written. The aux stride I must be a
+  // multiple of 8; else the unfused ops run.
+  if (!aux_ld_ok(in)) {
+    linear_backward_input(dpre, dy, w, n, in, out, false);
+    gelu_backward(dpre, dpre, pre, size_t(n) * in);
+    return;
+  }
+  dispatch("linear_backward_input_dgelu", [&]<typename T>(T* dpre, const T* dy, const T* w, const T* pre) {
+    constexpr cudaDataType type = data_type<T>();
+    lt_.run("linear dgrad + GELU backward",
+            row_major(false, false, n, in, out, out, in, in, type, type, LtEpilogue::dgelu, in), w, dy, nullptr,
+            0.0f, dpre, pre);
+  }, dpre, dy, w, pre);
 }
 
 void CudaOps::linear_backward_weight(float* dw, float* db, ConstView dy, ConstView x, int n, int in, int out) {
   dispatch("linear_backward_weight", [&]<typename T>(const T* dy, const T* x) {
     // dW[O,I] += dY[N,O]ᵀ · X[N,I], into the fp32 gradient whatever the storage type.
-    lt_.run("linear wgrad", row_major(true, false, out, in, n, out, in, in, data_type<T>(), CUDA_R_32F, false), x,
-            dy, nullptr, 1.0f, dw);
-    // db += Σ_rows dY with the bias_grad kernel rather than cuBLASLt's BGRADB epilogue: the
-    // epilogue stores (overwrites) the bias gradient while db must accumulate over
-    // microbatches, and cuBLASLt leaves its reduction order to the algorithm the heuristic
-    // picks (bit-reproducible only for the same GPU model, SM count and library version);
-    // the kernel sums in a fixed order.
+    // Column-major this is D[I,O] += A[I,N] · B[O,N]ᵀ with A = Xᵀ and B = dYᵀ as stored (a
+    // row-major buffer read column-major): B is dY and k runs over the N rows, so Σ_rows dY
+    // is the BGRADB epilogue (Σ_k op(B)[k, j], one value per column of D = per output
+    // channel), taken while the GEMM streams dY anyway instead of a second pass over dY[N,O]
+    // (N·O reads) by the bias_grad kernel. The epilogue stores the bias gradient (of D's
+    // type, fp32) while db accumulates over microbatches, so it goes to a scratch vector and
+    // one O-length add accumulates it (2·O reads, O writes).
+    // Where the library does not run BGRADB for these types (run_if_supported), the plain
+    // GEMM and the kernel run. cuBLASLt leaves the reduction order of the epilogue to the
+    // algorithm it picks: reproducible for the same GPU model and library version.
+    const LtShape plain = row_major(true, false, out, in, n, out, in, in, data_type<T>(), CUDA_R_32F);
+    if (db) {
+      LtShape fused = plain;
+      fused.epilogue = LtEpilogue::bgradb;
+      auto* db_step = static_cast<float*>(column_workspace_.reserve(sizeof(float) * size_t(out)));
+      if (lt_.run_if_supported("linear wgrad + bias gradient", fused, x, dy, db_step, 1.0f, dw)) {
+        launch_accumulate(ctx(), db, static_cast<const float*>(db_step), size_t(out));
+        return;
+      }
+    }
+    lt_.run("linear wgrad", plain, x, dy, nullptr, 1.0f, dw);
     if (db) {
       auto* ws = static_cast<float*>(column_workspace_.reserve(bias_backward_workspace_bytes(n, out)));
       launch_bias_backward(ctx(), db, dy, ws, n, out);

@@ -1,4 +1,4 @@
-// CudaOps: the ops that are kernel launches (layernorm, GELU, elementwise, embedding,
+// CudaOps: the ops that are kernel launches (layernorm, residual + layernorm, GELU, elementwise, embedding,
 // cross-entropy). The launchers are templates over the storage type T, so each op is one
 // call at the T of its views (dispatch(), cuda_ops.h).
 #include "backend/cuda/cuda_ops.h"
@@ -7,6 +7,7 @@
 #include "embedding.cuh"
 #include "gelu.cuh"
 #include "layernorm.cuh"
+#include "residual_layernorm.cuh"
 
 namespace pptrain::cuda {
 

@@ -47,11 +47,28 @@ LtMatrixLayout make_layout(cudaDataType type, bool trans, int rows, int cols, in
   return LtMatrixLayout(layout);
 }
 
+cublasLtEpilogue_t lt_epilogue(LtEpilogue e) {
+  switch (e) {
+    case LtEpilogue::none: return CUBLASLT_EPILOGUE_DEFAULT;
+    case LtEpilogue::bias: return CUBLASLT_EPILOGUE_BIAS;
+    case LtEpilogue::gelu_aux_bias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case LtEpilogue::dgelu: return CUBLASLT_EPILOGUE_DGELU;
+    case LtEpilogue::bgradb: return CUBLASLT_EPILOGUE_BGRADB;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+// The per-call pointers of the descriptor: the bias (or bias gradient) and the aux matrix.
+void set_pointers(cublasLtMatmulDesc_t desc, const LtShape& s, const void* bias, const void* aux, const char* what) {
+  if (uses_bias(s.epilogue)) set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, what, s);
+  if (uses_aux(s.epilogue)) set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux, what, s);
+}
+
 }  // namespace
 
-LtGemm::Plan& LtGemm::plan(const char* what, const Key& key, const void* bias) {
+LtGemm::Plan* LtGemm::plan(const char* what, const Key& key, const void* bias, const void* aux, bool optional) {
   auto it = plans_.find(key);
-  if (it != plans_.end()) return *it->second;
+  if (it != plans_.end()) return it->second.get();
   const LtShape& s = key.shape;
   auto p = std::make_unique<Plan>();
 
@@ -61,10 +78,11 @@ LtGemm::Plan& LtGemm::plan(const char* what, const Key& key, const void* bias) {
   const int32_t transa = s.transa ? CUBLAS_OP_T : CUBLAS_OP_N, transb = s.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSA, transa, what, s);
   set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSB, transb, what, s);
-  const uint32_t epilogue = s.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  const uint32_t epilogue = lt_epilogue(s.epilogue);
   set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue, what, s);
-  // The heuristic reads the bias pointer's alignment (it does not dereference it).
-  if (s.bias) set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, what, s);
+  if (uses_aux(s.epilogue)) set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, s.aux_ld, what, s);
+  // The heuristic reads the bias and aux pointers' alignment (it does not dereference them).
+  set_pointers(desc, s, bias, aux, what);
 
   p->a = make_layout(s.ab_type, s.transa, s.m, s.k, s.lda, what, s);
   p->b = make_layout(s.ab_type, s.transb, s.k, s.n, s.ldb, what, s);
@@ -82,28 +100,45 @@ LtGemm::Plan& LtGemm::plan(const char* what, const Key& key, const void* bias) {
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   ++heuristic_calls_;
-  check(cublasLtMatmulAlgoGetHeuristic(handle_.get(), desc, p->a.get(), p->b.get(), p->d.get(), p->d.get(),
-                                       pref_handle, 1, &result, &found),
-        "cublasLtMatmulAlgoGetHeuristic", what, s);
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_.get(), desc, p->a.get(), p->b.get(),
+                                                                p->d.get(), p->d.get(), pref_handle, 1, &result, &found);
+  // An optional problem the library does not run is remembered as such (a null plan).
+  if (optional && (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)))
+    return plans_.emplace(key, nullptr).first->second.get();
+  check(status, "cublasLtMatmulAlgoGetHeuristic", what, s);
   if (found == 0) check(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulAlgoGetHeuristic", what, s);
   check(result.state, "cublasLtMatmulAlgoGetHeuristic", what, s);
   p->algo = result.algo;
   p->workspace_bytes = result.workspaceSize;
-  return *plans_.emplace(key, std::move(p)).first->second;
+  return plans_.emplace(key, std::move(p)).first->second.get();
 }
 
 void LtGemm::run(const char* what, const LtShape& s, const void* a, const void* b, const void* bias, float beta,
-                 void* d) {
-  if (s.m == 0 || s.n == 0) return;
-  if (s.k == 0 && beta == 1.0f && !s.bias) return;  // D += nothing
-  const Key key{s, alignment(a), alignment(b), alignment(d), s.bias ? alignment(bias) : 1u};
-  Plan& p = plan(what, key, bias);
-  if (s.bias) set_desc(p.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, what, s);
+                 void* d, const void* aux) {
+  launch(what, s, a, b, bias, beta, d, aux, false);
+}
+
+bool LtGemm::run_if_supported(const char* what, const LtShape& s, const void* a, const void* b, const void* bias,
+                              float beta, void* d, const void* aux) {
+  return launch(what, s, a, b, bias, beta, d, aux, true);
+}
+
+bool LtGemm::launch(const char* what, const LtShape& s, const void* a, const void* b, const void* bias, float beta,
+                    void* d, const void* aux, bool optional) {
+  if (s.m == 0 || s.n == 0) return true;
+  if (s.k == 0 && beta == 1.0f && s.epilogue == LtEpilogue::none) return true;  // D += nothing
+  const Key key{s, alignment(a), alignment(b), alignment(d), uses_bias(s.epilogue) ? alignment(bias) : 1u,
+                uses_aux(s.epilogue) ? alignment(aux) : 1u};
+  Plan* plan_or_null = plan(what, key, bias, aux, optional);
+  if (!plan_or_null) return false;
+  Plan& p = *plan_or_null;
+  set_pointers(p.desc.get(), s, bias, aux, what);
   void* workspace = p.workspace_bytes ? workspace_.reserve(p.workspace_bytes) : nullptr;
   const float alpha = 1.0f;
   check(cublasLtMatmul(handle_.get(), p.desc.get(), &alpha, a, p.a.get(), b, p.b.get(), &beta, d, p.d.get(), d,
                        p.d.get(), &p.algo, workspace, p.workspace_bytes, stream_),
         "cublasLtMatmul", what, s);
+  return true;
 }
 
 }  // namespace pptrain::cuda

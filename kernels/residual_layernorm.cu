@@ -1,0 +1,80 @@
+// Bias add + residual add + layernorm forward (see residual_layernorm.cuh).
+//
+// Unfused, the bias add reads and writes a, the residual add reads a and b and writes sum,
+// and the layernorm reads sum again before it writes y: 6 row-sized global transfers before
+// y, 3 launches. Here one warp owns a row (as in layernorm.cu): lane l adds channels l,
+// l + 32, ..., stores the sum and keeps the row's running total; the later passes (centred
+// variance, normalise) re-read the values this lane just stored, which at GPT sizes (C ≤
+// 2048: 8 KiB per fp32 row) stay in L1. So a and b are read once and sum written once: 3
+// transfers and one launch.
+//
+// The statistics are taken of the sum as stored (rounded to T), in the same order as
+// layernorm_forward_kernel, so y, mean and rstd are the bits of launch_add followed by
+// launch_layernorm_forward.
+#include "device.cuh"
+#include "residual_layernorm.cuh"
+
+namespace pptrain::kernels {
+namespace {
+
+constexpr float kEps = 1e-5f;   // as layernorm.cu
+constexpr int kRowBlock = 256;  // 8 warps = 8 rows per block
+
+template <typename T>
+__global__ void residual_layernorm_forward_kernel(T* sum, T* y, float* mean, float* rstd, const T* a,
+                                                  const T* bias, const T* b, const T* g, const T* beta, int n,
+                                                  int c) {
+  int lane = threadIdx.x % kWarp;
+  int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  if (row >= n) return;  // whole warps leave; nothing below synchronises the block
+  size_t offset = size_t(row) * c;
+  const T* ar = a + offset;
+  const T* br = b + offset;
+  T* sr = sum + offset;
+  // Pass 1: sum = (a + bias) + b, stored; each lane reads a[i], b[i] before it writes sum[i],
+  // so sum may alias a or b. a + bias is rounded to T as add_bias stores it.
+  float total = 0.0f;
+  for (int i = lane; i < c; i += kWarp) {
+    const T biased = bias ? from_float<T>(to_float(ar[i]) + to_float(bias[i])) : ar[i];
+    T s = from_float<T>(to_float(biased) + to_float(br[i]));
+    sr[i] = s;
+    total += to_float(s);
+  }
+  float m = warp_reduce(total, Sum{}) / c;
+  // Pass 2: Σ (sum - mean)², over the values this lane stored.
+  float sq = 0.0f;
+  for (int i = lane; i < c; i += kWarp) {
+    float d = to_float(sr[i]) - m;
+    sq += d * d;
+  }
+  float s = rsqrtf(warp_reduce(sq, Sum{}) / c + kEps);
+  // Pass 3: normalise.
+  T* yr = y + offset;
+  for (int i = lane; i < c; i += kWarp)
+    yr[i] = from_float<T>((to_float(sr[i]) - m) * s * to_float(g[i]) + to_float(beta[i]));
+  if (lane == 0) {
+    if (mean) mean[row] = m;
+    if (rstd) rstd[row] = s;
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void launch_residual_layernorm_forward(const LaunchContext& ctx, T* sum, T* y, float* mean, float* rstd,
+                                       const T* a, const T* bias, const T* b, const T* g, const T* beta, int n,
+                                       int c) {
+  if (n <= 0) return;
+  launch(ctx, "residual_layernorm_forward", residual_layernorm_forward_kernel<T>,
+         dim3(ceil_div(n, kRowBlock / kWarp)), dim3(kRowBlock), 0, sum, y, mean, rstd, a, bias, b, g, beta, n,
+         c);
+}
+
+#define PPTRAIN_INSTANTIATE(T)                                                                              \
+  template void launch_residual_layernorm_forward<T>(const LaunchContext&, T*, T*, float*, float*, const T*, \
+                                                     const T*, const T*, const T*, const T*, int, int);
+PPTRAIN_INSTANTIATE(float)
+PPTRAIN_INSTANTIATE(bf16)
+#undef PPTRAIN_INSTANTIATE
+
+}  // namespace pptrain::kernels
