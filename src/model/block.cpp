@@ -1,6 +1,5 @@
 #include "model/block.h"
 
-#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -78,7 +77,7 @@ void Block<T>::for_each_buffer(Slot& s, Visit&& visit) const {
   visit(s.dx2, n * c);
   visit(s.dqkv, n * 3 * cl);
   visit(s.dln1, n * c);
-  visit(s.scratch, n * std::max(c, hl));
+  visit(s.dattn, n * cl);
 }
 
 template <typename T>
@@ -158,7 +157,7 @@ void Block<T>::backward_input(int mb, const T* dy, T* dx) {
   ops_.layernorm_backward_input(s.dx2.data(), s.dln2.data(), s.x2.data(), s.ln2_mean.data(),
                                 s.ln2_rstd.data(), weights<T>(ln2_w_), n, c, true);
   // attention half
-  T* dattn = s.scratch.data();  // [N,CL]
+  T* dattn = s.dattn.data();  // [N,CL]
   ops_.linear_backward_input(dattn, s.dx2.data(), weights<T>(proj_w_), n, cl, c, false);
   attention_backward_input(s, dattn);
   ops_.linear_backward_input(s.dln1.data(), s.dqkv.data(), weights<T>(qkv_w_), n, c, 3 * cl, false);

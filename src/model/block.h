@@ -50,7 +50,7 @@ class Block final : public Layer<T> {
     Buffer<T> dx2;                  // [N,C]   gradient at x2 = proj's output gradient
     Buffer<T> dqkv;                 // [N,3CL]
     Buffer<T> dln1;                 // [N,C]
-    Buffer<T> scratch;              // [N,max(C,HL)] dattn before it becomes dqkv
+    Buffer<T> dattn;                // [N,CL]  I's own: gradient at the attention output (W does not read it)
   };
   std::unique_ptr<Slot> make_slot();
   // Calls visit(buffer, element count) for every buffer of a slot: make_slot allocates

@@ -220,7 +220,9 @@ void probabilities_and_score_gradient_row(float* p, float* ds, int i, int r1, fl
 }  // namespace
 
 void CpuOps::flash_attention_forward(View outv, float* lse, ConstView qkvv, int b, int t, int nh, int hd) {
-  auto [out, qkv] = fp32("flash_attention_forward", outv, qkvv);
+  float* out;
+  const float* qkv;
+  std::tie(out, qkv) = fp32("flash_attention_forward", outv, qkvv);
   // Per head and row block [r0, r1): S = q kᵀ / √HD (causal), P = softmax(S), lse = log Σ exp S,
   // out[r0:r1] = P · v[0:r1]. lse[B,NH,T].
   PPTRAIN_CHECK(b >= 0 && t > 0 && nh > 0 && hd > 0, "flash attention shape b=", b, " t=", t, " nh=", nh,
@@ -249,7 +251,9 @@ void CpuOps::flash_attention_forward(View outv, float* lse, ConstView qkvv, int 
 
 void CpuOps::flash_attention_backward_input(View dqkvv, float* delta, ConstView doutv, ConstView qkvv,
                                             ConstView outv, const float* lse, int b, int t, int nh, int hd) {
-  auto [dqkv, dout, qkv, out] = fp32("flash_attention_backward_input", dqkvv, doutv, qkvv, outv);
+  float* dqkv;
+  const float *dout, *qkv, *out;
+  std::tie(dqkv, dout, qkv, out) = fp32("flash_attention_backward_input", dqkvv, doutv, qkvv, outv);
   // Per head, with P_ij = exp(s_ij − lse_i) recomputed row block by row block:
   //   delta_i = Σ_d dO_id · O_id  (= Σ_j P_ij dP_ij, since O_i = Σ_j P_ij v_j and dP_ij = dO_i · v_j)
   //   dP = dO vᵀ,  dS = P ∘ (dP − delta),
