@@ -7,7 +7,8 @@
 // support/tolerances.h for the test's config); a planted gradient error of 1e-3 on one
 // rank (PPTRAIN_FAULTS, core/faults.h) is rejected. Also: the host sources of the cuda backend,
 // NcclComm included, compile against the real CUDA/cuBLAS/NCCL headers (skipped, with the
-// reason printed, where those headers are absent).
+// reason printed, where those headers are absent). And `model.attention: cudnn` in this binary,
+// which has no cuDNN, fails with one line on every rank.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -111,6 +112,23 @@ TEST_F(CudaBackendTrain, PlantedGradientErrorOnOneRankIsRejected) {
   EXPECT_FALSE(v.passed());
   EXPECT_GE(v.worst().ratio(), 3.0) << v.summary();
   std::cout << "planted " << fault << " (zbv pp2): " << v.summary() << "\n";
+}
+
+TEST_F(CudaBackendTrain, CudnnAttentionInABinaryWithoutCudnnFailsWithOneLineOnEveryRank) {
+  // pptrain-emu has no cuDNN (nor does a real build without it): choosing cuDNN's attention
+  // stops at backend construction, before any step, with the same one line on each rank.
+  const std::string cmd = mpirun(2) + pptrain_emu_bin() + " train " + dir_.file("model.yaml") +
+                          " device=cuda model.attention=cudnn training.precision=bf16 parallel.pp=2";
+  auto r = run_command(cmd, 60);
+  EXPECT_NE(r.exit_code, 0) << cmd << "\n" << r.output;
+  const std::string line =
+      "error: model.attention: cudnn: this binary was built without cuDNN (the emulated cuda backend has none; "
+      "use model.attention: flash or naive here, or the real CUDA build, make CUDA=1, on a machine with cuDNN 9 "
+      "and its frontend headers from scripts/install_deps.sh)\n";
+  for (const char* rank : {"0", "1"})
+    EXPECT_NE(r.output.find(std::string("[rank ") + rank + "] " + line), std::string::npos)
+        << "rank " << rank << " did not say it in one line:\n" << r.output;
+  EXPECT_EQ(r.output.find("loss"), std::string::npos) << "a step ran:\n" << r.output;
 }
 
 TEST(CudaBackendBuild, HostSourcesCompileAgainstTheCudaToolkitHeaders) {

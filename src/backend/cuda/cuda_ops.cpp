@@ -15,9 +15,10 @@ namespace pptrain::cuda {
 
 using namespace pptrain::kernels;
 
-CudaOps::CudaOps(int device)
+CudaOps::CudaOps(int device, bool cudnn_attention)
     : device_((PPTRAIN_CUDA_CHECK(cudaSetDevice(device)), device)), stream_(), cublas_(stream_.get()),
-      lt_(stream_.get()), allocator_(stream_.get()) {}
+      lt_(stream_.get()), allocator_(stream_.get()),
+      cudnn_attention_(cudnn_attention ? std::make_unique<CudnnAttention>(stream_.get(), allocator_) : nullptr) {}
 
 // ---- memory ----------------------------------------------------------------------------------
 
@@ -91,8 +92,10 @@ namespace pptrain {
 std::unique_ptr<Ops> make_cuda_ops(int device) { return std::make_unique<cuda::CudaOps>(device); }
 
 std::unique_ptr<Ops> make_cuda_ops(const Config& cfg) {
-  // One backend object serves both precisions (each op runs at the dtype of its views).
-  return make_cuda_ops(cuda::select_device());
+  // One backend object serves both precisions (each op runs at the dtype of its views);
+  // model.attention: cudnn hands the fused attention ops to cuDNN.
+  const int device = cuda::select_device();
+  return std::make_unique<cuda::CudaOps>(device, cfg.model.attention == "cudnn");
 }
 
 }  // namespace pptrain
