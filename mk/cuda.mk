@@ -94,8 +94,10 @@ ifneq ($(CUDNN_MISSING),)
 $(error CUDNN=1: not found: $(CUDNN_MISSING) (cuDNN 9: NVIDIA's cudnn9-cuda-12 package; the frontend headers: scripts/install_deps.sh))
 endif
 CUDNN_OBJ := $(BUILD)/obj/src/backend/cuda/cudnn_attention.o
-# -isystem: the frontend's headers are not held to this project's warnings.
-$(CUDNN_OBJ): CXXFLAGS += -DPPTRAIN_WITH_CUDNN -isystem $(CUDNN_FRONTEND_DIR)/include \
+# -isystem: the frontend's headers are not held to this project's warnings. -O1 -g0: its
+# templates (and the JSON library it carries) take minutes to compile at -O3 -g, for host code
+# that plans a graph once per problem and then only passes pointers.
+$(CUDNN_OBJ): CXXFLAGS += -O1 -g0 -DPPTRAIN_WITH_CUDNN -isystem $(CUDNN_FRONTEND_DIR)/include \
                          $(if $(filter-out $(CUDA_HOME)/include,$(CUDNN_INCLUDE)),-isystem $(CUDNN_INCLUDE))
 # libnvrtc (the toolkit's): the frontend's runtime-compiled engines call NVRTC
 # (cudnn_frontend/experimental/nvrtc_shim.h), so its header-only code links against it.

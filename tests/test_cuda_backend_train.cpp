@@ -8,7 +8,8 @@
 // rank (PPTRAIN_FAULTS, core/faults.h) is rejected. Also: the host sources of the cuda backend,
 // NcclComm included, compile against the real CUDA/cuBLAS/NCCL headers (skipped, with the
 // reason printed, where those headers are absent). And `model.attention: cudnn` in this binary,
-// which has no cuDNN, fails with one line on every rank.
+// which has no cuDNN, fails with one line on every rank; the GPU attention check's emulated
+// twin (build/bench/attention_check-emu) passes its own bounds on the naive path.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -129,6 +130,37 @@ TEST_F(CudaBackendTrain, CudnnAttentionInABinaryWithoutCudnnFailsWithOneLineOnEv
     EXPECT_NE(r.output.find(std::string("[rank ") + rank + "] " + line), std::string::npos)
         << "rank " << rank << " did not say it in one line:\n" << r.output;
   EXPECT_EQ(r.output.find("loss"), std::string::npos) << "a step ran:\n" << r.output;
+}
+
+TEST(CudaBackendAttentionCheck, NaivePathIsWithinTheCheckBoundsAndCudnnSaysItIsMissing) {
+  // The GPU attention check (bench/cuda/attention_check.cpp) on the emulated backend: the
+  // naive path against its fp64 reference within the bounds the program derives (pass: true
+  // for out, dq, dk, dv at HD 64 and 128), and cuDNN, absent here, one error line per head
+  // size and a failing exit. flash is not asserted on (its kernels may or may not be here).
+  const std::string bin = fs::path(pptrain_emu_bin()).parent_path().string() + "/bench/attention_check-emu";
+  ASSERT_TRUE(fs::exists(bin)) << bin << " not built";
+  CommandResult naive = run_command("OMP_NUM_THREADS=1 " + bin + " --impls naive", 120);
+  EXPECT_EQ(naive.exit_code, 0) << naive.output;
+  for (const char* hd : {"64", "128"})
+    for (const char* tensor : {"out", "dq", "dk", "dv"}) {
+      const std::string want = std::string("\"HD\": ") + hd + ", \"tensor\": \"" + tensor +
+                               "\", \"a\": \"naive\", \"b\": \"reference\"";
+      const size_t at = naive.output.find(want);
+      ASSERT_NE(at, std::string::npos) << "no line with " << want << " in:\n" << naive.output;
+      const std::string line = naive.output.substr(at, naive.output.find('\n', at) - at);
+      EXPECT_NE(line.find("\"pass\": true"), std::string::npos) << line;
+    }
+  CommandResult cudnn = run_command("OMP_NUM_THREADS=1 " + bin + " --impls naive,cudnn", 120);
+  EXPECT_EQ(cudnn.exit_code, 1) << cudnn.output;
+  for (const char* hd : {"64", "128"})
+    EXPECT_NE(cudnn.output.find(std::string("\"HD\": ") + hd +
+                                ", \"impl\": \"cudnn\", \"error\": \"model.attention: cudnn: this binary was "
+                                "built without cuDNN"),
+              std::string::npos)
+        << cudnn.output;
+  CommandResult usage = run_command(bin + " --impls naive,fast", 30);
+  EXPECT_EQ(usage.exit_code, 2) << usage.output;
+  EXPECT_EQ(usage.output, "attention_check: --impls: expected naive, flash or cudnn, got 'fast'\n");
 }
 
 TEST(CudaBackendBuild, HostSourcesCompileAgainstTheCudaToolkitHeaders) {
