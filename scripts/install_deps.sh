@@ -61,7 +61,7 @@ install_packages() {
 # shellcheck source=../mk/cudnn_frontend.pin
 . "$(dirname "$0")/../mk/cudnn_frontend.pin"
 # The same default as mk/cuda.mk's CUDNN_FRONTEND_DIR; export CUDNN_FRONTEND_DIR to move both.
-CUDNN_FRONTEND_DIR=${CUDNN_FRONTEND_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pptrain/cudnn-frontend-$CUDNN_FRONTEND_VERSION}
+CUDNN_FRONTEND_DIR=${CUDNN_FRONTEND_DIR:-${XDG_CACHE_HOME:-${HOME:-}/.cache}/pptrain/cudnn-frontend-$CUDNN_FRONTEND_VERSION}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 
 nvcc_found() { command -v nvcc >/dev/null 2>&1 || [ -x "$CUDA_HOME/bin/nvcc" ]; }
@@ -78,7 +78,7 @@ fetch_cudnn_frontend() {
   nvcc_found || return 0
   [ -e "$CUDNN_FRONTEND_DIR/include/cudnn_frontend.h" ] && return 0
   if ! cudnn_found; then
-    echo "deps: cuDNN 9 not found under $CUDA_HOME/include or /usr/include: the CUDA build goes without" \
+    [ $check_only -eq 1 ] || echo "deps: cuDNN 9 not found under $CUDA_HOME/include or /usr/include: the CUDA build goes without" \
       "cuDNN (model.attention: cudnn unavailable); NVIDIA's cudnn9-cuda-12 package provides it"
     return 0
   fi
