@@ -72,7 +72,7 @@ CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 $(if $(NCCL_LIBDIR),-L$(NCCL_LIBDIR) -Wl$(co
 
 # cuDNN, for `model.attention: cudnn` (src/backend/cuda/cudnn_attention.cpp, the only object
 # that sees it). cuDNN 9 (cudnn.h, libcudnn.so) comes with the CUDA toolkit's installer or
-# NVIDIA's Debian package cudnn9-cuda-12; its header-only C++ frontend is the pinned wheel of
+# NVIDIA's Debian package cudnn9-cuda-<CUDA major>; its header-only C++ frontend is the pinned wheel of
 # mk/cudnn_frontend.pin, which scripts/install_deps.sh (make, make deps, make test, make run)
 # unpacks into CUDNN_FRONTEND_DIR where nvcc is found. Decision: a real CUDA build without
 # them is still a working build, only without cuDNN (PPTRAIN_WITH_CUDNN undefined, no
@@ -91,7 +91,7 @@ CUDNN_MISSING := $(strip $(if $(CUDNN_INCLUDE),,cudnn.h) $(if $(CUDNN_LIBDIR),,l
 CUDNN ?= $(if $(CUDNN_MISSING),0,1)
 ifeq ($(CUDNN),1)
 ifneq ($(CUDNN_MISSING),)
-$(error CUDNN=1: not found: $(CUDNN_MISSING) (cuDNN 9: NVIDIA's cudnn9-cuda-12 package; the frontend headers: scripts/install_deps.sh))
+$(error CUDNN=1: not found: $(CUDNN_MISSING) (cuDNN 9: NVIDIA's cudnn9-cuda-<CUDA major> package; the frontend headers: scripts/install_deps.sh))
 endif
 CUDNN_OBJ := $(BUILD)/obj/src/backend/cuda/cudnn_attention.o
 # -isystem: the frontend's headers are not held to this project's warnings. -O1 -g0: its

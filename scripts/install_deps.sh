@@ -13,9 +13,9 @@
 # pinned wheel of mk/cudnn_frontend.pin (PyPI, `pip download`, sha256 checked), its include/
 # unpacked into $CUDNN_FRONTEND_DIR (default ~/.cache/pptrain/cudnn-frontend-VERSION, the
 # folder mk/cuda.mk looks in). cuDNN itself is not installed here: it comes with the CUDA
-# toolkit's installer or, on Debian/Ubuntu, NVIDIA's `cudnn9-cuda-12` package from the CUDA
-# apt repository; without it the CUDA build goes on without cuDNN (mk/cuda.mk). A machine
-# without nvcc never contacts PyPI. A failed download is a warning (the build then goes
+# toolkit's installer or, on Debian/Ubuntu, NVIDIA's `cudnn9-cuda-<CUDA major>` package (e.g.
+# `cudnn9-cuda-12`) from the CUDA apt repository; without it the CUDA build goes on without
+# cuDNN (mk/cuda.mk). A machine without nvcc never contacts PyPI. A failed download is a warning (the build then goes
 # without cuDNN); a wheel whose sha256 differs from the pin is an error.
 set -euo pipefail
 RUN_PACKAGES=(
@@ -79,7 +79,7 @@ fetch_cudnn_frontend() {
   [ -e "$CUDNN_FRONTEND_DIR/include/cudnn_frontend.h" ] && return 0
   if ! cudnn_found; then
     [ $check_only -eq 1 ] || echo "deps: cuDNN 9 not found under $CUDA_HOME/include or /usr/include: the CUDA build goes without" \
-      "cuDNN (model.attention: cudnn unavailable); NVIDIA's cudnn9-cuda-12 package provides it"
+      "cuDNN (model.attention: cudnn unavailable); NVIDIA's cudnn9-cuda-<CUDA major> package provides it"
     return 0
   fi
   echo "deps: fetching the cuDNN frontend headers $CUDNN_FRONTEND_VERSION (PyPI) into $CUDNN_FRONTEND_DIR"

@@ -289,7 +289,7 @@ CudnnAttention::CudnnAttention(cudaStream_t, CachingAllocator&) {
        "cuDNN 9 and its frontend headers from scripts/install_deps.sh)");
 #else
   fail("model.attention: cudnn: this binary was built without cuDNN (rebuild with make CUDA=1 CUDNN=1 where "
-       "cuDNN 9 is installed, NVIDIA's cudnn9-cuda-12 package, after scripts/install_deps.sh fetched its "
+       "cuDNN 9 is installed, NVIDIA's cudnn9-cuda-<CUDA major> package, after scripts/install_deps.sh fetched its "
        "frontend headers; or use model.attention: flash or naive)");
 #endif
 }
