@@ -69,6 +69,46 @@ $(CUDA_OBJS): CXXFLAGS += -DPPTRAIN_WITH_CUDA -I$(CUDA_HOME)/include \
                          $(if $(filter-out $(CUDA_HOME),$(NCCL_HOME)),-I$(NCCL_HOME)/include)
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 $(if $(NCCL_LIBDIR),-L$(NCCL_LIBDIR) -Wl$(comma)-rpath$(comma)$(NCCL_LIBDIR)) \
                 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublasLt -lcublas -lcudart
+
+# cuDNN, for `model.attention: cudnn` (src/backend/cuda/cudnn_attention.cpp, the only object
+# that sees it). cuDNN 9 (cudnn.h, libcudnn.so) comes with the CUDA toolkit's installer or
+# NVIDIA's Debian package cudnn9-cuda-<CUDA major>; its header-only C++ frontend is the pinned wheel of
+# mk/cudnn_frontend.pin, which scripts/install_deps.sh (make, make deps, make test, make run)
+# unpacks into CUDNN_FRONTEND_DIR where nvcc is found. Decision: a real CUDA build without
+# them is still a working build, only without cuDNN (PPTRAIN_WITH_CUDNN undefined, no
+# -lcudnn); choosing `model.attention: cudnn` then fails at backend construction with one
+# line saying how to get it. CUDNN=1 insists (one-line error here when something is
+# missing), CUDNN=0 leaves cuDNN out; the default is on when all three are found.
+include mk/cudnn_frontend.pin
+# The same default as scripts/install_deps.sh (export CUDNN_FRONTEND_DIR to move both).
+CUDNN_FRONTEND_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pptrain/cudnn-frontend-$(CUDNN_FRONTEND_VERSION)
+CUDNN_INCLUDE ?= $(firstword $(patsubst %/cudnn.h,%,$(wildcard $(CUDA_HOME)/include/cudnn.h /usr/include/cudnn.h \
+                   /usr/include/x86_64-linux-gnu/cudnn.h /usr/include/aarch64-linux-gnu/cudnn.h)))
+CUDNN_LIBDIR ?= $(firstword $(patsubst %/libcudnn.so,%,$(wildcard $(CUDA_HOME)/lib64/libcudnn.so \
+                  /usr/lib/x86_64-linux-gnu/libcudnn.so /usr/lib/aarch64-linux-gnu/libcudnn.so)))
+CUDNN_MISSING := $(strip $(if $(CUDNN_INCLUDE),,cudnn.h) $(if $(CUDNN_LIBDIR),,libcudnn.so) \
+                   $(if $(wildcard $(CUDNN_FRONTEND_DIR)/include/cudnn_frontend.h),,$(CUDNN_FRONTEND_DIR)/include/cudnn_frontend.h))
+CUDNN ?= $(if $(CUDNN_MISSING),0,1)
+ifeq ($(CUDNN),1)
+ifneq ($(CUDNN_MISSING),)
+$(error CUDNN=1: not found: $(CUDNN_MISSING) (cuDNN 9: NVIDIA's cudnn9-cuda-<CUDA major> package; the frontend headers: scripts/install_deps.sh))
+endif
+CUDNN_OBJ := $(BUILD)/obj/src/backend/cuda/cudnn_attention.o
+# -isystem: the frontend's headers are not held to this project's warnings. -O1 -g0: its
+# templates (and the JSON library it carries) take minutes to compile at -O3 -g, for host code
+# that plans a graph once per problem and then only passes pointers.
+$(CUDNN_OBJ): CXXFLAGS += -O1 -g0 -DPPTRAIN_WITH_CUDNN -isystem $(CUDNN_FRONTEND_DIR)/include \
+                         $(if $(filter-out $(CUDA_HOME)/include,$(CUDNN_INCLUDE)),-isystem $(CUDNN_INCLUDE))
+# libnvrtc (the toolkit's): the frontend's runtime-compiled engines call NVRTC
+# (cudnn_frontend/experimental/nvrtc_shim.h), so its header-only code links against it.
+CUDA_LDLIBS += $(if $(filter-out $(CUDA_HOME)/lib64,$(CUDNN_LIBDIR)),-L$(CUDNN_LIBDIR) -Wl$(comma)-rpath$(comma)$(CUDNN_LIBDIR)) \
+               -lcudnn -lnvrtc
+endif
+# Switching CUDNN recompiles the object that depends on it.
+CUDNN_MODE_STAMP := $(BUILD)/cudnn-mode.stamp
+$(shell mkdir -p $(BUILD) && (echo '$(CUDNN)' | cmp -s - $(CUDNN_MODE_STAMP) || echo '$(CUDNN)' > $(CUDNN_MODE_STAMP)))
+$(BUILD)/obj/src/backend/cuda/cudnn_attention.o: $(CUDNN_MODE_STAMP)
+
 # The cuda objects before $(LIB) (see pptrain-emu above).
 $(BUILD)/pptrain: $(CUDA_OBJS) $(KERNEL_NVCC_OBJS)
 $(BUILD)/pptrain: LDLIBS := $(LIB) $(LDLIBS) $(CUDA_LDLIBS)

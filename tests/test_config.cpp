@@ -117,3 +117,19 @@ TEST(Config, RejectsMalformedYamlAndOverride) {
   msg = error_of("", {"training.lr"});
   EXPECT_NE(msg.find("expected section.key=value"), std::string::npos) << msg;
 }
+
+TEST(Config, CudnnAttentionNeedsBf16AndAHeadSizeCudnnTakes) {
+  // d_model 64 / n_head 2 = head size 32: a multiple of 8, at most 128.
+  const std::string ok = "device: cuda\nmodel: {n_head: 2, d_model: 64, attention: cudnn}\n";
+  EXPECT_EQ(error_of(ok, {"training.precision=bf16"}), "");
+  EXPECT_EQ(error_of(ok), "exp.yaml: key 'model.attention': cudnn needs training.precision: bf16 "
+                          "(cuDNN's fused attention has no fp32 path)");
+  // Head sizes 12 (not a multiple of 8) and 136 (above 128).
+  for (const char* d_model : {"24", "272"})
+    EXPECT_EQ(error_of(ok, {"training.precision=bf16", std::string("model.d_model=") + d_model}),
+              std::string("exp.yaml: key 'model.attention': cudnn needs a head size d_model/n_head that is a "
+                          "multiple of 8 and at most 128, got ") +
+                  (d_model == std::string("24") ? "12" : "136"));
+  // 128 itself is taken.
+  EXPECT_EQ(error_of(ok, {"training.precision=bf16", "model.d_model=256"}), "");
+}

@@ -7,7 +7,9 @@
 // support/tolerances.h for the test's config); a planted gradient error of 1e-3 on one
 // rank (PPTRAIN_FAULTS, core/faults.h) is rejected. Also: the host sources of the cuda backend,
 // NcclComm included, compile against the real CUDA/cuBLAS/NCCL headers (skipped, with the
-// reason printed, where those headers are absent).
+// reason printed, where those headers are absent). And `model.attention: cudnn` in this binary,
+// which has no cuDNN, fails with one line on every rank; the GPU attention check's emulated
+// twin (build/bench/attention_check-emu) passes its own bounds on the naive path.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -114,6 +116,54 @@ TEST_F(CudaBackendTrain, PlantedGradientErrorOnOneRankIsRejected) {
   EXPECT_FALSE(v.passed());
   EXPECT_GE(v.worst().ratio(), 3.0) << v.summary();
   std::cout << "planted " << fault << " (zbv pp2): " << v.summary() << "\n";
+}
+
+TEST_F(CudaBackendTrain, CudnnAttentionInABinaryWithoutCudnnFailsWithOneLineOnEveryRank) {
+  // pptrain-emu has no cuDNN (nor does a real build without it): choosing cuDNN's attention
+  // stops at backend construction, before any step, with the same one line on each rank.
+  const std::string cmd = mpirun(2) + pptrain_emu_bin() + " train " + dir_.file("model.yaml") +
+                          " device=cuda model.attention=cudnn training.precision=bf16 parallel.pp=2";
+  auto r = run_command(cmd, 60);
+  EXPECT_NE(r.exit_code, 0) << cmd << "\n" << r.output;
+  const std::string line =
+      "error: model.attention: cudnn: this binary was built without cuDNN (the emulated cuda backend has none; "
+      "use model.attention: flash or naive here, or the real CUDA build, make CUDA=1, on a machine with cuDNN 9 "
+      "and its frontend headers from scripts/install_deps.sh)\n";
+  for (const char* rank : {"0", "1"})
+    EXPECT_NE(r.output.find(std::string("[rank ") + rank + "] " + line), std::string::npos)
+        << "rank " << rank << " did not say it in one line:\n" << r.output;
+  EXPECT_EQ(r.output.find("loss"), std::string::npos) << "a step ran:\n" << r.output;
+}
+
+TEST(CudaBackendAttentionCheck, NaivePathIsWithinTheCheckBoundsAndCudnnSaysItIsMissing) {
+  // The GPU attention check (bench/cuda/attention_check.cpp) on the emulated backend: the
+  // naive path against its fp64 reference within the bounds the program derives (pass: true
+  // for out, dq, dk, dv at HD 64 and 128), and cuDNN, absent here, one error line per head
+  // size and a failing exit. flash is not asserted on (its kernels may or may not be here).
+  const std::string bin = fs::path(pptrain_emu_bin()).parent_path().string() + "/bench/attention_check-emu";
+  ASSERT_TRUE(fs::exists(bin)) << bin << " not built";
+  CommandResult naive = run_command("OMP_NUM_THREADS=1 " + bin + " --impls naive", 120);
+  EXPECT_EQ(naive.exit_code, 0) << naive.output;
+  for (const char* hd : {"64", "128"})
+    for (const char* tensor : {"out", "dq", "dk", "dv"}) {
+      const std::string want = std::string("\"HD\": ") + hd + ", \"tensor\": \"" + tensor +
+                               "\", \"a\": \"naive\", \"b\": \"reference\"";
+      const size_t at = naive.output.find(want);
+      ASSERT_NE(at, std::string::npos) << "no line with " << want << " in:\n" << naive.output;
+      const std::string line = naive.output.substr(at, naive.output.find('\n', at) - at);
+      EXPECT_NE(line.find("\"pass\": true"), std::string::npos) << line;
+    }
+  CommandResult cudnn = run_command("OMP_NUM_THREADS=1 " + bin + " --impls naive,cudnn", 120);
+  EXPECT_EQ(cudnn.exit_code, 1) << cudnn.output;
+  for (const char* hd : {"64", "128"})
+    EXPECT_NE(cudnn.output.find(std::string("\"HD\": ") + hd +
+                                ", \"impl\": \"cudnn\", \"error\": \"model.attention: cudnn: this binary was "
+                                "built without cuDNN"),
+              std::string::npos)
+        << cudnn.output;
+  CommandResult usage = run_command(bin + " --impls naive,fast", 30);
+  EXPECT_EQ(usage.exit_code, 2) << usage.output;
+  EXPECT_EQ(usage.output, "attention_check: --impls: expected naive, flash or cudnn, got 'fast'\n");
 }
 
 TEST(CudaBackendBuild, HostSourcesCompileAgainstTheCudaToolkitHeaders) {

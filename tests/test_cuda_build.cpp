@@ -1,5 +1,7 @@
 // The real CUDA build (`make CUDA=1`: the cuda backend's host sources compiled against the
-// toolkit, the kernels by nvcc, linked with cuBLAS, cuBLASLt and NCCL) compiles and links
+// toolkit, the kernels by nvcc, linked with cuBLAS, cuBLASLt and NCCL; where cuDNN is
+// installed also cudnn_attention.cpp against the cuDNN frontend headers, linked with cuDNN,
+// and the GPU attention check bench/attention_check) compiles and links
 // wherever nvcc is found, with or without a GPU. Without a GPU the default build leaves it
 // out, so this test is what keeps it building on such machines (CI among them).
 // To take well under a minute it builds in a temporary BUILD folder seeded with this
@@ -9,6 +11,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
+#include <sstream>
 #include <string>
 
 #include "support/test_util.h"
@@ -18,9 +22,27 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// cuDNN 9 where mk/cuda.mk looks for it first (the toolkit's include/), or on Debian.
+bool cudnn_found() {
+  const char* home = std::getenv("CUDA_HOME");
+  return fs::exists(std::string(home ? home : "/usr/local/cuda") + "/include/cudnn.h") ||
+         fs::exists("/usr/include/cudnn.h") || fs::exists("/usr/include/x86_64-linux-gnu/cudnn.h");
+}
+
 bool nvcc_found() {
   return run_command("command -v nvcc", 10).exit_code == 0 || fs::exists("/usr/local/cuda/bin/nvcc") ||
          (std::getenv("CUDA_HOME") && fs::exists(std::string(std::getenv("CUDA_HOME")) + "/bin/nvcc"));
+}
+
+// The command line in `output` that writes `target` (ends with "-o TARGET" or has it inside).
+std::string line_writing(const std::string& output, const std::string& target) {
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);)
+    if (line.find("-o " + target + " ") != std::string::npos ||
+        (line.size() >= target.size() + 3 && line.compare(line.size() - target.size() - 3, std::string::npos,
+                                                          "-o " + target) == 0))
+      return line;
+  return "";
 }
 
 }  // namespace
@@ -45,13 +67,32 @@ TEST(CudaBuild, MakeCuda1CompilesAndLinksPptrainWithTheCudaBackend) {
   ASSERT_EQ(seed.exit_code, 0) << seed.output;
   // A make of its own (not the jobserver of a `make test` above), told to ignore the code
   // generation stamp: the seeded objects stand whatever ARCH they were built with.
+  // With cuDNN installed, CUDNN=1 insists on it: the frontend headers missing (scripts/
+  // install_deps.sh fetches them; `make test` runs it first) is a one-line make error here.
+  const bool cudnn = cudnn_found();
+  if (!cudnn) std::cout << "cuDNN not found: the build is checked without it\n";
   CommandResult r = run_command("env -u MAKEFLAGS -u MAKELEVEL make -j2 --no-print-directory -o " +
-                                    dir.file("codegen.stamp") + " CUDA=1 CUDA_ARCH=90 BUILD=" + dir.path() + " " +
-                                    dir.file("pptrain"),
-                                600);
+                                    dir.file("codegen.stamp") + " CUDA=1 CUDA_ARCH=90 CUDNN=" + (cudnn ? "1" : "0") +
+                                    " BUILD=" + dir.path() + " " + dir.file("pptrain") + " " +
+                                    dir.file("bench/attention_check"),
+                                900);
   ASSERT_EQ(r.exit_code, 0) << r.output.substr(r.output.size() > 6000 ? r.output.size() - 6000 : 0);
   EXPECT_NE(r.output.find("-c src/backend/cuda/cuda_ops.cpp"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("-lcublasLt"), std::string::npos) << r.output;
+  // cudnn_attention.cpp compiled with cuDNN (not its without-cuDNN branch), its object in
+  // the link of pptrain, and libcudnn in the binary.
+  const std::string cudnn_obj = dir.file("obj/src/backend/cuda/cudnn_attention.o");
+  const std::string link = line_writing(r.output, dir.file("pptrain"));
+  EXPECT_NE(link.find(cudnn_obj), std::string::npos) << "not linked: " << cudnn_obj << "\n" << link;
+  if (cudnn) {
+    EXPECT_NE(r.output.find("-DPPTRAIN_WITH_CUDNN"), std::string::npos) << r.output;
+    EXPECT_NE(link.find("-lcudnn"), std::string::npos) << link;
+    CommandResult ldd = run_command("ldd " + dir.file("pptrain"), 30);
+    EXPECT_NE(ldd.output.find("libcudnn.so"), std::string::npos) << ldd.output;
+    CommandResult symbols = run_command("nm -C " + cudnn_obj + " | grep -c 'cudnnBackendExecute'", 60);
+    EXPECT_NE(symbols.output, "0\n") << "the object calls no cuDNN: built without it?";
+  }
+  EXPECT_TRUE(fs::exists(dir.file("bench/attention_check"))) << r.output;
   CommandResult cuda_version = run_command(dir.file("pptrain") + " --version", 30);
   EXPECT_NE(cuda_version.output.find("backends: cpu cuda"), std::string::npos) << cuda_version.output;
 }

@@ -206,6 +206,14 @@ void validate(const Config& c) {
           "expected flash, cudnn or naive, got '" + m.attention + "'");
   require(m.attention != "cudnn" || c.device == "cuda", c, "model.attention",
           "cudnn needs device: cuda (on the cpu expected naive or flash)");
+  // cuDNN's fused attention takes 16-bit tensors only, and head sizes that are multiples of 8
+  // up to 128 (its backward on Ampere; backend/cuda/cudnn_attention.h).
+  require(m.attention != "cudnn" || t.precision == "bf16", c, "model.attention",
+          "cudnn needs training.precision: bf16 (cuDNN's fused attention has no fp32 path)");
+  require(m.attention != "cudnn" || (m.d_model / m.n_head % 8 == 0 && m.d_model / m.n_head <= 128), c,
+          "model.attention",
+          cat("cudnn needs a head size d_model/n_head that is a multiple of 8 and at most 128, got ",
+              m.d_model / m.n_head));
   require(m.tie_embeddings, c, "model.tie_embeddings", "only tied embeddings (GPT-2) are supported");
   require(p.pp >= 1, c, "parallel.pp", cat("expected >= 1, got ", p.pp));
   require(p.tp >= 1, c, "parallel.tp", cat("expected >= 1, got ", p.tp));

@@ -15,10 +15,10 @@ namespace pptrain::cuda {
 
 using namespace pptrain::kernels;
 
-CudaOps::CudaOps(int device, FusedAttention fused_attention)
-    : device_((PPTRAIN_CUDA_CHECK(cudaSetDevice(device)), device)), fused_attention_(fused_attention), stream_(),
-      cublas_(stream_.get()),
-      lt_(stream_.get()), allocator_(stream_.get()) {}
+CudaOps::CudaOps(int device, bool cudnn_attention)
+    : device_((PPTRAIN_CUDA_CHECK(cudaSetDevice(device)), device)), stream_(), cublas_(stream_.get()),
+      lt_(stream_.get()), allocator_(stream_.get()),
+      cudnn_attention_(cudnn_attention ? std::make_unique<CudnnAttention>(stream_.get(), allocator_) : nullptr) {}
 
 // ---- memory ----------------------------------------------------------------------------------
 
@@ -92,18 +92,10 @@ namespace pptrain {
 std::unique_ptr<Ops> make_cuda_ops(int device) { return std::make_unique<cuda::CudaOps>(device); }
 
 std::unique_ptr<Ops> make_cuda_ops(const Config& cfg) {
-  // One backend object serves both precisions (each op runs at the dtype of its views).
-  // model.attention (resolved by the config) picks the kernel of the fused attention ops;
-  // checked before a device is selected, so the message does not depend on the machine.
-  auto fused = cuda::FusedAttention::flash;
-  if (cfg.model.attention == "cudnn") {
-#ifndef PPTRAIN_WITH_CUDNN
-    fail(cfg.source, ": key 'model.attention': cudnn, but this pptrain was built without cuDNN (its cuda backend: ",
-         cuda_backend_build(), "); expected flash or naive");
-#endif
-    fused = cuda::FusedAttention::cudnn;
-  }
-  return std::make_unique<cuda::CudaOps>(cuda::select_device(), fused);
+  // One backend object serves both precisions (each op runs at the dtype of its views);
+  // model.attention: cudnn hands the fused attention ops to cuDNN.
+  const int device = cuda::select_device();
+  return std::make_unique<cuda::CudaOps>(device, cfg.model.attention == "cudnn");
 }
 
 }  // namespace pptrain

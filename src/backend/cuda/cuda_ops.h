@@ -18,11 +18,13 @@
 // (PPTRAIN_EMULATED), which is how the tests run this exact host code on a CPU.
 #pragma once
 #include <cstddef>
+#include <memory>
 #include <type_traits>
 
 #include "backend/cuda/caching_allocator.h"
 #include "backend/cuda/cuda_handles.h"
 #include "backend/cuda/cuda_lt_gemm.h"
+#include "backend/cuda/cudnn_attention.h"
 #include "backend/ops.h"
 #include "core/error.h"
 #include "launch.cuh"
@@ -65,17 +67,13 @@ decltype(auto) dispatch(const char* op, F&& f, Args... args) {
   return f(kernel_arg<float>(args)...);
 }
 
-// The kernel behind flash_attention_forward / _backward_input (model.attention: flash or
-// cudnn; naive runs attention_forward / _backward_input instead): the handwritten flash
-// kernels of kernels/, or cuDNN's fused attention in a build with cuDNN.
-enum class FusedAttention { flash, cudnn };
-
 class CudaOps final : public Ops {
  public:
-  explicit CudaOps(int device, FusedAttention fused_attention = FusedAttention::flash);
+  // cudnn_attention: flash_attention_* run cuDNN's fused attention (model.attention: cudnn);
+  // fails with one line in a build without cuDNN.
+  explicit CudaOps(int device, bool cudnn_attention = false);
   std::string name() const override { return "cuda"; }
   int device() const { return device_; }
-  FusedAttention fused_attention() const { return fused_attention_; }
   cudaStream_t compute_stream() const { return stream_.get(); }
   const CachingAllocator& allocator() const { return allocator_; }
   const LtGemm& lt_gemm() const { return lt_; }
@@ -103,7 +101,6 @@ class CudaOps final : public Ops {
   kernels::LaunchContext ctx() const { return kernels::LaunchContext{stream_.get()}; }
 
   int device_;
-  FusedAttention fused_attention_;
   Stream stream_;  // declared before the users of the stream, destroyed after them
   CublasHandle cublas_;
   LtGemm lt_;
@@ -111,6 +108,9 @@ class CudaOps final : public Ops {
   Workspace column_workspace_;     // partial column sums (bias, layernorm weight gradients)
   Workspace attention_workspace_;  // per-head q, k, v, outputs and score gradients
   Workspace reduce_workspace_;     // a double result + its partial sums (loss, Σ x²)
+  // model.attention: cudnn only (else null); after the allocator it takes its workspace
+  // from, so it is destroyed first.
+  std::unique_ptr<CudnnAttention> cudnn_attention_;
 };
 
 }  // namespace pptrain::cuda

@@ -1,0 +1,360 @@
+// attention_check: the causal attention core of the cuda backend, run three ways through
+// CudaOps on one GPU, against each other and against an fp64 host reference:
+//   naive  attention_forward / attention_backward_input (cuBLAS GEMMs + softmax kernels, the
+//          [B,NH,T,T] probabilities stored in bf16);
+//   flash  flash_attention_forward / _backward_input, the handwritten fused kernels;
+//   cudnn  the same two ops with model.attention: cudnn (cuDNN's fused SDPA).
+// Random bf16 inputs (qkv and dout entries N(0,1), rounded to bf16), B=2, NH=4, T=200, HD=64
+// and HD=128; forward, then backward from the forward's own out (and lse or probs), as in
+// training. Built only by the real CUDA build:
+//   make CUDA=1 build/bench/attention_check && build/bench/attention_check [--device N]
+//        [--impls naive,flash,cudnn]
+// (scripts/gpu_check.sh runs it on a lent GPU). One JSON line per comparison:
+//   {"check": "attention", "B": 2, "NH": 4, "T": 200, "HD": 64, "tensor": "dq", "a": "cudnn",
+//    "b": "reference", "normwise": 1.2e-04, "bound": 1.6e-02, "pass": true}
+// and {"check": "attention", ..., "impl": "flash", "error": "..."} for an implementation that
+// failed to run (its comparisons are then left out). Exit status 0 iff every comparison
+// passed and no implementation failed.
+//
+// The measure. For each tensor X (out, lse, and the dq, dk, dv blocks of dqkv) and reference
+// value R (fp64, from the same bf16 inputs):
+//   normwise = ‖X − R‖₂ / ‖R‖₂,   and for two implementations ‖X − Y‖₂ / ‖R‖₂.
+// The bound: each implementation's rounding errors are bounded componentwise, |X − R| ≤ b_X
+// (b_X computed beside R, below), so ‖X − R‖₂ ≤ ‖b_X‖₂, and between two implementations
+// ‖X − Y‖₂ ≤ ‖b_X‖₂ + ‖b_Y‖₂ (triangle inequality); bound = that over ‖R‖₂.
+//
+// With scale = 1/√HD, s_ij = scale·q_i·k_j (j ≤ i), p = softmax_j(s), dP_ij = dO_i·v_j,
+// D_i = Σ_j p_ij dP_ij = dO_i·O_i, dS_ij = p_ij (dP_ij − D_i), and the magnitudes
+//   c_i = max_j scale Σ_d |q_id||k_jd| (≥ |s_ij|),   A_ij = Σ_d |dO_id||v_jd| (≥ |dP_ij|),
+//   H_i = Σ_j p_ij |dP_ij|,  E_i = Σ_j p_ij A_ij,  K_i = Σ_d |dO_id||O_id|,
+//   Mo_id = Σ_j p_ij |v_jd|,  F_i = Σ_d |dO_id| Mo_id,
+// unit roundoffs u = 2⁻⁸ (bf16: 8 significant bits) and e = (2·HD + 2·T + 32)·2⁻²⁴ for fp32
+// arithmetic (dot products over HD, sums over up to T keys, γ_n ≈ n·2⁻²⁴, doubled for an
+// online softmax's rescaling, and 32 ulps for exp/log and their approximations). A
+// probability has relative error ε_p,i (fused: recomputed in fp32, e·(1 + c_i); naive: the
+// scores q·kᵀ are stored in bf16 before the softmax, |Δs| ≤ u·c_i, so 2u·c_i on p, and p is
+// stored in bf16: ε_p,i = u + 2u·c_i + e·(1 + c_i)).
+//   fused (flash, cudnn): P is rounded to bf16 for P·V and Pᵀ·dO (u), outputs are stored in
+//   bf16 (u), dS is rounded to bf16 for dS·K and dSᵀ·Q (u); D_i = dO_i·O_i reads the stored
+//   out, whose error is linear in the errors of p: |ΔD_i| ≤ (u + ε_p,i + e) H_i + (u + e) K_i
+//   + e F_i (summing over j before d is what makes it H, not the far larger E).
+//   naive: dP is a bf16 GEMM output (u |dP|), D_i = Σ_j p dP over the stored p and dP:
+//   |ΔD_i| ≤ (ε_p,i + u + e) H_i + e E_i.
+// Then, with α = ε_p,i + u and β = 0 (fused) or u (naive),
+//   |ΔdS_ij| ≤ α |dS_ij| + p_ij (β |dP_ij| + e A_ij + |ΔD_i|)
+//   b_out[i,d] = (ε_p,i + e + [u fused]) Mo_id + u |O_id|
+//   b_lse[i]   = e (1 + c_i + |lse_i|)                                   (fused only)
+//   b_dq[i,d]  = scale Σ_j (|ΔdS_ij| + e |dS_ij|) |k_jd| + u |dQ_id|
+//   b_dk[j,d]  = scale Σ_i (|ΔdS_ij| + e |dS_ij|) |q_id| + u |dK_jd|
+//   b_dv[j,d]  = Σ_i (ε_p,i + e + [u fused]) p_ij |dO_id| + u |dV_jd|
+// These are worst cases (every rounding at its extreme, no cancellation), so measured values
+// sit well below them; an actual bug (a lost scale, a mask off by one, a wrong stride) is of
+// the order of ‖R‖ itself, normwise ≈ 1 and more.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_ops.h"
+#include "core/bf16.h"
+
+namespace pptrain {
+namespace {
+
+constexpr int kB = 2, kNH = 4, kT = 200;
+constexpr double kU = 1.0 / 256;  // bf16 unit roundoff, 2⁻⁸
+
+struct Shape {
+  int b, t, nh, hd;
+  size_t c() const { return size_t(nh) * hd; }
+  size_t tokens() const { return size_t(b) * t; }
+};
+
+// Host copies of one implementation's results (or the reference), as doubles.
+struct Result {
+  std::vector<double> out, lse, dqkv;  // [B,T,C], [B,NH,T] (empty for naive), [B,T,3C]
+  std::string error;                   // what failed, if it did not run
+};
+
+// The fp64 reference and, per kind of implementation ("fused", "naive"), the componentwise
+// error bounds b of the header comment, shaped like the results.
+struct Reference {
+  Result r;
+  std::map<std::string, Result> bounds;
+};
+
+const char* kind(const std::string& impl) { return impl == "naive" ? "naive" : "fused"; }
+
+// Element (b, t, h, d) of a [B,T,W] row-major tensor whose row holds `width_blocks` blocks
+// of C, heads of HD inside each.
+size_t at(const Shape& s, int width_blocks, int block, int b, int t, int h, int d) {
+  return (size_t(b) * s.t + t) * width_blocks * s.c() + block * s.c() + size_t(h) * s.hd + d;
+}
+
+// One (batch, head) of the reference and of both bound kinds.
+void reference_head(const Shape& s, const std::vector<double>& qkv, const std::vector<double>& dout, int b, int h,
+                    Reference& ref) {
+  const double scale = 1.0 / std::sqrt(double(s.hd)), u = kU;
+  const double e = (2.0 * s.hd + 2.0 * s.t + 32) * std::ldexp(1.0, -24);
+  auto q = [&](int i, int d) { return qkv[at(s, 3, 0, b, i, h, d)]; };
+  auto k = [&](int j, int d) { return qkv[at(s, 3, 1, b, j, h, d)]; };
+  auto v = [&](int j, int d) { return qkv[at(s, 3, 2, b, j, h, d)]; };
+  auto d_o = [&](int i, int d) { return dout[at(s, 1, 0, b, i, h, d)]; };
+  Result& r = ref.r;
+  std::vector<double> p(s.t), dp(s.t), a(s.t), o(s.hd), mo(s.hd);
+  for (int i = 0; i < s.t; ++i) {
+    // scores, c_i, log-sum-exp, probabilities
+    double mx = -INFINITY, c = 0;
+    for (int j = 0; j <= i; ++j) {
+      double dot = 0, mag = 0;
+      for (int d = 0; d < s.hd; ++d) dot += q(i, d) * k(j, d), mag += std::fabs(q(i, d) * k(j, d));
+      p[j] = dot * scale;
+      c = std::max(c, mag * scale);
+      mx = std::max(mx, p[j]);
+    }
+    double sum = 0;
+    for (int j = 0; j <= i; ++j) sum += std::exp(p[j] - mx);
+    const double lse = mx + std::log(sum);
+    const size_t row = (size_t(b) * s.nh + h) * s.t + i;
+    r.lse[row] = lse;
+    ref.bounds["fused"].lse[row] = e * (1 + c + std::fabs(lse));
+    // out, dP and the row magnitudes
+    std::fill(o.begin(), o.end(), 0.0);
+    std::fill(mo.begin(), mo.end(), 0.0);
+    double dsum = 0, hsum = 0, esum = 0, ksum = 0, fsum = 0;  // D_i, H_i, E_i, K_i, F_i
+    for (int j = 0; j <= i; ++j) {
+      p[j] = std::exp(p[j] - lse);
+      dp[j] = a[j] = 0;
+      for (int d = 0; d < s.hd; ++d) {
+        dp[j] += d_o(i, d) * v(j, d);
+        a[j] += std::fabs(d_o(i, d) * v(j, d));
+        o[d] += p[j] * v(j, d);
+        mo[d] += p[j] * std::fabs(v(j, d));
+      }
+      dsum += p[j] * dp[j];
+      hsum += p[j] * std::fabs(dp[j]);
+      esum += p[j] * a[j];
+    }
+    for (int d = 0; d < s.hd; ++d) ksum += std::fabs(d_o(i, d) * o[d]), fsum += std::fabs(d_o(i, d)) * mo[d];
+    for (const char* kd : {"fused", "naive"}) {
+      const bool fused = kd == std::string("fused");
+      Result& bd = ref.bounds[kd];
+      const double ep = fused ? e * (1 + c) : u + 2 * u * c + e * (1 + c);
+      const double delta_d = fused ? (u + ep + e) * hsum + (u + e) * ksum + e * fsum : (ep + u + e) * hsum + e * esum;
+      const double alpha = ep + u, beta = fused ? 0 : u, pv = ep + e + (fused ? u : 0);
+      for (int d = 0; d < s.hd; ++d) {
+        r.out[at(s, 1, 0, b, i, h, d)] = o[d];
+        bd.out[at(s, 1, 0, b, i, h, d)] = pv * mo[d] + u * std::fabs(o[d]);
+      }
+      for (int j = 0; j <= i; ++j) {
+        const double ds = p[j] * (dp[j] - dsum);
+        const double err_ds = alpha * std::fabs(ds) + p[j] * (beta * std::fabs(dp[j]) + e * a[j] + delta_d);
+        const double w = err_ds + e * std::fabs(ds);  // dS's error, and the fp32 sums over it
+        for (int d = 0; d < s.hd; ++d) {
+          if (fused) {  // the reference once (the loop runs for both kinds)
+            r.dqkv[at(s, 3, 0, b, i, h, d)] += scale * ds * k(j, d);
+            r.dqkv[at(s, 3, 1, b, j, h, d)] += scale * ds * q(i, d);
+            r.dqkv[at(s, 3, 2, b, j, h, d)] += p[j] * d_o(i, d);
+          }
+          bd.dqkv[at(s, 3, 0, b, i, h, d)] += scale * w * std::fabs(k(j, d));
+          bd.dqkv[at(s, 3, 1, b, j, h, d)] += scale * w * std::fabs(q(i, d));
+          bd.dqkv[at(s, 3, 2, b, j, h, d)] += pv * p[j] * std::fabs(d_o(i, d));
+        }
+      }
+    }
+  }
+}
+
+Reference reference(const Shape& s, const std::vector<double>& qkv, const std::vector<double>& dout) {
+  Reference ref;
+  for (Result* x : {&ref.r, &ref.bounds["fused"], &ref.bounds["naive"]}) {
+    x->out.assign(s.tokens() * s.c(), 0);
+    x->lse.assign(size_t(s.b) * s.nh * s.t, 0);
+    x->dqkv.assign(s.tokens() * 3 * s.c(), 0);
+  }
+  ref.bounds["naive"].lse.clear();  // naive keeps probs, not lse
+  for (int b = 0; b < s.b; ++b)
+    for (int h = 0; h < s.nh; ++h) reference_head(s, qkv, dout, b, h, ref);
+  // The final rounding of every stored output: u |R|.
+  for (auto& [name, bd] : ref.bounds) {
+    for (size_t i = 0; i < bd.dqkv.size(); ++i) bd.dqkv[i] += kU * std::fabs(ref.r.dqkv[i]);
+  }
+  return ref;
+}
+
+// Device memory from the ops object's allocator, released on scope exit.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(Ops& ops, size_t bytes) : ops_(ops), p_(ops.allocate(bytes)) {}
+  ~DeviceBuffer() { ops_.release(p_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  template <typename T>
+  T* as() const { return static_cast<T*>(p_); }
+
+ private:
+  Ops& ops_;
+  void* p_;
+};
+
+std::vector<double> to_double(Ops& ops, const bfloat16* device, size_t n) {
+  std::vector<bfloat16> host(n);
+  ops.copy_to_host(host.data(), device, n * sizeof(bfloat16));
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = host[i].to_float();
+  return out;
+}
+
+// Forward then backward of one implementation, on its own CudaOps.
+Result run(const std::string& impl, int device, const Shape& s, const std::vector<bfloat16>& qkv,
+           const std::vector<bfloat16>& dout) {
+  Result r;
+  try {
+    cuda::CudaOps ops(device, impl == "cudnn");
+    const size_t n_qkv = s.tokens() * 3 * s.c(), n_out = s.tokens() * s.c(), n_lse = size_t(s.b) * s.nh * s.t;
+    DeviceBuffer d_qkv(ops, n_qkv * 2), d_out(ops, n_out * 2), d_dout(ops, n_out * 2), d_dqkv(ops, n_qkv * 2),
+        d_lse(ops, n_lse * 4), d_delta(ops, n_lse * 4), d_probs(ops, impl == "naive" ? n_lse * s.t * 2 : 0);
+    ops.copy_to_device(d_qkv.as<void>(), qkv.data(), n_qkv * 2);
+    ops.copy_to_device(d_dout.as<void>(), dout.data(), n_out * 2);
+    auto* q = d_qkv.as<bfloat16>();
+    auto *o = d_out.as<bfloat16>(), *dq = d_dqkv.as<bfloat16>(), *probs = d_probs.as<bfloat16>();
+    if (impl == "naive") {
+      ops.attention_forward(o, probs, q, s.b, s.t, s.nh, s.hd);
+      ops.attention_backward_input(dq, d_dout.as<bfloat16>(), q, probs, s.b, s.t, s.nh, s.hd);
+    } else {
+      ops.flash_attention_forward(o, d_lse.as<float>(), q, s.b, s.t, s.nh, s.hd);
+      ops.flash_attention_backward_input(dq, d_delta.as<float>(), d_dout.as<bfloat16>(), q, o, d_lse.as<float>(),
+                                         s.b, s.t, s.nh, s.hd);
+      std::vector<float> lse(n_lse);
+      ops.copy_to_host(lse.data(), d_lse.as<float>(), n_lse * 4);
+      r.lse.assign(lse.begin(), lse.end());
+    }
+    ops.synchronize();
+    r.out = to_double(ops, o, n_out);
+    r.dqkv = to_double(ops, dq, n_qkv);
+  } catch (const std::exception& e) {
+    r.error = e.what();
+  }
+  return r;
+}
+
+// ‖x − y‖₂ (y empty: ‖x‖₂) over the elements of block `block` of `blocks` blocks of width C
+// per row (blocks = 0: every element).
+double norm(const std::vector<double>& x, const std::vector<double>& y, const Shape& s, int blocks, int block) {
+  double sum = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (blocks && int(i / s.c() % blocks) != block) continue;
+    const double diff = x[i] - (y.empty() ? 0.0 : y[i]);
+    sum += diff * diff;
+  }
+  return std::sqrt(sum);
+}
+
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (char ch : text) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += (ch == '\n' || ch == '\t') ? ' ' : ch;
+  }
+  return out + "\"";
+}
+
+std::string head(const Shape& s) {
+  std::ostringstream o;
+  o << "{\"check\": \"attention\", \"B\": " << s.b << ", \"NH\": " << s.nh << ", \"T\": " << s.t << ", \"HD\": " << s.hd;
+  return o.str();
+}
+
+// Prints every comparison of `a` against `b` (names in `results`); false if one fails.
+bool compare(const Shape& s, const Reference& ref, const std::map<std::string, Result>& results, const std::string& a,
+             const std::string& b) {
+  const Result &x = results.at(a), &y = results.at(b);
+  bool ok = true;
+  struct Part {
+    const char* name;
+    int blocks, block;
+  };
+  for (const Part& part : {Part{"out", 0, 0}, Part{"lse", 0, 0}, Part{"dq", 3, 0}, Part{"dk", 3, 1}, Part{"dv", 3, 2}}) {
+    const std::string t = part.name;
+    if (t == "lse" && (x.lse.empty() || y.lse.empty())) continue;  // naive keeps probs, not lse
+    auto pick = [&](const Result& res) -> const std::vector<double>& {
+      return t == "out" ? res.out : t == "lse" ? res.lse : res.dqkv;
+    };
+    auto bound_norm = [&](const std::string& impl) {
+      return impl == "reference" ? 0.0 : norm(pick(ref.bounds.at(kind(impl))), {}, s, part.blocks, part.block);
+    };
+    const double scale = norm(pick(ref.r), {}, s, part.blocks, part.block);
+    const double value = norm(pick(x), pick(y), s, part.blocks, part.block) / scale;
+    const double bound = (bound_norm(a) + bound_norm(b)) / scale;
+    const bool pass = value <= bound;  // NaN fails
+    ok = ok && pass;
+    std::printf("%s, \"tensor\": \"%s\", \"a\": \"%s\", \"b\": \"%s\", \"normwise\": %.3e, \"bound\": %.3e, "
+                "\"pass\": %s}\n",
+                head(s).c_str(), t.c_str(), a.c_str(), b.c_str(), value, bound, pass ? "true" : "false");
+  }
+  return ok;
+}
+
+bool check(int device, const Shape& s, const std::vector<std::string>& impls) {
+  std::mt19937_64 rng(20240601 + s.hd);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<bfloat16> qkv(s.tokens() * 3 * s.c()), dout(s.tokens() * s.c());
+  std::vector<double> qkv_d(qkv.size()), dout_d(dout.size());
+  for (size_t i = 0; i < qkv.size(); ++i) qkv_d[i] = (qkv[i] = bfloat16::from_float(normal(rng))).to_float();
+  for (size_t i = 0; i < dout.size(); ++i) dout_d[i] = (dout[i] = bfloat16::from_float(normal(rng))).to_float();
+
+  const Reference ref = reference(s, qkv_d, dout_d);
+  std::map<std::string, Result> results{{"reference", ref.r}};
+  bool ok = true;
+  std::vector<std::string> ran;
+  for (const std::string& impl : impls) {
+    Result r = run(impl, device, s, qkv, dout);
+    if (!r.error.empty()) {
+      std::printf("%s, \"impl\": \"%s\", \"error\": %s}\n", head(s).c_str(), impl.c_str(), json_string(r.error).c_str());
+      ok = false;
+      continue;
+    }
+    results.emplace(impl, std::move(r));
+    ran.push_back(impl);
+  }
+  for (const std::string& a : ran) ok = compare(s, ref, results, a, "reference") && ok;
+  for (size_t i = 0; i < ran.size(); ++i)
+    for (size_t j = i + 1; j < ran.size(); ++j) ok = compare(s, ref, results, ran[j], ran[i]) && ok;
+  return ok;
+}
+
+}  // namespace
+}  // namespace pptrain
+
+int main(int argc, char** argv) {
+  int device = 0;
+  std::vector<std::string> impls = {"naive", "flash", "cudnn"};
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--device" && i + 1 < argc) {
+      device = std::atoi(argv[++i]);
+    } else if (arg == "--impls" && i + 1 < argc) {
+      impls.clear();
+      std::stringstream list(argv[++i]);
+      for (std::string name; std::getline(list, name, ',');) {
+        if (name != "naive" && name != "flash" && name != "cudnn") {
+          std::fprintf(stderr, "attention_check: --impls: expected naive, flash or cudnn, got '%s'\n", name.c_str());
+          return 2;
+        }
+        impls.push_back(name);
+      }
+    } else {
+      std::fprintf(stderr, "usage: attention_check [--device N] [--impls naive,flash,cudnn]\n");
+      return 2;
+    }
+  }
+  bool ok = true;
+  for (int hd : {64, 128}) ok = pptrain::check(device, pptrain::Shape{pptrain::kB, pptrain::kT, pptrain::kNH, hd}, impls) && ok;
+  return ok ? 0 : 1;
+}
