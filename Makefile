@@ -75,7 +75,7 @@ BENCH_BINS := $(BENCH_SRCS:bench/%.cpp=$(BUILD)/bench/%)
 #   cuda_bench.mk     GPU benchmarks; uses CUDA and the object lists of cuda.mk
 #   mpi_tests.mk      MPI test programs (the NCCL ones link the emulated cuda backend)
 #   checkpoint.mk, run_time_tests.mk   what tests find at run time (order-only)
-include mk/kernels.mk mk/cuda.mk mk/cuda_bench.mk mk/mpi_tests.mk mk/checkpoint.mk mk/run_time_tests.mk
+include mk/kernels.mk mk/cuda.mk mk/cuda_bench.mk mk/gpu_model.mk mk/mpi_tests.mk mk/checkpoint.mk mk/run_time_tests.mk
 
 .PHONY: binaries clean
 .PRECIOUS: $(BUILD)/obj/%.o
