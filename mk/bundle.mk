@@ -26,3 +26,6 @@ gpu-bundle:
 	$(MAKE) --no-print-directory CUDA=1 BUILD=$(BUNDLE_CUDA_BUILD) bundle-binaries
 	scripts/make_bundle.sh --build $(BUNDLE_CUDA_BUILD) --out $(BUNDLE_OUT) --tar $(BUNDLE_TAR) $(BUNDLE_FLAGS)
 endif
+
+# The bundle test packs this build's pptrain and benchmarks (run time, not linked).
+$(BUILD)/tests/test_gpu_bundle: | $(BUILD)/pptrain $(BUILD)/bench/gpu_model $(BUILD)/bench/model_flops
