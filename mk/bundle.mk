@@ -27,5 +27,6 @@ gpu-bundle:
 	scripts/make_bundle.sh --build $(BUNDLE_CUDA_BUILD) --out $(BUNDLE_OUT) --tar $(BUNDLE_TAR) $(BUNDLE_FLAGS)
 endif
 
-# The bundle test packs this build's pptrain and benchmarks (run time, not linked).
-$(BUILD)/tests/test_gpu_bundle: | $(BUILD)/pptrain $(BUILD)/bench/gpu_model $(BUILD)/bench/model_flops
+# The bundle test packs this build's pptrain and benchmarks, and runs gpu_check.sh on
+# pptrain-emu (run time, not linked).
+$(BUILD)/tests/test_gpu_bundle: | $(BUILD)/pptrain $(BUILD)/pptrain-emu $(BUILD)/bench/gpu_model $(BUILD)/bench/model_flops

@@ -60,7 +60,7 @@ for t in "$BUILD"/gpu-tests/test_*; do
   out=$(timeout 90 "$t" --gtest_color=no 2>&1)
   rc=$?
   passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' <<<"$out")
-  failed=$(sed -n 's/^\[  FAILED  \] \([A-Za-z_][A-Za-z0-9_./]*\).*/\1/p' <<<"$out" | sort -u | tr '\n' ' ')
+  failed=$(sed -n 's/^\[  FAILED  \] \([A-Za-z_][A-Za-z0-9_./]*\).*/\1/p' <<<"$out" | sort -u | tr '\n' ' ' | sed 's/ $//')
   first=$(grep -m1 -B2 -A6 'Failure$' <<<"$out" | tr '\n' ' ' | cut -c1-600)
   [ $rc -eq 124 ] && first="timed out after 90 s"
   ok=$([ $rc -eq 0 ] && echo true || echo false)
@@ -131,6 +131,8 @@ fi
 bench=$(BENCH_TRAIN_TIMEOUT=${BENCH_TRAIN_TIMEOUT:-120} timeout 300 scripts/bench_gpu.sh "$BUILD" 2>&1)
 rc=$?
 grep '^{' <<<"$bench" | sed 's/^{/{"check": "bench", /'
+skipped=$(sed -n 's/^# gpu benchmarks skipped: //p' <<<"$bench")
+[ -n "$skipped" ] && echo "{\"check\": \"bench\", \"skipped\": $(json_string "$skipped")}"
 [ $rc -eq 0 ] || { echo "{\"check\": \"bench\", \"ok\": false, \"exit\": $rc, \"tail\": $(json_string "$(tail -2 <<<"$bench")")}"; fail; }
 if [ -n "$model_device" ] && [ -x "$BUILD/bench/gpu_model" ]; then
   predicted=$("$BUILD/bench/gpu_model" configs/gpt2_124m_gpu.yaml --device "$model_device" 2>&1 | tail -1)

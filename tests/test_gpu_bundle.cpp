@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -194,6 +196,59 @@ TEST(GpuCheck, SkipsWhenNvidiaSmiListsNoGpu) {
   CommandResult r = run_command("PATH=" + dir.file("bin") + ":$PATH scripts/gpu_check.sh 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output, "{\"check\": \"gpu_check\", \"skipped\": \"nvidia-smi -L lists no GPU\"}\n");
+}
+
+// The whole check on the emulated cuda backend: pptrain-emu stands in for the real pptrain
+// (its `device: cuda` runs the cuda backend's host code and kernels on the CPU, its NCCL is
+// carried by MPI), a stand-in nvidia-smi lists two H100s, and two stand-in device tests pass
+// and fail. Each check is one JSON line; the failed test fails the check (exit 1).
+TEST(GpuCheck, ReportsEveryCheckAsOneJsonLineOnTheEmulatedBackend) {
+  TempDir dir;
+  const fs::path build = fs::absolute(testing::pptrain_bin()).parent_path();
+  ASSERT_TRUE(fs::exists(testing::pptrain_emu_bin())) << testing::pptrain_emu_bin() << " not built";
+  fs::create_directories(dir.file("bin"));
+  fs::create_directories(dir.file("b/bench"));
+  fs::create_directories(dir.file("b/gpu-tests"));
+  testing::write_file(dir.file("bin/nvidia-smi"),
+                      "#!/bin/sh\ncase \"$*\" in\n"
+                      "  *-L*) echo 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'; echo 'GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1)' ;;\n"
+                      "  *driver*) echo 580.65 ;;\n  *name*) echo 'NVIDIA H100 80GB HBM3' ;;\nesac\n");
+  testing::write_file(dir.file("b/gpu-tests/test_pass"), "#!/bin/sh\necho '[  PASSED  ] 3 tests.'\n");
+  testing::write_file(dir.file("b/gpu-tests/test_fail"),
+                      "#!/bin/sh\necho 'x.cpp:1: Failure'\necho '[  FAILED  ] Suite.Name (1 ms)'\n"
+                      "echo '[  FAILED  ] 1 test, listed below:'\necho '[  FAILED  ] Suite.Name'\nexit 1\n");
+  for (const char* f : {"bin/nvidia-smi", "b/gpu-tests/test_pass", "b/gpu-tests/test_fail"})
+    fs::permissions(dir.file(f), fs::perms::owner_all);
+  fs::create_symlink(fs::absolute(testing::pptrain_emu_bin()), dir.file("b/pptrain"));
+  for (const char* b : {"gpu_model", "model_flops"}) fs::create_symlink(build / "bench" / b, dir.file("b/bench/") + b);
+
+  CommandResult r = run_command("PATH=" + dir.file("bin") + ":$PATH OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 "
+                                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+                                "scripts/gpu_check.sh " + dir.file("b") + " 2>&1",
+                                300);
+  EXPECT_EQ(r.exit_code, 1) << r.output;  // test_fail failed
+  std::map<std::string, std::string> lines;  // check (binary for device_tests) -> line
+  std::istringstream in(r.output);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch check, binary;
+    ASSERT_TRUE(std::regex_search(line, check, std::regex("^\\{\"check\": \"([a-z0-9_]+)\"")))
+        << "not a check line: " << line << "\n" << r.output;
+    std::string key = check[1];
+    if (std::regex_search(line, binary, std::regex("\"binary\": \"([^\"]+)\""))) key.append(":").append(binary[1].str());
+    lines[key] = line;
+  }
+  EXPECT_NE(lines["device"].find("\"gpus\": 2, \"name\": \"NVIDIA H100 80GB HBM3\""), std::string::npos) << r.output;
+  EXPECT_NE(lines["device_tests:test_pass"].find("\"ok\": true, \"exit\": 0, \"passed\": 3"), std::string::npos)
+      << r.output;
+  EXPECT_NE(lines["device_tests:test_fail"].find("\"ok\": false, \"exit\": 1, \"passed\": 0, \"failed\": \"Suite.Name\""),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(lines["attention"].find("attention_check is not in this build"), std::string::npos) << r.output;
+  EXPECT_NE(lines["bf16_learning"].find("\"ok\": true"), std::string::npos) << r.output;
+  EXPECT_NE(lines["nccl"].find("\"ok\": true, \"ranks\": 2"), std::string::npos) << r.output;
+  EXPECT_NE(lines["nccl"].find("comm nccl"), std::string::npos) << r.output;
+  EXPECT_NE(lines["bench"].find("\"skipped\": "), std::string::npos) << r.output;
+  EXPECT_NE(lines["model_vs_measured"].find("\"predicted_mfu\": 0."), std::string::npos) << r.output;
 }
 
 TEST(GpuBundleMake, TheMakeTargetRunsTheSamePackingScript) {
