@@ -73,9 +73,13 @@ BENCH_BINS := $(BENCH_SRCS:bench/%.cpp=$(BUILD)/bench/%)
 #   kernels.mk        the kernels, emulated and nvcc (KERNEL_EMU_OBJS, KERNEL_NVCC_OBJS)
 #   cuda.mk           the cuda backend, emulated (pptrain-emu) and real; uses the above
 #   cuda_bench.mk     GPU benchmarks; uses CUDA and the object lists of cuda.mk
+#   gpu_model.mk      the GPU performance model (build/bench/gpu_model), host-only
+#   gpu_tests.mk      real-device test binaries (CUDA=1); uses the object lists of cuda.mk
 #   mpi_tests.mk      MPI test programs (the NCCL ones link the emulated cuda backend)
 #   checkpoint.mk, run_time_tests.mk   what tests find at run time (order-only)
-include mk/kernels.mk mk/cuda.mk mk/cuda_bench.mk mk/mpi_tests.mk mk/checkpoint.mk mk/run_time_tests.mk
+#   bundle.mk         `make gpu-bundle`; last: it packs the binaries listed above
+include mk/kernels.mk mk/cuda.mk mk/cuda_bench.mk mk/gpu_model.mk mk/gpu_tests.mk mk/mpi_tests.mk mk/checkpoint.mk \
+        mk/run_time_tests.mk mk/bundle.mk
 
 .PHONY: binaries clean
 .PRECIOUS: $(BUILD)/obj/%.o

@@ -6,7 +6,11 @@
 // the loss and every parameter gradient of one forward/dgrad/wgrad step of a whole model.
 // The cuBLASLt plan cache and GEMM errors are checked too; the ops in bf16 are in
 // test_cuda_backend_bf16.cpp.
-#define PPTRAIN_EMULATED 1  // this binary links the emulated cuda backend
+// PPTRAIN_REAL_DEVICE (mk/gpu_tests.mk) builds this file against the real CUDA backend, so
+// the same comparisons run on a GPU; by default it links the emulated cuda backend.
+#ifndef PPTRAIN_REAL_DEVICE
+#define PPTRAIN_EMULATED 1
+#endif
 
 #include <gtest/gtest.h>
 
@@ -20,9 +24,9 @@
 #include "backend/ops.h"
 #include "core/communicator.h"
 #include "core/error.h"
-#include "emu/emu.h"
 #include "model/stage.h"
 #include "support/cpu_ops_util.h"
+#include "support/cuda_run_order.h"
 
 using namespace pptrain;
 using pptrain::testing::normalized_error;
@@ -32,7 +36,6 @@ using pptrain::testing::random_ints;
 namespace {
 
 constexpr double kTolerance = 1e-5;
-constexpr emu::Order kOrders[] = {emu::Order::forward, emu::Order::reverse};
 
 // One backend and the host copies of the tensors it works on. Each named tensor lives in
 // that backend's memory; results are read back by name.
@@ -74,10 +77,10 @@ void compare(const std::vector<std::string>& outputs, const std::function<double
   auto cpu_ops = make_cpu_ops();
   BackendRun cpu(*cpu_ops);
   const double cpu_scalar = body(cpu);
-  for (emu::Order order : kOrders) {
-    SCOPED_TRACE(order == emu::Order::forward ? "fiber order forward" : "fiber order reverse");
+  for (pptrain::testing::RunOrder order : pptrain::testing::kRunOrders) {
+    SCOPED_TRACE(pptrain::testing::run_order_name(order));
     auto cuda_ops = make_cuda_ops(0);
-    static_cast<cuda::CudaOps&>(*cuda_ops).compute_stream()->order = order;
+    pptrain::testing::set_run_order(*cuda_ops, order);
     BackendRun gpu(*cuda_ops);
     const double gpu_scalar = body(gpu);
     EXPECT_NEAR(gpu_scalar, cpu_scalar, kTolerance * std::fabs(cpu_scalar) + 1e-12);
@@ -87,9 +90,11 @@ void compare(const std::vector<std::string>& outputs, const std::function<double
       EXPECT_LE(err, kTolerance) << name;
       if (::testing::Test::HasFailure()) return;
     }
+#ifdef PPTRAIN_EMULATED  // only the emulated stream counts launches
     if (kernels) {
-      EXPECT_GT(static_cast<cuda::CudaOps&>(*cuda_ops).compute_stream()->launches, 0);
+      EXPECT_GT(pptrain::testing::launches(*cuda_ops), 0);
     }
+#endif
   }
 }
 
@@ -201,7 +206,9 @@ TEST(CudaBackendGemm, PlansAreBuiltOncePerShapeTypeEpilogueAndAlignment) {
   const int n = 5, in = 11, out = 6;
   auto cpu_ops = make_cpu_ops(), cuda_ops = make_cuda_ops(0);
   const auto& lt = static_cast<cuda::CudaOps&>(*cuda_ops).lt_gemm();
+#ifdef PPTRAIN_EMULATED  // the emulated cuBLASLt counts its heuristic calls
   const long long library_calls = emu::cublaslt_heuristic_calls();
+#endif
   BackendRun cpu(*cpu_ops), gpu(*cuda_ops);
   for (BackendRun* r : {&cpu, &gpu}) {
     const bool is_gpu = r == &gpu;
@@ -245,7 +252,9 @@ TEST(CudaBackendGemm, PlansAreBuiltOncePerShapeTypeEpilogueAndAlignment) {
     }
   }
   EXPECT_EQ(lt.plans(), 5u);
+#ifdef PPTRAIN_EMULATED
   EXPECT_EQ(emu::cublaslt_heuristic_calls() - library_calls, 5) << "the library's heuristic ran once per plan";
+#endif
   for (const char* name : {"y1", "y2", "y3", "y4", "dx", "dx_acc"})
     EXPECT_LE(normalized_error(gpu.get(name), cpu.get(name)), kTolerance) << name;
 }
@@ -280,6 +289,7 @@ TEST(CudaBackendGemm, ABadGemmIsAOneLineErrorNamingTheOpRankAndDevice) {
   ops->release(buf);
 }
 
+#ifdef PPTRAIN_EMULATED  // a test of the emulated cuBLASLt itself (host vectors as device memory)
 TEST(CudaBackendGemm, EmulatedCublasLtChecksAttributesAndWorkspace) {
   cublasLtHandle_t handle = nullptr;
   cublasLtMatmulDesc_t desc = nullptr;
@@ -324,6 +334,7 @@ TEST(CudaBackendGemm, EmulatedCublasLtChecksAttributesAndWorkspace) {
   cublasLtMatmulDescDestroy(desc);
   cublasLtDestroy(handle);
 }
+#endif
 
 // ---- layernorm, GELU, elementwise ---------------------------------------------------------
 

@@ -7,7 +7,11 @@
 // by at most u·|x| with u = 2^-8, i.e. at most u·max|y| for a tensor y. What fp32 work
 // precedes that rounding runs in each backend's own order, bounded from the inputs' ranges
 // (sum_order, expression below; support/tolerances.h for γ_n).
-#define PPTRAIN_EMULATED 1  // this binary links the emulated cuda backend
+// PPTRAIN_REAL_DEVICE (mk/gpu_tests.mk) builds this file against the real CUDA backend, so
+// the same comparisons run on a GPU; by default it links the emulated cuda backend.
+#ifndef PPTRAIN_REAL_DEVICE
+#define PPTRAIN_EMULATED 1
+#endif
 
 #include <gtest/gtest.h>
 
@@ -21,8 +25,8 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/ops.h"
 #include "core/error.h"
-#include "emu/emu.h"
 #include "support/cpu_ops_util.h"
+#include "support/cuda_run_order.h"
 #include "support/tolerances.h"
 
 using namespace pptrain;
@@ -46,7 +50,6 @@ double sum_order(int n, double t) { return 2 * gamma_n(n, kFp32Unit) * n * t; }
 // evaluations differ by at most 2·γ_k of the largest intermediate, which in these tests is
 // at most 4 times the largest output.
 double expression(int k) { return 2 * gamma_n(k, kFp32Unit) * 4; }
-constexpr emu::Order kOrders[] = {emu::Order::forward, emu::Order::reverse};
 
 std::vector<float> round_bf16(std::vector<float> v) {
   for (float& x : v) x = bfloat16::from_float(x).to_float();
@@ -131,10 +134,10 @@ void compare(const std::vector<Output>& outputs, Body body) {
   auto cpu_ops = make_cpu_ops();
   Run<float> cpu(*cpu_ops);
   body(cpu);
-  for (emu::Order order : kOrders) {
-    SCOPED_TRACE(order == emu::Order::forward ? "fiber order forward" : "fiber order reverse");
+  for (pptrain::testing::RunOrder order : pptrain::testing::kRunOrders) {
+    SCOPED_TRACE(pptrain::testing::run_order_name(order));
     auto cuda_ops = make_cuda_ops(0);
-    static_cast<cuda::CudaOps&>(*cuda_ops).compute_stream()->order = order;
+    pptrain::testing::set_run_order(*cuda_ops, order);
     Run<bfloat16> gpu(*cuda_ops);
     body(gpu);
     for (const Output& out : outputs) {
@@ -158,9 +161,9 @@ TEST(CudaBackendBf16, CastRoundsToNearestEvenAndRoundTrips) {
                             bits(0xbf818000), 0.0f, -0.0f, bits(0x00008000), bits(0x00018000),
                             INFINITY, -INFINITY, bits(0x7f7fffff), 1e-40f, 3.0e38f};
   for (float x : random_floats(1001, 91, -1e4f, 1e4f)) src.push_back(x);
-  for (emu::Order order : kOrders) {
+  for (pptrain::testing::RunOrder order : pptrain::testing::kRunOrders) {
     auto ops = make_cuda_ops(0);
-    static_cast<cuda::CudaOps&>(*ops).compute_stream()->order = order;
+    pptrain::testing::set_run_order(*ops, order);
     // One element in: the 128-bit vector path and the scalar tail and misaligned starts.
     for (size_t offset : {size_t(0), size_t(1)}) {
       const size_t n = src.size() - offset;

@@ -5,7 +5,11 @@
 // allows, and differ from it by more than summation order could, so the bf16 path really
 // ran. Bounds: support/tolerances.h, from the model's config. Planted bugs (a gradient off
 // by 1e-3, an fp32 model where bf16 is claimed) must be rejected by the same comparisons.
-#define PPTRAIN_EMULATED 1  // this binary links the emulated cuda backend
+// PPTRAIN_REAL_DEVICE (mk/gpu_tests.mk) builds this file against the real CUDA backend, so
+// the same comparisons run on a GPU; by default it links the emulated cuda backend.
+#ifndef PPTRAIN_REAL_DEVICE
+#define PPTRAIN_EMULATED 1
+#endif
 
 #include <gtest/gtest.h>
 

@@ -96,3 +96,22 @@ TEST(CudaBuild, MakeCuda1CompilesAndLinksPptrainWithTheCudaBackend) {
   CommandResult cuda_version = run_command(dir.file("pptrain") + " --version", 30);
   EXPECT_NE(cuda_version.output.find("backends: cpu cuda"), std::string::npos) << cuda_version.output;
 }
+
+// The real-device tests (mk/gpu_tests.mk: tests/test_cuda_backend*.cpp with
+// -DPPTRAIN_REAL_DEVICE, linked by `make CUDA=1 gpu-tests`) compile against the toolkit's
+// headers: what only the emulator provides stays under PPTRAIN_EMULATED. Syntax only, the
+// three at once: no nvcc, no link.
+TEST(CudaBuild, RealDeviceTestsCompileAgainstTheCudaToolkit) {
+  const std::string cuda_home = std::getenv("CUDA_HOME") ? std::getenv("CUDA_HOME") : "/usr/local/cuda";
+  if (!fs::exists(cuda_home + "/include/cuda_runtime.h")) GTEST_SKIP() << "no CUDA toolkit under " << cuda_home;
+  std::string cmd = "status=0; pids=''; ";
+  for (const char* t : {"test_cuda_backend", "test_cuda_backend_bf16", "test_cuda_backend_model"})
+    cmd += std::string("mpicxx -std=c++20 -fsyntax-only -Wall -Wextra -Werror -Wno-unused-parameter -DOMPI_SKIP_MPICXX ") +
+           "-DPPTRAIN_REAL_DEVICE -DPPTRAIN_WITH_CUDA -Isrc -Ikernels -Itests -I" + cuda_home + "/include tests/" + t +
+           ".cpp & pids=\"$pids $!\"; ";
+  cmd += "for p in $pids; do wait $p || status=1; done; exit $status";
+  CommandResult r = run_command(cmd + " 2>&1", 300);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // Planted: the emulator's fiber order used outside the guard would not compile here.
+  EXPECT_EQ(r.output.find("error"), std::string::npos) << r.output;
+}

@@ -1,0 +1,267 @@
+// The relocatable GPU bundle (scripts/make_bundle.sh, `make gpu-bundle`) and the GPU check it
+// ships (scripts/gpu_check.sh). The real bundle packs the CUDA=1 build, minutes of nvcc; this
+// test packs the cpu build with --cpu-only (`make gpu-bundle BUNDLE_CPU_ONLY=1`), the same
+// script and the same packing of Open MPI, PMIx and every library, then unpacks the tarball
+// somewhere else (the bundle must be relocatable) and runs it with a clean environment whose
+// PATH has no mpirun: ldd resolves every library but the C library and C++ runtime from
+// the bundle; pptrain --version, prepare-data and one training step run, also under the
+// bundle's `mpirun -np 2`, and the dynamic loader's log (LD_DEBUG=libs) shows every library
+// and every dlopen'ed Open MPI / PMIx component came from the bundle. Runs from the
+// repository root.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "support/test_util.h"
+
+namespace pptrain {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::CommandResult;
+using testing::run_command;
+using testing::TempDir;
+
+// What the bundle leaves to the node (scripts/make_bundle.sh, is_system): glibc, the C++
+// runtime, and libtinfo, which the node's bash (running the launcher) loads.
+bool is_system_library(const std::string& name) {
+  for (const char* prefix : {"linux-vdso.so", "ld-linux", "libc.so.", "libm.so.", "libpthread.so.", "libdl.so.",
+                             "librt.so.", "libutil.so.", "libresolv.so.", "libstdc++.so.", "libgcc_s.so.",
+                             "libtinfo.so."})
+    if (name.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+class GpuBundle : public ::testing::Test {
+ protected:
+  // Packs and unpacks once for all tests of the suite.
+  static void SetUpTestSuite() {
+    work_ = new TempDir;
+    const std::string build = fs::path(testing::pptrain_bin()).parent_path().string();
+    pack_ = run_command("scripts/make_bundle.sh --build " + build + " --out " + work_->file("pack") + " --tar " +
+                            work_->file("pptrain-gpu.tar.gz") + " --cpu-only 2>&1",
+                        120);
+    if (pack_.exit_code == 0)
+      unpack_ = run_command("mkdir -p " + work_->file("elsewhere") + " && tar -C " + work_->file("elsewhere") +
+                            " -xzf " + work_->file("pptrain-gpu.tar.gz") + " && rm -rf " + work_->file("pack") + " 2>&1");
+    // A PATH with only what the launcher needs: no mpirun, no ssh.
+    fs::create_directories(work_->file("bin"));
+    for (const char* tool : {"bash", "dirname", "env"}) {
+      const CommandResult where = run_command(std::string("command -v ") + tool);
+      std::string path = where.output.substr(0, where.output.find('\n'));
+      fs::create_symlink(path, work_->file("bin") + "/" + tool);
+    }
+  }
+  static void TearDownTestSuite() {
+    delete work_;
+    work_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_EQ(pack_.exit_code, 0) << pack_.output;
+    ASSERT_EQ(unpack_.exit_code, 0) << unpack_.output;
+  }
+
+  static std::string bundle() { return work_->file("elsewhere/pptrain-gpu"); }
+  // `command` under env -i with the bundle's launcher: PATH only work/bin (no mpirun).
+  static CommandResult in_bundle(const std::string& command, const std::string& env = "", int timeout_s = 60) {
+    return run_command("cd " + work_->path() + " && env -i HOME=" + work_->path() + " PATH=" + work_->file("bin") +
+                           " OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 " + env + " " +
+                           bundle() + "/run " + command + " 2>&1",
+                       timeout_s);
+  }
+  // Every library the loader initialised in the runs logged to `dir` (LD_DEBUG_OUTPUT).
+  static std::set<std::string> loaded_libraries(const std::string& dir) {
+    CommandResult r = run_command("cat " + dir + "/ld.* | sed -n 's/.*calling init: //p' | sort -u");
+    std::set<std::string> libs;
+    std::istringstream in(r.output);
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) libs.insert(line);
+    return libs;
+  }
+  // Checks that every library of `libs` is in the bundle or the node's C library / C++
+  // runtime, and that each of `from_bundle` (name prefixes) was loaded from the bundle.
+  static void expect_from_bundle(const std::set<std::string>& libs, const std::vector<std::string>& from_bundle) {
+    for (const std::string& path : libs) {
+      const std::string name = fs::path(path).filename().string();
+      if (path.rfind(bundle() + "/", 0) != 0) {
+        EXPECT_TRUE(is_system_library(name)) << path << " is not from the bundle";
+      }
+    }
+    for (const std::string& want : from_bundle) {
+      bool found = false;
+      for (const std::string& path : libs)
+        found |= path.rfind(bundle() + "/", 0) == 0 && fs::path(path).filename().string().rfind(want, 0) == 0;
+      EXPECT_TRUE(found) << want << "* was not loaded from the bundle";
+    }
+  }
+
+  static TempDir* work_;
+  static CommandResult pack_, unpack_;
+};
+
+TempDir* GpuBundle::work_ = nullptr;
+CommandResult GpuBundle::pack_{-1, ""}, GpuBundle::unpack_{-1, ""};
+
+TEST_F(GpuBundle, HoldsTheBinariesOpenMpiRuntimeScriptsAndConfigs) {
+  for (const char* f : {"run", "bin/pptrain", "bin/mpirun", "bin/orted", "build/pptrain", "build/bench/gpu_model",
+                        "build/bench/model_flops", "lib/libmpi.so.40", "lib/libhdf5_openmpi.so.103", "lib/libopenblas.so.0",
+                        "lib/libpmix.so.2", "share/openmpi/help-mpi-api.txt", "configs/gpt2_124m_gpu.yaml",
+                        "configs/gpt2_1558m_t4096.yaml", "scripts/gpu_check.sh", "scripts/bench_gpu.sh",
+                        "bench/cuda/train_throughput.sh", "MANIFEST"})
+    EXPECT_TRUE(fs::exists(bundle() + "/" + f)) << f;
+  int components = 0;
+  for (const auto& e : fs::directory_iterator(bundle() + "/lib/openmpi")) components += e.path().extension() == ".so";
+  EXPECT_GT(components, 20) << "Open MPI's MCA components (dlopen'ed) are missing";
+  // The C library and the C++ runtime stay the node's.
+  for (const auto& e : fs::directory_iterator(bundle() + "/lib"))
+    EXPECT_FALSE(is_system_library(e.path().filename().string())) << e.path();
+}
+
+TEST_F(GpuBundle, LddResolvesEveryOtherLibraryFromTheBundle) {
+  CommandResult r = run_command("cd " + bundle() + " && for f in build/pptrain build/bench/* bin/mpirun bin/orted "
+                                "lib/openmpi/*.so pmix/lib/pmix/*.so; do echo \"== $f\"; env -i LD_LIBRARY_PATH=" +
+                                bundle() + "/lib:" + bundle() + "/lib/cuda ldd $f; done 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::istringstream in(r.output);
+  std::string file;
+  int resolved = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("== ", 0) == 0) {
+      file = line.substr(3);
+      continue;
+    }
+    std::istringstream words(line);
+    std::string name, arrow, path;
+    words >> name >> arrow >> path;
+    if (arrow != "=>") continue;
+    if (is_system_library(name)) continue;
+    ++resolved;
+    EXPECT_EQ(path.rfind(bundle() + "/", 0), 0u) << file << " needs " << name << " from " << path;
+  }
+  EXPECT_GT(resolved, 100) << r.output;
+}
+
+TEST_F(GpuBundle, TrainsFromTheBundleAloneAlsoUnderItsMpirun) {
+  CommandResult v = in_bundle("pptrain --version");
+  ASSERT_EQ(v.exit_code, 0) << v.output;
+  EXPECT_NE(v.output.find("pptrain "), std::string::npos) << v.output;
+  CommandResult which = in_bundle("bash -c 'command -v mpirun'");
+  EXPECT_EQ(which.output, bundle() + "/bin/mpirun\n");
+
+  const std::string data = work_->file("data");
+  CommandResult prep = in_bundle("pptrain prepare-data --markov --vocab 19 --tokens 5000 --out " + data);
+  ASSERT_EQ(prep.exit_code, 0) << prep.output;
+  testing::write_file(work_->file("tiny.yaml"),
+                      "model: {n_layer: 2, n_head: 2, d_model: 16, seq_len: 8, vocab_size: 19}\n"
+                      "parallel: {microbatches: 2}\n"
+                      "training: {steps: 1, micro_batch_size: 2, warmup_steps: 0, eval_every: 0}\n"
+                      "data: {train: '" + data + "/train_*.bin'}\n"
+                      "logging: {every: 1, sample_tokens: 0}\n");
+  for (const std::string& launch : {std::string("pptrain"), std::string("mpirun -np 2 --oversubscribe pptrain")}) {
+    SCOPED_TRACE(launch);
+    const std::string log = work_->file(launch.size() > 8 ? "ld_mpirun" : "ld_single");
+    fs::create_directories(log);
+    CommandResult r = in_bundle(launch + " train " + work_->file("tiny.yaml") + (launch.size() > 8 ? " parallel.dp=2" : ""),
+                                "LD_DEBUG=libs LD_DEBUG_OUTPUT=" + log + "/ld");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("step 1/1 | loss"), std::string::npos) << r.output;
+    std::vector<std::string> want = {"libmpi.so", "libhdf5_openmpi.so", "libyaml-cpp.so", "libopenblas.so",
+                                     "libgomp.so", "libgfortran.so"};
+    if (launch.size() > 8) {  // mpirun, and the components it and the ranks dlopen
+      EXPECT_NE(r.output.find("dp 2"), std::string::npos) << r.output;
+      for (const char* c : {"libopen-rte.so", "libpmix.so", "mca_plm_", "mca_btl_", "mca_pml_", "pmix_mca_"})
+        want.push_back(c);
+    }
+    expect_from_bundle(loaded_libraries(log), want);
+  }
+}
+
+TEST_F(GpuBundle, GpuCheckSkipsWithOneLineWhereThereIsNoGpu) {
+  CommandResult r = in_bundle("scripts/gpu_check.sh");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "{\"check\": \"gpu_check\", \"skipped\": \"nvidia-smi not found (no NVIDIA driver on this "
+                      "machine)\"}\n");
+}
+
+TEST(GpuCheck, SkipsWhenNvidiaSmiListsNoGpu) {
+  TempDir dir;
+  fs::create_directories(dir.file("bin"));
+  testing::write_file(dir.file("bin/nvidia-smi"), "#!/bin/sh\necho 'No devices were found'\nexit 6\n");
+  fs::permissions(dir.file("bin/nvidia-smi"), fs::perms::owner_all);
+  CommandResult r = run_command("PATH=" + dir.file("bin") + ":$PATH scripts/gpu_check.sh 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "{\"check\": \"gpu_check\", \"skipped\": \"nvidia-smi -L lists no GPU\"}\n");
+}
+
+// The whole check on the emulated cuda backend: pptrain-emu stands in for the real pptrain
+// (its `device: cuda` runs the cuda backend's host code and kernels on the CPU, its NCCL is
+// carried by MPI), a stand-in nvidia-smi lists two H100s, and two stand-in device tests pass
+// and fail. Each check is one JSON line; the failed test fails the check (exit 1).
+TEST(GpuCheck, ReportsEveryCheckAsOneJsonLineOnTheEmulatedBackend) {
+  TempDir dir;
+  const fs::path build = fs::absolute(testing::pptrain_bin()).parent_path();
+  ASSERT_TRUE(fs::exists(testing::pptrain_emu_bin())) << testing::pptrain_emu_bin() << " not built";
+  fs::create_directories(dir.file("bin"));
+  fs::create_directories(dir.file("b/bench"));
+  fs::create_directories(dir.file("b/gpu-tests"));
+  testing::write_file(dir.file("bin/nvidia-smi"),
+                      "#!/bin/sh\ncase \"$*\" in\n"
+                      "  *-L*) echo 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'; echo 'GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1)' ;;\n"
+                      "  *driver*) echo 580.65 ;;\n  *name*) echo 'NVIDIA H100 80GB HBM3' ;;\nesac\n");
+  testing::write_file(dir.file("b/gpu-tests/test_pass"), "#!/bin/sh\necho '[  PASSED  ] 3 tests.'\n");
+  testing::write_file(dir.file("b/gpu-tests/test_fail"),
+                      "#!/bin/sh\necho 'x.cpp:1: Failure'\necho '[  FAILED  ] Suite.Name (1 ms)'\n"
+                      "echo '[  FAILED  ] 1 test, listed below:'\necho '[  FAILED  ] Suite.Name'\nexit 1\n");
+  for (const char* f : {"bin/nvidia-smi", "b/gpu-tests/test_pass", "b/gpu-tests/test_fail"})
+    fs::permissions(dir.file(f), fs::perms::owner_all);
+  fs::create_symlink(fs::absolute(testing::pptrain_emu_bin()), dir.file("b/pptrain"));
+  for (const char* b : {"gpu_model", "model_flops"}) fs::create_symlink(build / "bench" / b, dir.file("b/bench/") + b);
+
+  CommandResult r = run_command("PATH=" + dir.file("bin") + ":$PATH OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 "
+                                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+                                "scripts/gpu_check.sh " + dir.file("b") + " 2>&1",
+                                300);
+  EXPECT_EQ(r.exit_code, 1) << r.output;  // test_fail failed
+  std::map<std::string, std::string> lines;  // check (binary for device_tests) -> line
+  std::istringstream in(r.output);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch check, binary;
+    ASSERT_TRUE(std::regex_search(line, check, std::regex("^\\{\"check\": \"([a-z0-9_]+)\"")))
+        << "not a check line: " << line << "\n" << r.output;
+    std::string key = check[1];
+    if (std::regex_search(line, binary, std::regex("\"binary\": \"([^\"]+)\""))) key.append(":").append(binary[1].str());
+    lines[key] = line;
+  }
+  EXPECT_NE(lines["device"].find("\"gpus\": 2, \"name\": \"NVIDIA H100 80GB HBM3\""), std::string::npos) << r.output;
+  EXPECT_NE(lines["device_tests:test_pass"].find("\"ok\": true, \"exit\": 0, \"passed\": 3"), std::string::npos)
+      << r.output;
+  EXPECT_NE(lines["device_tests:test_fail"].find("\"ok\": false, \"exit\": 1, \"passed\": 0, \"failed\": \"Suite.Name\""),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(lines["attention"].find("attention_check is not in this build"), std::string::npos) << r.output;
+  EXPECT_NE(lines["bf16_learning"].find("\"ok\": true"), std::string::npos) << r.output;
+  EXPECT_NE(lines["nccl"].find("\"ok\": true, \"ranks\": 2"), std::string::npos) << r.output;
+  EXPECT_NE(lines["nccl"].find("comm nccl"), std::string::npos) << r.output;
+  EXPECT_NE(lines["bench"].find("\"skipped\": "), std::string::npos) << r.output;
+  EXPECT_NE(lines["model_vs_measured"].find("\"predicted_mfu\": 0."), std::string::npos) << r.output;
+}
+
+TEST(GpuBundleMake, TheMakeTargetRunsTheSamePackingScript) {
+  const std::string build = fs::path(testing::pptrain_bin()).parent_path().string();
+  // -n: what `make gpu-bundle` would run, without running it; -o: the build is current.
+  CommandResult cpu = run_command("env -u MAKEFLAGS -u MAKELEVEL make -n --no-print-directory BUILD=" + build +
+                                  " BUNDLE_CPU_ONLY=1 -o bundle-binaries gpu-bundle 2>&1");
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+  EXPECT_NE(cpu.output.find("scripts/make_bundle.sh --build " + build + " --out " + build + "/gpu-bundle --tar " + build +
+                            "/pptrain-gpu.tar.gz --cpu-only"),
+            std::string::npos)
+      << cpu.output;
+}
+
+}  // namespace
+}  // namespace pptrain
