@@ -46,17 +46,22 @@ ModelDims small_dims(int tp) {
   return ModelDims::from(m, 2, tp, 0);
 }
 
-TEST(GpuModelMemory, BlockSlotBytesEqualWhatTheBlockAllocatesForNaiveAttention) {
+TEST(GpuModelMemory, BlockSlotBytesEqualWhatTheBlockAllocatesForEveryAttention) {
   auto ops = make_cpu_ops();
   LocalComm alone;
-  for (int tp : {1, 2}) {
-    const ModelDims d = small_dims(tp);
-    ParamStore params(*ops, tp, 0, 1);
-    Block<float> block(params, d, 0, alone);
-    EXPECT_EQ(double(block.slot_bytes()), bench::block_slot_bytes("naive", d, sizeof(float))) << "tp " << tp;
-    ParamStore params16(*ops, tp, 0, 1);
-    Block<bfloat16> block16(params16, d, 0, alone);
-    EXPECT_EQ(double(block16.slot_bytes()), bench::block_slot_bytes("naive", d, sizeof(bfloat16))) << "tp " << tp;
+  for (const std::string attention : {"naive", "flash", "cudnn"}) {
+    for (int tp : {1, 2}) {
+      ModelDims d = small_dims(tp);
+      d.fused_attention = attention != "naive";  // flash and cudnn share the fused slot
+      ParamStore params(*ops, tp, 0, 1);
+      Block<float> block(params, d, 0, alone);
+      EXPECT_EQ(double(block.slot_bytes()), bench::block_slot_bytes(attention, d, sizeof(float)))
+          << attention << " tp " << tp;
+      ParamStore params16(*ops, tp, 0, 1);
+      Block<bfloat16> block16(params16, d, 0, alone);
+      EXPECT_EQ(double(block16.slot_bytes()), bench::block_slot_bytes(attention, d, sizeof(bfloat16)))
+          << attention << " tp " << tp;
+    }
   }
 }
 

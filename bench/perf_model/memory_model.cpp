@@ -12,18 +12,19 @@ namespace pptrain::bench {
 double attention_slot_bytes(const std::string& attention, const ModelDims& d, size_t elem) {
   const double b = d.batch, nh = d.local_heads(), t = d.seq_len;
   if (attention == "naive") return b * nh * t * t * double(elem);  // probs [B,NH,T,T]
-  if (attention == "flash") return 2 * b * nh * t * 4.0;          // lse, delta [B,NH,T] fp32
-  if (attention == "cudnn") return b * nh * t * 4.0;              // softmax stats [B,NH,T] fp32
+  // flash and cudnn share the block's fused slot: lse and delta [B,NH,T] fp32 (cuDNN's
+  // softmax statistics are the lse; it keeps its own scratch in place of delta).
+  if (attention == "flash" || attention == "cudnn") return 2 * b * nh * t * 4.0;
   fail("perf model: model.attention '", attention, "' is not one of naive, flash, cudnn");
 }
 
 // Block::for_each_buffer, buffer by buffer (N = B·T, C, CL = C/tp, HL = 4C/tp):
 //   storage type: ln1, x2, ln2, dln2, dx2, dln1 [N,C]; qkv, dqkv [N,3CL]; attn [N,CL];
-//                 fc1, gelu, dfc1 [N,HL]; scratch [N,max(C,HL)]; + the attention part
+//                 fc1, gelu, dfc1 [N,HL]; dattn [N,CL]; + the attention part
 //   fp32:         ln1_mean, ln1_rstd, ln2_mean, ln2_rstd [N]
 double block_slot_bytes(const std::string& attention, const ModelDims& d, size_t elem) {
   const double n = d.rows(), c = d.d_model, cl = d.local_channels(), hl = d.local_hidden();
-  const double storage = 6 * n * c + 2 * n * 3 * cl + n * cl + 3 * n * hl + n * std::max(c, hl);
+  const double storage = 6 * n * c + 2 * n * 3 * cl + 2 * n * cl + 3 * n * hl;
   return storage * double(elem) + 4 * n * 4.0 + attention_slot_bytes(attention, d, elem);
 }
 
