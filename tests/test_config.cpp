@@ -96,7 +96,11 @@ TEST(Config, AttentionDefaultsToTheDevicesAndAcceptsEachChoice) {
   EXPECT_EQ(parse_config("device: cuda\n", "t.yaml").model.attention, "flash");
   EXPECT_EQ(parse_config("model: {attention: flash}\n", "t.yaml").model.attention, "flash");
   EXPECT_EQ(parse_config("device: cuda\nmodel: {attention: naive}\n", "t.yaml").model.attention, "naive");
-  EXPECT_EQ(parse_config("device: cuda\n", "t.yaml", {"model.attention=cudnn"}).model.attention, "cudnn");
+  EXPECT_EQ(parse_config("device: cuda\ntraining: {precision: bf16}\n", "t.yaml", {"model.attention=cudnn"})
+                .model.attention,
+            "cudnn");
+  // Unset on cuda with a head size the flash kernels do not take (d_model 16 / 2 heads = 8): naive.
+  EXPECT_EQ(parse_config("device: cuda\nmodel: {n_head: 2, d_model: 16}\n", "t.yaml").model.attention, "naive");
   // The resolved choice survives the round trip through the written config.
   Config c = parse_config("device: cuda\n", "t.yaml");
   EXPECT_EQ(parse_config(to_yaml(c), "b.yaml").model.attention, "flash");
@@ -108,6 +112,11 @@ TEST(Config, RejectsAnUnknownAttentionAndCudnnOnTheCpu) {
   msg = error_of("", {"model.attention=cudnn"});
   EXPECT_EQ(msg, "exp.yaml: key 'model.attention': cudnn needs device: cuda (on the cpu expected naive or flash)");
   EXPECT_EQ(msg.find('\n'), std::string::npos);
+  msg = error_of("device: cuda\nmodel: {n_head: 2, d_model: 16, attention: flash}\n");
+  EXPECT_EQ(msg, "exp.yaml: key 'model.attention': flash on cuda needs a head size d_model/n_head of 32, 64 or 128 "
+                 "(its kernels' tiles), got 8; naive takes any");
+  // On the cpu flash takes any head size.
+  EXPECT_EQ(parse_config("model: {n_head: 2, d_model: 16, attention: flash}\n", "t.yaml").model.attention, "flash");
 }
 
 TEST(Config, RejectsMalformedYamlAndOverride) {

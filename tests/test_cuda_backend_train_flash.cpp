@@ -31,11 +31,12 @@ class CudaFlashTrain : public ::testing::Test {
     ASSERT_TRUE(fs::exists(pptrain_emu_bin())) << pptrain_emu_bin() << " not built";
     auto r = prepare_markov_corpus(dir_.file("data"), 19, 6000, 5);
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    // 4 blocks (one per stage of a pp=2 V), 2 heads (one per tp=2 rank), T = 16; grad_clip 0
+    // 4 blocks (one per stage of a pp=2 V), 2 heads of 32 (one per tp=2 rank; 32 is the
+    // smallest head size the flash kernels take), T = 16 (a partial key tile); grad_clip 0
     // compares raw gradients.
     write_file(dir_.file("model.yaml"),
                "device: cuda\n"
-               "model: {n_layer: 4, n_head: 2, d_model: 16, seq_len: 16, vocab_size: 19}\n"
+               "model: {n_layer: 4, n_head: 2, d_model: 64, seq_len: 16, vocab_size: 19}\n"
                "parallel: {microbatches: 4}\n"
                "training: {steps: 1, micro_batch_size: 2, lr: 1.0e-2, warmup_steps: 0, grad_clip: 0.0,"
                " eval_every: 0}\n"

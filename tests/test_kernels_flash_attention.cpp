@@ -26,6 +26,7 @@
 #include <string>
 
 #include "backend/ops.h"
+#include "core/config.h"
 #include "flash_attention.cuh"
 
 using namespace pptrain;
@@ -219,6 +220,29 @@ TEST(KernelsFlashAttention, UnsupportedHeadDimFailsWithOneLine) {
     EXPECT_STREQ(e.what(), "flash attention: head dim 48 is not supported (32, 64, 128)");
   }
   EXPECT_EQ(stream.launches, 0);
+}
+
+// The config (core, which cannot see kernels/) keeps its own list of the head sizes flash takes
+// on cuda; both must agree: for every head size up to 160 the config accepts flash on cuda
+// exactly when the launcher runs it (T = 1: one block, no work beyond the tile loads).
+TEST(KernelsFlashAttention, ConfigAcceptsFlashOnCudaExactlyForTheKernelsHeadDims) {
+  for (int hd = 1; hd <= 160; ++hd) {
+    bool config_accepts = true;
+    try {
+      parse_config(cat("device: cuda\nmodel: {n_head: 1, d_model: ", hd, ", attention: flash}\n"), "t.yaml");
+    } catch (const Error&) {
+      config_accepts = false;
+    }
+    std::vector<float> qkv(3 * size_t(hd), 0.5f), out(hd), lse(1);
+    emu::Stream stream;
+    bool kernel_runs = true;
+    try {
+      launch_flash_attention_forward<float>(LaunchContext{&stream}, out.data(), lse.data(), qkv.data(), 1, 1, 1, hd);
+    } catch (const Error&) {
+      kernel_runs = false;
+    }
+    EXPECT_EQ(config_accepts, kernel_runs) << "head size " << hd;
+  }
 }
 
 // Shared memory is static and sized by (T, HD) only: a long sequence launches the same blocks

@@ -183,6 +183,14 @@ YAML::Node override_node(const std::string& arg) {
   return root;
 }
 
+// The head sizes the handwritten flash kernels are instantiated for (kernels/flash_attention.cu;
+// a kernel test checks that the two lists agree).
+bool flash_kernel_head_dim(const ModelConfig& m) {
+  if (m.n_head < 1 || m.d_model % m.n_head != 0) return false;
+  const int hd = m.d_model / m.n_head;
+  return hd == 32 || hd == 64 || hd == 128;
+}
+
 void require(bool ok, const Config& c, const std::string& key, const std::string& what) {
   if (!ok) fail(c.source, ": key '", key, "': ", what);
 }
@@ -206,6 +214,9 @@ void validate(const Config& c) {
           "expected flash, cudnn or naive, got '" + m.attention + "'");
   require(m.attention != "cudnn" || c.device == "cuda", c, "model.attention",
           "cudnn needs device: cuda (on the cpu expected naive or flash)");
+  require(m.attention != "flash" || c.device != "cuda" || flash_kernel_head_dim(m), c, "model.attention",
+          cat("flash on cuda needs a head size d_model/n_head of 32, 64 or 128 (its kernels' tiles), got ",
+              m.d_model / m.n_head, "; naive takes any"));
   // cuDNN's fused attention takes 16-bit tensors only, and head sizes that are multiples of 8
   // up to 128 (its backward on Ampere; backend/cuda/cudnn_attention.h).
   require(m.attention != "cudnn" || t.precision == "bf16", c, "model.attention",
@@ -273,7 +284,8 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
   }
   apply(c, root, source);
   for (const auto& o : overrides) apply(c, override_node(o), "command line override '" + o + "'");
-  if (c.model.attention.empty()) c.model.attention = c.device == "cuda" ? "flash" : "naive";
+  if (c.model.attention.empty())
+    c.model.attention = c.device == "cuda" && flash_kernel_head_dim(c.model) ? "flash" : "naive";
   validate(c);
   return c;
 }

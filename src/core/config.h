@@ -24,6 +24,8 @@ struct ModelConfig {
   // in the file means the device's default, resolved when the config is parsed: flash on
   // cuda; naive on cpu, where the materialised path is the faster of the two at the
   // sequence lengths a CPU trains and keeps the cpu figures as they were.
+  // On cuda the default is naive where the head size is not one the flash kernels take
+  // (32, 64, 128); an explicit flash there is a one-line error.
   std::string attention;
 };
 
