@@ -23,21 +23,15 @@
 set -uo pipefail
 BUILD=${1:-build}
 
-# JSON string literal of $1.
-json_string() {
-  local s=${1//\\/\\\\}
-  s=${s//\"/\\\"}
-  s=${s//$'\t'/ }
-  s=${s//$'\r'/}
-  s=${s//$'\n'/ }
-  printf '"%s"' "$s"
-}
+here=${BASH_SOURCE[0]%/*}; [ "$here" = "${BASH_SOURCE[0]}" ] && here=.
+# shellcheck source=scripts/json_string.sh
+. "$here/json_string.sh"
 # Only shell builtins until nvidia-smi is found, so the skip works with any PATH.
 command -v nvidia-smi >/dev/null 2>&1 ||
   { echo "{\"check\": \"gpu_check\", \"skipped\": $(json_string "nvidia-smi not found (no NVIDIA driver on this machine)")}"; exit 0; }
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 [ "${gpus:-0}" -gt 0 ] || { echo "{\"check\": \"gpu_check\", \"skipped\": \"nvidia-smi -L lists no GPU\"}"; exit 0; }
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")
 status=0

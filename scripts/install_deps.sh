@@ -58,7 +58,7 @@ install_packages() {
 }
 
 # ---- cuDNN frontend headers (real CUDA build only; see the top of this file) -------------------
-# shellcheck source=../mk/cudnn_frontend.pin
+# shellcheck source=mk/cudnn_frontend.pin
 . "$(dirname "$0")/../mk/cudnn_frontend.pin"
 # The same default as mk/cuda.mk's CUDNN_FRONTEND_DIR; export CUDNN_FRONTEND_DIR to move both.
 CUDNN_FRONTEND_DIR=${CUDNN_FRONTEND_DIR:-${XDG_CACHE_HOME:-${HOME:-}/.cache}/pptrain/cudnn-frontend-$CUDNN_FRONTEND_VERSION}

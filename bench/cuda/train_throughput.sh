@@ -35,19 +35,12 @@ while [ $# -gt 0 ]; do
     *) echo "train_throughput.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 WORKDIR=${WORKDIR:-$BUILD/bench-gpu}
 TRAIN_TIMEOUT=${BENCH_TRAIN_TIMEOUT:-900}
 
-# A JSON string literal of $1 (backslash, quote and control characters escaped).
-json_string() {
-  local s=${1//\\/\\\\}
-  s=${s//\"/\\\"}
-  s=${s//$'\t'/ }
-  s=${s//$'\r'/}
-  s=${s//$'\n'/ }
-  printf '"%s"' "$s"
-}
+# shellcheck source=scripts/json_string.sh
+. scripts/json_string.sh
 
 # The number after "KEY": in the one-line JSON object $2 (empty when absent).
 json_number() {
