@@ -22,8 +22,7 @@ struct ModelConfig {
   // The attention core: naive (materialises the [B,NH,T,T] probabilities), flash (fused,
   // keeps the per-row log-sum-exp), cudnn (cuDNN's fused attention, device: cuda). Empty
   // in the file means the device's default, resolved when the config is parsed: flash on
-  // cuda; naive on cpu, where the materialised path is the faster of the two at the
-  // sequence lengths a CPU trains and keeps the cpu figures as they were.
+  // cuda; naive on cpu, which keeps the cpu's figures and losses as they were.
   // On cuda the default is naive where the head size is not one the flash kernels take
   // (32, 64, 128); an explicit flash there is a one-line error.
   std::string attention;
