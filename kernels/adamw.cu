@@ -1,4 +1,5 @@
-// AdamW (see adamw.cuh). Memory-bound: per element 4 fp32 reads and 3 fp32 writes. Thread i
+// AdamW (see adamw.cuh). Memory-bound: per element 4 fp32 reads and 3 fp32 writes (and one
+// bf16 write with the working copy). Thread i
 // updates elements [4i, 4i + 4) with 128-bit accesses when all arrays are 16-byte aligned,
 // else element by element (also for the ragged tail). The bias corrections are computed once
 // on the host in double precision.
@@ -14,10 +15,11 @@ constexpr int kBlock = 256;
 constexpr int kPerThread = 4;
 
 struct AdamwStep {
-  float lr, b1, b2, eps, wd;
+  float grad_scale, lr, b1, b2, eps, wd;
   float inv_bias1, inv_bias2;  // 1 / (1 - b1ᵗ), 1 / (1 - b2ᵗ)
-  // Updates one parameter in place and returns its new value.
-  __device__ __forceinline__ float apply(float& p, float g, float& m, float& v) const {
+  // Updates one parameter in place from its unscaled gradient and returns its new value.
+  __device__ __forceinline__ float apply(float& p, float g_raw, float& m, float& v) const {
+    const float g = g_raw * grad_scale;  // the clip factor: one fp32 multiply
     m = b1 * m + (1.0f - b1) * g;
     v = b2 * v + (1.0f - b2) * g * g;
     float m_hat = m * inv_bias1, v_hat = v * inv_bias2;
@@ -51,10 +53,11 @@ __global__ void adamw_kernel(float* p, bf16* p_bf16, const float* g, float* m, f
 }  // namespace
 
 void launch_adamw(const LaunchContext& ctx, float* p, bf16* p_bf16, const float* g, float* m,
-                  float* v, size_t n, float lr, float b1, float b2, float eps, float wd, int t) {
+                  float* v, size_t n, float grad_scale, float lr, float b1, float b2, float eps,
+                  float wd, int t) {
   if (n == 0) return;
   PPTRAIN_CHECK(t >= 1, "adamw step count is 1-based, got ", t);
-  AdamwStep step{lr, b1, b2, eps, wd, float(1.0 / (1.0 - std::pow(double(b1), t))),
+  AdamwStep step{grad_scale, lr, b1, b2, eps, wd, float(1.0 / (1.0 - std::pow(double(b1), t))),
                  float(1.0 / (1.0 - std::pow(double(b2), t)))};
   launch(ctx, "adamw", adamw_kernel, dim3(ceil_div(ceil_div(n, kPerThread), kBlock)), dim3(kBlock),
          0, p, p_bf16, g, m, v, n, step, aligned16(p, g, m, v));

@@ -1,9 +1,11 @@
 // bf16 mixed precision (training.precision: bf16) through pptrain-emu, the trainer on the
 // emulated cuda backend: a pp=2 ZB-V pipeline and a dp=2 run equal the single-process bf16
 // run up to fp32 summation order (and a gradient planted 1e-2 off is rejected); tp=2 stays
-// within the bf16 bound; a resumed bf16 run equals the uninterrupted one bit for bit (only
-// fp32 masters are saved, the bf16 copies are rounded from them each step) and resumes in
-// fp32 as well; and bf16 training learns a Markov source as fp32 does. Bounds:
+// within the bf16 bound; the bf16 copies AdamW writes with each update equal those a
+// refresh from the masters before every step makes, bit for bit (clipping on); a resumed
+// bf16 run equals the uninterrupted one bit for bit (only fp32 masters are saved, the load
+// marks the bf16 copies stale and they are rounded from them) and resumes in fp32 as well;
+// and bf16 training learns a Markov source as fp32 does. Bounds:
 // support/tolerances.h, computed from the test's config.
 // The in-process model comparisons are in test_cuda_backend_model.cpp.
 
@@ -127,6 +129,26 @@ TEST_F(Bf16Train, TensorParallelStepStaysWithinTheBf16Bound) {
   const Verdict v = compare_gradients(tp, single, bf16_against_bf16_bounds(config("parallel.tp=2")));
   EXPECT_TRUE(v.passed()) << v.failures("tp");
   std::cout << "bf16 tp2 against single: " << v.summary() << "\n";
+}
+
+TEST_F(Bf16Train, CopiesWrittenByAdamWEqualRefreshingEveryStep) {
+  // Exact by construction: AdamW rounds the fp32 value it stores to the master to nearest
+  // even, which is what cast() does with that master before the next step. The fault
+  // refresh_bf16 re-rounds every copy before each step (the path before AdamW wrote them);
+  // four steps with clipping (grad_clip 0.05 is below this model's gradient norm, so the
+  // clip factor folded into AdamW is ≠ 1 on every step) must agree in every loss, master
+  // and gradient. The pp=2 ZB-V run covers copies on two ranks and the tied embedding.
+  for (const std::string layout : {std::string(""), std::string(kZbv)}) {
+    const int ranks = layout.empty() ? 1 : 2;
+    const std::string overrides = "training.steps=4 training.grad_clip=0.05 " + layout;
+    GlobalDump fused = run(ranks, "fused" + std::to_string(ranks), overrides, 4);
+    EXPECT_NE(last_output_.find("grad_norm"), std::string::npos) << last_output_;
+    GlobalDump refreshed = run(ranks, "refreshed" + std::to_string(ranks), overrides, 4, -1,
+                               "PPTRAIN_FAULTS=refresh_bf16 ");
+    const Verdict v = compare_exact(fused, refreshed);
+    EXPECT_TRUE(v.passed()) << v.failures("fused bf16 copy, " + overrides);
+    EXPECT_EQ(fused.loss, refreshed.loss);
+  }
 }
 
 TEST_F(Bf16Train, ResumedRunEqualsTheUninterruptedOneBitForBit) {

@@ -1,5 +1,5 @@
 // Optimizer kernels under the SIMT emulator vs. the cpu backend: AdamW over several steps
-// (with and without the bf16 weight copy, aligned and misaligned arrays) and the
+// (with and without the bf16 weight copy and the clip factor, aligned and misaligned arrays) and the
 // deterministic sum of squares (one and many partial blocks, accumulation), both fiber
 // orders.
 #include "support/kernel_test.h"
@@ -18,8 +18,9 @@ namespace {
 
 using Outputs = std::vector<std::vector<float>>;
 
-void check_adamw(size_t n, size_t offset, bool with_copy) {
-  SCOPED_TRACE(::testing::Message() << "n=" << n << " offset=" << offset << " copy=" << with_copy);
+void check_adamw(size_t n, size_t offset, bool with_copy, float grad_scale) {
+  SCOPED_TRACE(::testing::Message() << "n=" << n << " offset=" << offset << " copy=" << with_copy
+                                    << " grad_scale=" << grad_scale);
   auto cpu = make_cpu_ops();
   const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
   const int steps = 3;
@@ -28,14 +29,16 @@ void check_adamw(size_t n, size_t offset, bool with_copy) {
   for (int t = 1; t <= steps; ++t) grads.push_back(random_floats(n, 91 + t, -0.5f, 0.5f));
   std::vector<float> cp = p, cm = m, cv = v;
   for (int t = 1; t <= steps; ++t)
-    cpu->adamw(cp.data(), grads[t - 1].data(), cm.data(), cv.data(), n, lr, b1, b2, eps, wd, t);
+    cpu->adamw(cp.data(), nullptr, grads[t - 1].data(), cm.data(), cv.data(), n, grad_scale, lr, b1, b2, eps,
+               wd, t);
   Outputs got = run_both_orders([&](const LaunchContext& ctx) {
     Guarded<float> gp(p, offset), gm(m, offset), gv(v, offset);
     Guarded<bf16> copy{std::vector<bf16>(n), offset};
     for (int t = 1; t <= steps; ++t) {
       Guarded<float> gg(grads[t - 1], offset);
       launch_adamw(ctx, gp.data(), with_copy ? copy.data() : nullptr, gg.data(), gm.data(), gv.data(),
-                   n, lr, b1, b2, eps, wd, t);
+                   n, grad_scale, lr, b1, b2, eps, wd, t);
+      EXPECT_EQ(checked(gg, "g"), grads[t - 1]) << "the gradient is read, never scaled in place";
     }
     return Outputs{checked(gp, "p"), checked(gm, "m"), checked(gv, "v"), checked(copy, "bf16 copy")};
   });
@@ -74,9 +77,11 @@ void check_sum_squares(size_t n) {
 }  // namespace
 
 TEST(KernelsOptimizer, AdamwMatchesCpuOverSteps) {
-  check_adamw(1003, 0, true);   // vector path plus a ragged tail
-  check_adamw(1003, 1, true);   // misaligned: scalar path
-  check_adamw(64, 0, false);
+  // grad_scale ≠ 1 is the clip factor, applied as the gradient is read.
+  check_adamw(1003, 0, true, 0.37f);  // vector path plus a ragged tail
+  check_adamw(1003, 1, true, 0.37f);  // misaligned: scalar path
+  check_adamw(64, 0, false, 1.0f);
+  check_adamw(64, 0, true, 1.0f);
 }
 
 TEST(KernelsOptimizer, SumSquaresMatchesCpu) {

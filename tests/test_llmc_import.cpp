@@ -149,7 +149,7 @@ struct LlmcFile {
     auto set = [&](const std::string& name, const float* src) {
       Param* p = params.find(name);
       ASSERT_NE(p, nullptr) << name;
-      p->value.upload(src);
+      p->set_masters(src);
     };
     set("wte.weight", wte.data());  // the first V rows: tp = 1 holds no padding
     set("wpe.weight", wpe.data());
@@ -176,7 +176,7 @@ void load_weights(Model& model, const ModelConfig& m, const std::string& path) {
   for (auto& [name, p] : model.params->all()) by_index.push_back(p.get());
   IoGroup io = IoGroup::single();
   read_checkpoint_file(path, sharded_tensors(*model.params), [&](Section, int i, const float* host) {
-    by_index[i]->value.upload(host);
+    by_index[i]->set_masters(host);
   }, cfg, false, io);
 }
 

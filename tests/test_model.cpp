@@ -59,7 +59,7 @@ void randomise(ParamStore& params, uint32_t seed) {
   for (auto& [name, p] : params.all()) {
     auto v = p->value.to_host();
     for (auto& x : v) x += noise(gen);
-    p->value.upload(v.data());
+    p->set_masters(v.data());
   }
 }
 
@@ -93,13 +93,13 @@ TEST(ModelGradients, EveryParameterMatchesFiniteDifferences) {
       const float eps = 1e-2f;
       float orig = value[i];
       value[i] = orig + eps;
-      p->value.upload(value.data());
+      p->set_masters(value.data());
       double lp = model.loss();
       value[i] = orig - eps;
-      p->value.upload(value.data());
+      p->set_masters(value.data());
       double lm = model.loss();
       value[i] = orig;
-      p->value.upload(value.data());
+      p->set_masters(value.data());
       double fd = (lp - lm) / (2 * eps);
       EXPECT_NEAR(grad[i], fd, 2e-2 * std::fabs(fd) + 2e-3 * gmax + 1e-5)
           << name << "[" << i << "] analytic " << grad[i] << " vs finite difference " << fd;

@@ -64,7 +64,7 @@ MemoryBreakdown memory_breakdown(const Config& cfg, double params, const ModelDi
   m.params_fp32 = 4 * params;
   m.grads_fp32 = 4 * params;           // fp32 accumulation in either precision
   m.adam_moments = 8 * params;         // AdamW m and v, fp32
-  m.weights_bf16 = elem == 2 ? 2 * params : 0;  // the bf16 copies refreshed each step
+  m.weights_bf16 = elem == 2 ? 2 * params : 0;  // the bf16 copies AdamW writes
   m.activation = activation_bytes(cfg.model.attention, d, elem);
   m.in_flight = microbatches_in_flight(cfg);
   m.activations = m.activation.per_microbatch * m.in_flight;

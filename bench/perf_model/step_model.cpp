@@ -146,10 +146,11 @@ StepPrediction predict_step(const Config& cfg, const DeviceSpec& dev, const Frac
   }());
   const double p = double(counts.total);
   s.memory("zero gradients", 1, 4 * p);
-  if (elem == 2) s.memory("bf16 weight refresh", 1, 6 * p);  // fp32 in, bf16 out
   s.memory("gradient norm (sum of squares)", 1, 4 * p);
-  s.memory("gradient clip (scale)", 1, 8 * p);
-  s.memory("adamw", 1, 28 * p);  // param, grad, m, v in; param, m, v out (fp32)
+  // AdamW applies the clip factor as it reads the gradient and, under bf16, writes the bf16
+  // working copy with the update: no pass of its own for either.
+  // param, grad, m, v in; param, m, v out (fp32); + the bf16 copy out (2 bytes).
+  s.memory(elem == 2 ? "adamw (+ clip factor, + bf16 copy)" : "adamw (+ clip factor)", 1, (28 + (elem == 2 ? 2 : 0)) * p);
 
   StepPrediction r;
   r.ops = std::move(s.ops);
@@ -175,8 +176,8 @@ std::vector<std::string> assumptions(const Config& cfg, const Fractions& f) {
       "fused: bias into every GEMM epilogue, GELU into FC1 (GELU_AUX_BIAS), DGELU into the FC2 dgrad, bias "
       "gradients into the wgrad epilogue (BGRADB), residual add into the next layernorm",
       "not fused: cross-entropy (3 passes over the logits), the residual-gradient copy, layernorm weight gradients",
-      "per step: zero grads, " + std::string(cfg.precision() == Precision::bf16 ? "bf16 weight refresh, " : "") +
-          "gradient norm, clip scaling (assumed to happen), AdamW (fp32 masters and moments)",
+      "per step: zero grads, gradient norm, AdamW (fp32 masters and moments) with the clip factor applied as it "
+      "reads each gradient" + std::string(cfg.precision() == Precision::bf16 ? " and the bf16 weight copy written with the update" : ""),
       "attention: " + cfg.model.attention + "; MFU against the dense bf16 peak with llm.c's 6N + 6LTC FLOPs per token",
   };
 }

@@ -213,12 +213,15 @@ struct ConstView {
            (dlogits, logits, rmax, sumexp, targets, n, vl, valid, v0, scale))                      \
                                                                                                    \
   /* ---- optimizer (fp32: masters, gradients and moments) ------------------------------------ */ \
-  /* One AdamW step (Loshchilov & Hutter): m = b1 m + (1-b1) g; v = b2 v + (1-b2) g²;              \
-     p -= lr (m̂ / (√v̂ + eps) + wd p), with bias corrections for step t (1-based). */               \
+  /* One AdamW step (Loshchilov & Hutter) on p[n], g[n], m[n], v[n]: with g' = g · grad_scale     \
+     (one fp32 multiply: the clip factor, 1 when not clipping; g itself is left unscaled),         \
+     m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'²; p -= lr (m̂ / (√v̂ + eps) + wd p), with bias      \
+     corrections for step t (1-based). p_working[n] is null or the bf16 working copy of p: it      \
+     receives the updated p rounded to nearest even, the same bits as cast(p_working, p, n). */    \
   OP(void, adamw,                                                                                  \
-     (float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2,        \
-      float eps, float wd, int t),                                                                 \
-     (p, g, m, v, n, lr, b1, b2, eps, wd, t))                                                      \
+     (float* p, View p_working, const float* g, float* m, float* v, size_t n, float grad_scale,    \
+      float lr, float b1, float b2, float eps, float wd, int t),                                   \
+     (p, p_working, g, m, v, n, grad_scale, lr, b1, b2, eps, wd, t))                               \
   /* Σ x², accumulated in double, returned to the host. */                                         \
   OP(double, sum_squares, (const float* x, size_t n), (x, n))
 

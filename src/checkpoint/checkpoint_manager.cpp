@@ -118,7 +118,7 @@ void CheckpointManager::plant_load_faults(ParamStore& params, OptimizerState& op
     const std::string section = t.substr(0, slash), name = t.substr(slash + 1);
     Param* p = params.find(name);
     if (!p) continue;  // held by other ranks
-    if (section == "model") p->value.zero();
+    if (section == "model") p->zero_masters();
     else if (section == "optim/m") optimizer.m(name).zero();
     else optimizer.v(name).zero();
   }
@@ -156,7 +156,7 @@ int CheckpointManager::resume(ParamStore& params, OptimizerState& optimizer) {
   for (auto& [name, p] : params.all()) by_index.push_back(p.get());
   auto upload = [&](Section s, int i, const float* host) {
     Param& p = *by_index[i];
-    if (s == Section::Model) p.value.upload(host);
+    if (s == Section::Model) p.set_masters(host);
     else if (s == Section::OptimM) optimizer.m(p.spec.name).upload(host);
     else optimizer.v(p.spec.name).upload(host);
   };

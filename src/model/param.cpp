@@ -77,7 +77,7 @@ Param& ParamStore::get_or_create(const ParamSpec& spec) {
   p->value = Buffer<float>(ops_, p->numel());
   p->grad = Buffer<float>(ops_, p->numel());
   auto init = initial_values(*p, seed_);
-  p->value.upload(init.data());
+  p->set_masters(init.data());
   Param& ref = *p;
   params_[spec.name] = std::move(p);
   return ref;
@@ -92,11 +92,23 @@ void ParamStore::zero_grads() {
   for (auto& [name, p] : params_) p->grad.zero();
 }
 
+namespace {
+
+void round_into_bf16(Ops& ops, Param& p) {
+  if (p.value_bf16.size() != p.numel()) p.value_bf16 = Buffer<bfloat16>(ops, p.numel());
+  if (p.numel()) ops.cast(p.value_bf16.data(), p.value.data(), p.numel());
+  p.bf16_stale = false;
+}
+
+}  // namespace
+
 void ParamStore::refresh_bf16() {
-  for (auto& [name, p] : params_) {
-    if (p->value_bf16.size() != p->numel()) p->value_bf16 = Buffer<bfloat16>(ops_, p->numel());
-    if (p->numel()) ops_.cast(p->value_bf16.data(), p->value.data(), p->numel());
-  }
+  for (auto& [name, p] : params_) round_into_bf16(ops_, *p);
+}
+
+void ParamStore::refresh_stale_bf16() {
+  for (auto& [name, p] : params_)
+    if (p->bf16_stale || p->value_bf16.size() != p->numel()) round_into_bf16(ops_, *p);
 }
 
 }  // namespace pptrain

@@ -49,9 +49,19 @@ struct Param {
   int64_t local_rows = 0, local_cols = 1;
   std::vector<Slab> slabs;
   bool replicated_over_tp = false;  // every tp rank holds (and updates) the same values
-  Buffer<float> value;              // [local_rows, local_cols] fp32 master
+  Buffer<float> value;              // [local_rows, local_cols] fp32 master; written only through
+                                    // set_masters / zero_masters / AdamW, which keep bf16_stale
   Buffer<float> grad;               // same shape, accumulated over microbatches (fp32)
   Buffer<bfloat16> value_bf16;      // same shape: the bf16 copy bf16 layers compute with
+  // The masters changed since value_bf16 was last rounded from them: set by whatever writes
+  // `value` other than AdamW (initialisation, checkpoint loads, imports, tests), cleared by
+  // ParamStore::refresh_bf16* and by AdamW, which writes the copy with the update. A bf16
+  // layer refuses a stale copy (weights<bfloat16>), so a missed refresh fails loudly.
+  bool bf16_stale = true;
+
+  // Uploads host[numel] into the masters and marks the bf16 copy stale.
+  void set_masters(const float* host) { value.upload(host); bf16_stale = true; }
+  void zero_masters() { value.zero(); bf16_stale = true; }
 
   size_t numel() const { return size_t(local_rows * local_cols); }
   int64_t global_rows() const { return spec.global_shape[0]; }
@@ -68,6 +78,8 @@ template <>
 inline const bfloat16* weights<bfloat16>(const Param& p) {
   PPTRAIN_CHECK(!p.value_bf16.empty() || p.numel() == 0, "parameter ", p.spec.name,
                 " has no bf16 copy (ParamStore::refresh_bf16 not called)");
+  PPTRAIN_CHECK(!p.bf16_stale || p.numel() == 0, "parameter ", p.spec.name,
+                ": its bf16 copy is stale (masters written since the last ParamStore::refresh_stale_bf16)");
   return p.value_bf16.data();
 }
 
@@ -87,10 +99,13 @@ class ParamStore {
   Param* find(const std::string& name);
   const std::map<std::string, std::unique_ptr<Param>>& all() const { return params_; }
   void zero_grads();
-  // Rounds every fp32 master into its bf16 copy (allocated on first use). Called before
-  // each step of a bf16 model, so whatever changed the masters (optimizer, checkpoint
-  // load) is reflected.
+  // Rounds every fp32 master into its bf16 copy (allocated on first use) and clears
+  // bf16_stale.
   void refresh_bf16();
+  // The same for the parameters whose bf16_stale is set only: what a bf16 model calls before
+  // each step and evaluation. AdamW keeps the copies current itself, so after the first
+  // step this rounds only what initialisation, a checkpoint load or an import wrote.
+  void refresh_stale_bf16();
   Ops& ops() { return ops_; }
 
  private:

@@ -62,8 +62,9 @@ class Stage {
 };
 
 // The stage of `spec` with activations and compute weights of `precision` (bf16 needs a
-// backend with bf16 ops and ParamStore::refresh_bf16 before each step). `faults`: the
-// planted faults acting on this rank (tests only).
+// backend with bf16 ops and current bf16 copies: ParamStore::refresh_stale_bf16 before each
+// step; AdamW keeps them current). `faults`: the planted faults acting on this rank (tests
+// only).
 std::unique_ptr<Stage> make_stage(ParamStore& params, const ModelDims& dims, const StageSpec& spec,
                                   Communicator& tp, Precision precision = Precision::fp32,
                                   const Faults& faults = {});

@@ -11,8 +11,11 @@ namespace pptrain {
 class AdamW {
  public:
   AdamW(ParamStore& params, const TrainingConfig& cfg);
-  // One update of every parameter from its accumulated gradient; `t` is the 1-based step.
-  void step(double lr, int t);
+  // One update of every parameter from its accumulated gradient times `grad_scale` (the
+  // clip factor, 1 when not clipping; the gradients themselves are left as they are); `t`
+  // is the 1-based step. A parameter with a bf16 working copy gets it rewritten from the
+  // updated master in the same pass, and its bf16_stale cleared.
+  void step(double lr, int t, float grad_scale = 1.0f);
   // The moments (checkpoints write and read them).
   OptimizerState& state() { return state_; }
 

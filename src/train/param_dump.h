@@ -2,6 +2,8 @@
 // holds, tagged with where they sit in the global tensors; reading all ranks' files
 // reassembles the global model. Used to check that every parallel layout computes the
 // same loss, gradients and parameters as a single process (`pptrain train --dump DIR`).
+// Gradients are dumped as reduced and unclipped: AdamW applies the clip factor as it reads
+// them and leaves them as they are, so every run's dump shows the same unclipped quantity.
 #pragma once
 #include <map>
 #include <string>

@@ -105,13 +105,13 @@ StepResult Trainer::train_step() {
   plant_gradient_faults();
   reduce_gradients();
   r.grad_norm = gradient_norm();
-  if (t.grad_clip > 0 && r.grad_norm > t.grad_clip) {
-    const float scale = float(t.grad_clip / (r.grad_norm + 1e-6));
-    for (auto& [name, p] : job_.params().all()) ops_.scale(p->grad.data(), scale, p->numel());
-  }
+  // Clipping is a factor AdamW applies as it reads each gradient (no pass of its own); the
+  // gradients stay unclipped (parameter dumps show them so).
+  float clip_scale = 1.0f;
+  if (t.grad_clip > 0 && r.grad_norm > t.grad_clip) clip_scale = float(t.grad_clip / (r.grad_norm + 1e-6));
   r.lr = learning_rate(step_, t.steps, t.warmup_steps, t.lr, t.min_lr);
-  optimizer_->step(r.lr, step_ + 1);
-  if (faults_.find("repeat_update")) optimizer_->step(r.lr, step_ + 1);
+  optimizer_->step(r.lr, step_ + 1, clip_scale);
+  if (faults_.find("repeat_update")) optimizer_->step(r.lr, step_ + 1, clip_scale);
   ops_.synchronize();
   const double end_us = timeline_.now_us();
   timeline_.add("reduce+optimizer", pipeline_us, end_us, false);
@@ -123,7 +123,11 @@ StepResult Trainer::train_step() {
 }
 
 void Trainer::refresh_working_weights() {
-  if (cfg_.precision() == Precision::bf16) job_.params().refresh_bf16();
+  if (cfg_.precision() != Precision::bf16) return;
+  // AdamW writes the copies with each update; only masters written otherwise are rounded
+  // here. The fault re-rounds every copy: the reference the fused copies must equal.
+  if (faults_.find("refresh_bf16")) job_.params().refresh_bf16();
+  else job_.params().refresh_stale_bf16();
 }
 
 double Trainer::evaluate() {

@@ -5,8 +5,10 @@
 //   3. sum the tied-embedding gradient over the embedding group (first and last stage);
 //   4. sum gradients over the dp group (the loss is pre-scaled by 1/tokens of the global
 //      batch, so the sum is the mean-loss gradient);
-//   5. global gradient norm (each element counted once), clipping, AdamW on the fp32
-//      masters (under bf16 the layers compute with bf16 copies refreshed before each step).
+//   5. global gradient norm (each element counted once), AdamW on the fp32 masters with
+//      the clip factor applied as it reads the gradients (under bf16 it also writes the
+//      bf16 copies the layers compute with; masters written otherwise are re-rounded
+//      before the next step).
 // A single process is the same path with groups of one and a one-rank program.
 #pragma once
 #include <memory>
@@ -44,8 +46,9 @@ class Trainer {
 
   StepResult train_step();
   double evaluate();  // mean validation loss over training.eval_batches batches
-  // bf16 models: rounds the fp32 masters into the bf16 copies the layers compute with
-  // (before every step and evaluation, so optimizer steps and checkpoint loads show).
+  // bf16 models: rounds the fp32 masters whose bf16 copies are stale (initialisation,
+  // checkpoint loads; AdamW keeps them current) into the copies the layers compute with.
+  // Called before every step and evaluation.
   void refresh_working_weights();
   int step() const { return step_; }
   void set_step(int s) { step_ = s; }

@@ -40,6 +40,7 @@ struct Model : SingleRankModel {
         std::vector<float> v(b->size());
         for (float& x : v) x = noise(gen);
         b->upload(v.data());
+        p->bf16_stale = true;  // the masters changed
       }
   }
   // Mean loss of one microbatch (forward only).

@@ -43,7 +43,7 @@ struct TinyModel : SingleRankModel {
       auto v = p->value.to_host();
       auto noise = random_floats(v.size(), seed++, -0.5f, 0.5f);
       for (size_t k = 0; k < v.size(); ++k) v[k] += noise[k];
-      p->value.upload(v.data());
+      p->set_masters(v.data());
     }
     if (stage->precision() == Precision::bf16) params->refresh_bf16();
     tokens.upload(tok.data());

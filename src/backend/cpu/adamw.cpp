@@ -8,15 +8,20 @@ namespace pptrain::cpu {
 
 using Index = long long;
 
-void CpuOps::adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1,
-                   float b2, float eps, float wd, int t) {
-  // m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g²;  m̂ = m / (1-b1^t);  v̂ = v / (1-b2^t);
+void CpuOps::adamw(float* p, View p_working, const float* g, float* m, float* v, size_t n, float grad_scale,
+                   float lr, float b1, float b2, float eps, float wd, int t) {
+  // The cpu backend has no bf16 working copy: fp32 models compute with the masters.
+  float* working;
+  std::tie(working) = fp32("adamw", p_working);
+  if (working) fail("adamw: p_working is the bf16 working copy or null, got an fp32 view");
+  // g' = g · grad_scale (one fp32 multiply, as scale() would have done in place);
+  // m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'²;  m̂ = m / (1-b1^t);  v̂ = v / (1-b2^t);
   // p -= lr (m̂ / (√v̂ + eps) + wd p). Bias corrections in double: 1 - b2^t is ~1e-3 at t=1.
   const float m_correction = float(1.0 / (1.0 - std::pow(double(b1), t)));
   const float v_correction = float(1.0 / (1.0 - std::pow(double(b2), t)));
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
   for (Index i = 0; i < Index(n); ++i) {
-    const float grad = g[i];
+    const float grad = g[i] * grad_scale;
     const float m_new = b1 * m[i] + (1.0f - b1) * grad;
     const float v_new = b2 * v[i] + (1.0f - b2) * grad * grad;
     m[i] = m_new;
