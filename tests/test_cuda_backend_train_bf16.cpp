@@ -138,7 +138,7 @@ TEST_F(Bf16Train, CopiesWrittenByAdamWEqualRefreshingEveryStep) {
   // four steps with clipping (grad_clip 0.05 is below this model's gradient norm, so the
   // clip factor folded into AdamW is ≠ 1 on every step) must agree in every loss, master
   // and gradient. The pp=2 ZB-V run covers copies on two ranks and the tied embedding.
-  for (const std::string layout : {std::string(""), std::string(kZbv)}) {
+  for (const std::string& layout : {std::string(""), std::string(kZbv)}) {
     const int ranks = layout.empty() ? 1 : 2;
     const std::string overrides = "training.steps=4 training.grad_clip=0.05 " + layout;
     GlobalDump fused = run(ranks, "fused" + std::to_string(ranks), overrides, 4);
