@@ -122,10 +122,9 @@ StepPrediction predict_step(const Config& cfg, const DeviceSpec& dev, const Frac
   s.gemm("fc1 dgrad", mb * L, n, c, h);
   s.gemm("attn proj dgrad", mb * L, n, c, c);
   s.gemm("qkv dgrad", mb * L, n, c, 3 * c);
-  // The residual gradient: a copy of dy, then layernorm backward accumulates into it
-  // (dy, x in; dx read and written).
-  s.memory("residual gradient copy", mb * 2 * L, 2 * u);
-  s.memory("layernorm backward dx (accumulate)", mb * 2 * L, 4 * u + stats);
+  // The residual gradient joins in the layernorm dgrad: dx = residual + LN'(dy)
+  // (dy, x, residual in; dx out), no copy of dy.
+  s.memory("layernorm backward dx (+ residual)", mb * 2 * L, 4 * u + stats);
 
   // ---- backward, weight gradients (W): fp32 gradients accumulated in place ----
   // Bias gradients come from the wgrad GEMMs' BGRADB epilogue (no pass of their own).
