@@ -172,8 +172,9 @@ std::vector<std::string> assumptions(const Config& cfg, const Fractions& f) {
       "fused attention (flash, cudnn): " + pct(f.flash) + " of the matmul peak, causal half of T^2, backward 2.5x forward",
       "memory-bound kernels: " + pct(f.hbm) + " of HBM bandwidth, minimum bytes read + written",
       "fused: bias into every GEMM epilogue, GELU into FC1 (GELU_AUX_BIAS), DGELU into the FC2 dgrad, bias "
-      "gradients into the wgrad epilogue (BGRADB), residual add into the next layernorm",
-      "not fused: cross-entropy (3 passes over the logits), the residual-gradient copy, layernorm weight gradients",
+      "gradients into the wgrad epilogue (BGRADB), residual add into the next layernorm, residual gradient "
+      "into the layernorm dgrad",
+      "not fused: cross-entropy (3 passes over the logits), layernorm weight gradients",
       "per step: zero grads, " + std::string(cfg.precision() == Precision::bf16 ? "bf16 weight refresh, " : "") +
           "gradient norm, clip scaling (assumed to happen), AdamW (fp32 masters and moments)",
       "attention: " + cfg.model.attention + "; MFU against the dense bf16 peak with llm.c's 6N + 6LTC FLOPs per token",
