@@ -78,6 +78,8 @@ void CpuOps::layernorm_backward_input(View dxv, ConstView dyv, ConstView xv, con
     const float mean_dxhat = sum_dxhat / float(c), mean_dxhat_xhat = sum_dxhat_xhat / float(c);
     if (residual) {
       // Element i reads residual[i] and dy[i] before writing dx[i], so dx may alias either.
+      // The same expression as the old `dx[i] += term` after a copy: the same rounding (the
+      // compiler may contract it into one FMA, then in both), so cpu runs stay bit-identical.
       const float* residual_row = residual + size_t(row) * c;
 #pragma omp simd
       for (int i = 0; i < c; ++i) {
