@@ -46,7 +46,7 @@ __global__ void layernorm_forward_kernel(T* y, float* mean, float* rstd, const T
 template <typename T>
 __global__ void layernorm_backward_input_kernel(T* dx, const T* dy, const T* x, const float* mean,
                                                 const float* rstd, const T* g, int n, int c,
-                                                bool accumulate) {
+                                                const T* residual) {
   int lane = threadIdx.x % kWarp;
   int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   if (row >= n) return;
@@ -62,13 +62,15 @@ __global__ void layernorm_backward_input_kernel(T* dx, const T* dy, const T* x, 
   }
   float mean_dyhat = warp_reduce(sum_dyhat, Sum{}) / c;
   float mean_dyhat_xhat = warp_reduce(sum_dyhat_xhat, Sum{}) / c;
-  // Each lane rewrites exactly the channels it read, after the warp-wide sums: dx may alias dy.
+  // Each lane rewrites exactly the channels it read, after the warp-wide sums: dx may alias dy
+  // or residual. The residual joins in fp32 and the sum rounds once to T.
   T* dxr = dx + offset;
+  const T* residual_r = residual ? residual + offset : nullptr;
   for (int i = lane; i < c; i += kWarp) {
     float dyhat = to_float(dyr[i]) * to_float(g[i]);
     float xhat = (to_float(xr[i]) - m) * s;
     float v = s * (dyhat - mean_dyhat - xhat * mean_dyhat_xhat);
-    dxr[i] = from_float<T>(accumulate ? to_float(dxr[i]) + v : v);
+    dxr[i] = from_float<T>(residual_r ? to_float(residual_r[i]) + v : v);
   }
 }
 
@@ -101,11 +103,11 @@ void launch_layernorm_forward(const LaunchContext& ctx, T* y, float* mean, float
 template <typename T>
 void launch_layernorm_backward_input(const LaunchContext& ctx, T* dx, const T* dy, const T* x,
                                      const float* mean, const float* rstd, const T* g, int n, int c,
-                                     bool accumulate) {
+                                     const T* residual) {
   if (n <= 0) return;
   launch(ctx, "layernorm_backward_input", layernorm_backward_input_kernel<T>,
          dim3(ceil_div(n, kRowBlock / kWarp)), dim3(kRowBlock), 0, dx, dy, x, mean, rstd, g, n, c,
-         accumulate);
+         residual);
 }
 
 size_t layernorm_backward_weight_workspace_bytes(int n, int c) {
@@ -125,7 +127,7 @@ void launch_layernorm_backward_weight(const LaunchContext& ctx, float* dg, float
                                             const T*, const T*, int, int);                      \
   template void launch_layernorm_backward_input<T>(const LaunchContext&, T*, const T*, const T*,  \
                                                    const float*, const float*, const T*, int,   \
-                                                   int, bool);                                  \
+                                                   int, const T*);                              \
   template void launch_layernorm_backward_weight<T>(const LaunchContext&, float*, float*,         \
                                                     const T*, const T*, const float*,           \
                                                     const float*, float*, int, int);

@@ -12,12 +12,13 @@ template <typename T>
 void launch_layernorm_forward(const LaunchContext& ctx, T* y, float* mean, float* rstd, const T* x,
                               const T* g, const T* b, int n, int c);
 
-// dx[N,C] (+)= rstd · (dŷ - mean(dŷ) - x̂ · mean(dŷ · x̂)), dŷ = dy · g, x̂ = (x - mean) · rstd.
-// dx may alias dy.
+// dx[N,C] = residual[N,C] + rstd · (dŷ - mean(dŷ) - x̂ · mean(dŷ · x̂)), dŷ = dy · g,
+// x̂ = (x - mean) · rstd, summed in fp32 and rounded once to T. residual may be null (the
+// layernorm term alone; dx is not read). dx may alias dy or residual.
 template <typename T>
 void launch_layernorm_backward_input(const LaunchContext& ctx, T* dx, const T* dy, const T* x,
                                      const float* mean, const float* rstd, const T* g, int n, int c,
-                                     bool accumulate);
+                                     const T* residual);
 
 // dg[C] += Σ_rows dy · x̂;  db[C] += Σ_rows dy (fp32 gradients; db may be null).
 // `workspace` must hold layernorm_backward_weight_workspace_bytes(n, c).

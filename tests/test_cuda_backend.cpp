@@ -354,9 +354,10 @@ TEST(CudaBackendOps, Layernorm) {
     r.put("db", random_floats(c, 27));
     r.ops().layernorm_forward(r.f("y"), r.f("mean"), r.f("rstd"), r.f("x"), r.f("g"), r.f("b"), n, c);
     r.ops().layernorm_backward_input(r.f("dx"), r.f("dy"), r.f("x"), r.f("mean"), r.f("rstd"), r.f("g"), n, c,
-                                     false);
+                                     nullptr);
+    // dx_acc = dx_acc + LN'(dy): the residual in place (dx aliases it)
     r.ops().layernorm_backward_input(r.f("dx_acc"), r.f("dy"), r.f("x"), r.f("mean"), r.f("rstd"), r.f("g"), n,
-                                     c, true);
+                                     c, r.f("dx_acc"));
     r.ops().layernorm_backward_weight(r.f("dg"), r.f("db"), r.f("dy"), r.f("x"), r.f("mean"), r.f("rstd"), n, c);
     return 0.0;
   });

@@ -329,9 +329,10 @@ TEST(CudaBackendBf16, Layernorm) {
             r.f32("db", random_floats(c, 27));
             r.ops().layernorm_forward(r.a("y"), r.f("mean"), r.f("rstd"), r.a("x"), r.a("g"), r.a("b"), n, c);
             r.ops().layernorm_backward_input(r.a("dx"), r.a("dy"), r.a("x"), r.f("mean"), r.f("rstd"), r.a("g"), n,
-                                             c, false);
+                                             c, nullptr);
+            // dx_acc = dx_acc + LN'(dy): the residual in place (dx aliases it)
             r.ops().layernorm_backward_input(r.a("dx_acc"), r.a("dy"), r.a("x"), r.f("mean"), r.f("rstd"),
-                                             r.a("g"), n, c, true);
+                                             r.a("g"), n, c, r.a("dx_acc"));
             r.ops().layernorm_backward_weight(r.f("dg"), r.f("db"), r.a("dy"), r.a("x"), r.f("mean"), r.f("rstd"),
                                               n, c);
           });

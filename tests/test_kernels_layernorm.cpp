@@ -28,12 +28,13 @@ void check_layernorm(int n, int c) {
   std::vector<float> dx_init = representable<T>(random_floats(nc, 15, -1.0f, 1.0f));
   std::vector<float> dg_init = random_floats(c, 16), db_init = random_floats(c, 17);
 
-  std::vector<float> y(nc), mean(n), rstd(n), dx(nc), dx_acc = dx_init, dg = dg_init, db = db_init;
+  std::vector<float> y(nc), mean(n), rstd(n), dx(nc), dx_res(nc), dg = dg_init, db = db_init;
   cpu->layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), g.data(), b.data(), n, c);
   cpu->layernorm_backward_input(dx.data(), dy.data(), x.data(), mean.data(), rstd.data(), g.data(),
-                                n, c, false);
-  cpu->layernorm_backward_input(dx_acc.data(), dy.data(), x.data(), mean.data(), rstd.data(),
-                                g.data(), n, c, true);
+                                n, c, nullptr);
+  // dx_res = residual + LN'(dy), the residual being dx_init
+  cpu->layernorm_backward_input(dx_res.data(), dy.data(), x.data(), mean.data(), rstd.data(),
+                                g.data(), n, c, dx_init.data());
   cpu->layernorm_backward_weight(dg.data(), db.data(), dy.data(), x.data(), mean.data(), rstd.data(),
                                  n, c);
 
@@ -44,31 +45,39 @@ void check_layernorm(int n, int c) {
                                 gb.data(), n, c);
     // Backward uses the cpu statistics, so each pass is checked on its own.
     Guarded<float> cmean(mean), crstd(rstd);
-    Guarded<T> gdy(store_as<T>(dy)), gdx{std::vector<T>(nc)}, gdx_acc(store_as<T>(dx_init));
+    // dx buffers start as NaN: an output the kernel reads instead of the residual shows.
+    Guarded<T> gdy(store_as<T>(dy)), gdx(store_as<T>(std::vector<float>(nc, NAN))),
+        gdx_res(store_as<T>(std::vector<float>(nc, NAN)));
+    Guarded<T> gresidual(store_as<T>(dx_init)), gdx_in_place(store_as<T>(dx_init));
     launch_layernorm_backward_input<T>(ctx, gdx.data(), gdy.data(), gx.data(), cmean.data(),
-                                       crstd.data(), gg.data(), n, c, false);
-    launch_layernorm_backward_input<T>(ctx, gdx_acc.data(), gdy.data(), gx.data(), cmean.data(),
-                                       crstd.data(), gg.data(), n, c, true);
+                                       crstd.data(), gg.data(), n, c, nullptr);
+    launch_layernorm_backward_input<T>(ctx, gdx_res.data(), gdy.data(), gx.data(), cmean.data(),
+                                       crstd.data(), gg.data(), n, c, gresidual.data());
+    // dx aliasing the residual gives the same as apart from it.
+    launch_layernorm_backward_input<T>(ctx, gdx_in_place.data(), gdy.data(), gx.data(), cmean.data(),
+                                       crstd.data(), gg.data(), n, c, gdx_in_place.data());
     Guarded<float> gdg(dg_init), gdb(db_init);
     Guarded<float> workspace{std::vector<float>(layernorm_backward_weight_workspace_bytes(n, c) / 4, NAN)};
     launch_layernorm_backward_weight<T>(ctx, gdg.data(), gdb.data(), gdy.data(), gx.data(),
                                         cmean.data(), crstd.data(), workspace.data(), n, c);
     // In place (dx aliases dy) gives the same as out of place.
     launch_layernorm_backward_input<T>(ctx, gdy.data(), gdy.data(), gx.data(), cmean.data(),
-                                       crstd.data(), gg.data(), n, c, false);
+                                       crstd.data(), gg.data(), n, c, nullptr);
     return std::vector<std::vector<float>>{
         checked(gy, "y"),    checked(gmean, "mean"), checked(grstd, "rstd"),
-        checked(gdx, "dx"),  checked(gdx_acc, "dx accumulated"), checked(gdg, "dg"),
-        checked(gdb, "db"),  checked(gdy, "dx in place"), checked(workspace, "workspace")};
+        checked(gdx, "dx"),  checked(gdx_res, "dx + residual"), checked(gdg, "dg"),
+        checked(gdb, "db"),  checked(gdy, "dx in place"), checked(workspace, "workspace"),
+        checked(gdx_in_place, "dx + residual in place"), checked(gresidual, "residual")};
   });
   EXPECT_TRUE(close_as<T>(out[0], y)) << "y";
   EXPECT_TRUE(close(out[1], mean, false)) << "mean";
   EXPECT_TRUE(close(out[2], rstd, false)) << "rstd";
   EXPECT_TRUE(close_as<T>(out[3], dx)) << "dx";
-  EXPECT_TRUE(close_as<T>(out[4], dx_acc)) << "dx accumulated";
+  EXPECT_TRUE(close_as<T>(out[4], dx_res)) << "dx + residual";
   EXPECT_TRUE(close(out[5], dg, false)) << "dg (fp32 gradient)";
   EXPECT_TRUE(close(out[6], db, false)) << "db (fp32 gradient)";
   EXPECT_TRUE(bitwise_equal({out[7]}, {out[3]})) << "dx in place";
+  EXPECT_TRUE(bitwise_equal({out[9]}, {out[4]})) << "dx + residual, dx aliasing the residual";
 }
 
 template <typename T>

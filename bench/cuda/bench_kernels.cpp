@@ -175,11 +175,11 @@ void bench_activation_kernels(std::vector<Result>& out) {
       kernels::launch_layernorm_forward<T>(ctx, y.data(), mean.data(), rstd.data(), x.data(), g.data(), b.data(), kN, kC);
     });
     out.push_back({"layernorm_forward", dt, shape({kN, kC}), 2 * nc * s + 2 * kC * s + 2 * kN * 4.0, us});
-    // The blocks' dgrad accumulates into the residual gradient (accumulate = true):
-    // read dy, x, dx [N,C], g[C], mean, rstd [N] (fp32); write dx[N,C]
+    // The blocks' dgrad adds the residual gradient (here dx itself, in place):
+    // read dy, x, residual [N,C], g[C], mean, rstd [N] (fp32); write dx[N,C]
     us = time_launch_us([&] {
       kernels::launch_layernorm_backward_input<T>(ctx, dx.data(), dy.data(), x.data(), mean.data(), rstd.data(),
-                                                  g.data(), kN, kC, true);
+                                                  g.data(), kN, kC, dx.data());
     });
     out.push_back({"layernorm_backward_input", dt, shape({kN, kC}), 4 * nc * s + kC * s + 2 * kN * 4.0, us});
   }

@@ -122,10 +122,9 @@ StepPrediction predict_step(const Config& cfg, const DeviceSpec& dev, const Frac
   s.gemm("fc1 dgrad", mb * L, n, c, h);
   s.gemm("attn proj dgrad", mb * L, n, c, c);
   s.gemm("qkv dgrad", mb * L, n, c, 3 * c);
-  // The residual gradient: a copy of dy, then layernorm backward accumulates into it
-  // (dy, x in; dx read and written).
-  s.memory("residual gradient copy", mb * 2 * L, 2 * u);
-  s.memory("layernorm backward dx (accumulate)", mb * 2 * L, 4 * u + stats);
+  // The residual gradient joins in the layernorm dgrad: dx = residual + LN'(dy)
+  // (dy, x, residual in; dx out), no copy of dy.
+  s.memory("layernorm backward dx (+ residual)", mb * 2 * L, 4 * u + stats);
 
   // ---- backward, weight gradients (W): fp32 gradients accumulated in place ----
   // Bias gradients come from the wgrad GEMMs' BGRADB epilogue (no pass of their own).
@@ -174,8 +173,9 @@ std::vector<std::string> assumptions(const Config& cfg, const Fractions& f) {
       "fused attention (flash, cudnn): " + pct(f.flash) + " of the matmul peak, causal half of T^2, backward 2.5x forward",
       "memory-bound kernels: " + pct(f.hbm) + " of HBM bandwidth, minimum bytes read + written",
       "fused: bias into every GEMM epilogue, GELU into FC1 (GELU_AUX_BIAS), DGELU into the FC2 dgrad, bias "
-      "gradients into the wgrad epilogue (BGRADB), residual add into the next layernorm",
-      "not fused: cross-entropy (3 passes over the logits), the residual-gradient copy, layernorm weight gradients",
+      "gradients into the wgrad epilogue (BGRADB), residual add into the next layernorm, residual gradient "
+      "into the layernorm dgrad",
+      "not fused: cross-entropy (3 passes over the logits), layernorm weight gradients",
       "per step: zero grads, gradient norm, AdamW (fp32 masters and moments) with the clip factor applied as it "
       "reads each gradient" + std::string(cfg.precision() == Precision::bf16 ? " and the bf16 weight copy written with the update" : ""),
       "attention: " + cfg.model.attention + "; MFU against the dense bf16 peak with llm.c's 6N + 6LTC FLOPs per token",

@@ -109,11 +109,14 @@ struct ConstView {
            (View y, float* mean, float* rstd, ConstView x, ConstView g, ConstView b, int n,        \
             int c),                                                                                \
            (y, mean, rstd, x, g, b, n, c))                                                         \
-  /* dx (+)= rstd · (dŷ - mean(dŷ) - x̂ · mean(dŷ · x̂)), where dŷ = dy · g. */                      \
+  /* dx[N,C] = residual[N,C] + rstd · (dŷ - mean(dŷ) - x̂ · mean(dŷ · x̂)), where dŷ = dy · g:     \
+     the residual stream's gradient joins the layernorm's in the same pass. residual may be null  \
+     (dx = the layernorm term alone; dx is then not read); dx may alias residual or dy. The sum   \
+     is residual[i] + term in fp32, rounded once to the storage type. */                          \
   LAUNCHED(void, layernorm_backward_input,                                                         \
            (View dx, ConstView dy, ConstView x, const float* mean, const float* rstd, ConstView g, \
-            int n, int c, bool accumulate),                                                        \
-           (dx, dy, x, mean, rstd, g, n, c, accumulate))                                           \
+            int n, int c, ConstView residual),                                                     \
+           (dx, dy, x, mean, rstd, g, n, c, residual))                                             \
   /* dg += Σ_rows dy · x̂;  db += Σ_rows dy. */                                                     \
   OP(void, layernorm_backward_weight,                                                              \
      (float* dg, float* db, ConstView dy, ConstView x, const float* mean, const float* rstd,       \

@@ -153,18 +153,18 @@ void Block<T>::backward_input(int mb, const T* dy, T* dx) {
   ops_.linear_backward_input_dgelu(s.dfc1.data(), dy, weights<T>(fc2_w_), s.fc1.data(), n, hl, c);
   ops_.linear_backward_input(s.dln2.data(), s.dfc1.data(), weights<T>(fc_w_), n, c, hl, false);
   tp_sum(s.dln2.data(), size_t(n) * c, keep_col_partial_);
-  ops_.copy(s.dx2.data(), dy, sizeof(T) * size_t(n) * c);
+  // dx2 = dy + ln_2'(dln2): the residual joins in the layernorm dgrad, no copy of dy
   ops_.layernorm_backward_input(s.dx2.data(), s.dln2.data(), s.x2.data(), s.ln2_mean.data(),
-                                s.ln2_rstd.data(), weights<T>(ln2_w_), n, c, true);
+                                s.ln2_rstd.data(), weights<T>(ln2_w_), n, c, dy);
   // attention half
   T* dattn = s.dattn.data();  // [N,CL]
   ops_.linear_backward_input(dattn, s.dx2.data(), weights<T>(proj_w_), n, cl, c, false);
   attention_backward_input(s, dattn);
   ops_.linear_backward_input(s.dln1.data(), s.dqkv.data(), weights<T>(qkv_w_), n, c, 3 * cl, false);
   tp_sum(s.dln1.data(), size_t(n) * c, keep_col_partial_);
-  ops_.copy(dx, s.dx2.data(), sizeof(T) * size_t(n) * c);
+  // dx = dx2 + ln_1'(dln1)
   ops_.layernorm_backward_input(dx, s.dln1.data(), s.x, s.ln1_mean.data(), s.ln1_rstd.data(),
-                                weights<T>(ln1_w_), n, c, true);
+                                weights<T>(ln1_w_), n, c, s.dx2.data());
 }
 
 template <typename T>

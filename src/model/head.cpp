@@ -69,7 +69,7 @@ void Head<T>::backward_input(int mb, const T*, T* dx) {
   ops_.linear_backward_input(s.dh.data(), s.logits.data(), weights<T>(wte_), n, c, vl, false);
   if (dims_.tp > 1) tp_.allreduce(s.dh.data(), size_t(n) * c, ReduceOp::Sum);
   ops_.layernorm_backward_input(dx, s.dh.data(), s.x, s.mean.data(), s.rstd.data(),
-                                weights<T>(lnf_w_), n, c, false);
+                                weights<T>(lnf_w_), n, c, nullptr);
   s.has_dh = true;
 }
 

@@ -58,10 +58,10 @@ void CpuOps::residual_layernorm_forward(View sum, View y, float* mean, float* rs
 
 void CpuOps::layernorm_backward_input(View dxv, ConstView dyv, ConstView xv, const float* mean,
                                       const float* rstd, ConstView gv, int n, int c,
-                                      bool accumulate) {
-  float *dx; const float *dy, *x, *g;
-  std::tie(dx, dy, x, g) = fp32("layernorm_backward_input", dxv, dyv, xv, gv);
-  // dx (+)= rstd · (dŷ - mean(dŷ) - x̂ · mean(dŷ · x̂)), dŷ = dy · g, x̂ = (x - mean) · rstd
+                                      ConstView residualv) {
+  float *dx; const float *dy, *x, *g, *residual;
+  std::tie(dx, dy, x, g, residual) = fp32("layernorm_backward_input", dxv, dyv, xv, gv, residualv);
+  // dx = residual + rstd · (dŷ - mean(dŷ) - x̂ · mean(dŷ · x̂)), dŷ = dy · g, x̂ = (x - mean) · rstd
 #pragma omp parallel for schedule(static) if (size_t(n) * c >= kParallelMinElements)
   for (int row = 0; row < n; ++row) {
     const float* x_row = x + size_t(row) * c;
@@ -76,15 +76,18 @@ void CpuOps::layernorm_backward_input(View dxv, ConstView dyv, ConstView xv, con
       sum_dxhat_xhat += dxhat * (x_row[i] - m) * s;
     }
     const float mean_dxhat = sum_dxhat / float(c), mean_dxhat_xhat = sum_dxhat_xhat / float(c);
-    if (accumulate) {
+    if (residual) {
+      // Element i reads residual[i] and dy[i] before writing dx[i], so dx may alias either.
+      // The same expression as the old `dx[i] += term` after a copy: the same rounding (the
+      // compiler may contract it into one FMA, then in both), so cpu runs stay bit-identical.
+      const float* residual_row = residual + size_t(row) * c;
 #pragma omp simd
       for (int i = 0; i < c; ++i) {
         float xhat = (x_row[i] - m) * s;
-        dx_row[i] += s * (dy_row[i] * g[i] - mean_dxhat - xhat * mean_dxhat_xhat);
+        dx_row[i] = residual_row[i] + s * (dy_row[i] * g[i] - mean_dxhat - xhat * mean_dxhat_xhat);
       }
     } else {
-      // Separate loop: with accumulate=false dx may hold garbage (even NaN), so it must
-      // not be read.
+      // Separate loop: without a residual dx may hold garbage (even NaN), so it is not read.
 #pragma omp simd
       for (int i = 0; i < c; ++i) {
         float xhat = (x_row[i] - m) * s;
