@@ -123,9 +123,11 @@ TEST(GpuModel, Gpt2SmallFlashIsWellAheadOfNaive) {
   const auto dev = bench::device_spec("h100");
   const auto flash = predict_step(config_of("configs/gpt2_124m_gpu.yaml"), dev, Fractions{});
   const auto naive = predict_step(config_of("configs/gpt2_124m_gpu.yaml", {"model.attention=naive"}), dev, Fractions{});
-  // The stated goal band: flash near half the peak (0.48 at the stated fractions, see the
-  // program's table), the naive path's T×T traffic costing it more than a third.
-  EXPECT_GT(flash.mfu, 0.45);
+  // The goal on paper: flash at half the peak or more at the stated fractions (0.501: the
+  // fused attention, epilogues, residual-gradient and optimizer passes; the program's table
+  // says where the rest goes), so a change that adds a pass over memory shows here; the
+  // naive path's T×T traffic costs it more than a third.
+  EXPECT_GE(flash.mfu, 0.50);
   EXPECT_LT(naive.mfu, 0.66 * flash.mfu);
 }
 
