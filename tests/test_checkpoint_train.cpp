@@ -22,7 +22,6 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
-#include <sstream>
 #include <map>
 #include <regex>
 
@@ -183,12 +182,6 @@ class CheckpointTrain : public ::testing::Test {
     for (auto& [name, t] : stored.tensors) t.value = read_h5_floats(original.file, "/model/" + name);
     v.add(compare_exact(loaded, stored));
     return v;
-  }
-  static std::vector<std::string> split_words(const std::string& s) {
-    std::vector<std::string> words;
-    std::istringstream in(s);
-    for (std::string w; in >> w;) words.push_back(w);
-    return words;
   }
 
   static TempDir* dir_;

@@ -15,7 +15,6 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -52,12 +51,6 @@ GlobalDump run_step(const TempDir& dir, const std::string& bin, const std::strin
   return read_param_dumps(dumps);
 }
 
-std::vector<std::string> words(const std::string& s) {
-  std::vector<std::string> out;
-  std::istringstream in(s);
-  for (std::string w; in >> w;) out.push_back(w);
-  return out;
-}
 
 class CudaBackendTrain : public ::testing::Test {
  protected:
@@ -82,7 +75,7 @@ class CudaBackendTrain : public ::testing::Test {
       EXPECT_GT(scale, 0.0) << tensor << " has an all-zero gradient";
     }
     // The bound of the longer chain of the two: the cuda run's attention (the device's default).
-    std::vector<std::string> overrides = words(layout);
+    std::vector<std::string> overrides = split_words(layout);
     overrides.push_back("device=cuda");
     const Config cfg = load_config(dir_.file("model.yaml"), overrides);
     return compare_gradients(gpu, cpu, fp32_step_bounds(cfg));

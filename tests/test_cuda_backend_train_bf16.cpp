@@ -14,7 +14,6 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -66,10 +65,7 @@ class Bf16Train : public ::testing::Test {
 
   // The config a run with `overrides` uses (the bounds count its tokens and its chain).
   Config config(const std::string& overrides) {
-    std::vector<std::string> words;
-    std::istringstream in(overrides);
-    for (std::string w; in >> w;) words.push_back(w);
-    return load_config(dir_.file("model.yaml"), words);
+    return load_config(dir_.file("model.yaml"), split_words(overrides));
   }
 
   // A pipeline or data-parallel bf16 step against the single-process bf16 step. Each

@@ -10,7 +10,6 @@
 
 #include <filesystem>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,10 +57,7 @@ class CudaFlashTrain : public ::testing::Test {
     return read_param_dumps(files);
   }
   Config config(const std::string& overrides) {
-    std::vector<std::string> words;
-    std::istringstream in(overrides);
-    for (std::string w; in >> w;) words.push_back(w);
-    return load_config(dir_.file("model.yaml"), words);
+    return load_config(dir_.file("model.yaml"), split_words(overrides));
   }
   // Loss, gradients and the values after AdamW of step 1 within `bounds`.
   void expect_equal(const GlobalDump& got, const GlobalDump& want, const Config& cfg, const StepBounds& bounds,

@@ -23,12 +23,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<std::string> words(const std::string& text) {
-  std::istringstream in(text);
-  std::vector<std::string> out;
-  for (std::string w; in >> w;) out.push_back(w);
-  return out;
-}
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::istringstream in(text);
@@ -115,8 +109,8 @@ void expect_flags(const std::string& command, const std::vector<std::string>& fl
 void first_make_builds_with_the_packages_flags(const std::string& cuda) {
   FreshMachine m;
   if (!m.real_pkg_config_knows_the_packages()) GTEST_SKIP() << "pkg-config does not know the packages here";
-  const std::vector<std::string> cflags = words(m.real_pkg_config("--cflags hdf5-openmpi yaml-cpp openblas"));
-  const std::vector<std::string> libs = words(m.real_pkg_config("--libs hdf5-openmpi yaml-cpp openblas"));
+  const std::vector<std::string> cflags = split_words(m.real_pkg_config("--cflags hdf5-openmpi yaml-cpp openblas"));
+  const std::vector<std::string> libs = split_words(m.real_pkg_config("--libs hdf5-openmpi yaml-cpp openblas"));
   ASSERT_FALSE(libs.empty());
 
   CommandResult r = m.make("CUDA=" + cuda);
@@ -170,7 +164,7 @@ TEST(FreshMachine, FirstMakeRunBuildsOnlyThePptrainBinaryThenTrains) {
   }
   ASSERT_FALSE(m.commands().empty());
   EXPECT_EQ(m.commands().front(), "deps run") << "make run installs the run set first";
-  expect_flags(m.command_writing("build/pptrain"), words(m.real_pkg_config("--libs hdf5-openmpi yaml-cpp openblas")),
+  expect_flags(m.command_writing("build/pptrain"), split_words(m.real_pkg_config("--libs hdf5-openmpi yaml-cpp openblas")),
                "the link of build/pptrain");
   for (const std::string& c : m.commands())
     EXPECT_EQ(c.find("build/obj/tests/"), std::string::npos) << "make run built a test: " << c;

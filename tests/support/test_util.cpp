@@ -55,6 +55,13 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+std::vector<std::string> split_words(const std::string& text) {
+  std::vector<std::string> words;
+  std::istringstream in(text);
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
+
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b, double floor) {
   if (a.size() != b.size()) return INFINITY;
   double worst = 0;
