@@ -11,12 +11,12 @@
 #include "column_sum.cuh"
 #include "device.cuh"
 #include "layernorm.cuh"
+#include "layernorm_row.cuh"
 
 namespace pptrain::kernels {
 namespace {
 
-constexpr float kEps = 1e-5f;
-constexpr int kRowBlock = 256;  // 8 warps = 8 rows per block
+constexpr int kRowBlock = kLayernormRowBlock;
 
 template <typename T>
 __global__ void layernorm_forward_kernel(T* y, float* mean, float* rstd, const T* x, const T* g,
@@ -28,19 +28,7 @@ __global__ void layernorm_forward_kernel(T* y, float* mean, float* rstd, const T
   float sum = 0.0f;
   for (int i = lane; i < c; i += kWarp) sum += to_float(xr[i]);
   float m = warp_reduce(sum, Sum{}) / c;
-  float sq = 0.0f;
-  for (int i = lane; i < c; i += kWarp) {
-    float d = to_float(xr[i]) - m;
-    sq += d * d;
-  }
-  float s = rsqrtf(warp_reduce(sq, Sum{}) / c + kEps);
-  T* yr = y + size_t(row) * c;
-  for (int i = lane; i < c; i += kWarp)
-    yr[i] = from_float<T>((to_float(xr[i]) - m) * s * to_float(g[i]) + to_float(b[i]));
-  if (lane == 0) {
-    if (mean) mean[row] = m;
-    if (rstd) rstd[row] = s;
-  }
+  layernorm_row_normalize(y + size_t(row) * c, xr, m, g, b, c, lane, mean, rstd, row);
 }
 
 template <typename T>

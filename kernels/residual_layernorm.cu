@@ -11,14 +11,13 @@
 // The statistics are taken of the sum as stored (rounded to T), in the same order as
 // layernorm_forward_kernel, so y, mean and rstd are the bits of launch_add followed by
 // launch_layernorm_forward.
-#include "device.cuh"
+#include "layernorm_row.cuh"
 #include "residual_layernorm.cuh"
 
 namespace pptrain::kernels {
 namespace {
 
-constexpr float kEps = 1e-5f;   // as layernorm.cu
-constexpr int kRowBlock = 256;  // 8 warps = 8 rows per block
+constexpr int kRowBlock = kLayernormRowBlock;
 
 template <typename T>
 __global__ void residual_layernorm_forward_kernel(T* sum, T* y, float* mean, float* rstd, const T* a,
@@ -41,21 +40,8 @@ __global__ void residual_layernorm_forward_kernel(T* sum, T* y, float* mean, flo
     total += to_float(s);
   }
   float m = warp_reduce(total, Sum{}) / c;
-  // Pass 2: Σ (sum - mean)², over the values this lane stored.
-  float sq = 0.0f;
-  for (int i = lane; i < c; i += kWarp) {
-    float d = to_float(sr[i]) - m;
-    sq += d * d;
-  }
-  float s = rsqrtf(warp_reduce(sq, Sum{}) / c + kEps);
-  // Pass 3: normalise.
-  T* yr = y + offset;
-  for (int i = lane; i < c; i += kWarp)
-    yr[i] = from_float<T>((to_float(sr[i]) - m) * s * to_float(g[i]) + to_float(beta[i]));
-  if (lane == 0) {
-    if (mean) mean[row] = m;
-    if (rstd) rstd[row] = s;
-  }
+  // Passes 2 and 3 (centred variance, normalise) over the values this lane stored.
+  layernorm_row_normalize(y + offset, sr, m, g, beta, c, lane, mean, rstd, row);
 }
 
 }  // namespace
