@@ -1,8 +1,16 @@
 #include "checkpoint/checkpoint_format.h"
 
+#include "checkpoint/checksum.h"
 #include "checkpoint/hdf5_io.h"
 
 namespace pptrain {
+
+std::string meta_text(const CheckpointMeta& m) {
+  return cat(kCheckpointFormat, "\n", m.format_version, "\n", m.step, "\n", m.tokens_seen, "\n", m.data_next_batch,
+             "\n", m.data_sequences_seen, "\n", m.rng_seed, "\n", m.rng_counter, "\n", m.layout_pp, ",", m.layout_tp,
+             ",", m.layout_dp, "\n", m.has_optimizer_state ? 1 : 0, "\n", m.writer, "\n", m.lineage, "\n",
+             m.config_yaml);
+}
 
 void write_meta(hid_t file, const CheckpointMeta& m, const std::string& where) {
   using h5::write_attribute;
@@ -18,16 +26,24 @@ void write_meta(hid_t file, const CheckpointMeta& m, const std::string& where) {
   write_attribute(file, "layout_pp_tp_dp", std::vector<int64_t>{m.layout_pp, m.layout_tp, m.layout_dp}, where);
   write_attribute(file, "has_optimizer_state", int64_t(m.has_optimizer_state ? 1 : 0), where);
   write_attribute(file, "writer", m.writer, where);
+  write_attribute(file, "lineage", m.lineage, where);
+  write_attribute(file, "meta_checksum", checksum_text(meta_text(m)), where);
 }
 
 CheckpointMeta read_meta(hid_t file, const std::string& where) {
-  if (!h5::has_attribute(file, "format") || h5::read_string_attribute(file, "format", where) != kCheckpointFormat)
+  if (!h5::has_attribute(file, "format") || !h5::has_attribute(file, "format_version"))
     fail(where, ": an HDF5 file but not a pptrain checkpoint (root attribute 'format' is not '",
          kCheckpointFormat, "')");
   CheckpointMeta m;
   m.format_version = h5::read_int_attribute(file, "format_version", where);
-  if (m.format_version < 1 || m.format_version > kCheckpointFormatVersion)
-    fail(where, ": checkpoint format version ", m.format_version, " is not supported (this pptrain reads 1..",
+  if (m.format_version == 1)
+    fail(where, ": checkpoint format version 1 (written by an older pptrain) has no checksums and cannot be "
+         "verified; this pptrain reads version ", kCheckpointFormatVersion);
+  if (h5::read_string_attribute(file, "format", where) != kCheckpointFormat)
+    fail(where, ": an HDF5 file but not a pptrain checkpoint (root attribute 'format' is not '",
+         kCheckpointFormat, "')");
+  if (m.format_version != kCheckpointFormatVersion)
+    fail(where, ": checkpoint format version ", m.format_version, " is not supported (this pptrain reads version ",
          kCheckpointFormatVersion, ")");
   m.step = h5::read_int_attribute(file, "step", where);
   m.tokens_seen = h5::read_int_attribute(file, "tokens_seen", where);
@@ -35,14 +51,20 @@ CheckpointMeta read_meta(hid_t file, const std::string& where) {
   m.data_sequences_seen = h5::read_int_attribute(file, "data_sequences_seen", where);
   m.rng_seed = h5::read_uint_attribute(file, "rng_seed", where);
   m.rng_counter = h5::read_int_attribute(file, "rng_counter", where);
-  m.config_yaml = h5::read_string_attribute(file, "config", where);
-  auto layout = h5::read_int_array_attribute(file, "layout_pp_tp_dp", where);
+  m.config_yaml = h5::read_string_attribute(file, "config", where, h5::kMaxStringAttributeBytes);
+  auto layout = h5::read_int_array_attribute(file, "layout_pp_tp_dp", 3, where);
   if (layout.size() != 3) fail(where, ": attribute 'layout_pp_tp_dp' has ", layout.size(), " values, expected 3");
   m.layout_pp = layout[0];
   m.layout_tp = layout[1];
   m.layout_dp = layout[2];
-  m.has_optimizer_state = h5::read_int_attribute(file, "has_optimizer_state", where) != 0;
-  m.writer = h5::has_attribute(file, "writer") ? h5::read_string_attribute(file, "writer", where) : "";
+  const int64_t has_optimizer_state = h5::read_int_attribute(file, "has_optimizer_state", where);
+  if (has_optimizer_state != 0 && has_optimizer_state != 1)
+    fail(where, ": attribute 'has_optimizer_state' is ", has_optimizer_state, ", expected 0 or 1");
+  m.has_optimizer_state = has_optimizer_state == 1;
+  m.writer = h5::read_string_attribute(file, "writer", where);
+  m.lineage = h5::read_string_attribute(file, "lineage", where, kMaxLineageRuns * 40);
+  if (h5::read_uint_attribute(file, "meta_checksum", where) != checksum_text(meta_text(m)))
+    fail(where, ": the root attributes do not match their checksum (attribute 'meta_checksum'): the file is damaged");
   if (m.step < 0) fail(where, ": attribute 'step' is negative (", m.step, ")");
   return m;
 }

@@ -1,14 +1,20 @@
-// The pptrain checkpoint file format (HDF5), version 1.
+// The pptrain checkpoint file format (HDF5), version 2.
 //
 //   /                          attributes below
-//   /model/<name>              float32, the parameter in its global shape, e.g.
+//   /model/<name>              IEEE float32 (little-endian as written; the reader accepts
+//                              exactly binary32 in either byte order and nothing else),
+//                              the parameter in its global shape, e.g.
 //                              /model/h.3.attn.qkv.weight [3C, C]; /model/wte.weight is
 //                              [vocab_size, C]: the rows that pad the vocabulary to a
 //                              multiple of tp are not stored
 //   /optim/m/<name>            float32, AdamW first moment, same shape (absent when
 //   /optim/v/<name>            float32, AdamW second moment   has_optimizer_state = 0)
 //
-// Root attributes:
+// Every dataset has a `checksum` attribute (uint64): the layout-independent element hash
+// of checkpoint/checksum.h over its values. Every value is finite: the writer refuses
+// NaN and ±inf, and the reader rejects them.
+//
+// Root attributes (strings are fixed-length, NUL-terminated UTF-8; integers 8 bytes):
 //   format               "pptrain-checkpoint"
 //   format_version       1
 //   step                 optimizer steps taken (the next step is step + 1)
@@ -21,6 +27,15 @@
 //   layout_pp_tp_dp      [pp, tp, dp] of the job that wrote the file
 //   has_optimizer_state  1 if /optim holds moments (0 for imported weights)
 //   writer               "pptrain <version>"
+//   lineage              the runs this checkpoint descends from, oldest first, as
+//                        "RUN:START/RUN:START/...": RUN a run's 16-hex-digit id, START the
+//                        step it started from (0, or the step of the checkpoint it resumed);
+//                        the last entry is the run that wrote the file (at most
+//                        kMaxLineageRuns entries, older ones dropped)
+//   meta_checksum        checksum_text() of every attribute above (meta_text())
+//
+// Version 1 (variable-length strings, no checksums, no lineage) is refused with one line:
+// its contents cannot be verified, and its strings are what crashed HDF5's reader.
 #pragma once
 #include <hdf5.h>
 
@@ -30,7 +45,8 @@
 namespace pptrain {
 
 inline constexpr const char* kCheckpointFormat = "pptrain-checkpoint";
-inline constexpr int64_t kCheckpointFormatVersion = 1;
+inline constexpr int64_t kCheckpointFormatVersion = 2;
+inline constexpr size_t kMaxLineageRuns = 64;
 
 struct CheckpointMeta {
   int64_t format_version = kCheckpointFormatVersion;
@@ -44,7 +60,11 @@ struct CheckpointMeta {
   int64_t layout_pp = 1, layout_tp = 1, layout_dp = 1;
   bool has_optimizer_state = true;
   std::string writer;
+  std::string lineage;
 };
+
+// The attributes above in one canonical text: what meta_checksum covers.
+std::string meta_text(const CheckpointMeta& meta);
 
 // Writes the root attributes (collective under MPI-IO: identical on every rank).
 void write_meta(hid_t file, const CheckpointMeta& meta, const std::string& where);

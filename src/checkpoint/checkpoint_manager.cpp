@@ -4,14 +4,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
+#include <climits>
 #include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <regex>
 
 #include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/lineage.h"
 #include "core/log.h"
 #include "core/version.h"
 
@@ -28,16 +33,30 @@ std::string checkpoint_name(int step) {
   return name;
 }
 
+// The step of a checkpoint's file name step_<digits>.h5; nullopt for any other name, and
+// a one-line warning for a step_*.h5 whose number does not parse (letters, or a number
+// beyond the int steps pptrain counts in).
+std::optional<int64_t> step_of(const fs::path& path) {
+  const std::string name = path.filename().string();
+  if (name.size() <= 8 || name.rfind("step_", 0) != 0 || name.substr(name.size() - 3) != ".h5") return std::nullopt;
+  const char* first = name.data() + 5;
+  const char* last = name.data() + name.size() - 3;
+  int step = 0;
+  auto [end, ec] = std::from_chars(first, last, step);
+  if (ec != std::errc() || end != last || first == last || *first == '-' || *first == '+') {
+    log::warn("checkpoint: ignoring ", path.string(), ": not a checkpoint name step_<step>.h5 with a step of at most ",
+              INT32_MAX);
+    return std::nullopt;
+  }
+  return step;
+}
+
 // Complete checkpoints in `dir` as (step, path), newest (highest step) first.
 std::vector<std::pair<int64_t, fs::path>> complete_checkpoints(const fs::path& dir) {
-  static const std::regex pattern(R"(step_(\d+)\.h5)");
   std::vector<std::pair<int64_t, fs::path>> out;
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    std::smatch m;
-    const std::string name = entry.path().filename().string();
-    if (std::regex_match(name, m, pattern)) out.push_back({std::stoll(m[1]), entry.path()});
-  }
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (auto step = step_of(entry.path())) out.push_back({*step, entry.path()});
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   return out;
 }
@@ -84,6 +103,65 @@ std::string broadcast_string(Communicator& comm, std::string s, int root) {
   s.resize(n);
   if (n) comm.broadcast(s.data(), n, root);
   return s;
+}
+
+// The lineage attribute of a complete checkpoint (rank 0, one process); nullopt when the
+// file cannot be read as a checkpoint of this format.
+std::optional<std::string> lineage_of(const fs::path& path) {
+  try {
+    h5::QuietHdf5 quiet;
+    IoGroup one = IoGroup::single();
+    return read_checkpoint_meta(path.string(), one).lineage;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+// Writes DIR/latest (naming `name`) atomically: latest.tmp, fsync, rename, fsync of DIR.
+std::string write_latest(const fs::path& dir, const std::string& name) {
+  const fs::path latest = dir / kLatest, latest_tmp = dir / "latest.tmp";
+  std::ofstream out(latest_tmp, std::ios::trunc);
+  out << name << "\n";
+  out.close();
+  if (!out) return cat("cannot write '", latest_tmp.string(), "'");
+  if (std::string error = sync_path(latest_tmp); !error.empty()) return error;
+  std::error_code ec;
+  fs::rename(latest_tmp, latest, ec);  // atomic replacement of the pointer
+  if (ec) return cat("cannot rename '", latest_tmp.string(), "' to '", latest.string(), "': ", ec.message());
+  return sync_path(dir);
+}
+
+// Rule 1 of lineage.h (rank 0): moves every checkpoint of `dir` after `step` into
+// dir/abandoned/, then points `latest` at `resumed` (if it is in `dir`) or drops a
+// `latest` that named a moved file. Returns an error, "" if none.
+std::string move_aside_after(const fs::path& dir, int64_t step, const fs::path& resumed) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return "";
+  const fs::path aside = dir / "abandoned";
+  std::string moved;
+  for (const auto& [s, path] : complete_checkpoints(dir)) {
+    if (s <= step) continue;
+    fs::create_directories(aside, ec);
+    if (ec) return cat("cannot create '", aside.string(), "': ", ec.message());
+    fs::path target = aside / path.filename();
+    for (int k = 1; fs::exists(target, ec); ++k) target = aside / cat(path.filename().string(), ".", k);
+    fs::rename(path, target, ec);
+    if (ec) return cat("cannot move '", path.string(), "' to '", target.string(), "': ", ec.message());
+    moved += cat(moved.empty() ? "" : ", ", path.filename().string());
+  }
+  if (moved.empty()) return "";
+  log::warn("checkpoint: this run continues from step ", step, ", so the later checkpoints ", moved,
+            " belong to an abandoned run: moved into ", aside.string(), " (nothing deleted)");
+  std::string error;
+  if (!resumed.empty() && fs::equivalent(resumed.parent_path(), dir, ec)) {
+    error = write_latest(dir, resumed.filename().string());
+  } else {
+    std::ifstream in(dir / kLatest);
+    std::string name;
+    if (in && std::getline(in, name) && !fs::exists(dir / name, ec)) fs::remove(dir / kLatest, ec);
+  }
+  if (error.empty()) error = sync_path(dir);
+  return error;
 }
 
 // PPTRAIN_CHECKPOINT_CRASH="STEP:POINT": kills world rank 0 at POINT of saving STEP.
@@ -145,10 +223,22 @@ std::string CheckpointManager::resume_path() const {
   return broadcast_string(io_.comm(), path, 0);
 }
 
+void CheckpointManager::start_lineage(const std::string& parent_lineage, int64_t start, const std::string& resumed) {
+  run_id_ = broadcast_string(io_.comm(), io_.rank() == 0 ? new_run_id() : "", 0);
+  lineage_ = extend_lineage(parent_lineage, run_id_, start, kMaxLineageRuns);
+  std::string error;
+  if (io_.rank() == 0 && !cfg_.checkpoint.dir.empty()) {
+    error = move_aside_after(cfg_.checkpoint.dir, start, resumed);
+    if (!error.empty()) error = cat("checkpoint.dir ", cfg_.checkpoint.dir, " (rank 0): ", error);
+  }
+  io_.agree(error);
+}
+
 int CheckpointManager::resume(ParamStore& params, OptimizerState& optimizer) {
   const std::string path = resume_path();
   if (path.empty()) {
     if (!cfg_.checkpoint.dir.empty()) log::info("checkpoint: no checkpoint to resume from, starting at step 0");
+    start_lineage("", 0, "");
     return 0;
   }
   std::vector<ShardedTensor> tensors = sharded_tensors(params);
@@ -173,6 +263,7 @@ int CheckpointManager::resume(ParamStore& params, OptimizerState& optimizer) {
     log::warn("checkpoint: the global batch was ", stored.global_batch_sequences(), " sequences when ", path,
               " was written and is ", cfg_.global_batch_sequences(),
               " now; the data stream continues at batch ", meta.data_next_batch, " of the new size");
+  start_lineage(meta.lineage, meta.step, path);
   base_step_ = meta.step;
   base_tokens_ = meta.tokens_seen;
   base_sequences_ = meta.data_sequences_seen;
@@ -205,7 +296,27 @@ CheckpointMeta CheckpointManager::meta_for(int step) const {
   m.layout_dp = par_.dp;
   m.has_optimizer_state = true;
   m.writer = cat("pptrain ", kVersion);
+  m.lineage = lineage_;
   return m;
+}
+
+void CheckpointManager::prune(const fs::path& newest) const {
+  // Only now that `newest` is complete and named by `latest`: keep it and the
+  // keep_last - 1 newest others of this lineage (lineage.h, rule 3); drop leftovers of
+  // interrupted saves. Files of other lineages, or unreadable ones, are left alone.
+  const fs::path dir = newest.parent_path();
+  std::error_code ec;
+  int kept = 1;
+  for (const auto& [s, path] : complete_checkpoints(dir)) {
+    if (path == newest) continue;
+    const std::optional<std::string> lineage = lineage_of(path);
+    if (!lineage || !in_lineage(*lineage, s, lineage_)) continue;
+    if (kept < cfg_.checkpoint.keep_last) ++kept;
+    else fs::remove(path, ec);
+  }
+  static const std::regex leftover(R"(step_\d+\.h5\.tmp)");
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (std::regex_match(entry.path().filename().string(), leftover)) fs::remove(entry.path(), ec);
 }
 
 std::string CheckpointManager::save(ParamStore& params, OptimizerState& optimizer, int step) {
@@ -231,13 +342,16 @@ std::string CheckpointManager::save(ParamStore& params, OptimizerState& optimize
     else if (s == Section::OptimM) optimizer.m(p.spec.name).download(host);
     else optimizer.v(p.spec.name).download(host);
   };
-  auto probe = [&](const char* point) { maybe_crash(world_rank, step, point); };
-  last_write_ = write_checkpoint_file(tmp_path.string(), tensors, download, meta_for(step), io_, probe);
+  if (run_id_.empty()) start_lineage("", 0, "");  // saving without a resume(): a fresh line
+  WriteHooks hooks;
+  hooks.probe = [&](const char* point) { maybe_crash(world_rank, step, point); };
+  if (const Fault* f = faults_.find("checkpoint_write_fail")) hooks.fail_dataset = "/" + f->target;
+  // The writer agrees on every step and removes the .tmp itself when it throws.
+  last_write_ = write_checkpoint_file(tmp_path.string(), tensors, download, meta_for(step), io_, hooks);
   io_.barrier();  // every rank's part is in the closed file
-  probe("before_rename");
+  hooks.probe("before_rename");
 
   if (world_rank == 0) {
-    const fs::path latest = dir / kLatest, latest_tmp = dir / "latest.tmp";
     std::error_code ec;
     error = sync_path(tmp_path);
     if (error.empty()) {
@@ -245,32 +359,12 @@ std::string CheckpointManager::save(ParamStore& params, OptimizerState& optimize
       if (ec) error = cat("cannot rename '", tmp_path.string(), "' to '", final_path.string(), "': ", ec.message());
     }
     if (error.empty()) error = sync_path(dir);
-    if (error.empty()) {
-      std::ofstream out(latest_tmp, std::ios::trunc);
-      out << final_path.filename().string() << "\n";
-      out.close();
-      if (!out) error = cat("cannot write '", latest_tmp.string(), "'");
+    if (error.empty()) error = write_latest(dir, final_path.filename().string());
+    if (error.empty()) prune(final_path);
+    if (!error.empty()) {
+      fs::remove(tmp_path, ec);  // a failed save leaves no partial file behind
+      error = cat("checkpoint ", final_path.string(), " (rank 0): ", error);
     }
-    if (error.empty()) error = sync_path(latest_tmp);
-    if (error.empty()) {
-      fs::rename(latest_tmp, latest, ec);  // atomic replacement of the pointer
-      if (ec) error = cat("cannot rename '", latest_tmp.string(), "' to '", latest.string(), "': ", ec.message());
-    }
-    if (error.empty()) error = sync_path(dir);
-    if (error.empty()) {
-      // Only now that the new checkpoint is complete and named by `latest`: keep it and
-      // the keep_last - 1 newest others; drop leftovers of interrupted saves.
-      int kept = 1;
-      for (const auto& [s, path] : complete_checkpoints(dir)) {
-        if (path == final_path) continue;
-        if (kept < cfg_.checkpoint.keep_last) ++kept;
-        else fs::remove(path, ec);
-      }
-      static const std::regex leftover(R"(step_\d+\.h5\.tmp)");
-      for (const auto& entry : fs::directory_iterator(dir, ec))
-        if (std::regex_match(entry.path().filename().string(), leftover)) fs::remove(entry.path(), ec);
-    }
-    if (!error.empty()) error = cat("checkpoint ", final_path.string(), " (rank 0): ", error);
   }
   io_.agree(error);
 

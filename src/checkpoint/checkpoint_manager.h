@@ -14,11 +14,19 @@
 // A save writes DIR/step_N.h5.tmp collectively, flushes and closes it on every rank,
 // then world rank 0 syncs it, renames it to DIR/step_N.h5, and replaces DIR/latest
 // atomically (write latest.tmp, rename). A crash at any point leaves the previous
-// checkpoint and `latest` as they were; a leftover .tmp is removed by the next save.
+// checkpoint and `latest` as they were; a leftover .tmp is removed by the next save. A
+// save that fails (a full disk, a non-finite value) fails on every rank with one line,
+// removes its .tmp and leaves the previous checkpoint and `latest` as they were.
+//
+// Lineage (lineage.h): resume() starts this run's line; checkpoints of the directory
+// after the step it starts from are moved into DIR/abandoned/, and keep_last prunes
+// only checkpoints of the current line. Names step_*.h5 that do not parse are ignored
+// with a warning.
 //
 // Test hook: PPTRAIN_CHECKPOINT_CRASH="STEP:POINT" kills world rank 0 (SIGKILL) while
 // saving step STEP, at POINT = file_created | model_written | before_rename.
 #pragma once
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -59,6 +67,11 @@ class CheckpointManager {
 
  private:
   CheckpointMeta meta_for(int step) const;
+  // Collective: a new run id, the run's lineage from `parent_lineage` at step `start`,
+  // and rule 1 of lineage.h (`resumed`: the file resumed from, "" if none).
+  void start_lineage(const std::string& parent_lineage, int64_t start, const std::string& resumed);
+  // Rank 0, after `newest` is complete: keep_last within the lineage.
+  void prune(const std::filesystem::path& newest) const;
   void plant_load_faults(ParamStore& params, OptimizerState& optimizer) const;
 
   Config cfg_;
@@ -69,6 +82,7 @@ class CheckpointManager {
   // they stay right when the global batch size changes between runs.
   int64_t base_step_ = 0, base_tokens_ = 0, base_sequences_ = 0;
   WriteStats last_write_;
+  std::string run_id_, lineage_;  // set by resume() or the first save
 };
 
 }  // namespace pptrain

@@ -1,8 +1,10 @@
 #include "checkpoint/checkpoint_reader.h"
 
 #include <filesystem>
+#include <map>
 #include <set>
 
+#include "checkpoint/checksum.h"
 #include "checkpoint/hdf5_io.h"
 
 namespace pptrain {
@@ -49,9 +51,11 @@ herr_t collect_name(hid_t, const char* name, const H5L_info_t*, void* out) {
   return 0;
 }
 
-// Every dataset of `group` that the table needs exists as float32 of the model's
-// shape, and the group holds no dataset the model lacks. Returns the first problem.
-std::string check_group(hid_t file, Section section, const std::vector<TableEntry>& table, const std::string& path) {
+// Every dataset of `group` that the table needs exists as IEEE float32 of the model's
+// shape with a checksum, and the group holds no dataset the model lacks. Returns the
+// first problem; stores each dataset's checksum in `checksums` (by dataset path).
+std::string check_group(hid_t file, Section section, const std::vector<TableEntry>& table, const std::string& path,
+                        std::map<std::string, uint64_t>& checksums) {
   const std::string group = section_group(section);
   if (!h5::path_exists(file, group)) return cat("checkpoint ", path, ": group ", group, " is missing");
   for (const TableEntry& e : table) {
@@ -62,12 +66,22 @@ std::string check_group(hid_t file, Section section, const std::vector<TableEntr
     h5::Dataset ds(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
     if (!ds.valid()) return cat("checkpoint ", path, ": ", name, " is not a readable dataset: ", h5::hdf5_error_text());
     h5::Datatype type(H5Dget_type(ds.id()));
+    if (!type.valid()) return cat("checkpoint ", path, ": dataset ", name, " has an unreadable type");
     if (!h5::is_float32(type.id()))
       return cat("checkpoint ", path, ": dataset ", name, " is ", h5::type_name(type.id()), ", expected float32");
+    if (!h5::is_ieee_float32(type.id()))
+      return cat("checkpoint ", path, ": dataset ", name,
+                 " is a 32-bit float whose layout (byte order, precision, offset, exponent or mantissa) is not IEEE "
+                 "binary32, expected float32");
     const std::vector<int64_t> shape = h5::dataset_shape(ds.id());
     if (shape != e.shape)
       return cat("checkpoint ", path, ": dataset ", name, " has shape ", h5::shape_text(shape),
                  " in the file but the model expects ", h5::shape_text(e.shape));
+    try {
+      checksums[name] = h5::read_uint_attribute(ds.id(), "checksum", cat("checkpoint ", path, ": dataset ", name));
+    } catch (const Error& err) {
+      return err.what();
+    }
   }
   std::set<std::string> present;
   h5::Group g(H5Gopen2(file, group.c_str(), H5P_DEFAULT));
@@ -131,8 +145,9 @@ CheckpointMeta read_checkpoint_file(const std::string& path, const std::vector<S
   if (error.empty()) error = compare_models(cfg, meta, path);
   std::vector<Section> sections = {Section::Model};
   if (load_optimizer && meta.has_optimizer_state) sections.insert(sections.end(), {Section::OptimM, Section::OptimV});
+  std::map<std::string, uint64_t> checksums;
   for (Section s : sections)
-    if (error.empty()) error = check_group(file.id(), s, table, path);
+    if (error.empty()) error = check_group(file.id(), s, table, path, checksums);
   io.agree(error);
 
   // Independent transfers: a rank's slabs are large contiguous extents (a chunk per
@@ -143,11 +158,15 @@ CheckpointMeta read_checkpoint_file(const std::string& path, const std::vector<S
   h5::PropertyList dxpl(h5::check(H5Pcreate(H5P_DATASET_XFER), where));
   if (io.uses_mpi_io()) h5::check_status(H5Pset_dxpl_mpio(dxpl.id(), H5FD_MPIO_INDEPENDENT), where);
   std::vector<float> local;
+  std::vector<std::string> names;  // every dataset read, in order
+  std::vector<uint64_t> sums;      // this rank's part of each one's checksum
+  std::string nonfinite;           // the first dataset this rank found a NaN or inf in
   for (Section section : sections) {
     for (const TableEntry& e : table) {
       const std::string name = cat(section_group(section), "/", e.name);
       const std::string ctx = cat(where, ": dataset ", name);
-      h5::Dataset ds(h5::check(H5Dopen2(file.id(), name.c_str(), H5P_DEFAULT), ctx));
+      h5::Dataset ds(H5Dopen2(file.id(), name.c_str(), H5P_DEFAULT));
+      if (!ds.valid()) fail(ctx, ": ", h5::hdf5_error_text());  // all ranks opened it in check_group
       const ShardedTensor* mine = e.local >= 0 ? &tensors[e.local] : nullptr;
       if (mine) {
         // Elements outside the slabs (vocabulary padding) read as zero.
@@ -158,13 +177,35 @@ CheckpointMeta read_checkpoint_file(const std::string& path, const std::vector<S
       }
       const std::vector<int64_t> local_shape =
           mine ? local_shape_of(*mine) : std::vector<int64_t>(e.shape.size(), 1);
+      // Independent reads: a rank may fail alone without leaving others in a collective.
+      std::string read_error;
       for (int k = 0; k < e.transfers; ++k) {
         const Slab* slab = mine && k < int(mine->slabs.size()) ? &mine->slabs[k] : nullptr;
-        h5::transfer_slab(ds.id(), local_shape, slab, false, local.data(), dxpl.id(), ctx);
+        try {
+          h5::transfer_slab(ds.id(), local_shape, slab, false, local.data(), dxpl.id(), ctx);
+        } catch (const Error& err) {
+          if (read_error.empty()) read_error = err.what();
+        }
       }
+      io.agree(read_error);
+      SlabDigest digest;
+      if (mine && e.writes) {  // the first holder of this shard verifies it (checksum.h)
+        digest = digest_slabs(local.data(), mine->local_cols, mine->slabs, e.shape.size() > 1 ? e.shape[1] : 1);
+        if (digest.first_nonfinite >= 0 && nonfinite.empty())
+          nonfinite = cat(ctx, " holds a non-finite value (", digest.nonfinite_value, " at element ",
+                          digest.first_nonfinite, " in row-major order)");
+      }
+      names.push_back(name);
+      sums.push_back(digest.sum);
       if (mine) upload(section, e.local, local.data());
     }
   }
+  // The group's partial sums against the stored checksums: the same verdict on every rank.
+  io.sum(sums);
+  for (size_t i = 0; i < names.size(); ++i)
+    if (sums[i] != checksums.at(names[i]))
+      fail(where, ": dataset ", names[i], " does not match its checksum (the file is damaged)");
+  io.agree(nonfinite);
   return meta;
 }
 

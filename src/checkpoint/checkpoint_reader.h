@@ -6,8 +6,13 @@
 // Everything that can be wrong with a file is checked before the first transfer, and
 // agreed on by all ranks, so every rank fails with the same one-line message: a missing
 // file, a file that is not HDF5, a truncated or damaged file, a file that is not a
-// pptrain checkpoint, a model config that disagrees with the job's, and any dataset
-// that is missing, not float32 or of another shape than the model's.
+// pptrain checkpoint (or one of format version 1), root attributes that do not match
+// their checksum, a model config that disagrees with the job's, and any dataset that is
+// missing, not exactly IEEE float32, of another shape than the model's or without a
+// checksum. After the transfers, every dataset's checksum is verified (checksum.h: the
+// first holder of each distinct shard hashes what it read, the group sums) and every
+// value must be finite; a failure is one line naming the dataset and the file, on every
+// rank. The upload callbacks have then already run: the caller must not use the tensors.
 #pragma once
 #include <functional>
 #include <string>

@@ -1,7 +1,15 @@
 #include "checkpoint/checkpoint_writer.h"
 
-#include <chrono>
+#include <fcntl.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include "checkpoint/checksum.h"
 #include "checkpoint/hdf5_io.h"
 
 namespace pptrain {
@@ -13,6 +21,9 @@ namespace {
 // single writer gains nothing from alignment and skips it.
 constexpr hsize_t kAlignThreshold = hsize_t(4) << 20;
 constexpr hsize_t kAlignment = hsize_t(1) << 20;
+// What a failed create, flush or close asks the file system for when diagnosing why
+// (space_diagnosis): about what HDF5's metadata of a checkpoint takes.
+constexpr int64_t kMetadataBytes = int64_t(64) << 10;
 
 h5::PropertyList file_access(const IoGroup& io, const std::string& where) {
   h5::PropertyList fapl(h5::check(H5Pcreate(H5P_FILE_ACCESS), where));
@@ -24,6 +35,9 @@ h5::PropertyList file_access(const IoGroup& io, const std::string& where) {
     h5::check_status(H5Pset_all_coll_metadata_ops(fapl.id(), true), where);
   }
   if (io.size() > 1) h5::check_status(H5Pset_alignment(fapl.id(), kAlignThreshold, kAlignment), where);
+  // The 1.8 file format and later: superblock, object headers and indexes carry their
+  // own checksums, so HDF5 detects damage to the file's metadata when it reads it.
+  h5::check_status(H5Pset_libver_bounds(fapl.id(), H5F_LIBVER_V18, H5F_LIBVER_LATEST), where);
   return fapl;
 }
 
@@ -41,64 +55,200 @@ h5::PropertyList dataset_creation(const TableEntry& e, const std::string& where)
   return dcpl;
 }
 
+// MPI-IO reports a short write only as "file write failed", without the system's
+// reason. Asking the file system for the same space again names it: a probe file next
+// to `path` is given `bytes` with posix_fallocate, whose error (ENOSPC, EDQUOT, EIO, ...)
+// is the reason the write could not complete. "" when the space can be had (the cause
+// was something else) or the probe cannot be made.
+std::string space_diagnosis(const std::string& path, int64_t bytes, int rank) {
+  const std::string probe = cat(path, ".probe", rank);
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return errno == ENOSPC || errno == EDQUOT ? std::strerror(errno) : "";
+  const int rc = ::posix_fallocate(fd, 0, std::max<int64_t>(bytes, 4096));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return rc == 0 || rc == EOPNOTSUPP || rc == EINVAL ? "" : std::strerror(rc);
+}
+
+// `error` with the file system's reason appended when it names none.
+std::string with_reason(const std::string& error, const std::string& path, int64_t bytes, int rank) {
+  if (error.find("errno") != std::string::npos) return error;  // HDF5's POSIX driver names it
+  const std::string reason = space_diagnosis(path, bytes, rank);
+  return reason.empty() || error.find(reason) != std::string::npos ? error : cat(error, ": ", reason);
+}
+
+// One file being written by the io group. Each step runs on every rank and ends in an
+// agreement; on an agreed failure the file is abandoned on every rank together.
+class CollectiveWrite {
+ public:
+  CollectiveWrite(const std::string& path, const IoGroup& io) : path_(path), where_(cat("checkpoint ", path)), io_(io) {}
+  ~CollectiveWrite() {
+    // Reached with the file open only when an exception that is not a pptrain::Error
+    // unwinds past every step (a bug): closing here could wait for ranks that are
+    // elsewhere, so leak the handle instead; the process is ending anyway.
+    if (file.valid()) (void)file.release();
+  }
+  CollectiveWrite(const CollectiveWrite&) = delete;
+  CollectiveWrite& operator=(const CollectiveWrite&) = delete;
+
+  const std::string& where() const { return where_; }
+
+  // Runs `body` on this rank, then agrees with the others: if any rank's body threw, every
+  // rank abandons the file and throws the lowest failing rank's message.
+  // `io_bytes`: how much the step writes to the file system (a failure's reason is then
+  // diagnosed, with_reason), 0 for steps that do not write.
+  template <typename Body>
+  void step(Body&& body, int64_t io_bytes = 0) {
+    std::string error;
+    try {
+      body();
+    } catch (const std::exception& e) {
+      error = io_bytes > 0 ? with_reason(e.what(), path_, io_bytes, io_.rank()) : e.what();
+    }
+    agree(error);
+  }
+
+  void agree(const std::string& error) {
+    try {
+      io_.agree(error);
+    } catch (const Error&) {
+      abandon();
+      throw;
+    }
+  }
+
+  h5::File file;
+
+ private:
+  // Every rank is here (after an agreement), so the collective close cannot wait for an
+  // absent rank. Truncating first returns a full disk's blocks, so HDF5's own metadata
+  // writes during the close are likely to succeed; whether they do does not matter: the
+  // file is removed.
+  void abandon() {
+    std::error_code ec;
+    if (io_.rank() == 0 && file.valid()) std::filesystem::resize_file(path_, 0, ec);
+    if (file.valid()) file.close();
+    h5::hdf5_error_text();  // clears the stack the failed close may have left
+    io_.barrier();
+    if (io_.rank() == 0) std::filesystem::remove(path_, ec);
+  }
+
+  std::string path_, where_;
+  const IoGroup& io_;
+};
+
+// A dataset's values may be stored only if finite: the first non-finite element, named.
+std::string nonfinite_error(const std::string& ctx, const TableEntry& e, const SlabDigest& d) {
+  if (d.first_nonfinite < 0) return "";
+  const int64_t cols = e.shape.size() > 1 ? e.shape[1] : 1;
+  const std::string at = e.shape.size() > 1 ? cat("[", d.first_nonfinite / cols, ", ", d.first_nonfinite % cols, "]")
+                                            : cat("[", d.first_nonfinite, "]");
+  return cat(ctx, " holds a non-finite value (", d.nonfinite_value, " at ", at,
+             "); refusing to write a checkpoint that cannot be trained from");
+}
+
+// Creates one dataset and writes this rank's slabs of it in `e.transfers` collective
+// transfers. Every rank takes part in every transfer even after one failed here.
+void write_dataset(CollectiveWrite& w, const TableEntry& e, const std::string& name, const ShardedTensor* mine,
+                   const std::vector<float>& local, hid_t dxpl, const WriteHooks& hooks, WriteStats& stats) {
+  const std::string ctx = cat(w.where(), ": dataset ", name);
+  h5::Dataset ds;
+  w.step([&] {
+    std::vector<hsize_t> dims(e.shape.begin(), e.shape.end());
+    h5::Dataspace file_space(h5::check(H5Screate_simple(int(dims.size()), dims.data(), nullptr), ctx));
+    h5::PropertyList dcpl = dataset_creation(e, ctx);
+    ds = h5::Dataset(h5::check(H5Dcreate2(w.file.id(), name.c_str(), H5T_IEEE_F32LE, file_space.id(), H5P_DEFAULT,
+                                          dcpl.id(), H5P_DEFAULT),
+                               ctx));
+  });
+  w.step([&] {
+    const std::vector<int64_t> local_shape = mine ? local_shape_of(*mine) : std::vector<int64_t>(e.shape.size(), 1);
+    std::string first_error;
+    for (int k = 0; k < e.transfers; ++k) {
+      const Slab* slab = mine && k < int(mine->slabs.size()) ? &mine->slabs[k] : nullptr;
+      try {
+        h5::transfer_slab(ds.id(), local_shape, slab, true, const_cast<float*>(local.data()), dxpl, ctx);
+        if (slab) stats.bytes += slab->rows * slab->cols * int64_t(sizeof(float));
+      } catch (const Error& err) {
+        if (first_error.empty()) first_error = err.what();
+      }
+    }
+    if (first_error.empty() && name == hooks.fail_dataset)
+      first_error = cat(ctx, ": write failed: ", std::strerror(ENOSPC), " (planted fault checkpoint_write_fail)");
+    if (!first_error.empty()) throw Error(first_error);
+  }, int64_t(sizeof(float)) * e.shape[0] * (e.shape.size() > 1 ? e.shape[1] : 1));
+}
+
 }  // namespace
 
 WriteStats write_checkpoint_file(const std::string& path, const std::vector<ShardedTensor>& tensors,
                                  const DownloadFn& download, const CheckpointMeta& meta, const IoGroup& io,
-                                 const ProbeFn& probe) {
+                                 const WriteHooks& hooks) {
   const auto start = std::chrono::steady_clock::now();
   h5::QuietHdf5 quiet;
-  const std::string where = cat("checkpoint ", path);
   const std::vector<TableEntry> table = build_global_table(tensors, io);
+  CollectiveWrite w(path, io);
+  const std::string& where = w.where();
 
   h5::PropertyList fapl = file_access(io, where);
-  h5::File file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id()));
-  io.agree(file.valid() ? "" : cat(where, ": cannot create the file (rank ", io.rank(), "): ", h5::hdf5_error_text()));
-  if (probe) probe("file_created");
+  w.step([&] {
+    errno = 0;
+    w.file = h5::File(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id()));
+    if (!w.file.valid()) h5::io_check(-1, cat(where, ": cannot create the file (rank ", io.rank(), ")"));
+  }, kMetadataBytes);
+  if (hooks.probe) hooks.probe("file_created");
 
-  write_meta(file.id(), meta, where);
   std::vector<Section> sections = {Section::Model};
   if (meta.has_optimizer_state) sections.insert(sections.end(), {Section::OptimM, Section::OptimV});
-  for (const char* g : {"/model", "/optim", "/optim/m", "/optim/v"}) {
-    if (!meta.has_optimizer_state && std::string(g) != "/model") continue;
-    h5::Group group(h5::check(H5Gcreate2(file.id(), g, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), cat(where, ": ", g)));
-  }
+  w.step([&] {
+    write_meta(w.file.id(), meta, where);
+    for (const char* g : {"/model", "/optim", "/optim/m", "/optim/v"}) {
+      if (!meta.has_optimizer_state && std::string(g) != "/model") continue;
+      h5::Group group(h5::check(H5Gcreate2(w.file.id(), g, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), cat(where, ": ", g)));
+    }
+  });
 
   h5::PropertyList dxpl(h5::check(H5Pcreate(H5P_DATASET_XFER), where));
   if (io.uses_mpi_io()) h5::check_status(H5Pset_dxpl_mpio(dxpl.id(), H5FD_MPIO_COLLECTIVE), where);
 
   WriteStats stats;
-  std::vector<float> local;
+  std::vector<float> local;  // [local_numel] of the tensor being written
   for (Section section : sections) {
     for (const TableEntry& e : table) {
       const std::string name = cat(section_group(section), "/", e.name);
       const std::string ctx = cat(where, ": dataset ", name);
-      std::vector<hsize_t> dims(e.shape.begin(), e.shape.end());
-      h5::Dataspace file_space(h5::check(H5Screate_simple(int(dims.size()), dims.data(), nullptr), ctx));
-      h5::PropertyList dcpl = dataset_creation(e, ctx);
-      h5::Dataset ds(h5::check(H5Dcreate2(file.id(), name.c_str(), H5T_IEEE_F32LE, file_space.id(), H5P_DEFAULT,
-                                          dcpl.id(), H5P_DEFAULT),
-                               ctx));
       const ShardedTensor* mine = e.writes ? &tensors[e.local] : nullptr;
-      if (mine) {
+      // The checksum and the finiteness in one pass over this rank's slabs, agreed
+      // before the dataset exists: nothing non-finite is ever written.
+      SlabDigest digest;
+      w.step([&] {
+        if (!mine) return;
         local.resize(mine->local_numel());
         download(section, e.local, local.data());
-      }
-      const std::vector<int64_t> local_shape =
-          mine ? local_shape_of(*mine) : std::vector<int64_t>(e.shape.size(), 1);
-      // Ranks that write nothing (or fewer slabs) join each collective write empty.
-      for (int k = 0; k < e.transfers; ++k) {
-        const Slab* slab = mine && k < int(mine->slabs.size()) ? &mine->slabs[k] : nullptr;
-        h5::transfer_slab(ds.id(), local_shape, slab, true, local.data(), dxpl.id(), ctx);
-        if (slab) stats.bytes += slab->rows * slab->cols * int64_t(sizeof(float));
-      }
+        const int64_t global_cols = e.shape.size() > 1 ? e.shape[1] : 1;
+        digest = digest_slabs(local.data(), mine->local_cols, mine->slabs, global_cols);
+        if (std::string error = nonfinite_error(ctx, e, digest); !error.empty()) throw Error(error);
+      });
+      write_dataset(w, e, name, mine, local, dxpl.id(), hooks, stats);
+      std::vector<uint64_t> sum = {digest.sum};
+      io.sum(sum);  // every element was hashed by the one rank that wrote it
+      w.step([&] {
+        h5::Dataset ds(h5::check(H5Dopen2(w.file.id(), name.c_str(), H5P_DEFAULT), ctx));
+        h5::write_attribute(ds.id(), "checksum", sum[0], ctx);
+      });
     }
-    if (section == Section::Model && probe) probe("model_written");
+    if (section == Section::Model && hooks.probe) hooks.probe("model_written");
   }
   // With MPI-IO, a flush is an MPI_File_sync: the data is on the file system before the
   // manager renames the file.
-  h5::check_status(H5Fflush(file.id(), H5F_SCOPE_GLOBAL), cat(where, ": flush"));
-  h5::check_status(file.close(), cat(where, ": close"));
+  w.step([&] {
+    errno = 0;
+    h5::io_check(H5Fflush(w.file.id(), H5F_SCOPE_GLOBAL), cat(where, ": flush"));
+  }, kMetadataBytes);
+  w.step([&] {
+    errno = 0;
+    h5::io_check(w.file.close(), cat(where, ": close"));
+  }, kMetadataBytes);
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }

@@ -41,6 +41,8 @@ class Handle {
     id_ = H5I_INVALID_HID;
     return rc;
   }
+  // Gives up ownership without closing.
+  hid_t release() { return std::exchange(id_, H5I_INVALID_HID); }
   void reset() {
     if (valid()) Close(id_);
     id_ = H5I_INVALID_HID;
@@ -78,5 +80,8 @@ std::string hdf5_error_text();
 hid_t check(hid_t id, const std::string& context);
 // Same for herr_t / htri_t results.
 inline void check_status(herr_t rc, const std::string& context) { check(hid_t(rc), context); }
+// Same for a call that touches the file system (set errno = 0 before it): adds errno's
+// text when HDF5's message lacks it.
+void io_check(herr_t rc, const std::string& context);
 
 }  // namespace pptrain::h5

@@ -1,7 +1,10 @@
 #include "checkpoint/hdf5_io.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <sstream>
+#include <type_traits>
 
 namespace pptrain::h5 {
 
@@ -35,6 +38,16 @@ hid_t check(hid_t id, const std::string& context) {
   return id;
 }
 
+void io_check(herr_t rc, const std::string& context) {
+  if (rc >= 0) return;
+  // MPI-IO reports a short write as "file write failed" and HDF5's message may carry no
+  // errno at all: the system's reason (e.g. "No space left on device") is errno's.
+  const int err = errno;
+  std::string text = hdf5_error_text();
+  if (err != 0 && text.find(std::strerror(err)) == std::string::npos) text += cat(": ", std::strerror(err));
+  fail(context, ": ", text);
+}
+
 namespace {
 
 // Creates (or replaces) attribute `name` of `type` over `space` and writes `data`.
@@ -51,24 +64,44 @@ Attribute open_attribute(hid_t object, const std::string& name, const std::strin
   return Attribute(check(H5Aopen(object, name.c_str(), H5P_DEFAULT), cat(where, ": attribute '", name, "'")));
 }
 
-// Number of elements of an attribute's dataspace.
+// Number of elements of an attribute's dataspace; -1 unless it is scalar or simple of
+// rank <= 1 (pptrain writes nothing else).
 int64_t attribute_size(hid_t attribute) {
   Dataspace s(H5Aget_space(attribute));
+  if (!s.valid()) return -1;
+  const H5S_class_t cls = H5Sget_simple_extent_type(s.id());
+  if (cls != H5S_SCALAR && (cls != H5S_SIMPLE || H5Sget_simple_extent_ndims(s.id()) > 1)) return -1;
   hssize_t n = H5Sget_simple_extent_npoints(s.id());
-  return n < 0 ? 0 : int64_t(n);
+  return n < 0 ? -1 : int64_t(n);
 }
 
+// An 8-byte integer of either byte order, nothing else (precision, offset and padding
+// included: H5Tequal compares every property of the type).
+bool is_int64(hid_t type, bool is_signed) {
+  if (is_signed) return H5Tequal(type, H5T_STD_I64LE) > 0 || H5Tequal(type, H5T_STD_I64BE) > 0;
+  return H5Tequal(type, H5T_STD_U64LE) > 0 || H5Tequal(type, H5T_STD_U64BE) > 0;
+}
+
+// Reads `count` 8-byte integers of an attribute after checking its type, its dataspace
+// and the bytes it stores, so nothing is allocated or read on the file's word.
 template <typename T>
-T read_scalar(hid_t object, const std::string& name, hid_t mem_type, H5T_class_t want,
-              const std::string& where) {
+std::vector<T> read_int64s(hid_t object, const std::string& name, int64_t min_count, int64_t max_count,
+                           const std::string& where) {
+  constexpr bool is_signed = std::is_signed_v<T>;
   Attribute a = open_attribute(object, name, where);
   Datatype t(H5Aget_type(a.id()));
-  if (H5Tget_class(t.id()) != want || attribute_size(a.id()) != 1)
-    fail(where, ": attribute '", name, "' is a ", type_name(t.id()), " of ", attribute_size(a.id()),
-         " elements, expected one integer");
-  T value{};
-  check_status(H5Aread(a.id(), mem_type, &value), cat(where, ": attribute '", name, "'"));
-  return value;
+  const int64_t n = attribute_size(a.id());
+  if (!t.valid() || !is_int64(t.id(), is_signed) || n < min_count || n > max_count)
+    fail(where, ": attribute '", name, "' is ", t.valid() ? type_name(t.id()) : std::string("unreadable"), " of ", n,
+         " elements, expected ", min_count == max_count ? cat(min_count) : cat(min_count, "..", max_count), " ",
+         is_signed ? "int64" : "uint64");
+  if (H5Aget_storage_size(a.id()) != hsize_t(n) * 8)
+    fail(where, ": attribute '", name, "' stores ", H5Aget_storage_size(a.id()), " bytes, expected ", n * 8);
+  std::vector<T> out(static_cast<size_t>(n));
+  if (n > 0)
+    check_status(H5Aread(a.id(), is_signed ? H5T_NATIVE_INT64 : H5T_NATIVE_UINT64, out.data()),
+                 cat(where, ": attribute '", name, "'"));
+  return out;
 }
 
 }  // namespace
@@ -84,13 +117,18 @@ void write_attribute(hid_t object, const std::string& name, uint64_t value, cons
 }
 
 void write_attribute(hid_t object, const std::string& name, const std::string& value, const std::string& where) {
-  // Variable-length UTF-8: h5py reads it as str, h5dump prints it as text.
+  // Fixed-length, NUL-terminated UTF-8 (format version 2): a reader knows the size from
+  // the type and checks it before reading, where a variable-length string would make
+  // HDF5 follow a length and heap address from the file unchecked.
+  if (value.size() + 1 > kMaxStringAttributeBytes)
+    fail(where, ": attribute '", name, "' is ", value.size(), " bytes, more than the ", kMaxStringAttributeBytes,
+         " a checkpoint stores");
   Datatype type(H5Tcopy(H5T_C_S1));
-  H5Tset_size(type.id(), H5T_VARIABLE);
+  H5Tset_size(type.id(), value.size() + 1);
+  H5Tset_strpad(type.id(), H5T_STR_NULLTERM);
   H5Tset_cset(type.id(), H5T_CSET_UTF8);
   Dataspace scalar(H5Screate(H5S_SCALAR));
-  const char* text = value.c_str();
-  put_attribute(object, name, type.id(), scalar.id(), &text, where);
+  put_attribute(object, name, type.id(), scalar.id(), value.c_str(), where);
 }
 
 void write_attribute(hid_t object, const std::string& name, const std::vector<int64_t>& values,
@@ -103,53 +141,62 @@ void write_attribute(hid_t object, const std::string& name, const std::vector<in
 bool has_attribute(hid_t object, const std::string& name) { return H5Aexists(object, name.c_str()) > 0; }
 
 int64_t read_int_attribute(hid_t object, const std::string& name, const std::string& where) {
-  return read_scalar<int64_t>(object, name, H5T_NATIVE_INT64, H5T_INTEGER, where);
+  return read_int64s<int64_t>(object, name, 1, 1, where)[0];
 }
 
 uint64_t read_uint_attribute(hid_t object, const std::string& name, const std::string& where) {
-  return read_scalar<uint64_t>(object, name, H5T_NATIVE_UINT64, H5T_INTEGER, where);
+  return read_int64s<uint64_t>(object, name, 1, 1, where)[0];
 }
 
-std::string read_string_attribute(hid_t object, const std::string& name, const std::string& where) {
+std::string read_string_attribute(hid_t object, const std::string& name, const std::string& where,
+                                  size_t max_bytes) {
   Attribute a = open_attribute(object, name, where);
   Datatype t(H5Aget_type(a.id()));
-  if (H5Tget_class(t.id()) != H5T_STRING) fail(where, ": attribute '", name, "' is not a string");
-  if (H5Tis_variable_str(t.id()) > 0) {
-    // Read with the attribute's own type: HDF5 converts no string character sets.
-    char* text = nullptr;
-    check_status(H5Aread(a.id(), t.id(), &text), cat(where, ": attribute '", name, "'"));
-    std::string out = text ? text : "";
-    H5free_memory(text);
-    return out;
-  }
-  std::string out(H5Tget_size(t.id()), '\0');
-  check_status(H5Aread(a.id(), t.id(), out.data()), cat(where, ": attribute '", name, "'"));
+  const std::string ctx = cat(where, ": attribute '", name, "'");
+  if (!t.valid() || H5Tget_class(t.id()) != H5T_STRING || attribute_size(a.id()) != 1)
+    fail(ctx, " is not one string");
+  if (H5Tis_variable_str(t.id()) != 0)
+    fail(ctx, " is a variable-length string, which pptrain does not read (checkpoints of format version 2 and "
+         "later store fixed-length strings)");
+  const size_t bytes = H5Tget_size(t.id());
+  if (bytes == 0 || bytes > max_bytes) fail(ctx, " is a string of ", bytes, " bytes, expected 1..", max_bytes);
+  if (H5Aget_storage_size(a.id()) != bytes)
+    fail(ctx, " stores ", H5Aget_storage_size(a.id()), " bytes but its type says ", bytes);
+  std::string out(bytes, '\0');
+  check_status(H5Aread(a.id(), t.id(), out.data()), ctx);
   out.resize(out.find('\0') == std::string::npos ? out.size() : out.find('\0'));
   return out;
 }
 
-std::vector<int64_t> read_int_array_attribute(hid_t object, const std::string& name, const std::string& where) {
-  Attribute a = open_attribute(object, name, where);
-  Datatype t(H5Aget_type(a.id()));
-  if (H5Tget_class(t.id()) != H5T_INTEGER) fail(where, ": attribute '", name, "' is not an integer array");
-  std::vector<int64_t> out(attribute_size(a.id()));
-  if (!out.empty()) check_status(H5Aread(a.id(), H5T_NATIVE_INT64, out.data()), cat(where, ": attribute '", name, "'"));
-  return out;
+std::vector<int64_t> read_int_array_attribute(hid_t object, const std::string& name, size_t max_count,
+                                              const std::string& where) {
+  return read_int64s<int64_t>(object, name, 0, int64_t(max_count), where);
 }
 
 std::string attribute_as_text(hid_t attribute) {
+  // Bounded like the typed readers: at most kMaxTextValues numbers, fixed-length strings
+  // of at most kMaxStringAttributeBytes whose stored size matches their type, no
+  // variable-length data.
+  constexpr int64_t kMaxTextValues = 64;
   Datatype t(H5Aget_type(attribute));
+  if (!t.valid()) return "(unreadable type)";
   const int64_t n = attribute_size(attribute);
+  const size_t type_bytes = H5Tget_size(t.id());
+  if (n < 0) return "(unsupported dataspace)";
+  const bool stored_matches = H5Aget_storage_size(attribute) == hsize_t(n) * type_bytes;
   std::ostringstream out;
   switch (H5Tget_class(t.id())) {
     case H5T_INTEGER:
     case H5T_FLOAT: {
+      if (n > kMaxTextValues) return cat("(", n, " values)");
+      if (!stored_matches || type_bytes > 8) return "(damaged: stored size does not match the type)";
       const bool integer = H5Tget_class(t.id()) == H5T_INTEGER;
       std::vector<double> d(n);
       std::vector<int64_t> i(n);
       if (n > 0) {
-        if (integer) H5Aread(attribute, H5T_NATIVE_INT64, i.data());
-        else H5Aread(attribute, H5T_NATIVE_DOUBLE, d.data());
+        herr_t rc = integer ? H5Aread(attribute, H5T_NATIVE_INT64, i.data())
+                            : H5Aread(attribute, H5T_NATIVE_DOUBLE, d.data());
+        if (rc < 0) return "(unreadable)";
       }
       if (n != 1) out << "[";
       for (int64_t k = 0; k < n; ++k) {
@@ -161,18 +208,13 @@ std::string attribute_as_text(hid_t attribute) {
       break;
     }
     case H5T_STRING: {
-      if (H5Tis_variable_str(t.id()) > 0) {
-        char* text = nullptr;
-        if (n == 1 && H5Aread(attribute, t.id(), &text) >= 0 && text) {
-          out << text;
-          H5free_memory(text);
-        }
-      } else if (n == 1) {
-        std::string s(H5Tget_size(t.id()), '\0');
-        if (H5Aread(attribute, t.id(), s.data()) >= 0) out << s.substr(0, s.find('\0'));
-      } else {
-        out << "(" << n << " strings)";
-      }
+      if (H5Tis_variable_str(t.id()) != 0) return "(variable-length string, not read)";
+      if (n != 1) return cat("(", n, " strings)");
+      if (!stored_matches || type_bytes == 0 || type_bytes > kMaxStringAttributeBytes)
+        return "(damaged: stored size does not match the type)";
+      std::string s(type_bytes, '\0');
+      if (H5Aread(attribute, t.id(), s.data()) < 0) return "(unreadable)";
+      out << s.substr(0, s.find('\0'));
       break;
     }
     default:
@@ -217,6 +259,10 @@ std::string type_name(hid_t type) {
 
 bool is_float32(hid_t type) { return H5Tget_class(type) == H5T_FLOAT && H5Tget_size(type) == 4; }
 
+bool is_ieee_float32(hid_t type) {
+  return H5Tequal(type, H5T_IEEE_F32LE) > 0 || H5Tequal(type, H5T_IEEE_F32BE) > 0;
+}
+
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += cat(i ? ", " : "", shape[i]);
@@ -243,10 +289,11 @@ void transfer_slab(hid_t dataset, const std::vector<int64_t>& local_shape, const
     check_status(H5Sselect_none(mem_space.id()), where);
     local = &dummy;
   }
+  errno = 0;  // so that a failure's errno is this call's (io_check)
   if (write)
-    check_status(H5Dwrite(dataset, H5T_NATIVE_FLOAT, mem_space.id(), file_space.id(), transfer_plist, local), where);
+    io_check(H5Dwrite(dataset, H5T_NATIVE_FLOAT, mem_space.id(), file_space.id(), transfer_plist, local), where);
   else
-    check_status(H5Dread(dataset, H5T_NATIVE_FLOAT, mem_space.id(), file_space.id(), transfer_plist, local), where);
+    io_check(H5Dread(dataset, H5T_NATIVE_FLOAT, mem_space.id(), file_space.id(), transfer_plist, local), where);
 }
 
 }  // namespace pptrain::h5

@@ -20,12 +20,21 @@ void write_attribute(hid_t object, const std::string& name, const std::string& v
 void write_attribute(hid_t object, const std::string& name, const std::vector<int64_t>& values,
                      const std::string& where);
 
+// The largest string attribute written or read (the resolved config is the largest).
+inline constexpr size_t kMaxStringAttributeBytes = size_t(1) << 20;
+
 bool has_attribute(hid_t object, const std::string& name);
-// Read an attribute; a missing attribute or one of another kind is a pptrain::Error.
+// Read an attribute; a missing attribute or one of another kind is a pptrain::Error. The
+// type (an 8-byte integer of the right sign, in full), the dataspace (scalar or 1-D, of
+// the expected count) and the stored bytes are checked before anything is allocated or
+// read. Strings must be fixed-length of at most `max_bytes`; variable-length strings are
+// refused (HDF5 would follow a length and heap address from the file unchecked).
 int64_t read_int_attribute(hid_t object, const std::string& name, const std::string& where);
 uint64_t read_uint_attribute(hid_t object, const std::string& name, const std::string& where);
-std::string read_string_attribute(hid_t object, const std::string& name, const std::string& where);
-std::vector<int64_t> read_int_array_attribute(hid_t object, const std::string& name, const std::string& where);
+std::string read_string_attribute(hid_t object, const std::string& name, const std::string& where,
+                                  size_t max_bytes = 256);
+std::vector<int64_t> read_int_array_attribute(hid_t object, const std::string& name, size_t max_count,
+                                              const std::string& where);
 
 // Any attribute as text, whatever its type (integers, floats, strings, small arrays):
 // for `pptrain inspect`.
@@ -39,6 +48,9 @@ std::vector<int64_t> dataset_shape(hid_t dataset);
 // "float32", "float64", "int32", "string"...: how messages and `inspect` name a type.
 std::string type_name(hid_t type);
 bool is_float32(hid_t type);
+// Exactly IEEE binary32 (either byte order): class, size, order, precision, offset,
+// padding, sign, exponent and mantissa positions and sizes, bias, normalisation.
+bool is_ieee_float32(hid_t type);
 
 // "[3, 768]"
 std::string shape_text(const std::vector<int64_t>& shape);

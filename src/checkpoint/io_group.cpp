@@ -30,6 +30,13 @@ void IoGroup::agree(const std::string& local_error) const {
   throw Error(message);
 }
 
+void IoGroup::sum(std::vector<uint64_t>& values) const {
+  if (!uses_mpi_io() || values.empty()) return;  // one rank: its values are the sum
+  // MPI_SUM on MPI_UINT64_T is C's unsigned addition: exact modulo 2^64 in any order.
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, values.data(), int(values.size()), MPI_UINT64_T, MPI_SUM, mpi_),
+            "MPI_Allreduce", cat("checkpoint checksum sum (rank ", rank(), " of ", size(), ")"));
+}
+
 std::vector<std::string> IoGroup::allgather(const std::string& bytes) const {
   if (!uses_mpi_io()) return {bytes};
   const std::string where = cat("checkpoint metadata exchange (rank ", rank(), " of ", size(), ")");

@@ -9,6 +9,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,8 @@ class IoGroup {
   void agree(const std::string& local_error) const;
   // Collective: every rank's `bytes`, indexed by rank.
   std::vector<std::string> allgather(const std::string& bytes) const;
+  // Collective: the element-wise sum over ranks, modulo 2^64 (checksums).
+  void sum(std::vector<uint64_t>& values) const;
   void barrier() const { comm_->barrier(); }
 
  private:

@@ -1,16 +1,22 @@
 // pptrain inspect FILE.h5: what a checkpoint holds. Prints the root attributes, the
 // stored config, and a table of every dataset with its shape, type and norms (read in
 // blocks, so a large checkpoint needs little memory). Runs on world rank 0 only.
+// pptrain inspect --verify FILE.h5: every dataset's type, checksum and finiteness
+// (checkpoint/verify.h); one line per problem and exit 1, or "ok" with the count.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <climits>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/hdf5_io.h"
+#include "checkpoint/verify.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "core/log.h"
 
 namespace pptrain {
@@ -48,12 +54,17 @@ DatasetSummary summarize(hid_t file, const std::string& path, const std::string&
   h5::Datatype type(H5Dget_type(ds.id()));
   s.type = h5::type_name(type.id());
   s.shape = h5::dataset_shape(ds.id());
-  s.elements = 1;
-  for (int64_t d : s.shape) s.elements *= d;
+  // Dimensions come from the file: their product is checked before it sizes anything.
+  std::optional<uint64_t> elements = uint64_t(1);
+  for (int64_t d : s.shape) elements = elements ? checked_product({int64_t(*elements), d}) : std::nullopt;
+  if (!elements || *elements > uint64_t(INT64_MAX)) fail(where, ": ", path, " has shape ", h5::shape_text(s.shape),
+                                                         ", too large to be a checkpoint tensor");
+  s.elements = int64_t(*elements);
   const H5T_class_t cls = H5Tget_class(type.id());
   if ((cls != H5T_FLOAT && cls != H5T_INTEGER) || s.shape.empty() || s.elements == 0) return s;
 
   const int64_t rows = s.shape[0], row_elems = s.elements / rows;
+  if (row_elems > (int64_t(4) << 20)) return s;  // a row beyond the block size: no norms
   const int64_t block_rows = std::max<int64_t>(1, (int64_t(4) << 20) / row_elems);
   std::vector<double> buf;
   double sum_sq = 0;
@@ -94,11 +105,23 @@ std::string checkpoint_file(const std::string& arg) {
 
 }  // namespace
 
+int cmd_verify(const std::string& path) {
+  const VerifyReport report = verify_checkpoint_file(path);
+  for (const std::string& problem : report.problems) std::printf("%s\n", problem.c_str());
+  if (!report.problems.empty()) return 1;
+  std::printf("ok: %s: %d datasets verified (type, checksum, finite values)\n", path.c_str(),
+              report.datasets_verified);
+  return 0;
+}
+
 int cmd_inspect(const Args& args) {
-  if (args.size() != 1 || args[0].rfind("--", 0) == 0)
-    fail("inspect: usage: pptrain inspect FILE.h5 | CHECKPOINT_DIR");
+  const bool verify = !args.empty() && args[0] == "--verify";
+  const Args rest(args.begin() + (verify ? 1 : 0), args.end());
+  if (rest.size() != 1 || rest[0].rfind("--", 0) == 0)
+    fail("inspect: usage: pptrain inspect [--verify] FILE.h5 | CHECKPOINT_DIR");
   if (log::rank() != 0) return 0;
-  const std::string path = checkpoint_file(args[0]);
+  const std::string path = checkpoint_file(rest[0]);
+  if (verify) return cmd_verify(path);
   IoGroup io = IoGroup::single();
   h5::File file = open_checkpoint(path, io);
   h5::QuietHdf5 quiet;

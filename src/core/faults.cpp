@@ -34,6 +34,9 @@ const FaultKind kFaultKinds[] = {
      "copies AdamW writes must equal these bit for bit, so it changes nothing)"},
     {"resume_zero", "DATASET", false,
      "after a checkpoint load this rank zeroes its part of the dataset (model/NAME, optim/m/NAME, optim/v/NAME)"},
+    {"checkpoint_write_fail", "DATASET", false,
+     "this rank's write of the dataset into a checkpoint fails as on a full disk (ENOSPC), after taking part in "
+     "the collective transfer"},
 };
 
 const FaultKind* kind_of(const std::string& name) {
