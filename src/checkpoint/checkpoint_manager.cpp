@@ -38,7 +38,7 @@ std::string checkpoint_name(int step) {
 // beyond the int steps pptrain counts in).
 std::optional<int64_t> step_of(const fs::path& path) {
   const std::string name = path.filename().string();
-  if (name.size() <= 8 || name.rfind("step_", 0) != 0 || name.substr(name.size() - 3) != ".h5") return std::nullopt;
+  if (name.size() < 8 || name.rfind("step_", 0) != 0 || name.substr(name.size() - 3) != ".h5") return std::nullopt;
   const char* first = name.data() + 5;
   const char* last = name.data() + name.size() - 3;
   int step = 0;
@@ -139,7 +139,9 @@ std::string move_aside_after(const fs::path& dir, int64_t step, const fs::path& 
   if (!fs::is_directory(dir, ec)) return "";
   const fs::path aside = dir / "abandoned";
   std::string moved;
-  for (const auto& [s, path] : complete_checkpoints(dir)) {
+  auto all = complete_checkpoints(dir);
+  std::reverse(all.begin(), all.end());  // oldest first, as the warning lists them
+  for (const auto& [s, path] : all) {
     if (s <= step) continue;
     fs::create_directories(aside, ec);
     if (ec) return cat("cannot create '", aside.string(), "': ", ec.message());
@@ -223,11 +225,12 @@ std::string CheckpointManager::resume_path() const {
   return broadcast_string(io_.comm(), path, 0);
 }
 
-void CheckpointManager::start_lineage(const std::string& parent_lineage, int64_t start, const std::string& resumed) {
+void CheckpointManager::start_lineage(const std::string& parent_lineage, int64_t start, const std::string& resumed,
+                                      bool move_aside) {
   run_id_ = broadcast_string(io_.comm(), io_.rank() == 0 ? new_run_id() : "", 0);
   lineage_ = extend_lineage(parent_lineage, run_id_, start, kMaxLineageRuns);
   std::string error;
-  if (io_.rank() == 0 && !cfg_.checkpoint.dir.empty()) {
+  if (move_aside && io_.rank() == 0 && !cfg_.checkpoint.dir.empty()) {
     error = move_aside_after(cfg_.checkpoint.dir, start, resumed);
     if (!error.empty()) error = cat("checkpoint.dir ", cfg_.checkpoint.dir, " (rank 0): ", error);
   }
@@ -238,7 +241,7 @@ int CheckpointManager::resume(ParamStore& params, OptimizerState& optimizer) {
   const std::string path = resume_path();
   if (path.empty()) {
     if (!cfg_.checkpoint.dir.empty()) log::info("checkpoint: no checkpoint to resume from, starting at step 0");
-    start_lineage("", 0, "");
+    start_lineage("", 0, "", true);
     return 0;
   }
   std::vector<ShardedTensor> tensors = sharded_tensors(params);
@@ -263,7 +266,7 @@ int CheckpointManager::resume(ParamStore& params, OptimizerState& optimizer) {
     log::warn("checkpoint: the global batch was ", stored.global_batch_sequences(), " sequences when ", path,
               " was written and is ", cfg_.global_batch_sequences(),
               " now; the data stream continues at batch ", meta.data_next_batch, " of the new size");
-  start_lineage(meta.lineage, meta.step, path);
+  start_lineage(meta.lineage, meta.step, path, true);
   base_step_ = meta.step;
   base_tokens_ = meta.tokens_seen;
   base_sequences_ = meta.data_sequences_seen;
@@ -342,7 +345,9 @@ std::string CheckpointManager::save(ParamStore& params, OptimizerState& optimize
     else if (s == Section::OptimM) optimizer.m(p.spec.name).download(host);
     else optimizer.v(p.spec.name).download(host);
   };
-  if (run_id_.empty()) start_lineage("", 0, "");  // saving without a resume(): a fresh line
+  // Saving without a resume() (tools, tests): a fresh line, and nothing in the directory
+  // is taken for an abandoned branch.
+  if (run_id_.empty()) start_lineage("", 0, "", false);
   WriteHooks hooks;
   hooks.probe = [&](const char* point) { maybe_crash(world_rank, step, point); };
   if (const Fault* f = faults_.find("checkpoint_write_fail")) hooks.fail_dataset = "/" + f->target;

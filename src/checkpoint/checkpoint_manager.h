@@ -68,8 +68,9 @@ class CheckpointManager {
  private:
   CheckpointMeta meta_for(int step) const;
   // Collective: a new run id, the run's lineage from `parent_lineage` at step `start`,
-  // and rule 1 of lineage.h (`resumed`: the file resumed from, "" if none).
-  void start_lineage(const std::string& parent_lineage, int64_t start, const std::string& resumed);
+  // and, with `move_aside`, rule 1 of lineage.h (`resumed`: the file resumed from, "" if
+  // none).
+  void start_lineage(const std::string& parent_lineage, int64_t start, const std::string& resumed, bool move_aside);
   // Rank 0, after `newest` is complete: keep_last within the lineage.
   void prune(const std::filesystem::path& newest) const;
   void plant_load_faults(ParamStore& params, OptimizerState& optimizer) const;

@@ -30,7 +30,16 @@ std::string hdf5_error_text() {
   std::string text;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, keep_first, &text);
   H5Eclear2(H5E_DEFAULT);
-  return text.empty() ? "HDF5 call failed" : text;
+  if (text.empty()) return "HDF5 call failed";
+  // The POSIX driver's message lists time (with ctime's newline), file, descriptor,
+  // errno, buffer and sizes: keep its first clause and the system's reason, on one line.
+  const std::string marker = "error message = '";
+  if (const size_t at = text.find(marker); at != std::string::npos) {
+    const size_t end = text.find('\'', at + marker.size());
+    text = cat(text.substr(0, text.find(':')), ": ", text.substr(at + marker.size(), end - at - marker.size()));
+  }
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  return text;
 }
 
 hid_t check(hid_t id, const std::string& context) {
