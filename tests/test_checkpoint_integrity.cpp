@@ -7,7 +7,6 @@
 // test_checkpoint_train. Every comparison of loaded values is bitwise, exact by
 // construction: a load copies the stored bits.
 #include <gtest/gtest.h>
-#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -338,31 +337,6 @@ TEST(CheckpointWrite, PlantedWriteFailureRemovesTheTmpAndKeepsThePreviousCheckpo
   EXPECT_EQ(CheckpointManager(resume, single_process()).resume(*fresh.params, *fresh.optimizer), 2);
   EXPECT_TRUE(same_bits(all_values(fresh), saved));
 }
-
-namespace {
-
-// A tmpfs of `bytes` mounted at `dir` for the object's lifetime, where the system
-// permits it (root, or a user namespace with mount rights); `error` says why not.
-class SmallTmpfs {
- public:
-  SmallTmpfs(const std::string& dir, uint64_t bytes) : dir_(dir) {
-    fs::create_directories(dir);
-    const std::string options = "size=" + std::to_string(bytes);
-    if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, options.c_str()) == 0) mounted_ = true;
-    else error = std::string("mount -t tmpfs is not permitted here: ") + std::strerror(errno);
-  }
-  ~SmallTmpfs() {
-    if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
-  }
-  bool mounted() const { return mounted_; }
-  std::string error;
-
- private:
-  std::string dir_;
-  bool mounted_ = false;
-};
-
-}  // namespace
 
 TEST(CheckpointWrite, FullTmpfsFailsCleanlyAndKeepsThePreviousCheckpoint) {
   TempDir dir;

@@ -2,7 +2,11 @@
 // HDF5 C API (independently of pptrain's reader), and small text checks.
 #pragma once
 #include <hdf5.h>
+#include <sys/mount.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -51,6 +55,30 @@ inline void replace_dataset(hid_t f, const std::string& dataset, hid_t type, con
   H5Dclose(d);
   H5Sclose(s);
 }
+
+// A tmpfs of `bytes` mounted at `dir` for the object's lifetime, where the system
+// permits it (root, or a user namespace with mount rights); `error` says why not. A
+// real full disk for the tests of failed saves.
+class SmallTmpfs {
+ public:
+  SmallTmpfs(const std::string& dir, uint64_t bytes) : dir_(dir) {
+    std::filesystem::create_directories(dir);
+    const std::string options = "size=" + std::to_string(bytes);
+    if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, options.c_str()) == 0) mounted_ = true;
+    else error = std::string("mount -t tmpfs is not permitted here: ") + std::strerror(errno);
+  }
+  ~SmallTmpfs() {
+    if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
+  }
+  SmallTmpfs(const SmallTmpfs&) = delete;
+  SmallTmpfs& operator=(const SmallTmpfs&) = delete;
+  bool mounted() const { return mounted_; }
+  std::string error;
+
+ private:
+  std::string dir_;
+  bool mounted_ = false;
+};
 
 inline int count_occurrences(const std::string& text, const std::string& part) {
   int n = 0;
