@@ -165,8 +165,8 @@ CheckpointMeta read_checkpoint_file(const std::string& path, const std::vector<S
     for (const TableEntry& e : table) {
       const std::string name = cat(section_group(section), "/", e.name);
       const std::string ctx = cat(where, ": dataset ", name);
-      h5::Dataset ds(H5Dopen2(file.id(), name.c_str(), H5P_DEFAULT));
-      if (!ds.valid()) fail(ctx, ": ", h5::hdf5_error_text());  // all ranks opened it in check_group
+      h5::Dataset ds(H5Dopen2(file.id(), name.c_str(), H5P_DEFAULT));  // collective metadata read
+      io.agree(ds.valid() ? "" : cat(ctx, ": ", h5::hdf5_error_text()));
       const ShardedTensor* mine = e.local >= 0 ? &tensors[e.local] : nullptr;
       if (mine) {
         // Elements outside the slabs (vocabulary padding) read as zero.
