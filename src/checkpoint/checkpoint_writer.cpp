@@ -118,6 +118,7 @@ class CollectiveWrite {
   }
 
   h5::File file;
+  h5::Dataset dataset;  // the dataset between its creation and its write
 
  private:
   // Every rank is here (after an agreement), so the collective close cannot wait for an
@@ -127,6 +128,7 @@ class CollectiveWrite {
   void abandon() {
     std::error_code ec;
     if (io_.rank() == 0 && file.valid()) std::filesystem::resize_file(path_, 0, ec);
+    dataset.reset();  // no object left open: the MPI-IO driver's close refuses a file with any
     if (file.valid()) file.close();
     h5::hdf5_error_text();  // clears the stack the failed close may have left
     io_.barrier();
@@ -147,12 +149,14 @@ std::string nonfinite_error(const std::string& ctx, const TableEntry& e, const S
              "); refusing to write a checkpoint that cannot be trained from");
 }
 
-// Creates one dataset and writes this rank's slabs of it in `e.transfers` collective
-// transfers. Every rank takes part in every transfer even after one failed here.
-void write_dataset(CollectiveWrite& w, const TableEntry& e, const std::string& name, const ShardedTensor* mine,
-                   const std::vector<float>& local, hid_t dxpl, const WriteHooks& hooks, WriteStats& stats) {
+// Creates one dataset with its `checksum` attribute and writes this rank's slabs of it in
+// `e.transfers` collective transfers. Every rank takes part in every transfer even after
+// one failed here.
+void write_dataset(CollectiveWrite& w, const TableEntry& e, const std::string& name, uint64_t checksum,
+                   const ShardedTensor* mine, const std::vector<float>& local, hid_t dxpl, const WriteHooks& hooks,
+                   WriteStats& stats) {
   const std::string ctx = cat(w.where(), ": dataset ", name);
-  h5::Dataset ds;
+  h5::Dataset& ds = w.dataset;
   w.step([&] {
     std::vector<hsize_t> dims(e.shape.begin(), e.shape.end());
     h5::Dataspace file_space(h5::check(H5Screate_simple(int(dims.size()), dims.data(), nullptr), ctx));
@@ -160,6 +164,7 @@ void write_dataset(CollectiveWrite& w, const TableEntry& e, const std::string& n
     ds = h5::Dataset(h5::check(H5Dcreate2(w.file.id(), name.c_str(), H5T_IEEE_F32LE, file_space.id(), H5P_DEFAULT,
                                           dcpl.id(), H5P_DEFAULT),
                                ctx));
+    h5::write_attribute(ds.id(), "checksum", checksum, ctx);
   });
   w.step([&] {
     const std::vector<int64_t> local_shape = mine ? local_shape_of(*mine) : std::vector<int64_t>(e.shape.size(), 1);
@@ -175,6 +180,7 @@ void write_dataset(CollectiveWrite& w, const TableEntry& e, const std::string& n
     }
     if (first_error.empty() && name == hooks.fail_dataset)
       first_error = cat(ctx, ": write failed: ", std::strerror(ENOSPC), " (planted fault checkpoint_write_fail)");
+    ds.reset();
     if (!first_error.empty()) throw Error(first_error);
   }, int64_t(sizeof(float)) * e.shape[0] * (e.shape.size() > 1 ? e.shape[1] : 1));
 }
@@ -229,13 +235,9 @@ WriteStats write_checkpoint_file(const std::string& path, const std::vector<Shar
         digest = digest_slabs(local.data(), mine->local_cols, mine->slabs, global_cols);
         if (std::string error = nonfinite_error(ctx, e, digest); !error.empty()) throw Error(error);
       });
-      write_dataset(w, e, name, mine, local, dxpl.id(), hooks, stats);
       std::vector<uint64_t> sum = {digest.sum};
-      io.sum(sum);  // every element was hashed by the one rank that wrote it
-      w.step([&] {
-        h5::Dataset ds(h5::check(H5Dopen2(w.file.id(), name.c_str(), H5P_DEFAULT), ctx));
-        h5::write_attribute(ds.id(), "checksum", sum[0], ctx);
-      });
+      io.sum(sum);  // every element is hashed by the one rank that writes it
+      write_dataset(w, e, name, sum[0], mine, local, dxpl.id(), hooks, stats);
     }
     if (section == Section::Model && hooks.probe) hooks.probe("model_written");
   }
