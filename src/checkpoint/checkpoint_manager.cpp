@@ -7,7 +7,6 @@
 #include <charconv>
 #include <climits>
 #include <csignal>
-#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
