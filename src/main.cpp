@@ -16,7 +16,7 @@ const char* kUsage =
     "  train CONFIG [section.key=value ...] [--dump DIR]\n"
     "                                         train (mpirun/srun -np dp*pp*tp for parallel runs)\n"
     "  schedule --schedule NAME --pp P --microbatches M   show, check and simulate a schedule\n"
-    "  inspect FILE.h5|DIR                    attributes, config and tensors of a checkpoint\n"
+    "  inspect [--verify] FILE.h5|DIR         attributes, config and tensors of a checkpoint\n"
     "  import-llmc MODEL.bin OUT.h5           convert an llm.c GPT-2 model file to a checkpoint\n"
     "  --version                              version and compiled-in backends\n";
 }

@@ -165,7 +165,10 @@ TEST_F(Integrity, RandomByteCorruptionsLoadIdenticallyOrFailWithOneLine) {
   }
   std::cout << "200 damaged files: " << identical << " loaded identically (damage in unused bytes), " << errors
             << " failed with one line\n";
-  EXPECT_GT(errors, 100) << "most random damage must be detected";
+  // A sanity bound, not a tolerance: the file is mostly bytes a load reads (tensor data,
+  // attributes, object headers); if fewer than half the trials hit them, the trials
+  // would exercise little (measured with HDF5 1.10: 178 of 200).
+  EXPECT_GT(errors, 100);
 }
 
 TEST_F(Integrity, DamagedDataIsNamedByItsChecksum) {
@@ -185,6 +188,19 @@ TEST_F(Integrity, DamagedDataIsNamedByItsChecksum) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_EQ(r.output, "checkpoint " + path_ + ": dataset /model/wpe.weight does not match its checksum (the file is "
                       "damaged)\n");
+}
+
+TEST_F(Integrity, DamagedRootAttributeIsNamedByTheMetaChecksum) {
+  // A step of 8 instead of 7 is a valid integer: only meta_checksum can tell.
+  edit_h5(path_, [](hid_t f) {
+    hid_t a = H5Aopen(f, "step", H5P_DEFAULT);
+    const int64_t eight = 8;
+    H5Awrite(a, H5T_NATIVE_INT64, &eight);
+    H5Aclose(a);
+  });
+  EXPECT_EQ(resume_error(path_), "checkpoint " + path_ +
+                                     ": the root attributes do not match their checksum (attribute 'meta_checksum'): "
+                                     "the file is damaged");
 }
 
 TEST_F(Integrity, VerifyPassesAnIntactFile) {
@@ -291,8 +307,12 @@ TEST_F(Integrity, NonFiniteValueInAFileIsNamedOnLoad) {
       h5::write_attribute(d, "checksum", digest_range(v.data(), int64_t(v.size()), 0).sum, "test");
       H5Dclose(d);
     });
-    EXPECT_EQ(resume_error(path), cat("checkpoint ", path, ": dataset /optim/v/h.1.mlp.fc.bias holds a non-finite "
-                                      "value (", bad, " at element 3 in row-major order)"));
+    const std::string message = cat("checkpoint ", path, ": dataset /optim/v/h.1.mlp.fc.bias holds a non-finite "
+                                    "value (", bad, " at element 3 in row-major order)");
+    EXPECT_EQ(resume_error(path), message);
+    CommandResult r = run_command(pptrain_bin() + " inspect --verify " + path);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_EQ(r.output, message + "\n");
   }
 }
 
