@@ -177,17 +177,17 @@ CheckpointMeta read_checkpoint_file(const std::string& path, const std::vector<S
       }
       const std::vector<int64_t> local_shape =
           mine ? local_shape_of(*mine) : std::vector<int64_t>(e.shape.size(), 1);
-      // Independent reads: a rank may fail alone without leaving others in a collective.
-      std::string read_error;
+      // Independent reads: a rank may fail alone (a read, or its upload to the device)
+      // without leaving the others in the next collective open; the group agrees first.
+      std::string error;
       for (int k = 0; k < e.transfers; ++k) {
         const Slab* slab = mine && k < int(mine->slabs.size()) ? &mine->slabs[k] : nullptr;
         try {
           h5::transfer_slab(ds.id(), local_shape, slab, false, local.data(), dxpl.id(), ctx);
         } catch (const Error& err) {
-          if (read_error.empty()) read_error = err.what();
+          if (error.empty()) error = err.what();
         }
       }
-      io.agree(read_error);
       SlabDigest digest;
       if (mine && e.writes) {  // the first holder of this shard verifies it (checksum.h)
         digest = digest_slabs(local.data(), mine->local_cols, mine->slabs, e.shape.size() > 1 ? e.shape[1] : 1);
@@ -197,7 +197,12 @@ CheckpointMeta read_checkpoint_file(const std::string& path, const std::vector<S
       }
       names.push_back(name);
       sums.push_back(digest.sum);
-      if (mine) upload(section, e.local, local.data());
+      try {
+        if (mine && error.empty()) upload(section, e.local, local.data());
+      } catch (const std::exception& err) {
+        error = cat(ctx, ": ", err.what());
+      }
+      io.agree(error);
     }
   }
   // The group's partial sums against the stored checksums: the same verdict on every rank.
