@@ -28,6 +28,8 @@
 #include <map>
 #include <regex>
 
+#include "checkpoint/checksum.h"
+#include "checkpoint/hdf5_io.h"
 #include "support/checkpoint_util.h"
 #include "support/dump_compare.h"
 #include "support/mpi_programs.h"
@@ -364,4 +366,42 @@ TEST_F(CheckpointTrain, FullTmpfsUnderPp2FailsEveryRankAndKeepsThePreviousCheckp
   TrainRun resumed = train(2, "parallel.pp=2 training.steps=3 checkpoint.resume=" + ck + "/step_00000002.h5");
   EXPECT_EQ(resumed.result.exit_code, 0) << resumed.result.output;
   EXPECT_EQ(resumed.resumed_from, 2) << resumed.result.output;
+}
+
+TEST_F(CheckpointTrain, DamageInOneTpShardFailsEveryRank) {
+  // Under tp=2 each rank reads only its rows of h.1.attn.qkv.weight [48, 16]; element
+  // (40, 3) is in tp rank 1's part of the v section. The group's summed checksum must
+  // still see it, and every rank must report it. Then the same element made NaN with a
+  // checksum that matches (as a writer without the finiteness check would store it):
+  // rank 1 finds it, every rank reports it.
+  const std::string ck = dir_->file("tp_damage_ck");
+  TrainRun good = train(1, "training.steps=2 checkpoint.dir=" + ck);
+  ASSERT_EQ(good.result.exit_code, 0) << good.result.output;
+  const std::string file = ck + "/step_00000002.h5";
+  struct Case { std::string name; float value; bool fix_checksum; std::string message; };
+  const std::vector<Case> cases = {
+      {"tp_flip.h5", 0.25f, false, ": dataset /model/h.1.attn.qkv.weight does not match its checksum (the file is damaged)"},
+      {"tp_nan.h5", NAN, true,
+       ": dataset /model/h.1.attn.qkv.weight holds a non-finite value (nan at element 643 in row-major order)"}};
+  for (const Case& c : cases) {
+    const std::string path = dir_->file(c.name);
+    fs::copy_file(file, path, fs::copy_options::overwrite_existing);
+    edit_h5(path, [&](hid_t f) {
+      hid_t d = H5Dopen2(f, "/model/h.1.attn.qkv.weight", H5P_DEFAULT);
+      std::vector<float> v(48 * 16);
+      H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+      v[40 * 16 + 3] = c.value;
+      H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+      if (c.fix_checksum) h5::write_attribute(d, "checksum", digest_range(v.data(), int64_t(v.size()), 0).sum, "test");
+      H5Dclose(d);
+    });
+    TrainRun run = train(2, "parallel.tp=2 checkpoint.resume=" + path, "", 60);
+    EXPECT_NE(run.result.exit_code, 0) << run.result.output;
+    EXPECT_NE(run.result.exit_code, 124) << "hung\n" << run.result.output;
+    for (int rank = 0; rank < 2; ++rank) {
+      const std::string line = "[rank " + std::to_string(rank) + "] error: checkpoint " + path + c.message;
+      EXPECT_EQ(count_occurrences(run.result.output, line), 1) << line << "\n" << run.result.output;
+    }
+    EXPECT_EQ(run.losses.size(), 0u) << c.name << ": trained from a damaged checkpoint";
+  }
 }
