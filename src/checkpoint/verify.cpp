@@ -1,6 +1,8 @@
 #include "checkpoint/verify.h"
 
 #include <algorithm>
+#include <cstring>
+#include <set>
 
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checksum.h"
@@ -12,13 +14,40 @@ namespace {
 
 constexpr int64_t kBlockElements = int64_t(4) << 20;  // 16 MiB of float32 per read
 
+struct Listing {
+  std::vector<std::string> datasets;  // "/model/wte.weight", ...
+  std::vector<std::string> unreadable;  // links HDF5 cannot open, with its reason
+};
+
 herr_t collect_dataset(hid_t group, const char* name, const H5L_info_t*, void* out) {
+  auto* listing = static_cast<Listing*>(out);
   h5::QuietHdf5 quiet;
   hid_t obj = H5Oopen(group, name, H5P_DEFAULT);
-  if (obj < 0) return 0;  // a dangling link: not a dataset
-  if (H5Iget_type(obj) == H5I_DATASET) static_cast<std::vector<std::string>*>(out)->push_back(cat("/", name));
+  if (obj < 0) {
+    listing->unreadable.push_back(cat("/", name, " is not a readable object: ", h5::hdf5_error_text()));
+    return 0;
+  }
+  if (H5Iget_type(obj) == H5I_DATASET) listing->datasets.push_back(cat("/", name));
   H5Oclose(obj);
   return 0;
+}
+
+// Every tensor has its two moments and every moment its tensor (names after the group).
+std::vector<std::string> unmatched(const std::vector<std::string>& datasets, const std::string& where) {
+  std::set<std::string> sections[3];
+  const char* groups[3] = {"/model/", "/optim/m/", "/optim/v/"};
+  for (const std::string& d : datasets)
+    for (int g = 0; g < 3; ++g)
+      if (d.rfind(groups[g], 0) == 0 && d.find('/', std::strlen(groups[g])) == std::string::npos)
+        sections[g].insert(d.substr(std::strlen(groups[g])));
+  std::vector<std::string> problems;
+  for (int g = 0; g < 3; ++g)
+    for (int other = 0; other < 3; ++other)
+      for (const std::string& name : sections[other])
+        if (!sections[g].count(name))
+          problems.push_back(cat(where, ": dataset ", groups[g], name, " is missing (", groups[other], name,
+                                 " is present)"));
+  return problems;
 }
 
 // The digest of a whole [rows, cols] dataset, read `block_rows` rows at a time.
@@ -78,15 +107,21 @@ VerifyReport verify_checkpoint_file(const std::string& path) {
   h5::QuietHdf5 quiet;
   const std::string where = cat("checkpoint ", path);
   VerifyReport report;
+  bool meta_ok = true, has_optimizer_state = false;
   try {
-    read_meta(file.id(), where);
+    has_optimizer_state = read_meta(file.id(), where).has_optimizer_state;
   } catch (const Error& e) {
     report.problems.push_back(e.what());
+    meta_ok = false;
   }
-  std::vector<std::string> names;
-  H5Lvisit(file.id(), H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &names);
-  h5::hdf5_error_text();  // clears what a damaged link may have left
+  Listing listing;
+  if (H5Lvisit(file.id(), H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &listing) < 0)
+    report.problems.push_back(cat(where, ": the group structure is damaged: ", h5::hdf5_error_text()));
+  for (const std::string& problem : listing.unreadable) report.problems.push_back(cat(where, ": ", problem));
+  const std::vector<std::string>& names = listing.datasets;
   if (names.empty()) report.problems.push_back(cat(where, ": holds no dataset"));
+  if (meta_ok && has_optimizer_state)
+    for (const std::string& problem : unmatched(names, where)) report.problems.push_back(problem);
   for (const std::string& name : names) {
     const std::string problem = verify_dataset(file.id(), name, where);
     if (problem.empty()) ++report.datasets_verified;

@@ -12,9 +12,12 @@ struct VerifyReport {
 };
 
 // Opens `path` (one process), checks the root attributes (format, version, their
-// checksum), then every dataset: IEEE float32, rank 1 or 2, a `checksum` attribute equal
-// to the hash of its values (checksum.h, read in blocks of about 4M elements), every
-// value finite. Throws pptrain::Error only when the file cannot be opened at all.
+// checksum), that every link opens, that /model, /optim/m and /optim/v name the same
+// tensors (with optimizer state), then every dataset: IEEE float32, rank 1 or 2, a
+// `checksum` attribute equal to the hash of its values (checksum.h, read in blocks of
+// about 4M elements), every value finite. Without the model it cannot tell a tensor that
+// is missing from all three groups (a load can). Throws pptrain::Error only when the
+// file cannot be opened at all.
 VerifyReport verify_checkpoint_file(const std::string& path);
 
 }  // namespace pptrain
