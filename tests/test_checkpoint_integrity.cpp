@@ -203,6 +203,14 @@ TEST_F(Integrity, DamagedRootAttributeIsNamedByTheMetaChecksum) {
                                      "the file is damaged");
 }
 
+TEST_F(Integrity, VerifyNamesAMissingMoment) {
+  edit_h5(path_, [](hid_t f) { H5Ldelete(f, "/optim/m/h.0.ln_1.bias", H5P_DEFAULT); });
+  CommandResult r = run_command(pptrain_bin() + " inspect --verify " + path_);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.output, "checkpoint " + path_ + ": dataset /optim/m/h.0.ln_1.bias is missing (the other groups hold "
+                      "h.0.ln_1.bias)\n");
+}
+
 TEST_F(Integrity, VerifyPassesAnIntactFile) {
   CommandResult r = run_command(pptrain_bin() + " inspect --verify " + path_);
   EXPECT_EQ(r.exit_code, 0) << r.output;

@@ -40,13 +40,13 @@ std::vector<std::string> unmatched(const std::vector<std::string>& datasets, con
     for (int g = 0; g < 3; ++g)
       if (d.rfind(groups[g], 0) == 0 && d.find('/', std::strlen(groups[g])) == std::string::npos)
         sections[g].insert(d.substr(std::strlen(groups[g])));
+  std::set<std::string> all;
+  for (const auto& section : sections) all.insert(section.begin(), section.end());
   std::vector<std::string> problems;
   for (int g = 0; g < 3; ++g)
-    for (int other = 0; other < 3; ++other)
-      for (const std::string& name : sections[other])
-        if (!sections[g].count(name))
-          problems.push_back(cat(where, ": dataset ", groups[g], name, " is missing (", groups[other], name,
-                                 " is present)"));
+    for (const std::string& name : all)
+      if (!sections[g].count(name))
+        problems.push_back(cat(where, ": dataset ", groups[g], name, " is missing (the other groups hold ", name, ")"));
   return problems;
 }
 
