@@ -8,6 +8,9 @@
 //   - crash safety: a save killed mid-write or before the rename leaves the previous
 //     checkpoint and `latest` intact, and the next run resumes from it;
 //   - bad files: one clear message on every rank and a non-zero exit;
+//   - rollback under pp=2: resuming from an older checkpoint with another lr moves the
+//     abandoned run's later checkpoints aside, and `latest`, keep_last and resume: auto
+//     follow the new run;
 //   - failed saves under pp=2 (a planted ENOSPC on one rank, a real full tmpfs where
 //     mounting is permitted): the same line on every rank, a non-zero exit within the
 //     timeout, no .tmp left, `latest` and the previous checkpoint intact and loadable;
@@ -28,6 +31,7 @@
 #include <map>
 #include <regex>
 
+#include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checksum.h"
 #include "checkpoint/hdf5_io.h"
 #include "support/checkpoint_util.h"
@@ -404,4 +408,37 @@ TEST_F(CheckpointTrain, DamageInOneTpShardFailsEveryRank) {
     }
     EXPECT_EQ(run.losses.size(), 0u) << c.name << ": trained from a damaged checkpoint";
   }
+}
+
+TEST_F(CheckpointTrain, RollbackUnderPp2FollowsTheNewRun) {
+  const std::string ck = dir_->file("rollback_ck"), step2 = dir_->file("rollback_step2.h5");
+  const std::string args = "parallel.pp=2 checkpoint.every=2 checkpoint.keep_last=2 checkpoint.dir=" + ck;
+  // Run A to step 6 (its step 2 copied aside first: keep_last 2 prunes it), then run B
+  // from A's step 2 with half the learning rate, to step 6.
+  ASSERT_EQ(train(2, args + " --stop-after 2").result.exit_code, 0);
+  fs::copy_file(ck + "/step_00000002.h5", step2);
+  ASSERT_EQ(train(2, args).result.exit_code, 0);
+  TrainRun b = train(2, args + " training.lr=5.0e-3 checkpoint.resume=" + step2);
+  ASSERT_EQ(b.result.exit_code, 0) << b.result.output;
+  EXPECT_EQ(b.resumed_from, 2);
+  EXPECT_NE(b.result.output.find("the later checkpoints step_00000004.h5, step_00000006.h5 belong to an abandoned "
+                                 "run: moved into " + ck + "/abandoned (nothing deleted)"),
+            std::string::npos)
+      << b.result.output;
+  EXPECT_EQ(read_file(ck + "/latest"), "step_00000006.h5\n");
+  IoGroup io = IoGroup::single();
+  auto lr_of = [&](const std::string& file) {
+    return parse_config(read_checkpoint_meta(file, io).config_yaml, file).training.lr;
+  };
+  EXPECT_EQ(lr_of(ck + "/step_00000004.h5"), 5.0e-3) << "run B's checkpoint was deleted or replaced";
+  EXPECT_EQ(lr_of(ck + "/step_00000006.h5"), 5.0e-3);
+  EXPECT_EQ(lr_of(ck + "/abandoned/step_00000004.h5"), 1.0e-2) << "run A's checkpoints must stay on disk";
+  EXPECT_EQ(lr_of(ck + "/abandoned/step_00000006.h5"), 1.0e-2);
+  // resume: auto continues run B (its lineage, extended by the new run).
+  TrainRun c = train(2, args + " training.lr=5.0e-3 training.steps=8");
+  ASSERT_EQ(c.result.exit_code, 0) << c.result.output;
+  EXPECT_EQ(c.resumed_from, 6);
+  const std::string b_line = read_checkpoint_meta(ck + "/step_00000006.h5", io).lineage;
+  const std::string c_line = read_checkpoint_meta(ck + "/step_00000008.h5", io).lineage;
+  EXPECT_EQ(c_line.rfind(b_line + "/", 0), 0u) << c_line << " does not continue " << b_line;
 }

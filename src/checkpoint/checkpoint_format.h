@@ -34,6 +34,9 @@
 //                        kMaxLineageRuns entries, older ones dropped)
 //   meta_checksum        checksum_text() of every attribute above (meta_text())
 //
+// Files use HDF5's 1.10 format with links and attributes in (checksummed) object headers,
+// so HDF5 itself detects damage to the metadata (checkpoint_writer.cpp).
+//
 // Version 1 (variable-length strings, no checksums, no lineage) is refused with one line:
 // its contents cannot be verified, and its strings are what crashed HDF5's reader.
 #pragma once
