@@ -8,10 +8,7 @@
 #include "pipeline/registry.h"
 
 namespace pptrain {
-namespace {
 
-// The world must hold exactly the config's dp x pp x tp ranks; checked before the schedule
-// and the groups, so a wrong -np ends every rank with the config's name in the message.
 MpiComm checked_world(const Config& cfg) {
   MpiComm world = MpiComm::world();
   if (cfg.world_size() != world.size())
@@ -20,6 +17,8 @@ MpiComm checked_world(const Config& cfg) {
          world.rank(), ")");
   return world;
 }
+
+namespace {
 
 // The pp ranks holding the tied token embedding: those of the first and last stage.
 std::vector<int> embedding_pp_ranks(const Config& cfg, const pipeline::Schedule& s) {
