@@ -27,3 +27,7 @@ $(BUILD)/tests/test_mpi_comm $(BUILD)/tests/test_grid $(BUILD)/tests/test_slurm 
 
 .PHONY: mpi-tests
 mpi-tests: $(MPI_TEST_BINS)
+
+# test_preflight runs pptrain (the checks before the model exists) and memory_estimate
+# (the prediction against the bytes a real job allocates).
+$(BUILD)/tests/test_preflight: | $(BUILD)/pptrain $(BUILD)/mpi_tests/memory_estimate

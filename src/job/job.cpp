@@ -1,5 +1,7 @@
 #include "job/job.h"
 
+#include <utility>
+
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "model/dims.h"
@@ -33,13 +35,13 @@ std::unique_ptr<Ops> make_ops(const Config& cfg) {
 
 }  // namespace
 
-Job::Job(const Config& cfg, const Faults& faults)
+Job::Job(const Config& cfg, const Faults& faults, std::unique_ptr<Ops> ops)
     : cfg_(cfg),
       faults_(faults),
       world_(checked_world(cfg)),
       schedule_(pipeline::prepare_schedule(cfg)),
       grid_(world_, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.tp, embedding_pp_ranks(cfg, schedule_)),
-      ops_(make_ops(cfg)),
+      ops_(ops ? std::move(ops) : make_ops(cfg)),
       par_(grid_.context(world_)) {
   if (cfg.device == "cuda") {
     // On GPUs the pp, tp, dp and embedding groups talk over NCCL (in pptrain-emu over the

@@ -37,7 +37,9 @@ MpiComm checked_world(const Config& cfg);
 class Job {
  public:
   // `faults`: the planted faults acting on this rank (core/faults.h; tests only).
-  Job(const Config& cfg, const Faults& faults = {});
+  // `ops`: the backend to use instead of the one cfg.device names (tests: a backend that
+  // counts its allocations); null builds the config's.
+  Job(const Config& cfg, const Faults& faults = {}, std::unique_ptr<Ops> ops = nullptr);
   ~Job();
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;

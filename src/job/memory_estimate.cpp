@@ -3,7 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <map>
+#include <set>
 #include <utility>
 
 #include "core/error.h"
@@ -62,13 +62,16 @@ std::vector<StageSpec> stages_of(const Config& cfg, const pipeline::Schedule& sc
   return mine;
 }
 
-// The per-stage peak of live microbatches, the larger of training and evaluation.
-std::vector<int> pool_sizes(const Config& cfg, const pipeline::Schedule& schedule, int pp_rank) {
-  std::vector<int> peak = peak_live_microbatches(schedule, pp_rank);
+// The per-stage peaks of live microbatches, the larger of training and evaluation.
+LivePeaks pool_sizes(const Config& cfg, const pipeline::Schedule& schedule, int pp_rank) {
+  LivePeaks peak = peak_live_microbatches(schedule, pp_rank);
   const bool evaluates = cfg.training.eval_every > 0 && cfg.training.eval_batches > 0 && !cfg.data.val.empty();
   if (evaluates) {
-    const std::vector<int> eval = peak_live_microbatches(pipeline::make_forward_only(schedule), pp_rank);
-    for (size_t s = 0; s < peak.size(); ++s) peak[s] = std::max(peak[s], eval[s]);
+    const LivePeaks eval = peak_live_microbatches(pipeline::make_forward_only(schedule), pp_rank);
+    for (size_t s = 0; s < peak.io.size(); ++s) {  // (sends: evaluation's are a subset)
+      peak.io[s] = std::max(peak.io[s], eval.io[s]);
+      peak.layers[s] = std::max(peak.layers[s], eval.layers[s]);
+    }
   }
   return peak;
 }
@@ -125,65 +128,75 @@ double rank_parameter_count(const Config& cfg, const std::vector<StageSpec>& my_
 
 double checkpoint_tensor_bytes(const ModelConfig& m) { return 3 * kFp32 * global_parameter_count(m); }
 
-double stage_slot_bytes(const ModelDims& d, const StageSpec& spec, Precision precision, double* logits_bytes) {
+StageSlotBytes stage_slot_bytes(const ModelDims& d, const StageSpec& spec, Precision precision) {
   const double s = storage_bytes(precision), nc = rows(d) * d.d_model;
+  StageSlotBytes out;
   // The stage's acts[i] and grads[i] [N,C] for i = 0..L over its L layers, but for the
   // ends the embedding (tokens in) and the head (loss out) do not need.
   const double layers = double(spec.num_blocks) + spec.has_embedding + spec.has_head;
-  const double ends = layers + 1 - spec.has_embedding - spec.has_head;
-  double bytes = 2 * ends * nc * s + double(spec.num_blocks) * block_slot_bytes(d, s);
-  const double logits = spec.has_head ? s * rows(d) * d.local_vocab() : 0;
-  if (spec.has_head) bytes += head_slot_bytes_without_logits(d, s) + logits;
-  if (logits_bytes) *logits_bytes = logits;
-  return bytes;
+  out.io = 2 * (layers + 1 - spec.has_embedding - spec.has_head) * nc * s;
+  out.layers = double(spec.num_blocks) * block_slot_bytes(d, s);
+  if (spec.has_head) {
+    out.logits = s * rows(d) * d.local_vocab();
+    out.layers += head_slot_bytes_without_logits(d, s) + out.logits;
+  }
+  return out;
 }
 
-std::vector<int> peak_live_microbatches(const pipeline::Schedule& schedule, int pp_rank) {
+LivePeaks peak_live_microbatches(const pipeline::Schedule& schedule, int pp_rank) {
   using pipeline::Op;
   PPTRAIN_CHECK(pp_rank >= 0 && pp_rank < int(schedule.program.size()), "pp rank ", pp_rank);
-  std::vector<int> live(schedule.num_stages(), 0), peak(schedule.num_stages(), 0);
-  std::map<std::pair<int, int>, bool> holding;  // (stage, mb) -> slot taken
-  auto take = [&](int stage, int mb) {
-    if (holding[{stage, mb}]) return;
-    holding[{stage, mb}] = true;
-    peak[stage] = std::max(peak[stage], ++live[stage]);
+  const size_t stages = size_t(schedule.num_stages());
+  // One pool: which (stage, mb) hold a slot, how many per stage now and at most.
+  struct Pool {
+    std::set<std::pair<int, int>> held;
+    std::vector<int> live, peak;
+    void take(int stage, int mb) {
+      if (held.insert({stage, mb}).second) peak[stage] = std::max(peak[stage], ++live[stage]);
+    }
+    void free(int stage, int mb) {
+      if (held.erase({stage, mb})) --live[stage];
+    }
   };
+  Pool io{{}, std::vector<int>(stages), std::vector<int>(stages)}, layers = io;
+  std::vector<int> sends(stages, 0);
   for (const pipeline::Action& a : schedule.program[pp_rank]) {
     switch (a.op) {
-      case Op::RECV_F: take(a.stage, a.microbatch); break;
+      case Op::RECV_F: io.take(a.stage, a.microbatch); break;
       case Op::F:
-        take(a.stage, a.microbatch);
-        // The executor hands the output to the next stage's input when it sits here too.
-        if (a.stage + 1 < schedule.num_stages() && schedule.rank_of(a.stage + 1) == pp_rank)
-          take(a.stage + 1, a.microbatch);
+        io.take(a.stage, a.microbatch);
+        layers.take(a.stage, a.microbatch);
+        // The executor hands the output over to the next stage's input when it sits here too.
+        if (a.stage + 1 < int(stages) && schedule.rank_of(a.stage + 1) == pp_rank) io.take(a.stage + 1, a.microbatch);
         break;
       case Op::B:
       case Op::W:
-        if (holding[{a.stage, a.microbatch}]) {
-          holding[{a.stage, a.microbatch}] = false;
-          --live[a.stage];
-        }
+        io.free(a.stage, a.microbatch);
+        layers.free(a.stage, a.microbatch);
         break;
-      default: break;  // I keeps the slot; sends and RECV_B use the slot already taken
+      case Op::SEND_F:
+      case Op::SEND_B: sends[a.stage] = 1; break;
+      default: break;  // I keeps the slots; RECV_B uses the slots already taken
     }
   }
-  return peak;
+  return {io.peak, layers.peak, sends};
 }
 
 MemoryEstimate estimate_rank_memory(const Config& cfg, const pipeline::Schedule& schedule, int pp_rank, int tp_rank) {
   const std::vector<StageSpec> mine = stages_of(cfg, schedule, pp_rank);
   const ModelDims dims = ModelDims::from(cfg.model, cfg.training.micro_batch_size, cfg.parallel.tp, tp_rank);
   const double p = rank_parameter_count(cfg, mine, tp_rank);
-  const std::vector<int> pools = pool_sizes(cfg, schedule, pp_rank);
+  const LivePeaks pools = pool_sizes(cfg, schedule, pp_rank);
 
-  double slots = 0, logits = 0;
+  double slots = 0, logits = 0, pending = 0;
   int most_live = 0;
   for (const StageSpec& spec : mine) {
-    double stage_logits = 0;
-    const double slot = stage_slot_bytes(dims, spec, cfg.precision(), &stage_logits);
-    slots += double(pools[spec.index]) * (slot - stage_logits);
-    logits += double(pools[spec.index]) * stage_logits;
-    most_live = std::max(most_live, pools[spec.index]);
+    const StageSlotBytes slot = stage_slot_bytes(dims, spec, cfg.precision());
+    const int io = pools.io[spec.index], kept = pools.layers[spec.index];
+    slots += io * slot.io + kept * (slot.layers - slot.logits);
+    pending += pools.sends[spec.index] * slot.io;
+    logits += kept * slot.logits;
+    most_live = std::max({most_live, io, kept});
   }
 
   MemoryEstimate e;
@@ -191,10 +204,11 @@ MemoryEstimate estimate_rank_memory(const Config& cfg, const pipeline::Schedule&
   e.items.push_back({"gradients (fp32)", kFp32 * p});
   e.items.push_back({"AdamW moments (fp32 m and v)", 2 * kFp32 * p});
   if (cfg.precision() == Precision::bf16) e.items.push_back({"bf16 weight copies", kBf16 * p});
-  e.items.push_back({cat("activation slots (up to ", most_live, " microbatches of micro_batch_size ",
-                         cfg.training.micro_batch_size, " per stage)"),
+  e.items.push_back({cat("activation slots (", most_live, " microbatch(es) of micro_batch_size ",
+                         cfg.training.micro_batch_size, " live per stage at most)"),
                      slots});
-  if (logits) e.items.push_back({cat("logits [B*T, vocab/tp] of up to ", most_live, " microbatches"), logits});
+  if (logits) e.items.push_back({cat("logits [B*T, vocab/tp] of ", most_live, " microbatch(es)"), logits});
+  if (pending) e.items.push_back({"io buffers of microbatches with sends pending", pending});
   e.items.push_back({"token buffers", 2 * kInt32 * double(cfg.parallel.microbatches) * rows(dims)});
   e.items.push_back({"workspace", workspace_bytes(cfg)});
   return e;

@@ -6,20 +6,23 @@
 //   gradients         fp32, 4·P
 //   AdamW moments     fp32 m and v, 8·P
 //   bf16 copies       2·P under training.precision: bf16
-//   activation slots  per stage, the buffers one microbatch keeps from F to W (the stage's
+//   activation slots  per stage, the buffers one microbatch keeps until its W (the stage's
 //                     [N,C] inputs/outputs and their gradients, every block's slot, the
-//                     head's) times the most microbatches ever live on that stage: slot
-//                     pools keep freed slots for reuse, so a stage's pool holds its peak
-//                     live count for the rest of the run. The peak is read off the lowered
-//                     program (and off the forward-only evaluation program, which keeps all
-//                     m microbatches until the end of the batch)
+//                     head's) times the most microbatches ever live in that pool: slot
+//                     pools keep freed slots for reuse, so a pool holds its peak live count
+//                     for the rest of the run. The peaks are read off the lowered program
+//                     (and off the forward-only evaluation program, which keeps all m
+//                     microbatches until the end of the batch)
 //   logits            the head's [N,VL] dlogits, part of the head's slot, listed apart
 //                     because it is often the largest single consumer
 //   token buffers     tokens and targets [B·T] int32 for each of the m microbatches
 //   workspace         cpu: one attention scratch per OpenMP thread ([T,T] fp32 for naive
 //                     attention, [2·64,T] for flash); cuda: the cuBLASLt workspace (32 MiB)
-// Not counted: the process itself (libraries, MPI buffers), stage tensors kept a little
-// longer while a non-blocking send still reads them (pp > 1), allocator rounding.
+//   pending sends     the executor frees a microbatch's io buffers only once its sends
+//                     completed (polled, never blocking): one more io slot for each stage
+//                     that sends to another rank, an upper bound when sends complete before
+//                     the next microbatch arrives
+// Not counted: the process itself (libraries, MPI buffers), allocator rounding.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -54,16 +57,26 @@ double rank_parameter_count(const Config& cfg, const std::vector<StageSpec>& my_
 // Bytes of one checkpoint file's tensors: fp32 parameters and the two fp32 AdamW moments.
 double checkpoint_tensor_bytes(const ModelConfig& m);
 
-// Bytes one microbatch keeps on `spec`'s stage from its F to its W, storage type
-// `precision`; `logits_bytes` (nullable) receives the head's [N,VL] part of it.
-double stage_slot_bytes(const ModelDims& dims, const StageSpec& spec, Precision precision,
-                          double* logits_bytes = nullptr);
+// Bytes one microbatch keeps on `spec`'s stage, storage type `precision`, in the two pools
+// that hold them: the stage's own [N,C] inputs/outputs and their gradients (`io`), and the
+// slots of its layers (`layers`: every block's, the head's); `logits` is the head's
+// [N,VL] part of `layers`.
+struct StageSlotBytes {
+  double io = 0, layers = 0, logits = 0;
+};
+StageSlotBytes stage_slot_bytes(const ModelDims& dims, const StageSpec& spec, Precision precision);
 
-// The most microbatches live at once on each stage of `pp_rank` over the lowered
-// program [num_stages] (0 for stages elsewhere). A microbatch is live on a stage from the
-// first action that needs its slot (RECV_F into its input, the previous stage's F on the
-// same rank, or its own F) until its W or B.
-std::vector<int> peak_live_microbatches(const pipeline::Schedule& schedule, int pp_rank);
+// The most microbatches live at once on each stage of `pp_rank` over the lowered program
+// ([num_stages] each; 0 for stages elsewhere). In the stage's io pool a microbatch is live
+// from the first action that needs its input buffer (RECV_F posts the receive into it, the
+// previous stage's F on the same rank hands its output over, or its own F) until its W or
+// B; in its layers' pools from its F until its W or B. `sends`: the stage sends to another
+// rank (SEND_F or SEND_B), so the executor may keep a microbatch's io buffers past its W
+// until the send completed.
+struct LivePeaks {
+  std::vector<int> io, layers, sends;
+};
+LivePeaks peak_live_microbatches(const pipeline::Schedule& schedule, int pp_rank);
 
 // The prediction for world rank coordinates (pp_rank, tp_rank) of `cfg` under `schedule`.
 MemoryEstimate estimate_rank_memory(const Config& cfg, const pipeline::Schedule& schedule, int pp_rank,
