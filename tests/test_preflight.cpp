@@ -157,6 +157,46 @@ TEST_F(Preflight, AModelLargerThanMemoryIsRefusedNamingTheLargestConsumer) {
   expect_refusal("training.micro_batch_size=100000000", "(largest: activation slots (");
 }
 
+// Under an address-space limit (ulimit -v, as some batch systems set) the model cannot be
+// allocated at all: without the checks, building it fails with bad_alloc; with them, the
+// data and output problems come first, and a model that does not fit is refused by the
+// prediction while one that fits trains. One process (mpirun's own mappings would count
+// against the limit too), one OpenMP thread.
+class AddressSpaceLimit : public Preflight {
+ protected:
+  // 1.5 GB of address space; the process maps about 0.5 GiB before the checks.
+  static CommandResult train_limited(const std::string& overrides) {
+    return run_command("ulimit -v 1500000 && OMP_NUM_THREADS=1 " + pptrain_bin() + " train " + dir_->file("c.yaml") +
+                           " " + overrides,
+                       60);
+  }
+  // 12 blocks of d_model 1024: 151 M parameters, 2.4 GB of masters, gradients and moments.
+  static constexpr const char* kLarge = "model.n_layer=12 model.d_model=1024 model.n_head=16 ";
+};
+
+TEST_F(AddressSpaceLimit, DataAndOutputProblemsComeBeforeTheModel) {
+  for (const auto& [overrides, message] :
+       {std::pair<std::string, std::string>{"data.train=" + dir_->file("none") + "/x_*.bin", "data.train: no file matches"},
+        {"checkpoint.dir=/proc", "checkpoint.dir: cannot write in '/proc'"}}) {
+    CommandResult r = train_limited(kLarge + overrides);
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("alloc"), std::string::npos) << "the model was allocated first:\n" << r.output;
+  }
+}
+
+TEST_F(AddressSpaceLimit, AModelThatDoesNotFitIsRefusedOneThatFitsTrains) {
+  CommandResult r = train_limited(kLarge);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("memory: this rank needs an estimated 2.2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(address-space limit, ulimit -v)"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("alloc"), std::string::npos) << r.output;
+  // 2 blocks of d_model 1024: 25 M parameters, 0.4 GB predicted, under ~0.9 GiB of headroom.
+  r = train_limited("model.n_layer=2 model.d_model=1024 model.n_head=16 training.steps=1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("step 1/1"), std::string::npos) << r.output;
+}
+
 // What a job allocates, counted by tests/mpi/memory_estimate: the prediction counts every
 // buffer exactly, so peak <= predicted <= peak + slack, where the slack is the one stated
 // upper bound (an io slot per sending stage for microbatches whose sends are pending).

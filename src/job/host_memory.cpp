@@ -1,5 +1,7 @@
 #include "job/host_memory.h"
 
+#include <sys/resource.h>
+
 #include <cstdint>
 #include <fstream>
 #include <sstream>
@@ -59,6 +61,14 @@ std::optional<HostMemory> available_host_memory() {
   HostMemory best{*meminfo, "MemAvailable"};
   if (auto cgroup = cgroup_headroom(); cgroup && cgroup->available_bytes < best.available_bytes) best = *cgroup;
   return best;
+}
+
+std::optional<HostMemory> address_space_headroom() {
+  struct rlimit limit;
+  if (::getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return std::nullopt;
+  const double mapped = field("/proc/self/status", "VmSize", 1024).value_or(0);  // kB
+  const double cap = double(limit.rlim_cur);
+  return HostMemory{cap > mapped ? cap - mapped : 0, "address-space limit, ulimit -v"};
 }
 
 }  // namespace pptrain

@@ -129,13 +129,19 @@ std::string check_memory(const Config& cfg, const pipeline::Schedule& schedule, 
   // The cuda backend keeps all but a few host buffers on the GPU; its device memory is not
   // queried here (the backend exposes no cudaMemGetInfo).
   if (cfg.device != "cpu") return "";
-  const std::optional<HostMemory> host = available_host_memory();
-  if (!host || node_total <= host->available_bytes) return "";
   const MemoryItem& largest = mine.largest();
+  auto refusal = [&](const std::string& needs, const HostMemory& host) {
+    return cat("memory: ", needs, " (largest: ", largest.what, ", ", gib(largest.bytes), "), but ",
+               gib(host.available_bytes), " of host memory is available (", host.source,
+               "); reduce the model, training.micro_batch_size or parallel.microbatches, or use more ranks");
+  };
+  const std::string rank_needs = cat("this rank needs an estimated ", gib(mine.total()));
+  if (auto process = address_space_headroom(); process && mine.total() > process->available_bytes)
+    return refusal(rank_needs, *process);
+  const std::optional<HostMemory> node_memory = available_host_memory();
+  if (!node_memory || node_total <= node_memory->available_bytes) return "";
   const std::string ranks = node.size() > 1 ? cat(", the ", node.size(), " ranks of this node ", gib(node_total)) : "";
-  return cat("memory: this rank needs an estimated ", gib(mine.total()), ranks, " (largest: ", largest.what, ", ",
-             gib(largest.bytes), "), but ", gib(host->available_bytes), " of host memory is available (",
-             host->source, "); reduce model size, training.micro_batch_size or parallel.microbatches, or use more ranks");
+  return refusal(rank_needs + ranks, *node_memory);
 }
 
 }  // namespace
