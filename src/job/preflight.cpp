@@ -45,7 +45,7 @@ void agree(MpiComm& world, const std::string& problem) {
   std::string line = world.rank() == root ? problem : std::string(length, '\0');
   world.broadcast(line.data(), length, root);
   if (world.size() == 1) fail(line);
-  fail(line, " (rank ", root, ")");
+  fail(line, " (found by rank ", root, ")");
 }
 
 // Checkpoints: complete step_*.h5 files already in `dir`.
