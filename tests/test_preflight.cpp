@@ -201,13 +201,22 @@ TEST_F(AddressSpaceLimit, AModelThatDoesNotFitIsRefusedOneThatFitsTrains) {
 // buffer exactly, so peak <= predicted <= peak + slack, where the slack is the one stated
 // upper bound (an io slot per sending stage for microbatches whose sends are pending).
 TEST_F(Preflight, MemoryPredictionEqualsWhatTheJobAllocates) {
-  const std::string program = mpi_test_program("memory_estimate");
-  ASSERT_TRUE(fs::exists(program)) << program << " is missing: build it with make (mk/mpi_tests.mk)";
+  const std::string cpu = mpi_test_program("memory_estimate"), cuda = mpi_test_program("memory_estimate_emu");
+  for (const std::string& program : {cpu, cuda})
+    ASSERT_TRUE(fs::exists(program)) << program << " is missing: build it with make (mk/mpi_tests.mk)";
   struct Case {
     int ranks;
     std::string overrides;
+    bool emulated_cuda = false;
   };
+  // The emulated cuda backend on one rank only: NcclComm needs the cuda backend itself,
+  // not the counting wrapper around it.
+  const std::string bf16 = "device=cuda training.precision=bf16";
   const Case cases[] = {
+      {1, "device=cuda", true},
+      {1, bf16, true},
+      {1, bf16 + " training.eval_every=1", true},
+      {1, bf16 + " model.attention=flash model.d_model=64", true},  // head size 32
       {1, ""},
       {1, "parallel.schedule=gpipe"},
       {1, "training.eval_every=1"},  // evaluation keeps all m microbatches live
@@ -221,7 +230,7 @@ TEST_F(Preflight, MemoryPredictionEqualsWhatTheJobAllocates) {
   };
   const std::regex line(R"(rank (\d+) peak (\d+) predicted (\d+) slack (\d+))");
   for (const Case& c : cases) {
-    auto r = run_command(mpirun(c.ranks) + program + " " + dir_->file("c.yaml") + " " + c.overrides, 60);
+    auto r = run_command(mpirun(c.ranks) + (c.emulated_cuda ? cuda : cpu) + " " + dir_->file("c.yaml") + " " + c.overrides, 60);
     ASSERT_EQ(r.exit_code, 0) << c.overrides << "\n" << r.output;
     int ranks = 0;
     for (std::sregex_iterator it(r.output.begin(), r.output.end(), line), end; it != end; ++it, ++ranks) {

@@ -1,11 +1,13 @@
 // memory_estimate CONFIG [section.key=value ...]: builds the Job of CONFIG on a backend
-// that counts its allocations (tests/support/counting_ops.h), takes two training steps and
+// (cpu; cuda in memory_estimate_emu, built with the emulated cuda backend) that counts its
+// allocations (tests/support/counting_ops.h), takes two training steps and
 // an evaluation (when the config evaluates), and prints per rank
 //   rank R peak P predicted E slack S
 // where P is the most bytes the backend ever held, E the prediction of
 // job/memory_estimate.h for this rank less its workspace (the cpu backend's attention
-// scratch is host memory of its own, not allocated through the op interface), and S the
+// scratch and cuBLASLt's workspace are not allocated through the op interface), and S the
 // part of E that is an upper bound rather than a count (io buffers of pending sends).
+#include "backend/cuda/cuda_backend.h"
 #include "core/config.h"
 #include "job/job.h"
 #include "job/memory_estimate.h"
@@ -25,7 +27,7 @@ void measure(MpiSession& mpi, const std::vector<std::string>& args) {
   const int pp_rank = mpi.rank() / tp % pp, tp_rank = mpi.rank() % tp;
   const MemoryEstimate predicted = estimate_rank_memory(cfg, pipeline::prepare_schedule(cfg), pp_rank, tp_rank);
 
-  auto counting = std::make_unique<testing::CountingOps>(make_cpu_ops());
+  auto counting = std::make_unique<testing::CountingOps>(cfg.device == "cuda" ? make_cuda_ops(cfg) : make_cpu_ops());
   const testing::CountingOps& counter = *counting;
   Job job(cfg, {}, std::move(counting));
   Trainer trainer(job);
