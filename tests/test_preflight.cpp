@@ -47,7 +47,8 @@ class Preflight : public ::testing::Test {
   // `pptrain train` on two ranks (pp 2: both read data, both write checkpoints and trace
   // parts) must fail with `message` on every rank, before training and within the timeout.
   static CommandResult expect_refusal(const std::string& overrides, const std::string& message) {
-    const std::string cmd = mpirun(2) + pptrain_bin() + " train " + dir_->file("c.yaml") + " parallel.pp=2 " + overrides;
+    const std::string cmd =
+        mpirun(2) + pptrain_bin() + " train " + dir_->file("c.yaml") + " parallel.pp=2 " + overrides;
     CommandResult r = run_command(cmd, 60);
     EXPECT_NE(r.exit_code, 0) << r.output;
     EXPECT_NE(r.exit_code, 124) << "timed out:\n" << r.output;
@@ -111,7 +112,8 @@ TEST_F(Preflight, ReadOnlyMount) {
   TempDir mnt;
   if (::mount("tmpfs", mnt.path().c_str(), "tmpfs", MS_RDONLY, "size=1m") != 0)
     GTEST_SKIP() << "cannot mount a read-only tmpfs here (not root, or no mount permission)";
-  expect_refusal("checkpoint.dir=" + mnt.path(), "checkpoint.dir: cannot write in '" + mnt.path() + "': Read-only file system");
+  expect_refusal("checkpoint.dir=" + mnt.path(),
+                 "checkpoint.dir: cannot write in '" + mnt.path() + "': Read-only file system");
   ::umount(mnt.path().c_str());
 }
 
@@ -176,7 +178,8 @@ class AddressSpaceLimit : public Preflight {
 
 TEST_F(AddressSpaceLimit, DataAndOutputProblemsComeBeforeTheModel) {
   for (const auto& [overrides, message] :
-       {std::pair<std::string, std::string>{"data.train=" + dir_->file("none") + "/x_*.bin", "data.train: no file matches"},
+       {std::pair<std::string, std::string>{"data.train=" + dir_->file("none") + "/x_*.bin",
+                                            "data.train: no file matches"},
         {"checkpoint.dir=/proc", "checkpoint.dir: cannot write in '/proc'"}}) {
     CommandResult r = train_limited(kLarge + overrides);
     EXPECT_NE(r.exit_code, 0) << r.output;
@@ -223,14 +226,16 @@ TEST_F(Preflight, MemoryPredictionEqualsWhatTheJobAllocates) {
       {1, "model.attention=flash"},
       {2, "parallel.pp=2"},
       {2, "parallel.pp=2 parallel.schedule=zbv parallel.stages_per_rank=2 model.n_layer=4"},
-      {2, "parallel.pp=2 parallel.schedule=interleaved-1f1b parallel.stages_per_rank=2 model.n_layer=4 training.eval_every=1"},
+      {2, "parallel.pp=2 parallel.schedule=interleaved-1f1b parallel.stages_per_rank=2 model.n_layer=4"
+          " training.eval_every=1"},
       {2, "parallel.pp=2 parallel.schedule=zb-h2 parallel.microbatches=6"},
       {2, "parallel.tp=2"},
       {2, "parallel.dp=2"},
   };
   const std::regex line(R"(rank (\d+) peak (\d+) predicted (\d+) slack (\d+))");
   for (const Case& c : cases) {
-    auto r = run_command(mpirun(c.ranks) + (c.emulated_cuda ? cuda : cpu) + " " + dir_->file("c.yaml") + " " + c.overrides, 60);
+    const std::string& program = c.emulated_cuda ? cuda : cpu;
+    auto r = run_command(mpirun(c.ranks) + program + " " + dir_->file("c.yaml") + " " + c.overrides, 60);
     ASSERT_EQ(r.exit_code, 0) << c.overrides << "\n" << r.output;
     int ranks = 0;
     for (std::sregex_iterator it(r.output.begin(), r.output.end(), line), end; it != end; ++it, ++ranks) {

@@ -1,6 +1,7 @@
 // pptrain train CONFIG [section.key=value ...] [--dump DIR]
-// Parse, assemble the job, run the training loop. Every rank parses the config and builds
-// its part of the job; world rank 0 prints.
+// Parse, check up front (job/preflight.h: data, output paths, memory), assemble the job,
+// run the training loop. Every rank parses the config, runs the checks and builds its part
+// of the job; world rank 0 prints.
 #include "cli/commands.h"
 #include "core/config.h"
 #include "core/error.h"

@@ -67,7 +67,8 @@ int checkpoint_saves(const Config& cfg) {
 }
 
 double checkpoint_file_bytes(const Config& cfg) {
-  const double datasets = 3.0 * (16.0 * cfg.model.n_layer + 4);  // model, m, v of every tensor
+  // 12 tensors per block, and wte, wpe, ln_f weight and bias; each as model, m and v.
+  const double datasets = 3.0 * (12.0 * cfg.model.n_layer + 4);
   return checkpoint_tensor_bytes(cfg.model) + datasets * kDatasetOverhead + kFileOverhead;
 }
 
@@ -94,7 +95,8 @@ std::string check_outputs(const Config& cfg, const pipeline::Schedule& schedule,
     if (!p.empty()) return p;
   }
   if (!cfg.logging.metrics.empty() && world_rank == 0) {  // rank 0 alone writes the metrics
-    const double lines = steps / cfg.logging.every + 2 + (cfg.training.eval_every > 0 ? steps / cfg.training.eval_every : 0);
+    const int eval_every = cfg.training.eval_every;
+    const double lines = steps / cfg.logging.every + 2 + (eval_every > 0 ? steps / eval_every : 0);
     std::string p = check_output_file("logging.metrics", cfg.logging.metrics);
     if (p.empty()) p = check_output_dir("logging.metrics", folder_of(cfg.logging.metrics), lines * kMetricsLineBytes);
     if (!p.empty()) return p;
@@ -184,7 +186,8 @@ std::string check_output_dir(const std::string& key, const std::string& dir, dou
   ::unlink(probe.c_str());
   if (!wrote) return cat(key, ": cannot write in '", dir, "': ", std::strerror(write_errno));
   struct statvfs fsinfo;
-  if (::statvfs(dir.c_str(), &fsinfo) != 0) return cat(key, ": cannot query free space of '", dir, "': ", std::strerror(errno));
+  if (::statvfs(dir.c_str(), &fsinfo) != 0)
+    return cat(key, ": cannot query free space of '", dir, "': ", std::strerror(errno));
   const double free_bytes = double(fsinfo.f_bavail) * double(fsinfo.f_frsize);
   if (free_bytes < need_bytes)
     return cat(key, ": '", dir, "' has ", gib(free_bytes), " free, but the run will write up to ", gib(need_bytes));
