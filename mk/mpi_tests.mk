@@ -27,3 +27,14 @@ $(BUILD)/tests/test_mpi_comm $(BUILD)/tests/test_grid $(BUILD)/tests/test_slurm 
 
 .PHONY: mpi-tests
 mpi-tests: $(MPI_TEST_BINS)
+
+# test_preflight runs pptrain (the checks before the model exists) and memory_estimate
+# (the prediction against the bytes a real job allocates); memory_estimate_emu is the same
+# program linked with the emulated cuda backend (device: cuda, bf16), as pptrain-emu is.
+$(BUILD)/mpi_tests/memory_estimate_emu: $(BUILD)/obj/tests/mpi/memory_estimate.o $(CUDA_EMU_OBJS) \
+                                        $(KERNEL_EMU_OBJS) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS)
+EXTRA_TARGETS += $(BUILD)/mpi_tests/memory_estimate_emu
+$(BUILD)/tests/test_preflight: | $(BUILD)/pptrain $(BUILD)/mpi_tests/memory_estimate \
+                                 $(BUILD)/mpi_tests/memory_estimate_emu

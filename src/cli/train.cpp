@@ -1,12 +1,15 @@
 // pptrain train CONFIG [section.key=value ...] [--dump DIR]
-// Parse, assemble the job, run the training loop. Every rank parses the config and builds
-// its part of the job; world rank 0 prints.
+// Parse, check up front (job/preflight.h: data, output paths, memory), assemble the job,
+// run the training loop. Every rank parses the config, runs the checks and builds its part
+// of the job; world rank 0 prints.
 #include "cli/commands.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/faults.h"
 #include "job/job.h"
+#include "job/preflight.h"
 #include "parallel/mpi_session.h"
+#include "pipeline/registry.h"
 #include "train/run_training.h"
 
 namespace pptrain {
@@ -45,6 +48,12 @@ int cmd_train(const Args& raw_args, MpiSession& mpi) {
   const Faults all_faults = Faults::from_env();
   const Config cfg = load_config(args.config, args.overrides);
   all_faults.announce(mpi.rank());
+  // Everything the config and the file system can tell up front (data, output paths,
+  // memory) is checked before the Job allocates the model.
+  {
+    MpiComm world = checked_world(cfg);
+    run_preflight(cfg, pipeline::prepare_schedule(cfg), world);
+  }
   Job job(cfg, all_faults.on_rank(mpi.rank()));
   TrainingHooks hooks;
   hooks.dump_dir = args.dump_dir;

@@ -1,5 +1,7 @@
 #include "job/job.h"
 
+#include <utility>
+
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "model/dims.h"
@@ -8,10 +10,7 @@
 #include "pipeline/registry.h"
 
 namespace pptrain {
-namespace {
 
-// The world must hold exactly the config's dp x pp x tp ranks; checked before the schedule
-// and the groups, so a wrong -np ends every rank with the config's name in the message.
 MpiComm checked_world(const Config& cfg) {
   MpiComm world = MpiComm::world();
   if (cfg.world_size() != world.size())
@@ -20,6 +19,8 @@ MpiComm checked_world(const Config& cfg) {
          world.rank(), ")");
   return world;
 }
+
+namespace {
 
 // The pp ranks holding the tied token embedding: those of the first and last stage.
 std::vector<int> embedding_pp_ranks(const Config& cfg, const pipeline::Schedule& s) {
@@ -34,13 +35,13 @@ std::unique_ptr<Ops> make_ops(const Config& cfg) {
 
 }  // namespace
 
-Job::Job(const Config& cfg, const Faults& faults)
+Job::Job(const Config& cfg, const Faults& faults, std::unique_ptr<Ops> ops)
     : cfg_(cfg),
       faults_(faults),
       world_(checked_world(cfg)),
       schedule_(pipeline::prepare_schedule(cfg)),
       grid_(world_, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.tp, embedding_pp_ranks(cfg, schedule_)),
-      ops_(make_ops(cfg)),
+      ops_(ops ? std::move(ops) : make_ops(cfg)),
       par_(grid_.context(world_)) {
   if (cfg.device == "cuda") {
     // On GPUs the pp, tp, dp and embedding groups talk over NCCL (in pptrain-emu over the

@@ -29,10 +29,17 @@
 
 namespace pptrain {
 
+// MPI_COMM_WORLD, which must hold exactly the config's dp x pp x tp ranks: checked before
+// the schedule and the groups (and before the preflight checks, job/preflight.h), so a wrong
+// -np ends every rank with the config's name in the message.
+MpiComm checked_world(const Config& cfg);
+
 class Job {
  public:
   // `faults`: the planted faults acting on this rank (core/faults.h; tests only).
-  Job(const Config& cfg, const Faults& faults = {});
+  // `ops`: the backend to use instead of the one cfg.device names (tests: a backend that
+  // counts its allocations); null builds the config's.
+  Job(const Config& cfg, const Faults& faults = {}, std::unique_ptr<Ops> ops = nullptr);
   ~Job();
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;

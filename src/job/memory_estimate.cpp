@@ -1,0 +1,217 @@
+#include "job/memory_estimate.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "core/error.h"
+#include "partition/partition.h"
+#include "pipeline/generators.h"
+
+namespace pptrain {
+namespace {
+
+constexpr double kFp32 = 4, kBf16 = 2, kInt32 = 4;
+constexpr double kCpuFlashBlock = 64;            // rows per flash tile (backend/cpu/attention.cpp)
+constexpr double kCublasLtWorkspace = 32 << 20;  // backend/cuda/cuda_lt_gemm.h
+
+// N = B·T rows of a microbatch, without ModelDims::rows()'s int overflow for absurd batches.
+double rows(const ModelDims& d) { return double(d.batch) * d.seq_len; }
+
+// Elements of one block's parameters on one tp rank (C = d_model, tp divides C, 4C and the
+// heads): ln_1, ln_2 (weight, bias) replicated; qkv [3C/tp, C] + bias [3C/tp]; attention
+// proj [C, C/tp] + replicated bias [C]; fc [4C/tp, C] + bias [4C/tp]; mlp proj [C, 4C/tp]
+// + replicated bias [C].
+double block_parameter_count(double c, double tp) {
+  const double norms = 4 * c;
+  const double qkv = 3 * c / tp * c + 3 * c / tp;
+  const double proj = c * (c / tp) + c;
+  const double fc = 4 * c / tp * c + 4 * c / tp;
+  const double fc2 = c * (4 * c / tp) + c;
+  return norms + qkv + proj + fc + fc2;
+}
+
+// One block's slot: the buffers Block<T>::for_each_buffer lists (N = B·T rows, CL = C/tp,
+// HL = 4C/tp, NHL = heads/tp): in the storage type ln1, x2, ln2, dln2, dx2, dln1 [N,C];
+// qkv, dqkv [N,3CL]; attn, dattn [N,CL]; fc1, gelu, dfc1 [N,HL]; naive attention's
+// probabilities [B,NHL,T,T]; in fp32 the two layernorms' mean and rstd [N] and fused
+// attention's lse and delta [B,NHL,T].
+double block_slot_bytes(const ModelDims& d, double s) {
+  const double n = rows(d), c = d.d_model, cl = d.local_channels(), hl = d.local_hidden();
+  const double t = d.seq_len, heads = double(d.batch) * d.local_heads();
+  double bytes = s * n * (6 * c + 6 * cl + 2 * cl + 3 * hl) + kFp32 * 4 * n;
+  bytes += d.fused_attention ? kFp32 * 2 * heads * t : s * heads * t * t;
+  return bytes;
+}
+
+// The head's slot without its logits: h, dh [N,C] in the storage type; mean, rstd [N] and
+// the row statistics [3N] in fp32.
+double head_slot_bytes_without_logits(const ModelDims& d, double s) {
+  const double n = rows(d), c = d.d_model;
+  return s * 2 * n * c + kFp32 * 5 * n;
+}
+
+double storage_bytes(Precision p) { return p == Precision::bf16 ? kBf16 : kFp32; }
+
+std::vector<StageSpec> stages_of(const Config& cfg, const pipeline::Schedule& schedule, int pp_rank) {
+  std::vector<StageSpec> mine;
+  for (const StageSpec& spec : stage_specs(cfg))
+    if (schedule.rank_of(spec.index) == pp_rank) mine.push_back(spec);
+  return mine;
+}
+
+// The per-stage peaks of live microbatches, the larger of training and evaluation.
+LivePeaks pool_sizes(const Config& cfg, const pipeline::Schedule& schedule, int pp_rank) {
+  LivePeaks peak = peak_live_microbatches(schedule, pp_rank);
+  const bool evaluates = cfg.training.eval_every > 0 && cfg.training.eval_batches > 0 && !cfg.data.val.empty();
+  if (evaluates) {
+    const LivePeaks eval = peak_live_microbatches(pipeline::make_forward_only(schedule), pp_rank);
+    for (size_t s = 0; s < peak.io.size(); ++s) {  // (sends: evaluation's are a subset)
+      peak.io[s] = std::max(peak.io[s], eval.io[s]);
+      peak.layers[s] = std::max(peak.layers[s], eval.layers[s]);
+    }
+  }
+  return peak;
+}
+
+double workspace_bytes(const Config& cfg) {
+  if (cfg.device == "cuda") return kCublasLtWorkspace;
+  const double t = cfg.model.seq_len;
+  const bool fused = cfg.model.attention == "flash" || cfg.model.attention == "cudnn";
+  const double per_thread = fused ? 2 * kCpuFlashBlock * t : t * t;
+  return double(omp_get_max_threads()) * per_thread * kFp32;
+}
+
+}  // namespace
+
+double MemoryEstimate::total() const {
+  double sum = 0;
+  for (const MemoryItem& item : items) sum += item.bytes;
+  return sum;
+}
+
+const MemoryItem& MemoryEstimate::largest() const {
+  PPTRAIN_CHECK(!items.empty());
+  return *std::max_element(items.begin(), items.end(),
+                           [](const MemoryItem& a, const MemoryItem& b) { return a.bytes < b.bytes; });
+}
+
+double MemoryEstimate::bytes_of(const std::string& prefix) const {
+  for (const MemoryItem& item : items)
+    if (item.what.starts_with(prefix)) return item.bytes;
+  return 0;
+}
+
+double global_parameter_count(const ModelConfig& m) {
+  const double c = m.d_model;
+  // wte [V,C], wpe [T,C], the blocks, ln_f [C] weight and bias; the LM head is tied to wte.
+  return double(m.vocab_size) * c + double(m.seq_len) * c + double(m.n_layer) * block_parameter_count(c, 1) +
+         2 * c;
+}
+
+double rank_parameter_count(const Config& cfg, const std::vector<StageSpec>& my_stages, int tp_rank) {
+  const ModelDims d = ModelDims::from(cfg.model, cfg.training.micro_batch_size, cfg.parallel.tp, tp_rank);
+  const double c = d.d_model, tp = d.tp;
+  double count = 0;
+  bool has_wte = false;
+  for (const StageSpec& spec : my_stages) {
+    count += double(spec.num_blocks) * block_parameter_count(c, tp);
+    if (spec.has_embedding) count += double(d.seq_len) * c;  // wpe, replicated
+    if (spec.has_head) count += 2 * c;                          // ln_f
+    has_wte = has_wte || spec.has_embedding || spec.has_head;
+  }
+  if (has_wte) count += double(d.local_vocab()) * c;  // [Vp/tp, C], one tensor per rank
+  return count;
+}
+
+double checkpoint_tensor_bytes(const ModelConfig& m) { return 3 * kFp32 * global_parameter_count(m); }
+
+StageSlotBytes stage_slot_bytes(const ModelDims& d, const StageSpec& spec, Precision precision) {
+  const double s = storage_bytes(precision), nc = rows(d) * d.d_model;
+  StageSlotBytes out;
+  // The stage's acts[i] and grads[i] [N,C] for i = 0..L over its L layers, but for the
+  // ends the embedding (tokens in) and the head (loss out) do not need.
+  const double layers = double(spec.num_blocks) + spec.has_embedding + spec.has_head;
+  out.io = 2 * (layers + 1 - spec.has_embedding - spec.has_head) * nc * s;
+  out.layers = double(spec.num_blocks) * block_slot_bytes(d, s);
+  if (spec.has_head) {
+    out.logits = s * rows(d) * d.local_vocab();
+    out.layers += head_slot_bytes_without_logits(d, s) + out.logits;
+  }
+  return out;
+}
+
+LivePeaks peak_live_microbatches(const pipeline::Schedule& schedule, int pp_rank) {
+  using pipeline::Op;
+  PPTRAIN_CHECK(pp_rank >= 0 && pp_rank < int(schedule.program.size()), "pp rank ", pp_rank);
+  const size_t stages = size_t(schedule.num_stages());
+  // One pool: which (stage, mb) hold a slot, how many per stage now and at most.
+  struct Pool {
+    std::set<std::pair<int, int>> held;
+    std::vector<int> live, peak;
+    void take(int stage, int mb) {
+      if (held.insert({stage, mb}).second) peak[stage] = std::max(peak[stage], ++live[stage]);
+    }
+    void free(int stage, int mb) {
+      if (held.erase({stage, mb})) --live[stage];
+    }
+  };
+  Pool io{{}, std::vector<int>(stages), std::vector<int>(stages)}, layers = io;
+  std::vector<int> sends(stages, 0);
+  for (const pipeline::Action& a : schedule.program[pp_rank]) {
+    switch (a.op) {
+      case Op::RECV_F: io.take(a.stage, a.microbatch); break;
+      case Op::F:
+        io.take(a.stage, a.microbatch);
+        layers.take(a.stage, a.microbatch);
+        // The executor hands the output over to the next stage's input when it sits here too.
+        if (a.stage + 1 < int(stages) && schedule.rank_of(a.stage + 1) == pp_rank) io.take(a.stage + 1, a.microbatch);
+        break;
+      case Op::B:
+      case Op::W:
+        io.free(a.stage, a.microbatch);
+        layers.free(a.stage, a.microbatch);
+        break;
+      case Op::SEND_F:
+      case Op::SEND_B: sends[a.stage] = 1; break;
+      default: break;  // I keeps the slots; RECV_B uses the slots already taken
+    }
+  }
+  return {io.peak, layers.peak, sends};
+}
+
+MemoryEstimate estimate_rank_memory(const Config& cfg, const pipeline::Schedule& schedule, int pp_rank, int tp_rank) {
+  const std::vector<StageSpec> mine = stages_of(cfg, schedule, pp_rank);
+  const ModelDims dims = ModelDims::from(cfg.model, cfg.training.micro_batch_size, cfg.parallel.tp, tp_rank);
+  const double p = rank_parameter_count(cfg, mine, tp_rank);
+  const LivePeaks pools = pool_sizes(cfg, schedule, pp_rank);
+
+  double slots = 0, logits = 0, pending = 0;
+  int most_live = 0;
+  for (const StageSpec& spec : mine) {
+    const StageSlotBytes slot = stage_slot_bytes(dims, spec, cfg.precision());
+    const int io = pools.io[spec.index], kept = pools.layers[spec.index];
+    slots += io * slot.io + kept * (slot.layers - slot.logits);
+    pending += pools.sends[spec.index] * slot.io;
+    logits += kept * slot.logits;
+    most_live = std::max({most_live, io, kept});
+  }
+
+  MemoryEstimate e;
+  e.items.push_back({"parameters (fp32)", kFp32 * p});
+  e.items.push_back({"gradients (fp32)", kFp32 * p});
+  e.items.push_back({"AdamW moments (fp32 m and v)", 2 * kFp32 * p});
+  if (cfg.precision() == Precision::bf16) e.items.push_back({"bf16 weight copies", kBf16 * p});
+  e.items.push_back({cat("activation slots (", most_live, " microbatch(es) of micro_batch_size ",
+                         cfg.training.micro_batch_size, " live per stage at most)"),
+                     slots});
+  if (logits) e.items.push_back({cat("logits [B*T, vocab/tp] of ", most_live, " microbatch(es)"), logits});
+  if (pending) e.items.push_back({"io buffers of microbatches with sends pending", pending});
+  e.items.push_back({"token buffers", 2 * kInt32 * double(cfg.parallel.microbatches) * rows(dims)});
+  e.items.push_back({"workspace", workspace_bytes(cfg)});
+  return e;
+}
+
+}  // namespace pptrain

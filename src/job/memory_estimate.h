@@ -1,0 +1,85 @@
+// The memory one rank of a training job will allocate, predicted from the config and the
+// lowered schedule alone (nothing is allocated), so that a model that cannot fit is refused
+// before the Job builds it. What is counted, per rank (P = parameters this rank holds: the
+// local tp shards of its stages, the tied token embedding once per rank):
+//   parameters        fp32 masters, 4·P bytes
+//   gradients         fp32, 4·P
+//   AdamW moments     fp32 m and v, 8·P
+//   bf16 copies       2·P under training.precision: bf16
+//   activation slots  per stage, the buffers one microbatch keeps until its W (the stage's
+//                     [N,C] inputs/outputs and their gradients, every block's slot, the
+//                     head's) times the most microbatches ever live in that pool: slot
+//                     pools keep freed slots for reuse, so a pool holds its peak live count
+//                     for the rest of the run. The peaks are read off the lowered program
+//                     (and off the forward-only evaluation program, which keeps all m
+//                     microbatches until the end of the batch)
+//   logits            the head's [N,VL] dlogits, part of the head's slot, listed apart
+//                     because it is often the largest single consumer
+//   token buffers     tokens and targets [B·T] int32 for each of the m microbatches
+//   workspace         cpu: one attention scratch per OpenMP thread ([T,T] fp32 for naive
+//                     attention, [2·64,T] for flash); cuda: the cuBLASLt workspace (32 MiB)
+//   pending sends     the executor frees a microbatch's io buffers only once its sends
+//                     completed (polled, never blocking): one more io slot for each stage
+//                     that sends to another rank, an upper bound when sends complete before
+//                     the next microbatch arrives
+// Not counted: the process itself (libraries, MPI buffers), allocator rounding.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "model/dims.h"
+#include "model/stage.h"
+#include "pipeline/ir.h"
+
+namespace pptrain {
+
+struct MemoryItem {
+  std::string what;  // "activation slots (4 microbatches on stage 0)"
+  double bytes = 0;  // exact for integers below 2^53; no overflow for absurd configs
+};
+
+struct MemoryEstimate {
+  std::vector<MemoryItem> items;
+  double total() const;
+  const MemoryItem& largest() const;
+  // The bytes of the item whose name starts with `prefix` (0 if none).
+  double bytes_of(const std::string& prefix) const;
+};
+
+// Elements of the global model (unsharded, unpadded vocabulary): what a checkpoint holds.
+double global_parameter_count(const ModelConfig& m);
+
+// Elements this rank holds: its tp shard of every parameter of its stages.
+double rank_parameter_count(const Config& cfg, const std::vector<StageSpec>& my_stages, int tp_rank);
+
+// Bytes of one checkpoint file's tensors: fp32 parameters and the two fp32 AdamW moments.
+double checkpoint_tensor_bytes(const ModelConfig& m);
+
+// Bytes one microbatch keeps on `spec`'s stage, storage type `precision`, in the two pools
+// that hold them: the stage's own [N,C] inputs/outputs and their gradients (`io`), and the
+// slots of its layers (`layers`: every block's, the head's); `logits` is the head's
+// [N,VL] part of `layers`.
+struct StageSlotBytes {
+  double io = 0, layers = 0, logits = 0;
+};
+StageSlotBytes stage_slot_bytes(const ModelDims& dims, const StageSpec& spec, Precision precision);
+
+// The most microbatches live at once on each stage of `pp_rank` over the lowered program
+// ([num_stages] each; 0 for stages elsewhere). In the stage's io pool a microbatch is live
+// from the first action that needs its input buffer (RECV_F posts the receive into it, the
+// previous stage's F on the same rank hands its output over, or its own F) until its W or
+// B; in its layers' pools from its F until its W or B. `sends`: the stage sends to another
+// rank (SEND_F or SEND_B), so the executor may keep a microbatch's io buffers past its W
+// until the send completed.
+struct LivePeaks {
+  std::vector<int> io, layers, sends;
+};
+LivePeaks peak_live_microbatches(const pipeline::Schedule& schedule, int pp_rank);
+
+// The prediction for world rank coordinates (pp_rank, tp_rank) of `cfg` under `schedule`.
+MemoryEstimate estimate_rank_memory(const Config& cfg, const pipeline::Schedule& schedule, int pp_rank,
+                                    int tp_rank);
+
+}  // namespace pptrain

@@ -1,0 +1,56 @@
+// CountingOps: a backend that forwards every call to another and counts the bytes it is
+// asked to allocate (requested sizes, before the backend's own rounding), live and at the
+// peak, so tests can compare a memory prediction with what the model really allocates.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "backend/ops.h"
+
+namespace pptrain::testing {
+
+class CountingOps final : public Ops {
+ public:
+  explicit CountingOps(std::unique_ptr<Ops> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return inner_->name(); }
+
+  void* allocate(size_t bytes) override {
+    void* p = inner_->allocate(bytes);
+    sizes_[p] = bytes;
+    live_ += bytes;
+    peak_ = std::max(peak_, live_);
+    return p;
+  }
+  void release(void* p) override {
+    auto it = sizes_.find(p);
+    if (it != sizes_.end()) {
+      live_ -= it->second;
+      sizes_.erase(it);
+    }
+    inner_->release(p);
+  }
+  void copy_to_device(void* d, const void* s, size_t n) override { inner_->copy_to_device(d, s, n); }
+  void copy_to_host(void* d, const void* s, size_t n) override { inner_->copy_to_host(d, s, n); }
+  void copy(void* d, const void* s, size_t n) override { inner_->copy(d, s, n); }
+  void zero(void* p, size_t n) override { inner_->zero(p, n); }
+  void synchronize() override { inner_->synchronize(); }
+
+#define PPTRAIN_FORWARD_OP(ret, name, params, args) \
+  ret name params override { return inner_->name args; }
+  PPTRAIN_EACH_OP(PPTRAIN_FORWARD_OP)
+#undef PPTRAIN_FORWARD_OP
+
+  size_t live_bytes() const { return live_; }
+  size_t peak_bytes() const { return peak_; }
+
+ private:
+  std::unique_ptr<Ops> inner_;
+  std::unordered_map<void*, size_t> sizes_;
+  size_t live_ = 0, peak_ = 0;
+};
+
+}  // namespace pptrain::testing
