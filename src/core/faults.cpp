@@ -34,6 +34,10 @@ const FaultKind kFaultKinds[] = {
      "copies AdamW writes must equal these bit for bit, so it changes nothing)"},
     {"resume_zero", "DATASET", false,
      "after a checkpoint load this rank zeroes its part of the dataset (model/NAME, optim/m/NAME, optim/v/NAME)"},
+    {"nan_grad", "TENSOR", true,
+     "at the step given as the value (1-based) this rank's gradient of the tensor becomes NaN before the "
+     "gradient reductions"},
+    {"freeze", "STEP", false, "this rank stops itself with SIGSTOP at the start of that step (1-based)"},
 };
 
 const FaultKind* kind_of(const std::string& name) {
@@ -99,6 +103,10 @@ Fault parse_one(const std::string& entry, const std::string& source) {
     const std::string section = slash == std::string::npos ? "" : f.target.substr(0, slash);
     if ((section != "model" && section != "optim/m" && section != "optim/v") || slash + 1 == f.target.size())
       fail(source, ": fault '", entry, "': target '", f.target, "' should be model/NAME, optim/m/NAME or optim/v/NAME");
+  } else if (form == "STEP") {
+    char* end = nullptr;
+    const long step = std::strtol(f.target.c_str(), &end, 10);
+    if (*end != '\0' || step < 1) fail(source, ": fault '", entry, "': target '", f.target, "' should be a step (>= 1)");
   } else if (form == "MICROBATCH") {
     char* end = nullptr;
     const long mb = std::strtol(f.target.c_str(), &end, 10);
