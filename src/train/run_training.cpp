@@ -61,15 +61,22 @@ void maybe_freeze(const Faults& faults, int step) {
 }
 
 // After a stop signal: the checkpoint of `step` (whatever checkpoint.every says) and the
-// one line that says how to go on. Collective.
-void stop_early(int signal, int step, CheckpointManager& checkpoints, Trainer& trainer, bool rank0) {
+// one line that says how to go on. Collective. Returns the exit code: kExitStoppedEarly
+// with a checkpoint to resume from; 1 without (checkpoint.dir unset), so that a job
+// script never requeues a run that would start over.
+int stop_early(int signal, int step, CheckpointManager& checkpoints, Trainer& trainer, bool rank0) {
   const Config& cfg = trainer.config();
-  std::string saved = "no checkpoint (checkpoint.dir is not set)";
-  if (!cfg.checkpoint.dir.empty())
-    saved = cat("checkpoint ", checkpoints.save(trainer.params(), trainer.optimizer().state(), step));
+  if (cfg.checkpoint.dir.empty()) {
+    if (rank0)
+      log::info("stopped by ", StopSignals::name(signal), " after step ", step, "/", cfg.training.steps,
+                "; no checkpoint (checkpoint.dir is not set), so a rerun starts over (exit 1)");
+    return 1;
+  }
+  const std::string path = checkpoints.save(trainer.params(), trainer.optimizer().state(), step);
   if (rank0)
-    log::info("stopped by ", StopSignals::name(signal), " after step ", step, "/", cfg.training.steps, "; ", saved,
-              "; resume with resume: auto (exit ", kExitStoppedEarly, ")");
+    log::info("stopped by ", StopSignals::name(signal), " after step ", step, "/", cfg.training.steps,
+              "; checkpoint ", path, "; resume with resume: auto (exit ", kExitStoppedEarly, ")");
+  return kExitStoppedEarly;
 }
 
 // One trace for the whole job: every rank writes its events to PATH.rankR.part, world
@@ -137,7 +144,7 @@ int run_training(Job& job, const TrainingHooks& hooks) {
   trace.process_name(world_rank, cat("rank ", world_rank, " (dp ", par.dp_rank, " pp ", par.pp_rank, " tp ",
                                      par.tp_rank, ")"));
   double trace_offset_us = 0, total_ms = 0;
-  int timed_steps = 0, stopped_by = 0;
+  int timed_steps = 0, stopped_by = 0, stop_code = 0;
   Progress progress;
   trainer.set_progress(&progress);
   {
@@ -166,7 +173,7 @@ int run_training(Job& job, const TrainingHooks& hooks) {
       {
         // A save has no progress points of its own (runtime/watchdog.h).
         Progress::Pause saving(&progress);
-        if (stopped_by) stop_early(stopped_by, r.step, checkpoints, trainer, rank0);
+        if (stopped_by) stop_code = stop_early(stopped_by, r.step, checkpoints, trainer, rank0);
         else checkpoints.after_step(trainer.params(), trainer.optimizer().state(), r.step, final);
       }
       if (stopped_by || r.step == hooks.stop_after) break;
@@ -175,7 +182,7 @@ int run_training(Job& job, const TrainingHooks& hooks) {
   trainer.set_progress(nullptr);
   if (hooks.at_end) hooks.at_end(trainer);
   if (!cfg.logging.trace.empty()) write_trace(cfg.logging.trace, trace, job.world());
-  if (stopped_by) return kExitStoppedEarly;
+  if (stopped_by) return stop_code;
   if (cfg.logging.sample_tokens > 0 && cfg.model.vocab_size == 256) {
     const std::string text = generate_sample(trainer, cfg.logging.sample_tokens);
     if (rank0 && !text.empty()) log::info("sample:\n", text);

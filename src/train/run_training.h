@@ -22,7 +22,7 @@ struct TrainingHooks {
 
 // Collective over the job's world. Returns the process exit code: 0, or
 // kExitStoppedEarly (75, train/stop_signals.h) when SIGTERM, SIGINT or SIGUSR1 stopped the
-// run after a step (checkpoint saved when checkpoint.dir is set). Errors, a non-finite
+// run after a step and it saved a checkpoint there; 1 when stopped without checkpoint.dir. Errors, a non-finite
 // step under training.on_nonfinite: stop among them, throw pptrain::Error. A rank that
 // makes no progress for runtime.watchdog_s seconds ends the process (runtime/watchdog.h).
 int run_training(Job& job, const TrainingHooks& hooks = {});

@@ -3,7 +3,8 @@
 // before it); mpirun and srun forward signals to every rank. The handler only records the
 // signal; the training loop reads it once per step, the ranks agree on it inside the step's
 // existing reductions (Trainer::train_step), and every rank stops after the same step,
-// saves a checkpoint and exits with kExitStoppedEarly. A second signal of the three while
+// saves a checkpoint and exits with kExitStoppedEarly (1 when checkpoint.dir is unset:
+// nothing to resume from). A second signal of the three while
 // the first is pending ends the process at once (default action, re-raised).
 //
 // RAII: the constructor installs the handlers, the destructor restores the previous ones;
