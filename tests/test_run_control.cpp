@@ -382,6 +382,21 @@ TEST_F(RunControl, SigtermSavesExitsResumableAndResumesBitExact) {
   EXPECT_TRUE(v.passed()) << v.failures("resumed after SIGTERM against uninterrupted");
 }
 
+// Without checkpoint.dir there is nothing to resume from: the same stop exits 1, so a job
+// script never requeues a run that would start over.
+TEST_F(RunControl, SigintWithoutCheckpointDirStopsWithExit1) {
+  TempDir out;
+  Background run(train(1, "training.steps=1000000 logging.every=1000 logging.metrics=" + out.file("m.jsonl")),
+                 out.file("out.txt"));
+  ASSERT_TRUE(wait_for_step(out.file("m.jsonl"), 1)) << run.output();
+  kill(run.pid(), SIGINT);
+  EXPECT_EQ(run.wait(60), 1) << run.output();
+  const int n = stopped_after(run.output(), "SIGINT");
+  EXPECT_GE(n, 1) << run.output();
+  EXPECT_NE(run.output().find("; no checkpoint (checkpoint.dir is not set), so a rerun starts over (exit 1)"),
+            std::string::npos) << run.output();
+}
+
 // Two signals pending at once (the process held with SIGSTOP while they arrive): the first
 // asks for a stop, the second ends the process by its default action without saving.
 TEST_F(RunControl, ASecondSignalEndsTheProcessAtOnce) {
