@@ -300,6 +300,19 @@ TEST_F(RunControl, PlantedNanStopsEveryRankNamingTheTensor) {
   EXPECT_EQ(latest_of(ck), "step_00000003.h5");
 }
 
+// pp=2 x tp=2: the NaN in one tp shard on world rank 3 (pp rank 1, tp rank 1) is named by
+// all four ranks (the agreement spans the tp group too).
+TEST_F(RunControl, PlantedNanInOneTensorParallelShardIsNamedOnEveryRank) {
+  auto r = run_command("PPTRAIN_FAULTS=nan_grad@3:h.2.mlp.proj.weight:3 " +
+                           mpirun(4) + pptrain_bin() + " train " + dir_->file("c.yaml") + " parallel.pp=2 parallel.tp=2",
+                       120);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  for (int rank = 0; rank < 4; ++rank)
+    EXPECT_EQ(count_of(r.output, "[rank " + std::to_string(rank) + "] error: step 3: loss "), 1) << r.output;
+  EXPECT_EQ(count_of(r.output, "first non-finite gradient: h.2.mlp.proj.weight; stopping without saving"), 4)
+      << r.output;
+}
+
 TEST_F(RunControl, MoreThanMaxSkippedInARowIsAnError) {
   auto r = run_command("PPTRAIN_FAULTS=nan_grad:h.0.mlp.fc.weight:2,nan_grad:h.0.mlp.fc.weight:3 " +
                            train(1, "training.on_nonfinite=skip training.max_skipped=1"), 120);
