@@ -145,8 +145,9 @@ int run_training(Job& job, const TrainingHooks& hooks) {
                                      par.tp_rank, ")"));
   double trace_offset_us = 0, total_ms = 0;
   int timed_steps = 0, stopped_by = 0, stop_code = 0;
+  // Progress is reported only when someone watches it (runtime.watchdog_s > 0).
   Progress progress;
-  trainer.set_progress(&progress);
+  if (cfg.runtime.watchdog_s > 0) trainer.set_progress(&progress);
   {
     Watchdog watchdog(progress, cfg.runtime.watchdog_s, world_rank);
     while (trainer.step() < cfg.training.steps) {
