@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <utility>
 
 #include "checkpoint/checkpoint_manager.h"
@@ -148,38 +149,37 @@ int run_training(Job& job, const TrainingHooks& hooks) {
   // Progress is reported only when someone watches it (runtime.watchdog_s > 0).
   Progress progress;
   if (cfg.runtime.watchdog_s > 0) trainer.set_progress(&progress);
-  {
-    Watchdog watchdog(progress, cfg.runtime.watchdog_s, world_rank);
-    while (trainer.step() < cfg.training.steps) {
-      maybe_inject_failure(world_rank, trainer.step() + 1);
-      maybe_freeze(job.faults(), trainer.step() + 1);
-      const StepResult r = trainer.train_step();
-      const bool final = r.step == cfg.training.steps;
-      stopped_by = final ? 0 : r.stop_signal;  // the last step ends the run anyway
-      if (r.step > 1 || cfg.training.steps == 1) { total_ms += r.ms; ++timed_steps; }  // step 1 warms up
-      if (!cfg.logging.trace.empty()) {
-        add_to_trace(trainer.timeline(), world_rank, trace_offset_us, trace);
-        trace_offset_us += r.ms * 1000.0;
-      }
-      if (!hooks.dump_dir.empty() && par.dp_rank == 0)
-        write_param_dump(cat(hooks.dump_dir, "/step", r.step, ".rank", world_rank, ".bin"), r.loss, trainer.params());
-      if (r.step % cfg.logging.every == 0 || final || r.step == 1 || stopped_by)
-        metrics.step(r, cfg.training.steps, tokens_per_step, timed_steps ? total_ms / timed_steps : r.ms);
-      const int ev = cfg.training.eval_every;
-      if (ev > 0 && (r.step % ev == 0 || final)) {
-        const double val = trainer.evaluate();
-        if (!std::isnan(val)) metrics.eval(r.step, val);
-      }
-      if (hooks.after_step) hooks.after_step(trainer, r);
-      {
-        // A save has no progress points of its own (runtime/watchdog.h).
-        Progress::Pause saving(&progress);
-        if (stopped_by) stop_code = stop_early(stopped_by, r.step, checkpoints, trainer, rank0);
-        else checkpoints.after_step(trainer.params(), trainer.optimizer().state(), r.step, final);
-      }
-      if (stopped_by || r.step == hooks.stop_after) break;
+  auto watchdog = std::make_unique<Watchdog>(progress, cfg.runtime.watchdog_s, world_rank);
+  while (trainer.step() < cfg.training.steps) {
+    maybe_inject_failure(world_rank, trainer.step() + 1);
+    maybe_freeze(job.faults(), trainer.step() + 1);
+    const StepResult r = trainer.train_step();
+    const bool final = r.step == cfg.training.steps;
+    stopped_by = final ? 0 : r.stop_signal;  // the last step ends the run anyway
+    if (r.step > 1 || cfg.training.steps == 1) { total_ms += r.ms; ++timed_steps; }  // step 1 warms up
+    if (!cfg.logging.trace.empty()) {
+      add_to_trace(trainer.timeline(), world_rank, trace_offset_us, trace);
+      trace_offset_us += r.ms * 1000.0;
     }
+    if (!hooks.dump_dir.empty() && par.dp_rank == 0)
+      write_param_dump(cat(hooks.dump_dir, "/step", r.step, ".rank", world_rank, ".bin"), r.loss, trainer.params());
+    if (r.step % cfg.logging.every == 0 || final || r.step == 1 || stopped_by)
+      metrics.step(r, cfg.training.steps, tokens_per_step, timed_steps ? total_ms / timed_steps : r.ms);
+    const int ev = cfg.training.eval_every;
+    if (ev > 0 && (r.step % ev == 0 || final)) {
+      const double val = trainer.evaluate();
+      if (!std::isnan(val)) metrics.eval(r.step, val);
+    }
+    if (hooks.after_step) hooks.after_step(trainer, r);
+    {
+      // A save has no progress points of its own (runtime/watchdog.h).
+      Progress::Pause saving(&progress);
+      if (stopped_by) stop_code = stop_early(stopped_by, r.step, checkpoints, trainer, rank0);
+      else checkpoints.after_step(trainer.params(), trainer.optimizer().state(), r.step, final);
+    }
+    if (stopped_by || r.step == hooks.stop_after) break;
   }
+  watchdog.reset();  // joined: the trace and the sample below have no progress points
   trainer.set_progress(nullptr);
   if (hooks.at_end) hooks.at_end(trainer);
   if (!cfg.logging.trace.empty()) write_trace(cfg.logging.trace, trace, job.world());
