@@ -18,7 +18,10 @@ const char* kUsage =
     "  schedule --schedule NAME --pp P --microbatches M   show, check and simulate a schedule\n"
     "  inspect [--verify] FILE.h5|DIR         attributes, config and tensors of a checkpoint\n"
     "  import-llmc MODEL.bin OUT.h5           convert an llm.c GPT-2 model file to a checkpoint\n"
-    "  --version                              version and compiled-in backends\n";
+    "  --version                              version and compiled-in backends\n"
+    "train exits 0 when done, 75 when SIGTERM/SIGINT/SIGUSR1 stopped it after a step and it saved a\n"
+    "checkpoint (resume with checkpoint.resume: auto), 1 on an error (a non-finite loss included) or\n"
+    "when runtime.watchdog_s passed without progress.\n";
 }
 
 int main(int argc, char** argv) {

@@ -53,7 +53,7 @@ TEST(Faults, SelectsTheFaultsOfOneRank) {
 TEST(Faults, BadEntriesAreOneLineErrors) {
   EXPECT_EQ(error_of("nan_guard"),
             "PPTRAIN_FAULTS: unknown fault 'nan_guard' (known: grad_scale, skip_tp_allreduce, drop_microbatch, "
-            "skip_weight_decay, repeat_update, refresh_bf16, resume_zero, checkpoint_write_fail)");
+            "skip_weight_decay, repeat_update, refresh_bf16, resume_zero, checkpoint_write_fail, nan_grad, freeze)");
   EXPECT_EQ(error_of("grad_scale:wte.weight"),
             "PPTRAIN_FAULTS: fault 'grad_scale:wte.weight' needs a value: grad_scale:TENSOR:VALUE");
   EXPECT_EQ(error_of("grad_scale:wte.weight:x"), "PPTRAIN_FAULTS: fault 'grad_scale:wte.weight:x': value 'x' is not a number");
@@ -68,6 +68,8 @@ TEST(Faults, BadEntriesAreOneLineErrors) {
             "PPTRAIN_FAULTS: fault 'resume_zero:optim/x/wte.weight': target 'optim/x/wte.weight' should be "
             "model/NAME, optim/m/NAME or optim/v/NAME");
   EXPECT_EQ(error_of("repeat_update,,skip_weight_decay"), "PPTRAIN_FAULTS: empty fault in 'repeat_update,,skip_weight_decay'");
+  EXPECT_EQ(error_of("freeze@1:0"), "PPTRAIN_FAULTS: fault 'freeze@1:0': target '0' should be a step (>= 1)");
+  EXPECT_EQ(error_of("nan_grad:wte.weight"), "PPTRAIN_FAULTS: fault 'nan_grad:wte.weight' needs a value: nan_grad:TENSOR:VALUE");
   EXPECT_EQ(error_of("a:b:c:d"), "PPTRAIN_FAULTS: fault 'a:b:c:d' should be NAME[@RANK][:TARGET[:VALUE]]");
 }
 

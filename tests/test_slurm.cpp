@@ -239,3 +239,81 @@ TEST(SlurmCluster, TrainsTinyPipelineModelWithTheSbatchScripts) {
           << s << ": no loss line for step " << step << "\n" << out;
   }
 }
+
+// A job stopped early: SIGUSR1 to its tasks (what --signal=USR1@180 sends before the time
+// limit; here at once with `scancel --signal=USR1`, as Slurm checks time limits only every
+// few tens of seconds) makes pptrain save and exit 75, the script requeues the job, and its
+// next run resumes from the checkpoint and ends with the loss and gradient norm of an
+// uninterrupted run, to the last printed digit (bitwise equal runs: the same binary,
+// layout, one thread per rank and data; test_run_control.cpp). Slurm holds a requeued job
+// back for a while (its BeginTime); once the first run's processes are gone (node idle, no
+// slurmstepd of the job left, for 3 polls in a row: a step launched beside the old one's
+// remains fails) the test lets it start at once with `scontrol update StartTime=now`.
+TEST(SlurmCluster, SignalledJobSavesRequeuesAndResumesToTheUninterruptedLoss) {
+  if (!train_available())
+    GTEST_SKIP() << "`" << pptrain_bin() << " train` is not available in this build yet";
+  TempDir dir;
+  CommandResult prep = prepare_markov_corpus(dir.file("data"), 19, 8000);
+  ASSERT_EQ(prep.exit_code, 0) << prep.output;
+  // Constant LR (min_lr = lr): the run's arithmetic does not depend on where it stopped.
+  // 1500 steps of this model take seconds; the signal comes after step 1.
+  const std::string config = dir.file("c.yaml");
+  write_file(config,
+             "model: {n_layer: 4, n_head: 4, d_model: 16, seq_len: 8, vocab_size: 19}\n"
+             "parallel: {pp: 2, microbatches: 4}\n"
+             "training: {steps: 1500, micro_batch_size: 2, lr: 1.0e-2, min_lr: 1.0e-2, warmup_steps: 0,"
+             " eval_every: 0}\n"
+             "data: {train: '" + dir.file("data") + "/train_*.bin', shuffle: true}\n"
+             "logging: {every: 1500, sample_tokens: 0}\n");
+  const std::string commands =
+      "export PPTRAIN_BIN=" + absolute(pptrain_bin()) + "\n"
+      "job=$(timeout 30 sbatch --parsable -o $DIR/job.out --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 "
+      "--time=5 slurm/train_cpu.sbatch " + config + " checkpoint.dir=$DIR/ck logging.metrics=$DIR/m.jsonl) || exit 1\n"
+      "for _ in $(seq 300); do grep -q '\"step\": 1,' $DIR/m.jsonl 2>/dev/null && break; sleep 0.1; done\n"
+      "timeout 10 scancel --signal=USR1 $job\n"
+      "settled=0\n"
+      "for _ in $(seq 600); do\n"
+      "  st=$(timeout 10 scontrol show job $job | grep -oE '(JobState|Restarts)=[^ ]*' | tr '\\n' ' ')\n"
+      "  case \"$st\" in *COMPLETED*|*FAILED*|*CANCELLED*|*TIMEOUT*) break ;; esac\n"
+      "  case \"$st\" in *PENDING*Restarts=1*)\n"
+      "    if timeout 10 scontrol show node | grep -q 'State=IDLE ' && ! pgrep -f \"slurmstepd: .$job\" >/dev/null;\n"
+      "    then settled=$((settled + 1)); else settled=0; fi\n"
+      "    [ $settled -ge 3 ] && timeout 10 scontrol update JobId=$job StartTime=now ;;\n"
+      "  esac\n"
+      "  sleep 0.2\n"
+      "done\n"
+      "echo \"job requeued: $(timeout 10 scontrol show job $job | grep -oE '(JobState|Restarts|ExitCode)=[^ ]*' | tr '\\n' ' ')\"\n";
+  CommandResult r = in_cluster(dir, commands, 0, 180);
+  if (r.exit_code == 77) GTEST_SKIP() << "Slurm unavailable: " << skip_reason(r.output);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string out = read_file(dir.file("job.out"));
+  EXPECT_TRUE(contains(r.output, "job requeued: JobState=COMPLETED Restarts=1 ExitCode=0:0 ")) << r.output << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("stopped by SIGUSR1 after step ([0-9]+)/1500; checkpoint ")))
+      << out;
+  const std::string stopped = m[1];
+  EXPECT_TRUE(contains(out, "stopped early with a checkpoint (exit 75), requeued (restart 0)")) << out;
+  EXPECT_TRUE(contains(out, "resumed from step " + stopped + "\n")) << out;
+
+  r = run_command(mpirun(2) + pptrain_bin() + " train " + config + " logging.metrics=" + dir.file("straight.jsonl"), 120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto last_step_line = [](const std::string& jsonl) {
+    std::string last;
+    std::istringstream in(jsonl);
+    for (std::string line; std::getline(in, line);)
+      if (contains(line, "{\"step\": 1500,")) last = line;
+    return last;
+  };
+  // The fields of the last step that the arithmetic decides (not the timings).
+  auto numbers = [](const std::string& line) {
+    std::smatch loss, norm;
+    std::regex_search(line, loss, std::regex("\"loss\": [^,]+"));
+    std::regex_search(line, norm, std::regex("\"grad_norm\": [^,]+"));
+    return loss.str() + ", " + norm.str();
+  };
+  const std::string resumed = last_step_line(read_file(dir.file("m.jsonl")));
+  const std::string straight = last_step_line(read_file(dir.file("straight.jsonl")));
+  ASSERT_FALSE(resumed.empty()) << read_file(dir.file("m.jsonl"));
+  ASSERT_FALSE(straight.empty()) << r.output;
+  EXPECT_EQ(numbers(resumed), numbers(straight));
+}

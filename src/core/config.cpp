@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -113,6 +114,8 @@ std::map<std::string, Section> schema(Config& c) {
   t["precision"] = string_field(&c.training.precision);
   t["eval_every"] = int_field(&c.training.eval_every);
   t["eval_batches"] = int_field(&c.training.eval_batches);
+  t["on_nonfinite"] = string_field(&c.training.on_nonfinite);
+  t["max_skipped"] = int_field(&c.training.max_skipped);
   auto& d = s["data"];
   d["train"] = string_field(&c.data.train);
   d["val"] = string_field(&c.data.val);
@@ -127,6 +130,8 @@ std::map<std::string, Section> schema(Config& c) {
   l["metrics"] = string_field(&c.logging.metrics);
   l["trace"] = string_field(&c.logging.trace);
   l["sample_tokens"] = int_field(&c.logging.sample_tokens);
+  auto& r = s["runtime"];
+  r["watchdog_s"] = double_field(&c.runtime.watchdog_s);
   return s;
 }
 
@@ -149,7 +154,7 @@ void apply(Config& c, const YAML::Node& root, const std::string& source) {
     auto found = s.find(sec);
     if (found == s.end())
       fail(source, ": unknown section '", sec,
-           "' (expected device, model, parallel, training, data, checkpoint, logging)");
+           "' (expected device, model, parallel, training, data, checkpoint, logging, runtime)");
     if (it->second.IsNull()) continue;
     if (!it->second.IsMap()) fail(source, ": section '", sec, "': expected a mapping, got ", describe(it->second));
     for (auto kv = it->second.begin(); kv != it->second.end(); ++kv) {
@@ -265,11 +270,17 @@ void validate(const Config& c) {
           "bf16 needs device: cuda (the cpu backend is fp32)");
   require(t.eval_every >= 0, c, "training.eval_every", "expected >= 0");
   require(t.eval_batches >= 0, c, "training.eval_batches", "expected >= 0");
+  require(t.on_nonfinite == "stop" || t.on_nonfinite == "skip", c, "training.on_nonfinite",
+          "expected stop or skip, got '" + t.on_nonfinite + "'");
+  require(t.max_skipped >= 1, c, "training.max_skipped", cat("expected >= 1, got ", t.max_skipped));
   require(c.checkpoint.every >= 0, c, "checkpoint.every", "expected >= 0");
   require(c.checkpoint.keep_last >= 1, c, "checkpoint.keep_last", "expected >= 1");
   require(!c.checkpoint.resume.empty(), c, "checkpoint.resume", "expected auto, none or a path");
   require(c.logging.every >= 1, c, "logging.every", "expected >= 1");
   require(c.logging.sample_tokens >= 0, c, "logging.sample_tokens", "expected >= 0");
+  // std::isfinite: a YAML .nan or .inf parses as a double; an infinite wait is spelled 0.
+  require(std::isfinite(c.runtime.watchdog_s) && c.runtime.watchdog_s >= 0, c, "runtime.watchdog_s",
+          cat("expected a finite number of seconds >= 0 (0 disables the watchdog), got ", c.runtime.watchdog_s));
 }
 
 Config parse_config(const std::string& yaml_text, const std::string& source,
@@ -304,7 +315,7 @@ std::string to_yaml(const Config& c_in) {
   YAML::Emitter e;
   e << YAML::BeginMap;
   e << YAML::Key << "device" << YAML::Value << c.device;
-  for (const char* name : {"model", "parallel", "training", "data", "checkpoint", "logging"}) {
+  for (const char* name : {"model", "parallel", "training", "data", "checkpoint", "logging", "runtime"}) {
     e << YAML::Key << name << YAML::Value << YAML::BeginMap;
     for (auto& [key, f] : s[name]) {
       e << YAML::Key << key << YAML::Value;

@@ -53,6 +53,12 @@ struct TrainingConfig {
   std::string precision = "fp32";      // fp32 | bf16 (bf16 on cuda only)
   int eval_every = 100;                // 0 disables evaluation
   int eval_batches = 10;
+  // A step whose loss or global gradient norm is not finite (NaN, inf): stop = exit
+  // non-zero naming the step and the first tensor with a non-finite gradient, saving
+  // nothing; skip = drop the step (no update; the data position advances) and stop after
+  // max_skipped non-finite steps in a row.
+  std::string on_nonfinite = "stop";   // stop | skip
+  int max_skipped = 10;
 };
 
 struct DataConfig {
@@ -75,6 +81,13 @@ struct LoggingConfig {
   int sample_tokens = 200;             // generated at the end of a byte-level run; 0 = none
 };
 
+// The run's own health (runtime/watchdog.h).
+struct RuntimeConfig {
+  // A rank that completes no action, collective, data read or evaluation batch for this
+  // many seconds prints what it waits on and ends the job; 0 disables the watchdog.
+  double watchdog_s = 300;
+};
+
 struct Config {
   std::string device = "cpu";          // cpu | cuda
   ModelConfig model;
@@ -83,6 +96,7 @@ struct Config {
   DataConfig data;
   CheckpointConfig checkpoint;
   LoggingConfig logging;
+  RuntimeConfig runtime;
 
   std::string source;                  // the file it came from, for messages
   int world_size() const { return parallel.pp * parallel.tp * parallel.dp; }

@@ -37,6 +37,10 @@ const FaultKind kFaultKinds[] = {
     {"checkpoint_write_fail", "DATASET", false,
      "this rank's write of the dataset into a checkpoint fails as on a full disk (ENOSPC), after taking part in "
      "the collective transfer"},
+    {"nan_grad", "TENSOR", true,
+     "at the step given as the value (1-based) this rank's gradient of the tensor becomes NaN before the "
+     "gradient reductions"},
+    {"freeze", "STEP", false, "this rank stops itself with SIGSTOP at the start of that step (1-based)"},
 };
 
 const FaultKind* kind_of(const std::string& name) {
@@ -102,6 +106,10 @@ Fault parse_one(const std::string& entry, const std::string& source) {
     const std::string section = slash == std::string::npos ? "" : f.target.substr(0, slash);
     if ((section != "model" && section != "optim/m" && section != "optim/v") || slash + 1 == f.target.size())
       fail(source, ": fault '", entry, "': target '", f.target, "' should be model/NAME, optim/m/NAME or optim/v/NAME");
+  } else if (form == "STEP") {
+    char* end = nullptr;
+    const long step = std::strtol(f.target.c_str(), &end, 10);
+    if (*end != '\0' || step < 1) fail(source, ": fault '", entry, "': target '", f.target, "' should be a step (>= 1)");
   } else if (form == "MICROBATCH") {
     char* end = nullptr;
     const long mb = std::strtol(f.target.c_str(), &end, 10);

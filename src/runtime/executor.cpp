@@ -19,6 +19,10 @@ size_t transfer_bytes(const std::map<int, Stage*>& stages, int pp_rank) {
   return bytes;
 }
 
+// What a compute action waits for: the backend, and inside the layers the tp group's
+// all-reduces (a frozen tp peer blocks there).
+constexpr const char* kComputing = "its computation (and the tp group's all-reduces in it)";
+
 }  // namespace
 
 PipelineExecutor::PipelineExecutor(Ops& ops, std::map<int, Stage*> stages,
@@ -46,13 +50,42 @@ int PipelineExecutor::tag(Direction direction, int stage, int mb) const {
   return (mb * total_stages_ + stage) * 2 + int(direction);
 }
 
+void PipelineExecutor::report_wait(const pipeline::Action& a, const std::string& what) {
+  if (!progress_) return;
+  const auto& actions = schedule_.program.at(pp_rank_);
+  std::string pending;
+  for (const auto& [key, req] : recvs_) {
+    auto [dir, s, mb] = key;
+    const bool fwd = dir == Direction::Forward;
+    pending += cat(pending.empty() ? "" : ", ", s, fwd ? "RECV_F" : "RECV_B", mb, " from pp rank ",
+                   rank_of(fwd ? s - 1 : s + 1), " tag ", tag(dir, s, mb));
+  }
+  for (const auto& [key, send] : sends_) {
+    auto [s, mb] = key;
+    const bool fwd = send.first == Op::SEND_F;
+    pending += cat(pending.empty() ? "" : ", ", s, fwd ? "SEND_F" : "SEND_B", mb, " to pp rank ",
+                   rank_of(fwd ? s + 1 : s - 1), " tag ",
+                   fwd ? tag(Direction::Forward, s + 1, mb) : tag(Direction::Backward, s - 1, mb));
+  }
+  progress_->set_activity(cat("pp rank ", pp_rank_, " at action ", position_ + 1, "/", actions.size(), " (",
+                              pipeline::to_string(a), ") waits for ", what, "; pending transfers: [",
+                              pending.empty() ? "none" : pending, "]"));
+}
+
 void PipelineExecutor::wait_recv(const Key& key, Timeline& timeline) {
   auto it = recvs_.find(key);
   if (it == recvs_.end()) return;  // produced on this rank
+  auto [dir, stage, mb] = key;
+  const bool fwd = dir == Direction::Forward;
+  if (progress_) {
+    const auto& a = schedule_.program.at(pp_rank_).at(position_);
+    report_wait(a, cat(stage, fwd ? "RECV_F" : "RECV_B", mb, " from pp rank ", rank_of(fwd ? stage - 1 : stage + 1),
+                       " tag ", tag(dir, stage, mb)));
+  }
   double t0 = timeline.now_us();
   it->second->wait();
+  tick();
   double t1 = timeline.now_us();
-  auto [dir, stage, mb] = key;
   timeline.add(cat("wait ", stage, dir == Direction::Forward ? "RECV_F" : "RECV_B", mb), t0, t1, false);
   recvs_.erase(it);
 }
@@ -70,8 +103,8 @@ void PipelineExecutor::poll_unreleased(bool wait_all) {
     auto range = sends_.equal_range({stage->spec().index, mb});
     bool done = true;
     for (auto it = range.first; it != range.second; ++it) {
-      if (wait_all) it->second->wait();
-      else done = done && it->second->test();
+      if (wait_all) it->second.second->wait();
+      else done = done && it->second.second->test();
     }
     if (!done) { ++i; continue; }
     sends_.erase(range.first, range.second);
@@ -87,6 +120,7 @@ void PipelineExecutor::poll_unreleased(bool wait_all) {
 void PipelineExecutor::end_compute(const pipeline::Action& a, double start_us, Timeline& timeline) {
   ops_.synchronize();
   timeline.add(pipeline::to_string(a), start_us, timeline.now_us(), true);
+  tick();
 }
 
 double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& timeline) {
@@ -114,15 +148,18 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
         break;
       case Op::SEND_F:
         sends_.emplace(std::make_pair(s, mb),
-                       pp_.isend(stage_here(s).output(mb), bytes_, rank_of(s + 1), tag(Direction::Forward, s + 1, mb)));
+                       std::make_pair(Op::SEND_F, pp_.isend(stage_here(s).output(mb), bytes_, rank_of(s + 1),
+                                                            tag(Direction::Forward, s + 1, mb))));
         break;
       case Op::SEND_B:
         sends_.emplace(std::make_pair(s, mb),
-                       pp_.isend(stage_here(s).input_grad(mb), bytes_, rank_of(s - 1), tag(Direction::Backward, s - 1, mb)));
+                       std::make_pair(Op::SEND_B, pp_.isend(stage_here(s).input_grad(mb), bytes_, rank_of(s - 1),
+                                                            tag(Direction::Backward, s - 1, mb))));
         break;
       case Op::F: {
         Stage& st = stage_here(s);
         wait_recv({Direction::Forward, s, mb}, timeline);
+        report_wait(a, kComputing);
         double t0 = timeline.now_us();
         st.forward(mb, data.at(mb));
         if (st.spec().has_head) loss += st.loss_sum(mb);
@@ -136,6 +173,7 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
       case Op::I: {
         Stage& st = stage_here(s);
         wait_recv({Direction::Backward, s, mb}, timeline);
+        report_wait(a, kComputing);
         double t0 = timeline.now_us();
         st.backward_input(mb);
         if (s > 0 && local(s - 1)) {
@@ -149,6 +187,7 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
       }
       case Op::W: {
         Stage& st = stage_here(s);
+        report_wait(a, kComputing);
         double t0 = timeline.now_us();
         if (mb == dropped_microbatch_) st.skip_weight(mb, /*keep_io=*/true);
         else st.backward_weight(mb, /*keep_io=*/true);
@@ -158,9 +197,12 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
       }
     }
   }
+  if (progress_ && (!sends_.empty() || !unreleased_.empty()) && !actions.empty())
+    report_wait(actions.back(), "its sends to complete at the end of the step");
   poll_unreleased(/*wait_all=*/true);
-  for (auto& [key, req] : sends_) req->wait();  // sends of microbatches without W (evaluation)
+  for (auto& [key, send] : sends_) send.second->wait();  // sends of microbatches without W (evaluation)
   sends_.clear();
+  tick();
   if (!recvs_.empty()) {
     auto [dir, s, mb] = recvs_.begin()->first;
     fail("pipeline rank ", pp_rank_, ": receive ", s, dir == Direction::Forward ? "RECV_F" : "RECV_B", mb,

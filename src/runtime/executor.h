@@ -17,6 +17,7 @@
 #include "model/stage.h"
 #include "pipeline/ir.h"
 #include "runtime/timeline.h"
+#include "runtime/watchdog.h"
 
 namespace pptrain {
 
@@ -32,6 +33,9 @@ class PipelineExecutor {
   double run(const std::vector<MicrobatchData>& data, Timeline& timeline);
   // After a forward-only program (evaluation): drops every microbatch's activations.
   void discard(int microbatches);
+  // Reports each completed action and receive to `progress` (nullptr: none), and before
+  // each wait what it waits for (runtime/watchdog.h). `progress` must outlive the runs.
+  void set_progress(Progress* progress) { progress_ = progress; }
 
  private:
   // What a transfer carries: a stage's input (forward) or its output gradient (backward).
@@ -48,6 +52,10 @@ class PipelineExecutor {
   // then they wait in `unreleased_`, polled between actions (never blocking mid-step).
   void finish_microbatch(Stage& stage, int mb);
   void poll_unreleased(bool wait_all);
+  // For the watchdog, before a wait that may block on another rank: the action, what it
+  // waits for and every transfer still pending (peer pp ranks and tags).
+  void report_wait(const pipeline::Action& a, const std::string& what);
+  void tick() { if (progress_) progress_->tick(); }
 
   Ops& ops_;
   std::map<int, Stage*> stages_;
@@ -57,11 +65,13 @@ class PipelineExecutor {
   size_t bytes_;  // per transfer: one [N,C] tensor of the stages' precision
   int total_stages_;
   std::map<Key, std::unique_ptr<Request>> recvs_;
-  std::multimap<std::pair<int, int>, std::unique_ptr<Request>> sends_;  // (stage, mb)
+  // (stage, mb) -> (SEND_F or SEND_B, its request)
+  std::multimap<std::pair<int, int>, std::pair<pipeline::Op, std::unique_ptr<Request>>> sends_;
   std::vector<std::pair<Stage*, int>> unreleased_;                      // (stage, mb)
   std::map<std::pair<int, int>, size_t> last_send_;  // (stage, mb) -> position of its last SEND_*
   size_t position_ = 0;                              // of the action being run
   int dropped_microbatch_ = -1;                      // planted fault drop_microbatch: its W is skipped
+  Progress* progress_ = nullptr;
 };
 
 }  // namespace pptrain

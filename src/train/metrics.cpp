@@ -16,6 +16,16 @@ std::string format_duration(double s) {
   return buf;
 }
 
+namespace {
+// JSON has no NaN or infinity: a skipped step's non-finite loss or norm is written null.
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6f", v);
+  return buf;
+}
+}  // namespace
+
 MetricsLog::MetricsLog(const std::string& path, bool enabled) : enabled_(enabled) {
   if (!enabled_ || path.empty()) return;
   file_ = std::fopen(path.c_str(), "a");
@@ -38,15 +48,19 @@ void MetricsLog::step(const StepResult& r, int total_steps, double tokens_per_st
   const double tok_s = tokens_per_step / (r.ms / 1000.0);
   const double eta = (total_steps - r.step) * mean_ms / 1000.0;
   char buf[512];
+  // Skipped steps (training.on_nonfinite: skip) show only once there are any.
+  char skipped[32] = "";
+  if (r.skipped_total > 0) std::snprintf(skipped, sizeof skipped, " | skipped %d", r.skipped_total);
   std::snprintf(buf, sizeof buf,
-                "step %d/%d | loss %.4f | lr %.2e | grad_norm %.4f | %.1f ms | %.0f tok/s | bubble %.3f | eta %s",
-                r.step, total_steps, r.loss, r.lr, r.grad_norm, r.ms, tok_s, r.bubble,
+                "step %d/%d | loss %.4f | lr %.2e | grad_norm %.4f | %.1f ms | %.0f tok/s | bubble %.3f%s | eta %s",
+                r.step, total_steps, r.loss, r.lr, r.grad_norm, r.ms, tok_s, r.bubble, skipped,
                 format_duration(eta).c_str());
   log::info(buf);
   std::snprintf(buf, sizeof buf,
-                "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"ms\": %.3f, "
-                "\"tokens_per_s\": %.1f, \"bubble\": %.4f}",
-                r.step, r.loss, r.lr, r.grad_norm, r.ms, tok_s, r.bubble);
+                "{\"step\": %d, \"loss\": %s, \"lr\": %.6e, \"grad_norm\": %s, \"ms\": %.3f, "
+                "\"tokens_per_s\": %.1f, \"bubble\": %.4f, \"skipped\": %d}",
+                r.step, json_number(r.loss).c_str(), r.lr, json_number(r.grad_norm).c_str(), r.ms, tok_s, r.bubble,
+                r.skipped_total);
   write(buf);
 }
 

@@ -1,11 +1,13 @@
 #include "train/run_training.h"
 
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <utility>
 
 #include "checkpoint/checkpoint_manager.h"
@@ -14,9 +16,11 @@
 #include "partition/partition.h"
 #include "pipeline/chrome_trace.h"
 #include "runtime/timeline.h"
+#include "runtime/watchdog.h"
 #include "train/metrics.h"
 #include "train/param_dump.h"
 #include "train/sample.h"
+#include "train/stop_signals.h"
 
 namespace pptrain {
 namespace {
@@ -49,6 +53,31 @@ void maybe_inject_failure(int world_rank, int step) {
   int rank = -1, at = -1;
   if (std::sscanf(spec, "%d:%d", &rank, &at) == 2 && rank == world_rank && at == step)
     fail("injected failure on rank ", world_rank, " at step ", step, " (PPTRAIN_FAIL_AT)");
+}
+
+// Planted fault freeze@RANK:STEP: the rank stops itself (SIGSTOP) at the start of that
+// step, as a hung node would, for the watchdog's test.
+void maybe_freeze(const Faults& faults, int step) {
+  if (const Fault* f = faults.find("freeze"); f && std::stoi(f->target) == step) std::raise(SIGSTOP);
+}
+
+// After a stop signal: the checkpoint of `step` (whatever checkpoint.every says) and the
+// one line that says how to go on. Collective. Returns the exit code: kExitStoppedEarly
+// with a checkpoint to resume from; 1 without (checkpoint.dir unset), so that a job
+// script never requeues a run that would start over.
+int stop_early(int signal, int step, CheckpointManager& checkpoints, Trainer& trainer, bool rank0) {
+  const Config& cfg = trainer.config();
+  if (cfg.checkpoint.dir.empty()) {
+    if (rank0)
+      log::info("stopped by ", StopSignals::name(signal), " after step ", step, "/", cfg.training.steps,
+                "; no checkpoint (checkpoint.dir is not set), so a rerun starts over (exit 1)");
+    return 1;
+  }
+  const std::string path = checkpoints.save(trainer.params(), trainer.optimizer().state(), step);
+  if (rank0)
+    log::info("stopped by ", StopSignals::name(signal), " after step ", step, "/", cfg.training.steps,
+              "; checkpoint ", path, "; resume with resume: auto (exit ", kExitStoppedEarly, ")");
+  return kExitStoppedEarly;
 }
 
 // One trace for the whole job: every rank writes its events to PATH.rankR.part, world
@@ -92,6 +121,8 @@ void log_startup(Job& job) {
 }  // namespace
 
 int run_training(Job& job, const TrainingHooks& hooks) {
+  // First: a signal during startup already counts (the run then stops after one step).
+  StopSignals stop_signals;
   const Config& cfg = job.config();
   const ParallelContext& par = job.parallel();
   const int world_rank = job.world().rank();
@@ -114,10 +145,17 @@ int run_training(Job& job, const TrainingHooks& hooks) {
   trace.process_name(world_rank, cat("rank ", world_rank, " (dp ", par.dp_rank, " pp ", par.pp_rank, " tp ",
                                      par.tp_rank, ")"));
   double trace_offset_us = 0, total_ms = 0;
-  int timed_steps = 0;
+  int timed_steps = 0, stopped_by = 0, stop_code = 0;
+  // Progress is reported only when someone watches it (runtime.watchdog_s > 0).
+  Progress progress;
+  if (cfg.runtime.watchdog_s > 0) trainer.set_progress(&progress);
+  auto watchdog = std::make_unique<Watchdog>(progress, cfg.runtime.watchdog_s, world_rank);
   while (trainer.step() < cfg.training.steps) {
     maybe_inject_failure(world_rank, trainer.step() + 1);
+    maybe_freeze(job.faults(), trainer.step() + 1);
     const StepResult r = trainer.train_step();
+    const bool final = r.step == cfg.training.steps;
+    stopped_by = final ? 0 : r.stop_signal;  // the last step ends the run anyway
     if (r.step > 1 || cfg.training.steps == 1) { total_ms += r.ms; ++timed_steps; }  // step 1 warms up
     if (!cfg.logging.trace.empty()) {
       add_to_trace(trainer.timeline(), world_rank, trace_offset_us, trace);
@@ -125,19 +163,27 @@ int run_training(Job& job, const TrainingHooks& hooks) {
     }
     if (!hooks.dump_dir.empty() && par.dp_rank == 0)
       write_param_dump(cat(hooks.dump_dir, "/step", r.step, ".rank", world_rank, ".bin"), r.loss, trainer.params());
-    if (r.step % cfg.logging.every == 0 || r.step == cfg.training.steps || r.step == 1)
+    if (r.step % cfg.logging.every == 0 || final || r.step == 1 || stopped_by)
       metrics.step(r, cfg.training.steps, tokens_per_step, timed_steps ? total_ms / timed_steps : r.ms);
     const int ev = cfg.training.eval_every;
-    if (ev > 0 && (r.step % ev == 0 || r.step == cfg.training.steps)) {
+    if (ev > 0 && (r.step % ev == 0 || final)) {
       const double val = trainer.evaluate();
       if (!std::isnan(val)) metrics.eval(r.step, val);
     }
     if (hooks.after_step) hooks.after_step(trainer, r);
-    checkpoints.after_step(trainer.params(), trainer.optimizer().state(), r.step, r.step == cfg.training.steps);
-    if (r.step == hooks.stop_after) break;
+    {
+      // A save has no progress points of its own (runtime/watchdog.h).
+      Progress::Pause saving(&progress);
+      if (stopped_by) stop_code = stop_early(stopped_by, r.step, checkpoints, trainer, rank0);
+      else checkpoints.after_step(trainer.params(), trainer.optimizer().state(), r.step, final);
+    }
+    if (stopped_by || r.step == hooks.stop_after) break;
   }
+  watchdog.reset();  // joined: the trace and the sample below have no progress points
+  trainer.set_progress(nullptr);
   if (hooks.at_end) hooks.at_end(trainer);
   if (!cfg.logging.trace.empty()) write_trace(cfg.logging.trace, trace, job.world());
+  if (stopped_by) return stop_code;
   if (cfg.logging.sample_tokens > 0 && cfg.model.vocab_size == 256) {
     const std::string text = generate_sample(trainer, cfg.logging.sample_tokens);
     if (rank0 && !text.empty()) log::info("sample:\n", text);

@@ -20,8 +20,11 @@ struct TrainingHooks {
   std::function<void(Trainer&)> at_end;
 };
 
-// Collective over the job's world. Returns the process exit code (0); errors throw
-// pptrain::Error.
+// Collective over the job's world. Returns the process exit code: 0, or
+// kExitStoppedEarly (75, train/stop_signals.h) when SIGTERM, SIGINT or SIGUSR1 stopped the
+// run after a step and it saved a checkpoint there; 1 when stopped without checkpoint.dir. Errors, a non-finite
+// step under training.on_nonfinite: stop among them, throw pptrain::Error. A rank that
+// makes no progress for runtime.watchdog_s seconds ends the process (runtime/watchdog.h).
 int run_training(Job& job, const TrainingHooks& hooks = {});
 
 }  // namespace pptrain

@@ -1,7 +1,10 @@
 #include "train/trainer.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstring>
+#include <iterator>
 #include <map>
 
 #include "core/error.h"
@@ -9,8 +12,23 @@
 #include "pipeline/generators.h"
 #include "pipeline/registry.h"
 #include "train/lr_schedule.h"
+#include "train/stop_signals.h"
 
 namespace pptrain {
+namespace {
+
+// A tensor's place in the model's layer order: the embeddings, block 0, 1, ..., the final
+// norm. Every rank computes it from the global name alone, so ranks can agree on "first".
+int layer_order(const std::string& name, int n_layer) {
+  if (name.rfind("wte.", 0) == 0 || name.rfind("wpe.", 0) == 0) return 0;
+  if (name.rfind("h.", 0) == 0) return 1 + std::atoi(name.c_str() + 2);
+  if (name.rfind("ln_f.", 0) == 0) return n_layer + 1;
+  return n_layer + 2;
+}
+
+constexpr int kSignalCount = int(std::size(StopSignals::kSignals));
+
+}  // namespace
 
 Trainer::Trainer(Job& job)
     : job_(job), cfg_(job.config()), par_(job.parallel()), ops_(job.ops()), faults_(job.faults()) {
@@ -46,6 +64,16 @@ Trainer::Trainer(Job& job)
 
 Trainer::~Trainer() = default;
 
+void Trainer::set_progress(Progress* progress) {
+  progress_ = progress;
+  train_exec_->set_progress(progress);
+  eval_exec_->set_progress(progress);
+}
+
+void Trainer::waiting_for(const char* what) {
+  if (progress_) progress_->set_activity(cat("waits for ", what));
+}
+
 void Trainer::load_microbatches(const data::TokenDataset& ds, uint64_t batch_index) {
   const auto& pc = cfg_.parallel;
   for (int mb = 0; mb < pc.microbatches; ++mb) {
@@ -53,45 +81,113 @@ void Trainer::load_microbatches(const data::TokenDataset& ds, uint64_t batch_ind
                           cfg_.training.micro_batch_size, host_tokens_.data(), host_targets_.data());
     tokens_[mb].upload(host_tokens_.data());
     targets_[mb].upload(host_targets_.data());
+    tick();
   }
 }
 
-double Trainer::mean_loss(double local_loss_sum) {
-  double v = local_loss_sum;  // non-zero only on the last stage's ranks
-  par_.pp_comm->allreduce(&v, 1, ReduceOp::Sum);
-  par_.dp_comm->allreduce(&v, 1, ReduceOp::Sum);
-  return v / (double(cfg_.global_batch_sequences()) * cfg_.model.seq_len);
+double Trainer::mean_loss(double local_loss_sum, double* stop_requests) {
+  // v: [loss sum (non-zero only on the last stage's ranks), stop requests per signal]
+  double v[1 + kSignalCount] = {local_loss_sum};
+  const size_t n = stop_requests ? 1 + kSignalCount : 1;
+  if (stop_requests) std::copy(stop_requests, stop_requests + kSignalCount, v + 1);
+  waiting_for("the all-reduce of the loss over the pp and dp groups");
+  par_.pp_comm->allreduce(v, n, ReduceOp::Sum);
+  par_.dp_comm->allreduce(v, n, ReduceOp::Sum);
+  tick();
+  if (stop_requests) std::copy(v + 1, v + 1 + kSignalCount, stop_requests);
+  return v[0] / (double(cfg_.global_batch_sequences()) * cfg_.model.seq_len);
 }
 
 void Trainer::plant_gradient_faults() {
   for (const Fault* f : faults_.find_all("grad_scale"))
     if (Param* p = job_.params().find(f->target)) ops_.scale(p->grad.data(), float(*f->value), p->numel());
+  for (const Fault* f : faults_.find_all("nan_grad"))  // value: the 1-based step
+    if (Param* p = job_.params().find(f->target); p && int(*f->value) == step_ + 1)
+      ops_.scale(p->grad.data(), NAN, p->numel());
 }
 
 void Trainer::reduce_gradients() {
   // The tied embedding: first and last stage each accumulated part of its gradient.
+  waiting_for("the all-reduce of the gradients over the embedding and dp groups");
   if (Param* wte = job_.params().find("wte.weight"); wte && par_.embedding_comm && par_.embedding_comm->size() > 1)
     par_.embedding_comm->allreduce(wte->grad.data(), wte->numel(), ReduceOp::Sum);
   if (par_.dp > 1)
     for (auto& [name, p] : job_.params().all()) par_.dp_comm->allreduce(p->grad.data(), p->numel(), ReduceOp::Sum);
+  tick();
 }
 
-double Trainer::gradient_norm() {
+double Trainer::gradient_norm(double* stop_requests) {
   // Each element of the global model counted once: tp-replicated tensors on tp rank 0
   // only, the tied embedding only on the rank of stage 0.
-  double local = 0;
+  // v: [sum of squares, stop requests per signal]. The requests arrive summed over pp and
+  // dp (mean_loss); summing over tp and pp again makes them the world's sum times pp:
+  // the same on every rank, non-zero exactly when some rank received the signal.
+  double v[1 + kSignalCount] = {0};
+  const size_t n = stop_requests ? 1 + kSignalCount : 1;
+  if (stop_requests) std::copy(stop_requests, stop_requests + kSignalCount, v + 1);
   for (auto& [name, p] : job_.params().all()) {
     if (p->replicated_over_tp && par_.tp_rank != 0) continue;
     if (name == "wte.weight" && !job_.holds_stage(0)) continue;
-    local += ops_.sum_squares(p->grad.data(), p->numel());
+    v[0] += ops_.sum_squares(p->grad.data(), p->numel());
   }
-  par_.tp_comm->allreduce(&local, 1, ReduceOp::Sum);
-  par_.pp_comm->allreduce(&local, 1, ReduceOp::Sum);
-  return std::sqrt(local);
+  waiting_for("the all-reduce of the gradient norm over the tp and pp groups");
+  par_.tp_comm->allreduce(v, n, ReduceOp::Sum);
+  par_.pp_comm->allreduce(v, n, ReduceOp::Sum);
+  tick();
+  if (stop_requests) std::copy(v + 1, v + 1 + kSignalCount, stop_requests);
+  return std::sqrt(v[0]);
+}
+
+std::string Trainer::first_nonfinite_gradient() {
+  // Local scan: this rank's first tensor in layer order with a non-finite gradient
+  // (sum_squares accumulates in double, so it is non-finite exactly when an element is).
+  int first = INT_MAX;
+  std::string name;
+  for (auto& [n, p] : job_.params().all()) {
+    const int order = layer_order(n, cfg_.model.n_layer);
+    if (order < first && !std::isfinite(ops_.sum_squares(p->grad.data(), p->numel()))) {
+      first = order;
+      name = n;
+    }
+  }
+  // Agreement: the smallest layer position over the world, then the lowest world rank
+  // holding a non-finite tensor there, which broadcasts its name.
+  Communicator& world = job_.world();
+  waiting_for("the agreement on the first non-finite gradient (world)");
+  double least[1] = {-double(first)};  // max of the negated = min
+  world.allreduce(least, 1, ReduceOp::Max);
+  if (-least[0] >= double(INT_MAX)) return "";
+  double root[1] = {first == int(-least[0]) ? -double(world.rank()) : -double(INT_MAX)};
+  world.allreduce(root, 1, ReduceOp::Max);
+  char text[256] = {};
+  if (world.rank() == int(-root[0])) std::strncpy(text, name.c_str(), sizeof text - 1);
+  world.broadcast(text, sizeof text, int(-root[0]));
+  tick();
+  return text;
+}
+
+void Trainer::handle_nonfinite(StepResult& r) {
+  const auto& t = cfg_.training;
+  const std::string tensor = first_nonfinite_gradient();
+  const std::string what =
+      cat("step ", step_ + 1, ": loss ", r.loss, ", gradient norm ", r.grad_norm, " (not finite); ",
+          tensor.empty() ? std::string("every gradient is finite") : "first non-finite gradient: " + tensor);
+  if (t.on_nonfinite == "stop")
+    fail(what, "; stopping without saving (training.on_nonfinite: stop; lower training.lr or set "
+               "training.on_nonfinite: skip)");
+  ++skipped_in_a_row_;
+  ++skipped_total_;
+  if (skipped_in_a_row_ > t.max_skipped)
+    fail(what, "; ", skipped_in_a_row_, " non-finite steps in a row, more than training.max_skipped ",
+         t.max_skipped, "; stopping without saving");
+  if (job_.world().rank() == 0)
+    log::warn(what, "; step skipped (", skipped_in_a_row_, " in a row, training.max_skipped ", t.max_skipped, ")");
+  r.skipped = true;
 }
 
 StepResult Trainer::train_step() {
   const auto& t = cfg_.training;
+  if (progress_) progress_->set_step(step_ + 1);
   timeline_.start_step();
   job_.params().zero_grads();
   refresh_working_weights();
@@ -101,21 +197,35 @@ StepResult Trainer::train_step() {
   double bubble = pipeline_us > 0 ? 1.0 - timeline_.busy_us() / pipeline_us : 0.0;
 
   StepResult r;
-  r.loss = mean_loss(last_local_loss_);
+  // A stop signal is read once per step and agreed inside the two reductions below.
+  double stop_requests[kSignalCount] = {};
+  for (int i = 0; i < kSignalCount; ++i) stop_requests[i] = StopSignals::received() == StopSignals::kSignals[i];
+  r.loss = mean_loss(last_local_loss_, stop_requests);
   plant_gradient_faults();
   reduce_gradients();
-  r.grad_norm = gradient_norm();
+  r.grad_norm = gradient_norm(stop_requests);
+  for (int i = 0; i < kSignalCount && !r.stop_signal; ++i)
+    if (stop_requests[i] > 0) r.stop_signal = StopSignals::kSignals[i];
+  // Both values are all-reduced, so every rank takes the same branch (a NaN or inf on any
+  // rank makes the sums non-finite everywhere).
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) handle_nonfinite(r);
+  else skipped_in_a_row_ = 0;
+  r.skipped_total = skipped_total_;
   // Clipping is a factor AdamW applies as it reads each gradient (no pass of its own); the
   // gradients stay unclipped (parameter dumps show them so).
   float clip_scale = 1.0f;
   if (t.grad_clip > 0 && r.grad_norm > t.grad_clip) clip_scale = float(t.grad_clip / (r.grad_norm + 1e-6));
   r.lr = learning_rate(step_, t.steps, t.warmup_steps, t.lr, t.min_lr);
-  optimizer_->step(r.lr, step_ + 1, clip_scale);
-  if (faults_.find("repeat_update")) optimizer_->step(r.lr, step_ + 1, clip_scale);
+  if (!r.skipped) {
+    optimizer_->step(r.lr, step_ + 1, clip_scale);
+    if (faults_.find("repeat_update")) optimizer_->step(r.lr, step_ + 1, clip_scale);
+  }
   ops_.synchronize();
   const double end_us = timeline_.now_us();
   timeline_.add("reduce+optimizer", pipeline_us, end_us, false);
+  waiting_for("the all-reduce of the bubble over the pp group");
   par_.pp_comm->allreduce(&bubble, 1, ReduceOp::Sum);
+  tick();
   r.bubble = bubble / par_.pp;
   r.ms = end_us / 1000.0;
   r.step = ++step_;
@@ -140,6 +250,7 @@ double Trainer::evaluate() {
     double local = eval_exec_->run(microbatches_, scratch);
     eval_exec_->discard(cfg_.parallel.microbatches);
     total += mean_loss(local);
+    tick();
   }
   return total / cfg_.training.eval_batches;
 }

@@ -9,6 +9,11 @@
 //      the clip factor applied as it reads the gradients (under bf16 it also writes the
 //      bf16 copies the layers compute with; masters written otherwise are re-rounded
 //      before the next step).
+// A step whose loss or gradient norm is not finite is never applied: training.on_nonfinite
+// stop throws (naming the step and the first tensor with a non-finite gradient), skip
+// drops the update (the data position advances) up to training.max_skipped in a row.
+// The stop requests of StopSignals ride in the loss and norm all-reduces, so every rank
+// learns of a signal that reached any rank in the same step (StepResult::stop_signal).
 // A single process is the same path with groups of one and a one-rank program.
 #pragma once
 #include <memory>
@@ -25,6 +30,7 @@
 #include "pipeline/ir.h"
 #include "runtime/executor.h"
 #include "runtime/timeline.h"
+#include "runtime/watchdog.h"
 #include "train/adamw.h"
 
 namespace pptrain {
@@ -36,6 +42,9 @@ struct StepResult {
   double lr = 0;
   double ms = 0;           // wall time of the step on this rank
   double bubble = 0;       // measured idle fraction of the pipeline phase, mean over pp ranks
+  bool skipped = false;    // non-finite loss or gradient norm: no update (on_nonfinite: skip)
+  int skipped_total = 0;   // steps skipped so far by this process
+  int stop_signal = 0;     // a stop signal some rank received (StopSignals), agreed by all; 0: none
 };
 
 class Trainer {
@@ -58,6 +67,9 @@ class Trainer {
   ParamStore& params() { return job_.params(); }
   AdamW& optimizer() { return *optimizer_; }
   const Timeline& timeline() const { return timeline_; }
+  // Reports progress to the watchdog from the executors and the trainer's collectives and
+  // data reads (runtime/watchdog.h); nullptr: none. `progress` must outlive the steps.
+  void set_progress(Progress* progress);
   // Loss of the most recent step's microbatches, summed on this rank (tests).
   double last_local_loss_sum() const { return last_local_loss_; }
 
@@ -65,8 +77,20 @@ class Trainer {
   void load_microbatches(const data::TokenDataset& ds, uint64_t batch_index);
   void plant_gradient_faults();
   void reduce_gradients();
-  double gradient_norm();
-  double mean_loss(double local_loss_sum);
+  // `stop_requests` (nullptr: none): per StopSignals::kSignals, in: after mean_loss, out:
+  // summed over the whole world (> 0 on every rank when any rank received that signal).
+  double gradient_norm(double* stop_requests = nullptr);
+  // `stop_requests`: in: this rank's (0 or 1 each), out: summed over its pp and dp groups.
+  double mean_loss(double local_loss_sum, double* stop_requests = nullptr);
+  // Collective over the world, entered by every rank together after a non-finite loss or
+  // norm: the name of the first tensor (in layer order) with a non-finite gradient on any
+  // rank, the same on every rank; "" when every gradient is finite.
+  std::string first_nonfinite_gradient();
+  // After a non-finite loss or norm: throws (stop), or counts the skip and warns (skip).
+  void handle_nonfinite(StepResult& r);
+  // Before a collective or other wait on other ranks, for the watchdog.
+  void waiting_for(const char* what);
+  void tick() { if (progress_) progress_->tick(); }
 
   Job& job_;
   const Config& cfg_;
@@ -83,6 +107,8 @@ class Trainer {
   std::vector<int32_t> host_tokens_, host_targets_;
   Timeline timeline_;
   double last_local_loss_ = 0;
+  int skipped_in_a_row_ = 0, skipped_total_ = 0;
+  Progress* progress_ = nullptr;
 };
 
 }  // namespace pptrain
