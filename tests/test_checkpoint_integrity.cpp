@@ -368,16 +368,24 @@ TEST(CheckpointWrite, PlantedWriteFailureRemovesTheTmpAndKeepsThePreviousCheckpo
 
 TEST(CheckpointWrite, FullTmpfsFailsCleanlyAndKeepsThePreviousCheckpoint) {
   TempDir dir;
-  Model model(tiny_model(), 1);
+  // Values of about 5 MB, so that the space a save reserves (the values plus a bound on
+  // HDF5's metadata, about 100 KB here) is close to the file's size.
+  ModelConfig mc = tiny_model();
+  mc.d_model = 128;
+  mc.vocab_size = 512;
+  mc.seq_len = 16;
+  Model model(mc, 1);
   model.randomise(5);
   const std::vector<float> saved = all_values(model);
   // One checkpoint's size, then a file system with room for it and half another.
-  const std::string probe = CheckpointManager(tiny_config(dir.file("probe")), single_process())
-                                .save(*model.params, *model.optimizer, 1);
+  Config probe_cfg = tiny_config(dir.file("probe"));
+  probe_cfg.model = mc;
+  const std::string probe = CheckpointManager(probe_cfg, single_process()).save(*model.params, *model.optimizer, 1);
   const uint64_t one = fs::file_size(probe);
   SmallTmpfs tmpfs(dir.file("fs"), (one * 3 / 2 + 4095) / 4096 * 4096);
   if (!tmpfs.mounted()) GTEST_SKIP() << tmpfs.error;
   Config cfg = tiny_config(dir.file("fs/ck"));
+  cfg.model = mc;
   CheckpointManager manager(cfg, single_process());
   manager.save(*model.params, *model.optimizer, 2);
   const std::string step4 = dir.file("fs/ck/step_00000004.h5");
@@ -388,7 +396,7 @@ TEST(CheckpointWrite, FullTmpfsFailsCleanlyAndKeepsThePreviousCheckpoint) {
   std::cout << "full tmpfs: " << error << "\n";
   EXPECT_FALSE(fs::exists(step4 + ".tmp"));
   EXPECT_EQ(read_file(dir.file("fs/ck/latest")), "step_00000002.h5\n");
-  Model fresh(tiny_model(), 9);
+  Model fresh(mc, 9);
   EXPECT_EQ(CheckpointManager(cfg, single_process()).resume(*fresh.params, *fresh.optimizer), 2);
   EXPECT_TRUE(same_bits(all_values(fresh), saved));
   // The space of the removed .tmp is free again: the same save now fails the same way,

@@ -89,6 +89,37 @@ std::string space_diagnosis(const std::string& path, int64_t bytes, int rank) {
   return rc == 0 || rc == EOPNOTSUPP || rc == EINVAL ? "" : std::strerror(rc);
 }
 
+// An upper bound on the size of the finished file: the values, each dataset's object
+// header, checksum attribute and link (a few hundred bytes; 1 KiB allowed), the root
+// attributes (the resolved config and 64 KiB for the rest of the superblock, root group
+// and small attributes), and the alignment padding of large datasets.
+int64_t file_bytes_bound(const std::vector<TableEntry>& table, int sections, const CheckpointMeta& meta,
+                         const IoGroup& io) {
+  int64_t bytes = (int64_t(64) << 10) + int64_t(meta.config_yaml.size());
+  for (const TableEntry& e : table) {
+    const int64_t numel = e.shape[0] * (e.shape.size() > 1 ? e.shape[1] : 1);
+    const int64_t padding = io.size() > 1 && numel * 4 >= int64_t(kAlignThreshold) ? int64_t(kAlignment) : 0;
+    bytes += sections * (numel * int64_t(sizeof(float)) + 1024 + padding);
+  }
+  return bytes;
+}
+
+// Reserves the blocks of the whole file before HDF5 writes any of it (rank 0, beyond the
+// end of file, which stays where HDF5 puts it). A full disk is then one clean error here:
+// once a metadata flush has failed, HDF5 1.10 can no longer close the file (its close
+// fails again, "slist already enabled?", and the library's own cleanup at exit crashes on
+// the open file). File systems without fallocate (EOPNOTSUPP) are written unreserved.
+// What the bound over-reserves stays allocated past the end of the file: under 1 KiB per
+// dataset.
+void reserve_space(const std::string& path, int64_t bytes, const std::string& where) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) fail(where, ": cannot open to reserve space (", std::strerror(errno), ")");
+  const int rc = ::fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, bytes) == 0 ? 0 : errno;
+  ::close(fd);
+  if (rc == 0 || rc == EOPNOTSUPP || rc == ENOSYS) return;
+  fail(where, ": cannot reserve ", bytes, " bytes for the checkpoint: ", std::strerror(rc));
+}
+
 // `error` with the file system's reason appended when it names none.
 std::string with_reason(const std::string& error, const std::string& path, int64_t bytes, int rank) {
   if (error.find("errno") != std::string::npos) return error;  // HDF5's POSIX driver names it
@@ -226,6 +257,9 @@ WriteStats write_checkpoint_file(const std::string& path, const std::vector<Shar
 
   std::vector<Section> sections = {Section::Model};
   if (meta.has_optimizer_state) sections.insert(sections.end(), {Section::OptimM, Section::OptimV});
+  w.step([&] {
+    if (io.rank() == 0) reserve_space(path, file_bytes_bound(table, int(sections.size()), meta, io), where);
+  });
   w.step([&] {
     write_meta(w.file.id(), meta, where);
     for (const char* g : {"/model", "/optim", "/optim/m", "/optim/v"}) {
