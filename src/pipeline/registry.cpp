@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "pipeline/csv.h"
 #include "pipeline/generators.h"
 #include "pipeline/lower.h"
@@ -91,6 +92,7 @@ Schedule load_or_generate(const std::string& spec, int pp, int microbatches, int
     s.stages_per_rank = last / pp + 1;
   }
   s.placement = opts.placement ? *opts.placement : infer_placement(s.program, pp, s.stages_per_rank);
+  if (!s.note.empty()) log::info("note: ", s.note);
   return s;
 }
 
