@@ -379,3 +379,32 @@ TEST(ScheduleCommand, FileSpecAndLoadAgreeAndPrintTheNote) {
   EXPECT_TRUE(contains(fifo.output, "schedule file " + dir.file("p.csv") + ": is a FIFO (expected a regular file)"))
       << fifo.output;
 }
+
+// `pptrain schedule` at its size limit (pp * stages_per_rank * microbatches = 10^6) answers:
+// lowering replays events from ordered sets and the validator indexes flat tables, so the
+// work is O(actions log pp). The replay that scanned every rank per event needed more
+// than 10 minutes at pp = m = 2000; the deadline here only guards against a return to
+// that (about 3 s on a 2-core machine shared with builds).
+TEST(ScheduleCommand, AnswersAtItsSizeLimitAndRefusesBeyondIt) {
+  auto at_limit = util::run_command(
+      "timeout 240 " + util::pptrain_bin() + " schedule --schedule 1f1b --pp 1000 --microbatches 1000 --format json",
+      300);
+  ASSERT_EQ(at_limit.exit_code, 0) << at_limit.output.substr(0, 2000);
+  EXPECT_TRUE(contains(at_limit.output, "\"valid\": true"));
+
+  auto over = pptrain_schedule("--schedule 1f1b --pp 1001 --microbatches 1000");
+  EXPECT_NE(over.exit_code, 0);
+  EXPECT_TRUE(contains(over.output, "1f1b: pp*stages_per_rank*microbatches = 1001000 is more than this tool builds "
+                                    "(1000000)"))
+      << over.output;
+
+  // A loaded program's stages per rank come from its highest stage: checked before any
+  // table is sized by it.
+  TempDir dir;
+  util::write_file(dir.file("big.csv"), "0F0,2000000000F0\n1F0\n");
+  auto big = pptrain_schedule("--load " + dir.file("big.csv") + " --pp 2 --microbatches 4");
+  EXPECT_NE(big.exit_code, 0);
+  EXPECT_TRUE(contains(big.output, "file:" + dir.file("big.csv") + ": pp*stages_per_rank*microbatches = 8000000008 "
+                                   "is more than this tool builds"))
+      << big.output;
+}
