@@ -1,11 +1,13 @@
 // Config parsing, overrides and validation: every rejected input names file and key.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 
 #include "core/config.h"
 #include "core/error.h"
+#include "support/test_util.h"
 
 using namespace pptrain;
 
@@ -246,4 +248,35 @@ TEST(Config, ShippedConfigsLoad) {
   for (const char* name : {"configs/demo.yaml", "configs/reference.yaml", "configs/gpt2_124m_gpu.yaml",
                            "configs/gpt2_1558m_t4096.yaml"})
     EXPECT_NO_THROW(load_config(name)) << name;
+}
+
+// A FIFO or a directory given as the config (or a FIFO as a token shard) ends the run at
+// once with one line naming it; `timeout` turns a hang into exit code 124.
+TEST(Config, TrainRefusesFifosAndDirectoriesWithoutBlocking) {
+  pptrain::testing::TempDir dir;
+  const std::string fifo = dir.file("c.yaml");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  auto train = [&](const std::string& config) {
+    return pptrain::testing::run_command("timeout 30 " + pptrain::testing::pptrain_bin() + " train " + config, 60);
+  };
+  auto r = train(fifo);
+  EXPECT_TRUE(r.exit_code != 0 && r.exit_code != 124) << r.exit_code << r.output;
+  EXPECT_NE(r.output.find("config " + fifo + ": is a FIFO (expected a regular file)"), std::string::npos) << r.output;
+
+  r = train(dir.path());
+  EXPECT_TRUE(r.exit_code != 0 && r.exit_code != 124) << r.exit_code << r.output;
+  EXPECT_NE(r.output.find("config " + dir.path() + ": is a directory (expected a regular file)"), std::string::npos)
+      << r.output;
+
+  const std::string shard = dir.file("train_000.bin");
+  ASSERT_EQ(mkfifo(shard.c_str(), 0600), 0);
+  pptrain::testing::write_file(dir.file("ok.yaml"),
+                               "model: {n_layer: 1, n_head: 1, d_model: 8, seq_len: 4, vocab_size: 16}\n"
+                               "parallel: {microbatches: 1}\n"
+                               "training: {steps: 1, micro_batch_size: 1, eval_every: 0}\n"
+                               "data: {train: '" + dir.path() + "/train_*.bin'}\n");
+  r = train(dir.file("ok.yaml"));
+  EXPECT_TRUE(r.exit_code != 0 && r.exit_code != 124) << r.exit_code << r.output;
+  EXPECT_NE(r.output.find("token shard " + shard + ": is a FIFO (expected a regular file)"), std::string::npos)
+      << r.output;
 }
