@@ -171,7 +171,9 @@ void apply(Config& c, const YAML::Node& root, const std::string& source) {
   if (!root.IsMap()) fail(source, ": expected a mapping of sections at the top level");
   auto s = schema(c);
   for (auto it = root.begin(); it != root.end(); ++it) {
-    std::string sec = it->first.as<std::string>();
+    if (!it->first.IsScalar())
+      fail(source, ":", it->first.Mark().line + 1, ": expected a section name, got ", describe(it->first), " as a key");
+    std::string sec = it->first.Scalar();
     if (sec == "device") {
       string_field(&c.device).read(it->second, source + ": key 'device'");
       continue;
@@ -183,7 +185,10 @@ void apply(Config& c, const YAML::Node& root, const std::string& source) {
     if (it->second.IsNull()) continue;
     if (!it->second.IsMap()) fail(source, ": section '", sec, "': expected a mapping, got ", describe(it->second));
     for (auto kv = it->second.begin(); kv != it->second.end(); ++kv) {
-      std::string key = kv->first.as<std::string>();
+      if (!kv->first.IsScalar())
+        fail(source, ":", kv->first.Mark().line + 1, ": section '", sec, "': expected a key name, got ",
+             describe(kv->first), " as a key");
+      std::string key = kv->first.Scalar();
       auto f = found->second.find(key);
       if (f == found->second.end())
         fail(source, ": unknown key '", sec, ".", key, "' (known in '", sec, "': ", known_keys(found->second), ")");

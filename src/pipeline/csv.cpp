@@ -13,6 +13,9 @@ namespace pptrain::pipeline {
 std::string program_to_csv(const Program& program) {
   std::string text;
   for (const auto& actions : program) {
+    // A rank with no actions is one quoted empty cell: an empty line would be skipped as
+    // blank when read back, and the program would lose a rank.
+    if (actions.empty()) text += "\"\"";
     for (size_t i = 0; i < actions.size(); ++i) {
       if (i) text += ',';
       text += to_string(actions[i]);
