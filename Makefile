@@ -4,6 +4,7 @@
 #   make test     build every test binary and run them all; ends with "N passed, M failed"
 #   make bench    build, then run the benchmarks
 #   make deps     install every package (scripts/install_deps.sh)
+#   make fuzz     run every fuzz target (tests/fuzz) for FUZZ_SECONDS (default 300) each
 #   make check-layering   check the includes under src/ against DESIGN.md's dependency table
 # Options: ARCH=native (default x86-64-v3), CUDA=0|1, CUDA_ARCH="80 90", BUILD=dir.
 SHELL := /bin/bash

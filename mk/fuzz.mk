@@ -50,16 +50,20 @@ EXTRA_TARGETS += $(FUZZ_BINS)
 $(BUILD)/tests/test_fuzz: | $(FUZZ_BINS)
 endif
 
-# Long runs: each target for FUZZ_SECONDS on the seeds and what earlier runs kept.
+# Long runs: each target for FUZZ_SECONDS on the seeds and what earlier runs kept; fails
+# when any target found an input that fails (listed at the end).
 FUZZ_SECONDS ?= 300
 .PHONY: fuzz
 fuzz: $(FUZZ_BINS)
-	@set -e; for bin in $(FUZZ_BINS); do \
+	@found=0; for bin in $(FUZZ_BINS); do \
 	  name=$${bin##*/fuzz_}; corpus=$(BUILD)/fuzz-corpus/$$name; crashes=$(BUILD)/fuzz-crashes/$$name/; \
 	  mkdir -p $$corpus $$crashes; \
-	  echo "== fuzz $$name: $(FUZZ_SECONDS) s (corpus $$corpus, crashes $$crashes)"; \
+	  echo "== fuzz $$name: $(FUZZ_SECONDS) s (corpus $$corpus)"; \
 	  $$bin -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-	    -artifact_prefix=$$crashes $$corpus tests/fuzz/corpus/$$name 2>&1 | \
-	    grep -E '^(stat::number_of_executed_units|stat::new_units_added|==[0-9]+==ERROR|SUMMARY|artifact_prefix|Test unit written)' || true; \
+	    -artifact_prefix=$$crashes $$corpus tests/fuzz/corpus/$$name >$(BUILD)/fuzz-$$name.log 2>&1 || found=1; \
+	  grep -E '^(stat::number_of_executed_units|stat::new_units_added|SUMMARY|artifact_prefix)' $(BUILD)/fuzz-$$name.log; \
 	done; \
-	echo "== fuzz: inputs that crashed are in $(BUILD)/fuzz-crashes/<name>/ (copy them to tests/fuzz/regressions/<name>/)"
+	if [ $$found = 1 ]; then \
+	  echo "== fuzz: inputs that fail (logs $(BUILD)/fuzz-<name>.log); fix, then add them to tests/fuzz/regressions/<name>/:"; \
+	  find $(BUILD)/fuzz-crashes -type f; exit 1; fi; \
+	echo "== fuzz: nothing found"

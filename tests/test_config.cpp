@@ -280,3 +280,10 @@ TEST(Config, TrainRefusesFifosAndDirectoriesWithoutBlocking) {
   EXPECT_NE(r.output.find("token shard " + shard + ": is a FIFO (expected a regular file)"), std::string::npos)
       << r.output;
 }
+
+// Found by fuzz_config (tests/fuzz/regressions/config/): a key that is not a name (a YAML
+// sequence or mapping used as a key) was an uncaught yaml-cpp conversion error.
+TEST(Config, RejectsKeysThatAreNotNames) {
+  EXPECT_EQ(error_of("[~=r=]: 1\n"), "exp.yaml:1: expected a section name, got a list as a key");
+  EXPECT_EQ(error_of("training:\n  {a: 1}: 2\n"), "exp.yaml:2: section 'training': expected a key name, got a mapping as a key");
+}

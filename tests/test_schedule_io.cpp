@@ -408,3 +408,11 @@ TEST(ScheduleCommand, AnswersAtItsSizeLimitAndRefusesBeyondIt) {
                                    "is more than this tool builds"))
       << big.output;
 }
+
+// Found by fuzz_schedule_csv (tests/fuzz/regressions/schedule_csv/): a rank without actions
+// was written as an empty line, which reading skips, so the program lost a rank.
+TEST(ScheduleCsv, RankWithoutActionsSurvivesTheRoundTrip) {
+  const Program program = {{Action{Op::F, 0, 0}}, {}, {Action{Op::F, 2, 0}}};
+  EXPECT_EQ(program_to_csv(program), "0F0\n\"\"\n2F0\n");
+  EXPECT_EQ(parse_program_csv(program_to_csv(program), "x.csv"), program);
+}
