@@ -83,12 +83,13 @@ uint64_t total_elements(const std::vector<Part>& parts, int64_t L, const std::st
 }  // namespace
 
 LlmcModel read_llmc_model(const std::string& path) {
-  const uint64_t size = require_regular_file(path, "llm.c model file");
+  require_regular_file(path, "llm.c model file");
   // O_NONBLOCK: a FIFO swapped in after the check opens at once; fstat then refuses it.
   Descriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   if (file.fd < 0) fail(path, ": cannot open llm.c model file (", std::strerror(errno), ")");
   struct stat info;
   if (::fstat(file.fd, &info) != 0 || !S_ISREG(info.st_mode)) fail(path, ": not a regular file (expected an llm.c model file)");
+  const uint64_t size = uint64_t(info.st_size);  // of the file opened, whatever the path names now
   if (size < kHeaderBytes) fail(path, ": ", size, " bytes, shorter than the 1024-byte llm.c header");
   int32_t header[kHeaderInts];
   read_exactly(file.fd, header, kHeaderBytes, 0, path);
