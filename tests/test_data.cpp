@@ -137,20 +137,28 @@ TEST(TokenShard, RejectsBadFilesWithOneLineNamingTheFile) {
 }
 
 // Shards are read with pread, not mapped: a shard truncated while a run reads it gives one
-// line naming the file and the byte where it now ends (a mapping would die of SIGBUS).
+// line naming the file and the bytes it no longer has. A mapping read zeros from the rest
+// of the last page (a silent wrong batch) and died of SIGBUS on a page wholly past the end.
 TEST(TokenDataset, ShardTruncatedWhileInUseIsOneLineNamingFileAndOffset) {
   TempDir dir;
   const std::string f = dir.file("train_000.bin");
-  write_token_shard(f, iota_tokens(41, 100));  // T = 4: 10 sequences, sequence j at token 4j
-  TokenDataset ds(dir.file("train_*.bin"), 4, 65536, "data.train");
-  ASSERT_EQ(ds.num_sequences(), 10u);
-  EXPECT_EQ(sequence(ds, 5)[0], 120);
-  TokenDataset small(dir.file("train_*.bin"), 4, 256, "data.train");  // tokens 100..140 < 256
-  // Keep the header and 10 tokens: sequence 5 (tokens [20, 25), bytes [1064, 1074)) is gone.
+  std::vector<uint16_t> tokens(4001);  // 9026 bytes: three 4 KiB pages
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = uint16_t(i % 256);
+  write_token_shard(f, tokens);
+  TokenDataset ds(dir.file("train_*.bin"), 4, 65536, "data.train");  // sequence j at token 4j
+  TokenDataset small(dir.file("train_*.bin"), 4, 256, "data.train");
+  ASSERT_EQ(ds.num_sequences(), 1000u);
+  EXPECT_EQ(sequence(ds, 5)[0], 20);
+  EXPECT_EQ(sequence(ds, 999)[0], 3996 % 256);
+  // Keep the header and 10 tokens (1044 bytes, inside the first page).
   std::filesystem::resize_file(f, 1024 + 2 * 10);
+  // Sequence 5: tokens [20, 25), bytes [1064, 1074), in the first page's tail.
   EXPECT_EQ(error_of([&] { sequence(ds, 5); }),
             f + ": truncated while in use (now 1044 bytes; reading bytes [1064, 1074))");
-  EXPECT_EQ(sequence(ds, 1)[0], 104);  // what is still there reads as before
+  // Sequence 999: tokens [3996, 4001), bytes [9016, 9026), on the third page.
+  EXPECT_EQ(error_of([&] { sequence(ds, 999); }),
+            f + ": truncated while in use (now 1044 bytes; reading bytes [9016, 9026))");
+  EXPECT_EQ(sequence(ds, 1)[0], 4);  // what is still there reads as before
   // A token rewritten out of the vocabulary after the open is caught by the read.
   {
     std::fstream out(f, std::ios::in | std::ios::out | std::ios::binary);
