@@ -4,6 +4,7 @@
 #   make test     build every test binary and run them all; ends with "N passed, M failed"
 #   make bench    build, then run the benchmarks
 #   make deps     install every package (scripts/install_deps.sh)
+#   make fuzz     run every fuzz target (tests/fuzz) for FUZZ_SECONDS (default 300) each
 #   make check-layering   check the includes under src/ against DESIGN.md's dependency table
 # Options: ARCH=native (default x86-64-v3), CUDA=0|1, CUDA_ARCH="80 90", BUILD=dir.
 SHELL := /bin/bash
@@ -77,9 +78,10 @@ BENCH_BINS := $(BENCH_SRCS:bench/%.cpp=$(BUILD)/bench/%)
 #   gpu_tests.mk      real-device test binaries (CUDA=1); uses the object lists of cuda.mk
 #   mpi_tests.mk      MPI test programs (the NCCL ones link the emulated cuda backend)
 #   checkpoint.mk, run_time_tests.mk   what tests find at run time (order-only)
+#   fuzz.mk           libFuzzer targets (tests/fuzz) built with clang; `make fuzz`
 #   bundle.mk         `make gpu-bundle`; last: it packs the binaries listed above
 include mk/kernels.mk mk/cuda.mk mk/cuda_bench.mk mk/gpu_model.mk mk/gpu_tests.mk mk/mpi_tests.mk mk/checkpoint.mk \
-        mk/run_time_tests.mk mk/bundle.mk
+        mk/run_time_tests.mk mk/fuzz.mk mk/bundle.mk
 
 .PHONY: binaries clean
 .PRECIOUS: $(BUILD)/obj/%.o

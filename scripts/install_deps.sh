@@ -3,8 +3,8 @@
 #   install_deps.sh [--check-or-install] [run|test]
 #     run    what `make run` needs: the compiler, MPI, parallel HDF5, yaml-cpp, OpenBLAS and
 #            the demo's text corpus
-#     test   (default) all of it, plus what the tests need: GoogleTest, the HDF5 tools and a
-#            throwaway local Slurm cluster
+#     test   (default) all of it, plus what the tests need: GoogleTest, the HDF5 tools, clang
+#            with libFuzzer (the fuzz targets) and a throwaway local Slurm cluster
 #   --check-or-install: print nothing when nothing is missing
 # `make run` installs only the run set, so a newcomer's first run waits for fewer packages.
 #
@@ -30,6 +30,7 @@ TEST_PACKAGES=(
   libgtest-dev                        # tests
   hdf5-tools                          # h5dump, to read checkpoints independently
   gdb                                 # where each rank was when a test's command hung
+  clang-14 libclang-rt-14-dev         # the libFuzzer targets (mk/fuzz.mk): clang, its sanitizers
   munge slurmctld slurmd slurm-client # a throwaway local Slurm cluster for the sbatch tests
 )
 check_only=0

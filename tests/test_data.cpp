@@ -1,6 +1,7 @@
 // The data path: token shards (llm.c format), datasets over shard globs, shuffling,
 // layout-independent microbatches, the Markov source of known entropy and prepare-data.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <cstdio>
@@ -126,7 +127,46 @@ TEST(TokenShard, RejectsBadFilesWithOneLineNamingTheFile) {
             f + ": token 999 at position 30 is >= model.vocab_size 999");
 
   EXPECT_EQ(error_of([&] { TokenShard(dir.file("none.bin"), 256); }),
-            dir.file("none.bin") + ": cannot open (No such file or directory)");
+            "token shard " + dir.file("none.bin") + ": cannot open (No such file or directory)");
+  EXPECT_EQ(error_of([&] { TokenShard(dir.path(), 256); }),
+            "token shard " + dir.path() + ": is a directory (expected a regular file)");
+  // A FIFO is refused from its stat, never opened (an open would wait for a writer).
+  ASSERT_EQ(mkfifo(dir.file("pipe.bin").c_str(), 0600), 0);
+  EXPECT_EQ(error_of([&] { TokenShard(dir.file("pipe.bin"), 256); }),
+            "token shard " + dir.file("pipe.bin") + ": is a FIFO (expected a regular file)");
+}
+
+// Shards are read with pread, not mapped: a shard truncated while a run reads it gives one
+// line naming the file and the bytes it no longer has. A mapping read zeros from the rest
+// of the last page (a silent wrong batch) and died of SIGBUS on a page wholly past the end.
+TEST(TokenDataset, ShardTruncatedWhileInUseIsOneLineNamingFileAndOffset) {
+  TempDir dir;
+  const std::string f = dir.file("train_000.bin");
+  std::vector<uint16_t> tokens(4001);  // 9026 bytes: three 4 KiB pages
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = uint16_t(i % 256);
+  write_token_shard(f, tokens);
+  TokenDataset ds(dir.file("train_*.bin"), 4, 65536, "data.train");  // sequence j at token 4j
+  TokenDataset small(dir.file("train_*.bin"), 4, 256, "data.train");
+  ASSERT_EQ(ds.num_sequences(), 1000u);
+  EXPECT_EQ(sequence(ds, 5)[0], 20);
+  EXPECT_EQ(sequence(ds, 999)[0], 3996 % 256);
+  // Keep the header and 10 tokens (1044 bytes, inside the first page).
+  std::filesystem::resize_file(f, 1024 + 2 * 10);
+  // Sequence 5: tokens [20, 25), bytes [1064, 1074), in the first page's tail.
+  EXPECT_EQ(error_of([&] { sequence(ds, 5); }),
+            f + ": truncated while in use (now 1044 bytes; reading bytes [1064, 1074))");
+  // Sequence 999: tokens [3996, 4001), bytes [9016, 9026), on the third page.
+  EXPECT_EQ(error_of([&] { sequence(ds, 999); }),
+            f + ": truncated while in use (now 1044 bytes; reading bytes [9016, 9026))");
+  EXPECT_EQ(sequence(ds, 1)[0], 4);  // what is still there reads as before
+  // A token rewritten out of the vocabulary after the open is caught by the read.
+  {
+    std::fstream out(f, std::ios::in | std::ios::out | std::ios::binary);
+    const uint16_t bad = 300;
+    out.seekp(1024 + 2 * 6);
+    out.write(reinterpret_cast<const char*>(&bad), 2);
+  }
+  EXPECT_EQ(error_of([&] { sequence(small, 1); }), f + ": token 300 at position 6 is >= model.vocab_size 256");
 }
 
 // ---- datasets -------------------------------------------------------------------

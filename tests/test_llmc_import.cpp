@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -261,4 +262,39 @@ TEST(LlmcImport, BadFilesAreClearErrors) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("error: " + dir.file("cut.bin") + ": "), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(dir.file("out.h5")));
+}
+
+// A 1 KB header whose tensor sizes wrap 64-bit arithmetic around to exactly the header's
+// size (C = 2^30, L = 1, Vp + maxT = 2^32 - 15): the element count is then
+// C·(Vp + maxT + 15) + 12·C²·L = 2^62 + 3·2^62 = 2^64 = 0 mod 2^64, so an unchecked sum says
+// "no tensor bytes" and the file "has the right size". It must be rejected before any
+// allocation, naming the file.
+TEST(LlmcImport, HeaderWhoseSizesOverflowIsRejected) {
+  TempDir dir;
+  const std::string path = dir.file("overflow.bin");
+  const int32_t C = 1 << 30, Vp = INT32_MAX, T = int32_t((uint64_t(1) << 32) - 15 - uint64_t(Vp));
+  int32_t header[256] = {20240326, 3, T, /*V*/ 2, /*L*/ 1, /*NH*/ 1, C, Vp};
+  // The premise of the test: unchecked uint64 arithmetic wraps this header to zero elements.
+  uint64_t wrapped = uint64_t(C) * (uint64_t(Vp) + uint64_t(T) + 15) + 12 * uint64_t(C) * uint64_t(C);
+  ASSERT_EQ(wrapped, 0u);
+  write_file(path, std::string(reinterpret_cast<const char*>(header), sizeof header));
+  const std::string error = error_of([&] { read_llmc_model(path); });
+  EXPECT_NE(error.find(path + ": the header's tensor sizes overflow 64-bit arithmetic"), std::string::npos) << error;
+  CommandResult r = run_command("timeout 60 " + pptrain_bin() + " import-llmc " + path + " " + dir.file("out.h5"), 90);
+  EXPECT_TRUE(r.exit_code != 0 && r.exit_code != 124) << r.exit_code << r.output;
+  EXPECT_NE(r.output.find("error: " + path + ": the header's tensor sizes overflow"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir.file("out.h5")));
+}
+
+// A FIFO (or a directory) named as the model file is refused at once instead of blocking
+// in open() waiting for a writer; `timeout` turns a hang into exit code 124.
+TEST(LlmcImport, FifoAndDirectoryAreRefusedWithoutBlocking) {
+  TempDir dir;
+  const std::string fifo = dir.file("model.fifo");
+  ASSERT_EQ(run_command("mkfifo " + fifo).exit_code, 0);
+  CommandResult r = run_command("timeout 20 " + pptrain_bin() + " import-llmc " + fifo + " " + dir.file("out.h5"), 60);
+  EXPECT_TRUE(r.exit_code != 0 && r.exit_code != 124) << r.exit_code << r.output;
+  EXPECT_NE(r.output.find("llm.c model file " + fifo + ": is a FIFO (expected a regular file)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(error_of([&] { read_llmc_model(dir.path()); }).find("is a directory"), std::string::npos);
 }

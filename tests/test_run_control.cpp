@@ -35,6 +35,8 @@
 #include <sstream>
 #include <thread>
 
+#include "checkpoint/checkpoint_format.h"
+#include "checkpoint/checksum.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "support/dump_compare.h"
@@ -128,17 +130,25 @@ std::string latest_of(const std::string& dir) {
   return fs::path(text).filename();
 }
 
-// Overwrites the int64 attributes that say where a checkpoint is in the run: the file then
-// reads as written after `step` steps (its parameters and moments unchanged).
+// Overwrites the int64 attributes that say where a checkpoint is in the run, and the
+// checksum that covers them: the file then reads as written after `step` steps (its
+// parameters and moments unchanged).
 void set_checkpoint_step(const std::string& file, int64_t step) {
   hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   ASSERT_GE(f, 0) << file;
+  CheckpointMeta meta = read_meta(f, file);
+  meta.step = meta.data_next_batch = meta.rng_counter = step;
   for (const char* name : {"step", "data_next_batch", "rng_counter"}) {
     hid_t a = H5Aopen(f, name, H5P_DEFAULT);
     ASSERT_GE(a, 0) << name;
     EXPECT_GE(H5Awrite(a, H5T_NATIVE_INT64, &step), 0) << name;
     H5Aclose(a);
   }
+  const uint64_t sum = checksum_text(meta_text(meta));
+  hid_t a = H5Aopen(f, "meta_checksum", H5P_DEFAULT);
+  ASSERT_GE(a, 0) << "meta_checksum";
+  EXPECT_GE(H5Awrite(a, H5T_NATIVE_UINT64, &sum), 0);
+  H5Aclose(a);
   H5Fclose(f);
 }
 
@@ -246,7 +256,7 @@ TEST(RunControlConfig, NewKeysAreValidatedWithOneLineErrors) {
   };
   EXPECT_EQ(error_of("training: {on_nonfinite: ignore}"),
             "t.yaml: key 'training.on_nonfinite': expected stop or skip, got 'ignore'");
-  EXPECT_EQ(error_of("training: {max_skipped: 0}"), "t.yaml: key 'training.max_skipped': expected >= 1, got 0");
+  EXPECT_EQ(error_of("training: {max_skipped: 0}"), "t.yaml: key 'training.max_skipped': expected an integer in [1, 2147483647], got 0");
   EXPECT_EQ(error_of("runtime: {watchdog_s: -1}"),
             "t.yaml: key 'runtime.watchdog_s': expected a finite number of seconds >= 0 (0 disables the watchdog), "
             "got -1");

@@ -3,6 +3,7 @@
 // and the `pptrain schedule` command in every output format.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <tuple>
@@ -316,4 +317,102 @@ TEST(Lowering, ReceivesArePostedInTheOrderOfTheirSends) {
         }
   }
   EXPECT_GT(checked, 100);
+}
+
+// PyTorch's own dumps (torch.distributed.pipelining's _Action notation) hold actions that
+// are not compute (UNSHARD, RESHARD, REDUCE_GRAD; microbatch optional) and fused
+// "(0F2;0B0)OVERLAP_F_B" cells: they load with the non-compute actions and PyTorch's
+// SEND/RECV ignored, the fused cells split into their parts in order, and lowering
+// re-derives the communication.
+TEST(ScheduleCsv, PyTorchDumpsLoadWithNonComputeActionsIgnoredAndOverlapsSplit) {
+  const std::string path = "tests/data/schedules/pytorch_1f1b_pp2_m4.csv";
+  Schedule s = load_schedule_csv(path, 2, 4, 1, Placement::Loop);
+  auto parse_row = [](const std::string& row) { return parse_program_csv(row, "row")[0]; };
+  EXPECT_EQ(s.program[0], parse_row("0F0,0F1,0F2,0B0,0B1,0F3,0B2,0B3"));
+  EXPECT_EQ(s.program[1], parse_row("1F0,1B0,1F1,1B1,1F2,1B2,1F3,1B3"));
+  // Per rank: UNSHARD, RESHARD, REDUCE_GRAD and 8 sends/receives; one OVERLAP_F_B each.
+  EXPECT_EQ(s.note, path + ": 22 non-compute action(s) ignored (UNSHARD, RESHARD, REDUCE_GRAD, WAIT_*, SEND_*, "
+                           "RECV_*: communication is re-derived by lowering), 2 OVERLAP_F_B split into its parts "
+                           "in order");
+  Schedule prepared = prepare_schedule("file:" + path, 2, 4, 0);
+  EXPECT_TRUE(has_communication(prepared.program));
+
+  // Split backward and an overlap of F with I.
+  const std::string zb = "tests/data/schedules/pytorch_zb_pp2_m2.csv";
+  Schedule z = load_schedule_csv(zb, 2, 2, 1, Placement::Loop);
+  EXPECT_EQ(z.program[1], parse_row("1F0,1I0,1F1,1I1,1W0,1W1"));
+  EXPECT_NO_THROW(prepare_schedule("file:" + zb, 2, 2, 0));
+
+  // A file without PyTorch-only actions is taken as written (its sends stay), no note.
+  EXPECT_EQ(load_schedule_csv(path, 2, 4, 1, Placement::Loop).name, "file:" + path);
+  CsvNotes plain;
+  EXPECT_EQ(parse_program_csv("0F0,0SEND_F0\n1RECV_F0,1F0\n", "x", &plain)[0].size(), 2u);
+  EXPECT_EQ(describe(plain), "");
+
+  // Malformed fused cells name line and column.
+  EXPECT_EQ(error_of([] { parse_program_csv("0F0,(0F1;0B0)OVERLAP\n", "x.csv"); }),
+            "x.csv:1: column 2: action '(0F1;0B0)OVERLAP': expected (<action>;<action>...)OVERLAP_F_B");
+  EXPECT_EQ(error_of([] { parse_program_csv("()OVERLAP_F_B\n", "x.csv"); }),
+            "x.csv:1: column 1: action '()OVERLAP_F_B': OVERLAP_F_B with no actions");
+  EXPECT_EQ(error_of([] { parse_program_csv("0UNSHARD1X\n", "x.csv"); }),
+            "x.csv:1: column 1: action '0UNSHARD1X': unexpected characters "
+            "(expected <stage><OP><microbatch>, e.g. 2F0, 1SEND_B3)");
+}
+
+// `--schedule file:X.csv` and `--load X.csv` are one path (prepare_schedule); the note
+// line goes to stderr, the schedule to stdout.
+TEST(ScheduleCommand, FileSpecAndLoadAgreeAndPrintTheNote) {
+  const std::string path = "tests/data/schedules/pytorch_1f1b_pp2_m4.csv";
+  auto by_spec = pptrain_schedule("--schedule file:" + path + " --pp 2 --microbatches 4 --format csv");
+  auto by_load = pptrain_schedule("--load " + path + " --pp 2 --microbatches 4 --format csv");
+  ASSERT_EQ(by_spec.exit_code, 0) << by_spec.output;
+  EXPECT_EQ(by_spec.output, by_load.output);
+  EXPECT_EQ(std::count(by_spec.output.begin(), by_spec.output.end(), '\n'), 3) << by_spec.output;
+  EXPECT_TRUE(contains(by_spec.output, "note: " + path + ": 22 non-compute action(s) ignored")) << by_spec.output;
+
+  // A FIFO as the schedule file is refused at once (`timeout` turns a hang into 124).
+  TempDir dir;
+  ASSERT_EQ(util::run_command("mkfifo " + dir.file("p.csv")).exit_code, 0);
+  auto fifo = util::run_command("timeout 20 " + util::pptrain_bin() + " schedule --load " + dir.file("p.csv") +
+                                " --pp 2 --microbatches 4", 60);
+  EXPECT_TRUE(fifo.exit_code != 0 && fifo.exit_code != 124) << fifo.exit_code << fifo.output;
+  EXPECT_TRUE(contains(fifo.output, "schedule file " + dir.file("p.csv") + ": is a FIFO (expected a regular file)"))
+      << fifo.output;
+}
+
+// `pptrain schedule` at its size limit (pp * stages_per_rank * microbatches = 10^6) answers:
+// lowering replays events from ordered sets and the validator indexes flat tables, so the
+// work is O(actions log pp). The replay that scanned every rank per event needed more
+// than 10 minutes at pp = m = 2000; the deadline here only guards against a return to
+// that (about 3 s on a 2-core machine shared with builds).
+TEST(ScheduleCommand, AnswersAtItsSizeLimitAndRefusesBeyondIt) {
+  auto at_limit = util::run_command(
+      "timeout 240 " + util::pptrain_bin() + " schedule --schedule 1f1b --pp 1000 --microbatches 1000 --format json",
+      300);
+  ASSERT_EQ(at_limit.exit_code, 0) << at_limit.output.substr(0, 2000);
+  EXPECT_TRUE(contains(at_limit.output, "\"valid\": true"));
+
+  auto over = pptrain_schedule("--schedule 1f1b --pp 1001 --microbatches 1000");
+  EXPECT_NE(over.exit_code, 0);
+  EXPECT_TRUE(contains(over.output, "1f1b: pp*stages_per_rank*microbatches = 1001000 is more than this tool builds "
+                                    "(1000000)"))
+      << over.output;
+
+  // A loaded program's stages per rank come from its highest stage: checked before any
+  // table is sized by it.
+  TempDir dir;
+  util::write_file(dir.file("big.csv"), "0F0,2000000000F0\n1F0\n");
+  auto big = pptrain_schedule("--load " + dir.file("big.csv") + " --pp 2 --microbatches 4");
+  EXPECT_NE(big.exit_code, 0);
+  EXPECT_TRUE(contains(big.output, "file:" + dir.file("big.csv") + ": pp*stages_per_rank*microbatches = 8000000008 "
+                                   "is more than this tool builds"))
+      << big.output;
+}
+
+// Found by fuzz_schedule_csv (tests/fuzz/regressions/schedule_csv/): a rank without actions
+// was written as an empty line, which reading skips, so the program lost a rank.
+TEST(ScheduleCsv, RankWithoutActionsSurvivesTheRoundTrip) {
+  const Program program = {{Action{Op::F, 0, 0}}, {}, {Action{Op::F, 2, 0}}};
+  EXPECT_EQ(program_to_csv(program), "0F0\n\"\"\n2F0\n");
+  EXPECT_EQ(parse_program_csv(program_to_csv(program), "x.csv"), program);
 }

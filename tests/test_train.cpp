@@ -100,7 +100,7 @@ TEST_F(BadInput, WrongType) {
   expect_failure(config() + " training.steps=ten", "key 'training.steps': expected an integer, got 'ten'");
 }
 TEST_F(BadInput, HeadsNotDividingWidth) {
-  expect_failure(config(", n_head: 3"), "n_head 3 must divide d_model 16");
+  expect_failure(config() + " model.n_head=3", "n_head 3 must divide d_model 16");
 }
 TEST_F(BadInput, MissingConfigFile) {
   expect_failure(dir_.file("nope.yaml"), "nope.yaml: cannot open config file");

@@ -2,14 +2,19 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <climits>
 #include <cmath>
-#include <fstream>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace pptrain {
 namespace {
@@ -48,8 +53,12 @@ Field u64_field(uint64_t* p) {
           },
           [p](YAML::Emitter& e) { e << *p; }};
 }
+// Finite only: YAML spells infinity and NaN (.inf, .nan), which no key can use.
 Field double_field(double* p) {
-  return {[p](const YAML::Node& n, const std::string& w) { *p = scalar<double>(n, w, "a number"); },
+  return {[p](const YAML::Node& n, const std::string& w) {
+            *p = scalar<double>(n, w, "a number");
+            if (!std::isfinite(*p)) fail(w, ": expected a finite number, got ", describe(n));
+          },
           [p](YAML::Emitter& e) { e << YAML::Precision(17) << *p; }};
 }
 Field bool_field(bool* p) {
@@ -141,12 +150,34 @@ std::string known_keys(const Section& sec) {
   return out;
 }
 
+// yaml-cpp keeps both entries of a key given twice in one mapping (and a lookup would
+// silently take one of them): refuse it, naming the key path and both lines.
+void reject_duplicate_keys(const YAML::Node& node, const std::string& path, const std::string& source) {
+  if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) reject_duplicate_keys(node[i], cat(path, "[", i, "]"), source);
+    return;
+  }
+  if (!node.IsMap()) return;
+  std::map<std::string, int> line_of;  // key -> 1-based line of its first occurrence
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const std::string key = it->first.IsScalar() ? it->first.Scalar() : "?";
+    const std::string key_path = path.empty() ? key : path + "." + key;
+    const int line = it->first.Mark().line + 1;
+    auto [first, inserted] = line_of.emplace(key, line);
+    if (!inserted)
+      fail(source, ": key '", key_path, "' is given twice (lines ", first->second, " and ", line, "; expected once)");
+    reject_duplicate_keys(it->second, key_path, source);
+  }
+}
+
 void apply(Config& c, const YAML::Node& root, const std::string& source) {
   if (root.IsNull()) return;
   if (!root.IsMap()) fail(source, ": expected a mapping of sections at the top level");
   auto s = schema(c);
   for (auto it = root.begin(); it != root.end(); ++it) {
-    std::string sec = it->first.as<std::string>();
+    if (!it->first.IsScalar())
+      fail(source, ":", it->first.Mark().line + 1, ": expected a section name, got ", describe(it->first), " as a key");
+    std::string sec = it->first.Scalar();
     if (sec == "device") {
       string_field(&c.device).read(it->second, source + ": key 'device'");
       continue;
@@ -158,7 +189,10 @@ void apply(Config& c, const YAML::Node& root, const std::string& source) {
     if (it->second.IsNull()) continue;
     if (!it->second.IsMap()) fail(source, ": section '", sec, "': expected a mapping, got ", describe(it->second));
     for (auto kv = it->second.begin(); kv != it->second.end(); ++kv) {
-      std::string key = kv->first.as<std::string>();
+      if (!kv->first.IsScalar())
+        fail(source, ":", kv->first.Mark().line + 1, ": section '", sec, "': expected a key name, got ",
+             describe(kv->first), " as a key");
+      std::string key = kv->first.Scalar();
       auto f = found->second.find(key);
       if (f == found->second.end())
         fail(source, ": unknown key '", sec, ".", key, "' (known in '", sec, "': ", known_keys(found->second), ")");
@@ -178,6 +212,7 @@ YAML::Node override_node(const std::string& arg) {
   } catch (const YAML::Exception& e) {
     fail("command line: override '", arg, "': value is not valid YAML: ", e.msg);
   }
+  reject_duplicate_keys(v, path, "command line override '" + arg + "'");
   YAML::Node root;
   auto dot = path.find('.');
   if (dot == std::string::npos) {
@@ -200,6 +235,40 @@ void require(bool ok, const Config& c, const std::string& key, const std::string
   if (!ok) fail(c.source, ": key '", key, "': ", what);
 }
 
+// An integer key within [lo, hi]; the bounds are stated in config.h and the message.
+void require_range(const Config& c, const std::string& key, int64_t value, int64_t lo, int64_t hi) {
+  require(value >= lo && value <= hi, c, key, cat("expected an integer in [", lo, ", ", hi, "], got ", value));
+}
+
+// A buffer of `elements` 4-byte values must have a byte count that fits in 63 bits (sizes
+// are computed in int64 and size_t): a config-time check, so no product overflows later.
+void require_size(const Config& c, const std::string& key, const char* what,
+                  std::initializer_list<int64_t> factors) {
+  auto elements = checked_product(factors);
+  auto bytes = elements ? checked_mul(*elements, uint64_t(4)) : std::nullopt;
+  require(bytes && *bytes <= uint64_t(INT64_MAX), c, key,
+          cat(what, " overflows 64-bit sizes (expected a smaller model or batch)"));
+}
+
+// Sizes of the products later code forms from the keys (each factor already in range).
+void validate_sizes(const Config& c) {
+  const auto& m = c.model;
+  const int64_t B = c.training.micro_batch_size, T = m.seq_len, C = m.d_model, V = m.vocab_size;
+  const int64_t L = m.n_layer, NH = m.n_head;
+  require(int64_t(c.parallel.pp) * c.parallel.tp * c.parallel.dp <= kMaxWorldSize, c, "parallel.dp",
+          cat("pp x tp x dp = ", int64_t(c.parallel.pp) * c.parallel.tp * c.parallel.dp, " ranks, more than ",
+              kMaxWorldSize));
+  const int64_t global_batch = B * c.parallel.microbatches * c.parallel.dp;  // < 2^60 by the ranges
+  require(global_batch <= INT32_MAX, c, "training.micro_batch_size",
+          cat("micro_batch_size x microbatches x dp = ", global_batch, " sequences per step, more than ", INT32_MAX));
+  require_size(c, "training.micro_batch_size", "micro_batch_size x seq_len x d_model (activations)", {B, T, C});
+  require_size(c, "training.micro_batch_size", "micro_batch_size x seq_len x 4 d_model (MLP activations)", {B, T, 4, C});
+  require_size(c, "training.micro_batch_size", "micro_batch_size x seq_len x vocab_size (logits)", {B, T, V});
+  require_size(c, "training.micro_batch_size", "micro_batch_size x n_head x seq_len^2 (attention scores)", {B, NH, T, T});
+  require_size(c, "model.d_model", "n_layer x 12 d_model^2 (block weights)", {L, 12, C, C});
+  require_size(c, "model.vocab_size", "vocab_size x d_model (embedding)", {V, C});
+}
+
 }  // namespace
 
 void validate(const Config& c) {
@@ -208,13 +277,13 @@ void validate(const Config& c) {
   const auto& t = c.training;
   require(c.device == "cpu" || c.device == "cuda", c, "device", "expected cpu or cuda, got '" + c.device + "'");
   require(m.arch == "gpt2", c, "model.arch", "expected gpt2, got '" + m.arch + "'");
-  require(m.n_layer >= 1, c, "model.n_layer", cat("expected >= 1, got ", m.n_layer));
-  require(m.n_head >= 1, c, "model.n_head", cat("expected >= 1, got ", m.n_head));
-  require(m.d_model >= 1, c, "model.d_model", cat("expected >= 1, got ", m.d_model));
+  require_range(c, "model.n_layer", m.n_layer, 1, kMaxLayers);
+  require_range(c, "model.n_head", m.n_head, 1, kMaxWidth);
+  require_range(c, "model.d_model", m.d_model, 1, kMaxWidth);
   require(m.d_model % m.n_head == 0, c, "model.n_head",
           cat("n_head ", m.n_head, " must divide d_model ", m.d_model));
-  require(m.seq_len >= 1, c, "model.seq_len", cat("expected >= 1, got ", m.seq_len));
-  require(m.vocab_size >= 2, c, "model.vocab_size", cat("expected >= 2, got ", m.vocab_size));
+  require_range(c, "model.seq_len", m.seq_len, 1, kMaxSeqLen);
+  require_range(c, "model.vocab_size", m.vocab_size, 2, kMaxVocab);
   require(m.attention == "flash" || m.attention == "cudnn" || m.attention == "naive", c, "model.attention",
           "expected flash, cudnn or naive, got '" + m.attention + "'");
   require(m.attention != "cudnn" || c.device == "cuda", c, "model.attention",
@@ -231,11 +300,11 @@ void validate(const Config& c) {
           cat("cudnn needs a head size d_model/n_head that is a multiple of 8 and at most 128, got ",
               m.d_model / m.n_head));
   require(m.tie_embeddings, c, "model.tie_embeddings", "only tied embeddings (GPT-2) are supported");
-  require(p.pp >= 1, c, "parallel.pp", cat("expected >= 1, got ", p.pp));
-  require(p.tp >= 1, c, "parallel.tp", cat("expected >= 1, got ", p.tp));
-  require(p.dp >= 1, c, "parallel.dp", cat("expected >= 1, got ", p.dp));
-  require(p.microbatches >= 1, c, "parallel.microbatches", cat("expected >= 1, got ", p.microbatches));
-  require(p.stages_per_rank >= 1, c, "parallel.stages_per_rank", cat("expected >= 1, got ", p.stages_per_rank));
+  require_range(c, "parallel.pp", p.pp, 1, kMaxWorldSize);
+  require_range(c, "parallel.tp", p.tp, 1, kMaxWorldSize);
+  require_range(c, "parallel.dp", p.dp, 1, kMaxWorldSize);
+  require_range(c, "parallel.microbatches", p.microbatches, 1, kMaxMicrobatches);
+  require_range(c, "parallel.stages_per_rank", p.stages_per_rank, 1, kMaxStagesPerRank);
   require(m.n_head % p.tp == 0, c, "parallel.tp",
           cat("tp ", p.tp, " must divide model.n_head ", m.n_head));
   require(!p.schedule.empty(), c, "parallel.schedule", "expected a schedule name or file:PATH.csv");
@@ -254,33 +323,38 @@ void validate(const Config& c) {
     require(sum == m.n_layer, c, "parallel.layers_per_stage",
             cat("entries sum to ", sum, " but model.n_layer is ", m.n_layer));
   }
-  require(t.steps >= 0, c, "training.steps", cat("expected >= 0, got ", t.steps));
-  require(t.micro_batch_size >= 1, c, "training.micro_batch_size", cat("expected >= 1, got ", t.micro_batch_size));
-  require(t.lr >= 0, c, "training.lr", "expected >= 0");
-  require(t.min_lr >= 0 && t.min_lr <= t.lr, c, "training.min_lr", "expected 0 <= min_lr <= lr");
-  require(t.warmup_steps >= 0, c, "training.warmup_steps", "expected >= 0");
-  require(t.weight_decay >= 0, c, "training.weight_decay", "expected >= 0");
-  require(t.grad_clip >= 0, c, "training.grad_clip", "expected >= 0 (0 disables clipping)");
-  require(t.beta1 >= 0 && t.beta1 < 1, c, "training.beta1", "expected 0 <= beta1 < 1");
-  require(t.beta2 >= 0 && t.beta2 < 1, c, "training.beta2", "expected 0 <= beta2 < 1");
-  require(t.eps > 0, c, "training.eps", "expected > 0");
+  require_range(c, "training.steps", t.steps, 0, INT32_MAX);
+  require_range(c, "training.micro_batch_size", t.micro_batch_size, 1, kMaxMicroBatchSize);
+  // Floats: finite (checked as they are read) and in the ranges of config.h.
+  require(t.lr > 0 && t.lr <= kMaxLr, c, "training.lr", cat("expected 0 < lr <= ", kMaxLr, ", got ", t.lr));
+  require(t.min_lr >= 0 && t.min_lr <= t.lr, c, "training.min_lr",
+          cat("expected 0 <= min_lr <= lr (", t.lr, "), got ", t.min_lr));
+  require_range(c, "training.warmup_steps", t.warmup_steps, 0, INT32_MAX);
+  require(t.weight_decay >= 0 && t.weight_decay <= kMaxWeightDecay, c, "training.weight_decay",
+          cat("expected 0 <= weight_decay <= ", kMaxWeightDecay, ", got ", t.weight_decay));
+  require(t.grad_clip >= 0 && t.grad_clip <= kMaxGradClip, c, "training.grad_clip",
+          cat("expected 0 <= grad_clip <= ", kMaxGradClip, " (0 disables clipping), got ", t.grad_clip));
+  require(t.beta1 >= 0 && t.beta1 < 1, c, "training.beta1", cat("expected 0 <= beta1 < 1, got ", t.beta1));
+  require(t.beta2 >= 0 && t.beta2 < 1, c, "training.beta2", cat("expected 0 <= beta2 < 1, got ", t.beta2));
+  require(t.eps > 0 && t.eps <= kMaxEps, c, "training.eps", cat("expected 0 < eps <= ", kMaxEps, ", got ", t.eps));
   require(t.precision == "fp32" || t.precision == "bf16", c, "training.precision",
           "expected fp32 or bf16, got '" + t.precision + "'");
   require(t.precision == "fp32" || c.device == "cuda", c, "training.precision",
           "bf16 needs device: cuda (the cpu backend is fp32)");
-  require(t.eval_every >= 0, c, "training.eval_every", "expected >= 0");
-  require(t.eval_batches >= 0, c, "training.eval_batches", "expected >= 0");
+  require_range(c, "training.eval_every", t.eval_every, 0, INT32_MAX);
+  require_range(c, "training.eval_batches", t.eval_batches, 0, kMaxEvalBatches);
   require(t.on_nonfinite == "stop" || t.on_nonfinite == "skip", c, "training.on_nonfinite",
           "expected stop or skip, got '" + t.on_nonfinite + "'");
-  require(t.max_skipped >= 1, c, "training.max_skipped", cat("expected >= 1, got ", t.max_skipped));
-  require(c.checkpoint.every >= 0, c, "checkpoint.every", "expected >= 0");
-  require(c.checkpoint.keep_last >= 1, c, "checkpoint.keep_last", "expected >= 1");
+  require_range(c, "training.max_skipped", t.max_skipped, 1, INT32_MAX);
+  require_range(c, "checkpoint.every", c.checkpoint.every, 0, INT32_MAX);
+  require_range(c, "checkpoint.keep_last", c.checkpoint.keep_last, 1, INT32_MAX);
   require(!c.checkpoint.resume.empty(), c, "checkpoint.resume", "expected auto, none or a path");
-  require(c.logging.every >= 1, c, "logging.every", "expected >= 1");
-  require(c.logging.sample_tokens >= 0, c, "logging.sample_tokens", "expected >= 0");
+  require_range(c, "logging.every", c.logging.every, 1, INT32_MAX);
+  require_range(c, "logging.sample_tokens", c.logging.sample_tokens, 0, kMaxSampleTokens);
   // std::isfinite: a YAML .nan or .inf parses as a double; an infinite wait is spelled 0.
   require(std::isfinite(c.runtime.watchdog_s) && c.runtime.watchdog_s >= 0, c, "runtime.watchdog_s",
           cat("expected a finite number of seconds >= 0 (0 disables the watchdog), got ", c.runtime.watchdog_s));
+  validate_sizes(c);
 }
 
 Config parse_config(const std::string& yaml_text, const std::string& source,
@@ -293,6 +367,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
   } catch (const YAML::Exception& e) {
     fail(source, ":", e.mark.line + 1, ": invalid YAML: ", e.msg);
   }
+  reject_duplicate_keys(root, "", source);
   apply(c, root, source);
   for (const auto& o : overrides) apply(c, override_node(o), "command line override '" + o + "'");
   if (c.model.attention.empty())
@@ -302,11 +377,10 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream in(path);
-  if (!in) fail(path, ": cannot open config file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_config(ss.str(), path, overrides);
+  struct stat info;
+  if (::stat(path.c_str(), &info) != 0) fail(path, ": cannot open config file (", std::strerror(errno), ")");
+  // A regular file only (a directory would read as an empty config, a FIFO block forever).
+  return parse_config(read_small_file(path, "config", kMaxConfigBytes), path, overrides);
 }
 
 std::string to_yaml(const Config& c_in) {

@@ -107,6 +107,25 @@ struct Config {
   }
 };
 
+// The ranges validate() enforces beyond the obvious (>= 1, >= 0). Floats must be finite.
+// Integer bounds are far above any real run and keep every product the trainer forms from
+// them in 64 bits (validate() also checks the buffer sizes B·T·C, B·T·V, B·NH·T², L·12C²).
+inline constexpr int kMaxLayers = 1 << 14;          // model.n_layer
+inline constexpr int kMaxWidth = 1 << 17;           // model.d_model, model.n_head
+inline constexpr int kMaxSeqLen = 1 << 20;          // model.seq_len
+inline constexpr int kMaxVocab = 1 << 24;           // model.vocab_size
+inline constexpr int kMaxWorldSize = 1 << 20;       // parallel.pp, tp, dp and their product
+inline constexpr int kMaxMicrobatches = 1 << 20;    // parallel.microbatches
+inline constexpr int kMaxStagesPerRank = 1 << 10;   // parallel.stages_per_rank
+inline constexpr int kMaxMicroBatchSize = 1 << 20;  // training.micro_batch_size
+inline constexpr int kMaxEvalBatches = 1 << 20;     // training.eval_batches
+inline constexpr int kMaxSampleTokens = 1 << 20;    // logging.sample_tokens
+inline constexpr double kMaxLr = 10;                // training.lr in (0, 10]; min_lr in [0, lr]
+inline constexpr double kMaxWeightDecay = 10;       // training.weight_decay in [0, 10]
+inline constexpr double kMaxGradClip = 1e6;         // training.grad_clip in [0, 1e6], 0 = off
+inline constexpr double kMaxEps = 1e-2;             // training.eps in (0, 1e-2]; beta1, beta2 in [0, 1)
+inline constexpr uint64_t kMaxConfigBytes = 1 << 20;  // a config file
+
 // Parses `path`, applies `overrides` ("section.key=value", value parsed as YAML) and
 // validates. Throws pptrain::Error naming the file and key on any problem.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});

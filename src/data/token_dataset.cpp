@@ -64,7 +64,9 @@ void TokenDataset::read_sequence(uint64_t index, int32_t* tokens, int32_t* targe
   auto next = std::upper_bound(first_sequence_.begin(), first_sequence_.end(), sequence);
   const size_t s = size_t(next - first_sequence_.begin()) - 1;
   const uint64_t start = (sequence - first_sequence_[s]) * uint64_t(seq_len_);
-  const uint16_t* src = shards_[s].tokens().data() + start;  // src[T+1]
+  // Read per sequence into a buffer (a few KB), not mapped: see data/read_only_file.h.
+  std::vector<uint16_t> src(size_t(seq_len_) + 1);  // src[T+1]
+  shards_[s].read(start, src.size(), src.data());
   for (int t = 0; t < seq_len_; ++t) {
     tokens[t] = src[t];
     targets[t] = src[t + 1];

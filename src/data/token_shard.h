@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "data/mapped_file.h"
+#include "data/read_only_file.h"
 
 namespace pptrain::data {
 
@@ -20,21 +20,25 @@ inline constexpr size_t kShardHeaderBytes = kShardHeaderInts * sizeof(int32_t); 
 // half-written shard). Throws pptrain::Error naming the file when it cannot be written.
 void write_token_shard(const std::string& path, std::span<const uint16_t> tokens);
 
-// One validated shard, memory-mapped. Opening checks magic, version, the size against
-// the header's count and every token against vocab_size, each failure one line naming
-// the file ("FILE: token 300 at position 17 is >= model.vocab_size 256").
+// One validated shard, read with pread (data/read_only_file.h says why not mmap).
+// Opening checks magic, version, the size against the header's count (overflow-safe) and
+// every token against vocab_size, each failure one line naming the file ("FILE: token 300
+// at position 17 is >= model.vocab_size 256"). Reads check again what they return, so a
+// shard truncated or rewritten while training gives one line, never a signal.
 class TokenShard {
  public:
   TokenShard(const std::string& path, int vocab_size);
-  const std::string& path() const { return path_; }
-  // tokens[N], valid while the shard lives.
-  std::span<const uint16_t> tokens() const { return {tokens_, num_tokens_}; }
+  const std::string& path() const { return file_.path(); }
   size_t num_tokens() const { return num_tokens_; }
+  // out[count] = tokens [first, first + count) of the shard. Throws pptrain::Error naming
+  // the file and offset when they are no longer in the file or out of the vocabulary.
+  void read(uint64_t first, size_t count, uint16_t* out) const;
 
  private:
-  std::string path_;
-  MappedFile file_;
-  const uint16_t* tokens_ = nullptr;
+  // Throws for the first token of tokens[count] (the shard's from `first` on) >= vocab.
+  void check_vocab(const uint16_t* tokens, size_t count, uint64_t first) const;
+  ReadOnlyFile file_;
+  int vocab_size_;
   size_t num_tokens_ = 0;
 };
 

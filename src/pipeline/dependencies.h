@@ -6,8 +6,11 @@
 // An edge crosses ranks when the two stages live on different ranks; it then travels as
 // SEND_F(s-1) -> RECV_F(s) (activations) or SEND_B(s+1) -> RECV_B(s) (gradients).
 #pragma once
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <tuple>
+#include <vector>
 
 #include "pipeline/ir.h"
 
@@ -93,5 +96,37 @@ using ActionKey = std::tuple<int, int, int>;
 inline ActionKey key_of(const Action& a) { return {int(a.op), a.stage, a.microbatch}; }
 inline ActionKey key_of(const PassRef& p) { return {int(p.pass), p.stage, p.microbatch}; }
 inline ActionKey pass_key(const Action& a) { return {int(pass_of(a.op)), a.stage, a.microbatch}; }
+
+// A table over every key (op or pass, stage, microbatch) of a program whose stages and
+// microbatches are in range (the validator checks that first): one slot per key in a flat
+// array, so a lookup is an index computation, not a search. 8 ops x stages x microbatches.
+template <typename T>
+class KeyTable {
+ public:
+  KeyTable(int stages, int microbatches, T empty)
+      : stages_(stages), microbatches_(microbatches),
+        slots_(size_t(8) * size_t(stages) * size_t(microbatches), empty) {}
+  T& operator[](const ActionKey& k) {
+    return slots_[(size_t(std::get<0>(k)) * size_t(stages_) + size_t(std::get<1>(k))) * size_t(microbatches_) +
+                  size_t(std::get<2>(k))];
+  }
+  const T& operator[](const ActionKey& k) const { return const_cast<KeyTable&>(*this)[k]; }
+
+ private:
+  int stages_, microbatches_;
+  std::vector<T> slots_;
+};
+
+// For unordered maps of keys: the three ints mixed into one 64-bit value (splitmix64's
+// finaliser), so keys that differ in any field spread over the buckets.
+struct ActionKeyHash {
+  size_t operator()(const ActionKey& k) const {
+    uint64_t x = (uint64_t(uint32_t(std::get<0>(k))) << 56) ^ (uint64_t(uint32_t(std::get<1>(k))) << 28) ^
+                 uint64_t(uint32_t(std::get<2>(k)));
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return size_t(x ^ (x >> 31));
+  }
+};
 
 }  // namespace pptrain::pipeline

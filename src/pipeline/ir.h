@@ -51,6 +51,7 @@ struct Schedule {
   int stages_per_rank = 1;
   Placement placement = Placement::Loop;
   Program program;  // [pp]
+  std::string note;  // what loading a file changed (pipeline/csv.h), "" when nothing
 
   int num_stages() const { return pp * stages_per_rank; }
   int rank_of(int stage) const { return rank_of_stage(placement, stage, pp); }

@@ -1,7 +1,9 @@
 #include "pipeline/lower.h"
 
 #include <limits>
-#include <map>
+#include <set>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "pipeline/dependencies.h"
@@ -14,8 +16,10 @@ constexpr double kNever = std::numeric_limits<double>::infinity();
 
 double unit_duration(Op op) { return op == Op::B ? 2.0 : 1.0; }
 
+// Actions outside the program's stages or microbatches take no part in the replay (they
+// are copied through for validate() to name).
 bool stage_in_range(const Schedule& s, const Action& a) {
-  return a.stage >= 0 && a.stage < s.num_stages();
+  return a.stage >= 0 && a.stage < s.num_stages() && a.microbatch >= 0 && a.microbatch < s.microbatches;
 }
 
 }  // namespace
@@ -32,57 +36,75 @@ Schedule lower(const Schedule& compute_only) {
   Schedule out = s;
   for (auto& actions : out.program) actions.clear();
 
-  std::map<ActionKey, double> done;   // pass -> time it completed
+  constexpr double kNotDone = -1;
+  KeyTable<double> done(s.num_stages(), s.microbatches, kNotDone);  // pass -> time it completed
   std::vector<size_t> next(pp, 0);    // next compute action per rank
   std::vector<double> free_at(pp, 0); // when the rank's running action ends
-  std::vector<bool> running(pp, false);
+  // Event sets, so one event costs O(log pp) rather than a scan of every rank: idle ranks
+  // whose next action has all its inputs, by (earliest start, rank); running ranks by
+  // (end, rank). An idle rank whose next action waits for a pass not yet done is parked
+  // under that pass and woken when it completes (its earliest start changes only then).
+  std::set<std::pair<double, int>> ready, running;
+  // Ranks parked under a pass, as linked lists: the first rank (or -1) per pass, and the
+  // next rank parked under the same pass. A rank is parked under one pass at a time.
+  KeyTable<int> parked_first(s.num_stages(), s.microbatches, -1);
+  std::vector<int> parked_next(pp, -1);
 
-  // The time rank r could start its next action, or kNever while an input is missing.
-  auto earliest_start = [&](int r) {
+  // Files idle rank r under `ready` or parks it (nothing when its list is done).
+  auto file_idle = [&](int r) {
+    if (next[r] >= s.program[r].size()) return;
     const Action& a = s.program[r][next[r]];
     double t = free_at[r];
-    if (!stage_in_range(s, a)) return t;
-    for (const PassRef& dep : dependencies(a, s.num_stages())) {
-      auto it = done.find(key_of(dep));
-      if (it == done.end()) return kNever;
-      t = std::max(t, it->second);
-    }
-    return t;
-  };
-
-  // Discrete-event replay: completions at time t are handled before starts at t, so a
-  // SEND/RECV pair lands in both lists before the compute that consumes the tensor.
-  for (;;) {
-    double first_completion = kNever, first_start = kNever;
-    int starter = -1;
-    for (int r = 0; r < pp; ++r) {
-      if (running[r]) {
-        first_completion = std::min(first_completion, free_at[r]);
-      } else if (next[r] < s.program[r].size()) {
-        double t = earliest_start(r);
-        if (t < first_start) first_start = t, starter = r;
+    if (stage_in_range(s, a)) {
+      for (const PassRef& dep : dependencies(a, s.num_stages())) {
+        const double finished = done[key_of(dep)];
+        if (finished == kNotDone) {
+          parked_next[r] = std::exchange(parked_first[key_of(dep)], r);
+          return;
+        }
+        t = std::max(t, finished);
       }
     }
+    ready.insert({t, r});
+  };
+  auto complete = [&](const ActionKey& key, double t, std::vector<int>& woken) {
+    done[key] = t;
+    for (int r = std::exchange(parked_first[key], -1); r >= 0; r = std::exchange(parked_next[r], -1))
+      woken.push_back(r);
+  };
+  for (int r = 0; r < pp; ++r) file_idle(r);
+
+  // Discrete-event replay: completions at time t are handled (in rank order) before starts
+  // at t, so a SEND/RECV pair lands in both lists before the compute that consumes the
+  // tensor; among starts at one time the lowest rank goes first.
+  for (;;) {
+    const double first_completion = running.empty() ? kNever : running.begin()->first;
+    const double first_start = ready.empty() ? kNever : ready.begin()->first;
     if (first_completion == kNever && first_start == kNever) break;
     if (first_completion <= first_start) {
-      for (int r = 0; r < pp; ++r) {
-        if (!running[r] || free_at[r] != first_completion) continue;
-        running[r] = false;
+      std::vector<int> woken;
+      while (!running.empty() && running.begin()->first == first_completion) {
+        const int r = running.begin()->second;
+        running.erase(running.begin());
+        woken.push_back(r);
         const Action& a = s.program[r][next[r]++];
         if (!stage_in_range(s, a)) continue;
-        done[pass_key(a)] = free_at[r];
-        if (a.op == Op::B) done[{int(Pass::WeightGrad), a.stage, a.microbatch}] = free_at[r];
+        complete(pass_key(a), free_at[r], woken);
+        if (a.op == Op::B) complete({int(Pass::WeightGrad), a.stage, a.microbatch}, free_at[r], woken);
         if (auto msg = outgoing_message(s, a)) {
           out.program[r].push_back(msg->send);
           int receiver = s.rank_of(msg->recv.stage);
           if (receiver >= 0 && receiver < pp) out.program[receiver].push_back(msg->recv);
         }
       }
+      for (int r : woken) file_idle(r);
     } else {
+      const int starter = ready.begin()->second;
+      ready.erase(ready.begin());
       const Action& a = s.program[starter][next[starter]];
       out.program[starter].push_back(a);
-      running[starter] = true;
       free_at[starter] = first_start + unit_duration(a.op);
+      running.insert({free_at[starter], starter});
     }
   }
 
@@ -96,8 +118,8 @@ Schedule lower(const Schedule& compute_only) {
         continue;
       }
       if (auto msg = incoming_message(s, a)) {
-        bool sent = done.count(pass_key(Action{msg->send.op == Op::SEND_F ? Op::F : Op::I,
-                                                msg->send.stage, msg->send.microbatch}));
+        bool sent = done[pass_key(Action{msg->send.op == Op::SEND_F ? Op::F : Op::I, msg->send.stage,
+                                         msg->send.microbatch})] != kNotDone;
         if (!sent) out.program[r].push_back(msg->recv);
       }
       out.program[r].push_back(a);

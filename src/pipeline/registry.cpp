@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "pipeline/csv.h"
 #include "pipeline/generators.h"
 #include "pipeline/lower.h"
@@ -42,6 +43,13 @@ const Entry& entry(const std::string& name) {
 
 }  // namespace
 
+void check_size(const std::string& name, int pp, int stages_per_rank, int microbatches) {
+  const long long size = 1LL * pp * stages_per_rank * microbatches;
+  if (size > kMaxStageMicrobatches)
+    fail(name, ": pp*stages_per_rank*microbatches = ", size, " is more than this tool builds (",
+         kMaxStageMicrobatches, ")");
+}
+
 const std::vector<std::string>& schedule_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> out;
@@ -60,11 +68,7 @@ Schedule generate_schedule(const std::string& name, int pp, int microbatches,
   if (microbatches < 1) fail(name, ": microbatches must be >= 1 (got ", microbatches, ")");
   if (stages_per_rank < 0) fail(name, ": stages per rank must be >= 1 (got ", stages_per_rank, ")");
   const int v = stages_per_rank == 0 ? e.default_stages_per_rank : stages_per_rank;
-  // Bounds what a typo can allocate: 3 compute actions per stage and microbatch.
-  constexpr long long kMaxStageMicrobatches = 4'000'000;
-  if (1LL * pp * v * microbatches > kMaxStageMicrobatches)
-    fail(name, ": pp*stages_per_rank*microbatches = ", 1LL * pp * v * microbatches,
-         " is more than this tool builds (", kMaxStageMicrobatches, ")");
+  check_size(name, pp, v, microbatches);
   return e.make(pp, microbatches, v);
 }
 
@@ -90,7 +94,10 @@ Schedule load_or_generate(const std::string& spec, int pp, int microbatches, int
       for (const Action& a : actions) last = std::max(last, a.stage);
     s.stages_per_rank = last / pp + 1;
   }
+  // Before anything is sized by the shape (the validator's tables are stages x microbatches).
+  check_size(s.name, pp, s.stages_per_rank, microbatches);
   s.placement = opts.placement ? *opts.placement : infer_placement(s.program, pp, s.stages_per_rank);
+  if (!s.note.empty()) log::info("note: ", s.note);
   return s;
 }
 

@@ -17,6 +17,14 @@ const std::vector<std::string>& schedule_names();
 // dualpipev, else 1. Throws Error for an unknown name.
 int default_stages_per_rank(const std::string& name);
 
+// The largest pp * stages_per_rank * microbatches a schedule may have, generated or loaded:
+// it bounds what a typo allocates, and keeps `pptrain schedule` (validate twice, lower,
+// simulate, render) to seconds: pp = m = 1000 takes about 3 s, and a text time line of a
+// thousand ranks is already past reading. (At pp = m = 2000 it took 20 s and 2 GB.)
+inline constexpr long long kMaxStageMicrobatches = 1'000'000;
+// Throws Error "NAME: pp*stages_per_rank*microbatches = N is more than this tool builds".
+void check_size(const std::string& name, int pp, int stages_per_rank, int microbatches);
+
 // The compute program (F, B, I, W per rank) of a named schedule; stages_per_rank = 0 takes
 // the default. Not validated. Throws Error for an unknown name, pp or microbatches < 1, or
 // a shape the schedule does not support (naming the constraint).

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
-#include <map>
 #include <sstream>
 
 #include "core/error.h"
@@ -74,7 +73,18 @@ SimResult simulate(const Schedule& schedule, const CostModel& cost) {
   out.timeline.resize(pp);
   std::vector<double> clock(pp, 0), memory(pp, 0), first_start(pp, -1), last_end(pp, 0);
   std::vector<size_t> pos(pp, 0);
-  std::map<ActionKey, double> sent, posted;  // message (keyed by its RECV) -> time
+  // Message (keyed by its RECV) -> time; kNone until it happens. The keys index flat
+  // tables, so every action and the other end of every message must be in range.
+  for (int r = 0; r < pp; ++r)
+    for (const Action& a : s.program[r]) {
+      const Action other = matching_action(a);
+      for (const Action& x : {a, other})
+        if (x.stage < 0 || x.stage >= stages || x.microbatch < 0 || x.microbatch >= s.microbatches)
+          fail("simulate: schedule '", s.name, "': rank ", r, ", action ", to_string(a),
+               " is outside its stages or microbatches (run validate for details)");
+    }
+  constexpr double kNone = -1;
+  KeyTable<double> sent(stages, s.microbatches, kNone), posted(stages, s.microbatches, kNone);
 
   // Runs rank r's next action if its inputs have been sent; false if it must wait.
   auto step = [&](int r) -> bool {
@@ -85,11 +95,11 @@ SimResult simulate(const Schedule& schedule, const CostModel& cost) {
     } else if (a.op == Op::RECV_F || a.op == Op::RECV_B) {
       posted[key_of(a)] = start;
     } else if (auto msg = incoming_message(s, a)) {
-      auto it = sent.find(key_of(msg->recv));
-      if (it == sent.end()) return false;
-      auto post = posted.find(key_of(msg->recv));
-      double post_time = post == posted.end() ? start : post->second;
-      start = std::max(start, std::max(it->second, post_time) + cost.comm);
+      const double sent_at = sent[key_of(msg->recv)];
+      if (sent_at == kNone) return false;
+      const double posted_at = posted[key_of(msg->recv)];
+      const double post_time = posted_at == kNone ? start : posted_at;
+      start = std::max(start, std::max(sent_at, post_time) + cost.comm);
     }
     double end = start + duration(cost, s, a);
     out.timeline[r].push_back({a, start, end});

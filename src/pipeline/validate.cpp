@@ -1,7 +1,7 @@
 #include "pipeline/validate.h"
 
 #include <algorithm>
-#include <map>
+#include <cstdint>
 
 #include "core/error.h"
 #include "pipeline/dependencies.h"
@@ -11,10 +11,12 @@ namespace pptrain::pipeline {
 namespace {
 
 struct Where {
-  int rank;
+  int rank;      // -1: no such action
   int position;
 };
-using Index = std::map<ActionKey, Where>;  // every action of the program -> where it is
+// Every action of the program -> where it is (built once its stages and microbatches are
+// known to be in range).
+using Index = KeyTable<Where>;
 
 std::string at(int rank, int position, const Action& a) {
   return cat("rank ", rank, ", position ", position, ", action ", to_string(a));
@@ -22,8 +24,8 @@ std::string at(int rank, int position, const Action& a) {
 std::string at(const Where& w, const Action& a) { return at(w.rank, w.position, a); }
 
 const Where* find(const Index& index, const Action& a) {
-  auto it = index.find(key_of(a));
-  return it == index.end() ? nullptr : &it->second;
+  const Where& w = index[key_of(a)];
+  return w.rank < 0 ? nullptr : &w;
 }
 
 // The action that completes `dep` (an F, or the I or B of a backward), if present.
@@ -77,8 +79,8 @@ std::string pointless_message(const Schedule& s, const Action& a) {
 }
 
 Index check_actions(const Schedule& s) {
-  Index index;
   const int stages = s.num_stages();
+  Index index(stages, s.microbatches, Where{-1, -1});
   for (int r = 0; r < s.pp; ++r) {
     for (int i = 0; i < int(s.program[r].size()); ++i) {
       const Action& a = s.program[r][i];
@@ -92,8 +94,9 @@ Index check_actions(const Schedule& s) {
              placement_name(s.placement), " placement)");
       std::string why = pointless_message(s, a);
       if (!why.empty()) fail(at(r, i, a), ": no message to exchange (", why, ")");
-      auto [it, fresh] = index.emplace(key_of(a), Where{r, i});
-      if (!fresh) fail(at(r, i, a), ": duplicate (also at position ", it->second.position, ")");
+      Where& slot = index[key_of(a)];
+      if (slot.rank >= 0) fail(at(r, i, a), ": duplicate (also at position ", slot.position, ")");
+      slot = Where{r, i};
     }
   }
   return index;
@@ -191,7 +194,8 @@ void check_messages(const Schedule& s, const Index& index) {
 
 void check_deadlock(const Schedule& s, const Index& index, bool lowered, bool blocking_sends) {
   std::vector<size_t> pos(s.pp, 0);
-  std::map<ActionKey, bool> done;  // compute passes (compute programs) or sends (lowered)
+  // Compute passes (compute programs) or sends (lowered) that have happened.
+  KeyTable<uint8_t> done(s.num_stages(), s.microbatches, 0);
   auto head = [&](int r) -> const Action* {
     return pos[r] < s.program[r].size() ? &s.program[r][pos[r]] : nullptr;
   };
@@ -201,7 +205,7 @@ void check_deadlock(const Schedule& s, const Index& index, bool lowered, bool bl
     if (is_compute(a.op)) {
       if (!lowered)
         for (const PassRef& dep : dependencies(a, s.num_stages()))
-          if (!done.count(key_of(dep))) return false;
+          if (!done[key_of(dep)]) return false;
       done[pass_key(a)] = true;
       if (a.op == Op::B) done[{int(Pass::WeightGrad), a.stage, a.microbatch}] = true;
       ++pos[r];
@@ -219,7 +223,7 @@ void check_deadlock(const Schedule& s, const Index& index, bool lowered, bool bl
     }
     if (send) {
       done[key_of(a)] = true;
-    } else if (!done.count(key_of(peer_action))) {
+    } else if (!done[key_of(peer_action)]) {
       return false;
     }
     ++pos[r];
@@ -236,7 +240,7 @@ void check_deadlock(const Schedule& s, const Index& index, bool lowered, bool bl
     Action awaited = matching_action(*a);
     if (is_compute(a->op)) {
       for (const PassRef& dep : dependencies(*a, s.num_stages()))
-        if (!done.count(key_of(dep))) awaited = provider(index, dep).value_or(*a);
+        if (!done[key_of(dep)]) awaited = provider(index, dep).value_or(*a);
     }
     const int peer = s.rank_of(awaited.stage);
     const Action* stuck = head(peer);

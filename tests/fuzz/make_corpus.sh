@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Writes the seed inputs of the fuzz targets under tests/fuzz/corpus/<name>/ (committed;
+# run again after a format changes). Needs build/pptrain (for the schedules) and python3.
+#   tests/fuzz/make_corpus.sh [BUILD]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${1:-build}
+out=tests/fuzz/corpus
+rm -rf "$out" && mkdir -p "$out"/{config,schedule_csv,token_shard,llmc}
+
+# config: the shipped configs, and YAML text + NUL + override lines.
+for f in configs/*.yaml; do cp "$f" "$out/config/$(basename "$f")"; done
+printf 'model: {n_layer: 2, n_head: 2, d_model: 16}\nparallel: {pp: 2}\n\0training.lr=3e-4\nparallel.schedule=zb-h1\n' \
+  >"$out/config/with_overrides"
+
+# schedule_csv: lowered and compute-only programs of the generators, and PyTorch dumps.
+for s in gpipe 1f1b interleaved-1f1b zb-h1 zbv dualpipev; do
+  "$BUILD/pptrain" schedule --schedule "$s" --pp 2 --microbatches 4 --format csv >"$out/schedule_csv/$s.csv"
+done
+cp tests/data/schedules/*.csv "$out/schedule_csv/"
+
+# token_shard and llmc: small valid files in llm.c's formats.
+python3 - "$out" <<'PY'
+import struct, sys
+out = sys.argv[1]
+def shard(path, tokens):
+    header = [20240520, 1, len(tokens)] + [0] * 253
+    open(path, "wb").write(struct.pack("<256i", *header) + struct.pack("<%dH" % len(tokens), *tokens))
+shard(out + "/token_shard/small.bin", [i % 256 for i in range(40)])
+shard(out + "/token_shard/empty.bin", [])
+def llmc(path, version, T=2, V=3, Vp=4, L=1, NH=1, C=2):
+    n = Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+    header = [20240326, version, T, V, L, NH, C, Vp] + [0] * 248
+    values = [((i * 37) % 17 - 8) / 8.0 for i in range(n)]
+    body = struct.pack("<%df" % n, *values)
+    if version == 5:  # bf16: the top half of each fp32
+        body = b"".join(body[i + 2:i + 4] for i in range(0, len(body), 4))
+    open(path, "wb").write(struct.pack("<256i", *header) + body)
+llmc(out + "/llmc/fp32.bin", 3)
+llmc(out + "/llmc/bf16.bin", 5)
+PY
+echo "seeds: $(find "$out" -type f | wc -l) files under $out"
