@@ -11,7 +11,7 @@
 # linker takes only the objects a target uses. A target that reads more of src/ (the
 # HDF5 checkpoint reader: checkpoint/ with model/ and parallel/) adds its folder here.
 FUZZ_CXX ?= clang++-14
-FUZZ_LIB_DIRS := core data pipeline checkpoint
+FUZZ_LIB_DIRS := core data pipeline checkpoint parallel model backend
 FUZZ_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=all
 # The same system headers and libraries as the gcc build: the packages', and MPI's (the
 # MPI compiler wrapper is gcc's, so its flags are asked for directly).

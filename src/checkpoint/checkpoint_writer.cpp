@@ -1,6 +1,7 @@
 #include "checkpoint/checkpoint_writer.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -109,8 +110,7 @@ int64_t file_bytes_bound(const std::vector<TableEntry>& table, int sections, con
 // once a metadata flush has failed, HDF5 1.10 can no longer close the file (its close
 // fails again, "slist already enabled?", and the library's own cleanup at exit crashes on
 // the open file). File systems without fallocate (EOPNOTSUPP) are written unreserved.
-// What the bound over-reserves stays allocated past the end of the file: under 1 KiB per
-// dataset.
+// What the bound over-reserved is given back after the close (release_reserved_space).
 void reserve_space(const std::string& path, int64_t bytes, const std::string& where) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) fail(where, ": cannot open to reserve space (", std::strerror(errno), ")");
@@ -118,6 +118,13 @@ void reserve_space(const std::string& path, int64_t bytes, const std::string& wh
   ::close(fd);
   if (rc == 0 || rc == EOPNOTSUPP || rc == ENOSYS) return;
   fail(where, ": cannot reserve ", bytes, " bytes for the checkpoint: ", std::strerror(rc));
+}
+
+// Truncating a file to its own size frees the blocks reserved past its end (ext4, xfs,
+// tmpfs); a failure only leaves them allocated, so it is not an error.
+void release_reserved_space(const std::string& path) {
+  struct stat info;
+  if (::stat(path.c_str(), &info) == 0) (void)::truncate(path.c_str(), info.st_size);
 }
 
 // `error` with the file system's reason appended when it names none.
@@ -306,6 +313,7 @@ WriteStats write_checkpoint_file(const std::string& path, const std::vector<Shar
     errno = 0;
     h5::io_check(w.file.close(), cat(where, ": close"));
   }, kMetadataBytes);
+  if (io.rank() == 0) release_reserved_space(path);
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }

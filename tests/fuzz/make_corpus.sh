@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
 out=tests/fuzz/corpus
-rm -rf "$out" && mkdir -p "$out"/{config,schedule_csv,token_shard,llmc}
+rm -rf "$out" && mkdir -p "$out"/{config,schedule_csv,token_shard,llmc,checkpoint}
 
 # config: the shipped configs, and YAML text + NUL + override lines.
 for f in configs/*.yaml; do cp "$f" "$out/config/$(basename "$f")"; done
@@ -39,4 +39,17 @@ def llmc(path, version, T=2, V=3, Vp=4, L=1, NH=1, C=2):
 llmc(out + "/llmc/fp32.bin", 3)
 llmc(out + "/llmc/bf16.bin", 5)
 PY
+# checkpoint: one step of a 1-layer model (d_model 8, vocab 16) with its AdamW moments.
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+"$BUILD/pptrain" prepare-data --markov --out "$tmp/data" --vocab 16 --tokens 20000 >/dev/null
+cat >"$tmp/c.yaml" <<EOF
+model: {n_layer: 1, n_head: 2, d_model: 8, seq_len: 8, vocab_size: 16}
+parallel: {microbatches: 1}
+training: {steps: 1, micro_batch_size: 1, eval_every: 0, warmup_steps: 0}
+data: {train: "$tmp/data/train_*.bin", val: ""}
+checkpoint: {dir: $tmp/ck, every: 1}
+EOF
+OMP_NUM_THREADS=1 "$BUILD/pptrain" train "$tmp/c.yaml" >/dev/null
+cp "$tmp/ck/step_00000001.h5" "$out/checkpoint/tiny_with_moments.h5"
+
 echo "seeds: $(find "$out" -type f | wc -l) files under $out"
