@@ -14,10 +14,12 @@ FUZZ_CXX ?= clang++-14
 FUZZ_LIB_DIRS := core data pipeline checkpoint parallel model backend
 FUZZ_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=all
 # The same system headers and libraries as the gcc build: the packages', and MPI's (the
-# MPI compiler wrapper is gcc's, so its flags are asked for directly).
-FUZZ_CXXFLAGS := -std=c++20 -O1 -g -Wall -Wextra -Wno-unused-parameter -MMD -MP -DOMPI_SKIP_MPICXX \
+# MPI compiler wrapper is gcc's, so its flags are asked for directly). Expanded when a
+# fuzz rule runs, not when make reads this file: on a fresh machine MPI's wrapper exists
+# only after `make deps`.
+FUZZ_CXXFLAGS = -std=c++20 -O1 -g -Wall -Wextra -Wno-unused-parameter -MMD -MP -DOMPI_SKIP_MPICXX \
                  -Isrc -Ikernels -Itests $(PKG_CFLAGS) $(shell $(CXX) --showme:compile 2>/dev/null) $(FUZZ_SANITIZE)
-FUZZ_LDLIBS := $(PKG_LIBS) $(shell $(CXX) --showme:link 2>/dev/null) -lpthread
+FUZZ_LDLIBS = $(PKG_LIBS) $(shell $(CXX) --showme:link 2>/dev/null) -lpthread
 
 FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.cpp))
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.cpp=$(BUILD)/fuzz/%)

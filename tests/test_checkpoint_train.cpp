@@ -344,15 +344,18 @@ TEST_F(CheckpointTrain, FailedSaveUnderPp2FailsEveryRankAndKeepsThePreviousCheck
 }
 
 TEST_F(CheckpointTrain, FullTmpfsUnderPp2FailsEveryRankAndKeepsThePreviousCheckpoint) {
-  // A real full disk: a tmpfs with room for one checkpoint and half another.
+  // A real full disk: a tmpfs with room for one checkpoint and half another. The model is
+  // widened (values of about 3 MB) so that the space a save reserves first (the values
+  // and a bound on HDF5's metadata, about 0.2 MB here) is close to the file's size.
+  const std::string model = "parallel.pp=2 model.d_model=64 model.vocab_size=2048 ";
   const std::string probe = dir_->file("tmpfs_probe");
-  TrainRun sizing = train(2, "parallel.pp=2 training.steps=2 checkpoint.dir=" + probe);
+  TrainRun sizing = train(2, model + "training.steps=2 checkpoint.dir=" + probe);
   ASSERT_EQ(sizing.result.exit_code, 0) << sizing.result.output;
   const uint64_t one = fs::file_size(probe + "/step_00000002.h5");
   SmallTmpfs tmpfs(dir_->file("tmpfs"), (one * 3 / 2 + 4095) / 4096 * 4096);
   if (!tmpfs.mounted()) GTEST_SKIP() << tmpfs.error;
   const std::string ck = dir_->file("tmpfs/ck");
-  TrainRun failed = train(2, "parallel.pp=2 checkpoint.every=2 checkpoint.dir=" + ck, "", 60);
+  TrainRun failed = train(2, model + "checkpoint.every=2 checkpoint.dir=" + ck, "", 60);
   EXPECT_NE(failed.result.exit_code, 0) << failed.result.output;
   EXPECT_NE(failed.result.exit_code, 124) << "hung\n" << failed.result.output;
   for (int rank = 0; rank < 2; ++rank) {
@@ -367,7 +370,7 @@ TEST_F(CheckpointTrain, FullTmpfsUnderPp2FailsEveryRankAndKeepsThePreviousCheckp
   EXPECT_FALSE(fs::exists(ck + "/step_00000004.h5.tmp"));
   EXPECT_EQ(read_file(ck + "/latest"), "step_00000002.h5\n");
   // The older checkpoint loads (into a run that saves elsewhere).
-  TrainRun resumed = train(2, "parallel.pp=2 training.steps=3 checkpoint.resume=" + ck + "/step_00000002.h5");
+  TrainRun resumed = train(2, model + "training.steps=3 checkpoint.resume=" + ck + "/step_00000002.h5");
   EXPECT_EQ(resumed.result.exit_code, 0) << resumed.result.output;
   EXPECT_EQ(resumed.resumed_from, 2) << resumed.result.output;
 }
