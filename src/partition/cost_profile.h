@@ -1,0 +1,66 @@
+// The measured costs of one model on one backend: what the planner (partition/) plans
+// with, written by `pptrain profile` as a small JSON file and read back by the planner,
+// by `parallel.profile: FILE` and by the simulator's `--cost FILE`.
+//
+// The model is a chain of layers: the embedding, n_layer identical blocks, and the head
+// (final layernorm, vocabulary projection, loss). Each layer kind has its times per
+// microbatch (micro_batch_size sequences of seq_len tokens) on one rank holding its tp
+// shard, and its bytes. A stage's cost is the sum of its layers' costs; a stage boundary
+// costs one transfer of transfer_bytes each way.
+#pragma once
+#include <string>
+
+namespace pptrain {
+
+// One layer kind on one rank. Times in milliseconds per microbatch, medians of repeats.
+struct LayerCost {
+  double forward_ms = 0;      // F
+  double input_grad_ms = 0;   // I (dgrad): the input gradient, and what W needs kept
+  double weight_grad_ms = 0;  // W (wgrad): parameter gradients; frees the microbatch
+  // Activation bytes one microbatch keeps on this rank: from F until I (freed by I) and
+  // from I until W (freed by W; for most layers the output gradients the wgrad GEMMs read).
+  double act_fi_bytes = 0;
+  double act_iw_bytes = 0;
+  // Bytes that do not depend on microbatches: fp32 parameters, their fp32 gradients and
+  // (bf16 runs) bf16 working copies in param_bytes; the two fp32 AdamW moments in
+  // optim_bytes.
+  double param_bytes = 0;
+  double optim_bytes = 0;
+};
+
+struct CostProfile {
+  // What it was measured for: a profile applies only to the same shapes and backend.
+  std::string device = "cpu";     // cpu | cuda
+  std::string precision = "fp32"; // fp32 | bf16
+  std::string attention;          // the attention implementation timed (naive | flash | cudnn)
+  int n_layer = 0, micro_batch_size = 0, seq_len = 0, d_model = 0, n_head = 0, vocab_size = 0;
+  int tp = 1;  // the tp degree the layer costs were measured at (each rank its shard)
+
+  LayerCost embedding, block, head;
+
+  // One stage-to-stage tensor ([micro_batch_size·seq_len, d_model] in the activation
+  // type) and the median time of one point-to-point transfer of it between two ranks over
+  // the job's communicator (MPI on cpu, NCCL on cuda); 0 when measured on one rank.
+  double transfer_bytes = 0;
+  double transfer_ms = 0;
+  // All-reduce time model t(bytes) = allreduce_latency_ms + bytes / allreduce_bytes_per_ms,
+  // fitted to measured all-reduces over the ranks profiled (2 ranks or more), or stated
+  // defaults when profiled on one rank (allreduce_measured false). Used for tp and dp.
+  double allreduce_latency_ms = 0;
+  double allreduce_bytes_per_ms = 0;
+  bool allreduce_measured = false;
+};
+
+// JSON text of a profile (one object, keys as the members above; layer kinds as nested
+// objects "embedding", "block", "head").
+std::string to_json(const CostProfile& p);
+
+// Reads a profile written by to_json. Untrusted: a regular file, every key known and
+// present, numbers finite and >= 0, shapes >= 1; an error is one line naming the file and
+// the key (pptrain::Error).
+CostProfile read_cost_profile(const std::string& path);
+// The same from text (`what` names it in errors).
+CostProfile parse_cost_profile(const std::string& json, const std::string& what);
+void write_cost_profile(const CostProfile& p, const std::string& path);
+
+}  // namespace pptrain
