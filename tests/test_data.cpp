@@ -120,10 +120,10 @@ TEST(TokenShard, RejectsBadFilesWithOneLineNamingTheFile) {
   tokens[17] = 300;
   tokens[30] = 999;  // the first offender is reported
   write_token_shard(f, tokens);
-  EXPECT_EQ(error_of([&] { TokenShard(f, 256); }),
+  EXPECT_EQ(error_of([&] { TokenShard(f, 256).check_all_tokens(); }),
             f + ": token 300 at position 17 is >= model.vocab_size 256");
-  EXPECT_NO_THROW(TokenShard(f, 1000));
-  EXPECT_EQ(error_of([&] { TokenShard(f, 999); }),
+  EXPECT_NO_THROW(TokenShard(f, 1000).check_all_tokens());
+  EXPECT_EQ(error_of([&] { TokenShard(f, 999).check_all_tokens(); }),
             f + ": token 999 at position 30 is >= model.vocab_size 999");
 
   EXPECT_EQ(error_of([&] { TokenShard(dir.file("none.bin"), 256); }),
@@ -209,7 +209,7 @@ TEST(TokenDataset, RejectsBadInputNamingKeyOrFile) {
   std::vector<uint16_t> bad = iota_tokens(20, 0);
   bad[5] = 256;
   write_token_shard(dir.file("x_1.bin"), bad);
-  EXPECT_EQ(error_of([&] { TokenDataset(glob, 4, 256, "data.val"); }),
+  EXPECT_EQ(error_of([&] { TokenDataset(glob, 4, 256, "data.val").check_all_tokens(); }),
             dir.file("x_1.bin") + ": token 256 at position 5 is >= model.vocab_size 256");
 
   std::filesystem::remove(dir.file("x_1.bin"));

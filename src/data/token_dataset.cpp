@@ -51,6 +51,10 @@ TokenDataset::TokenDataset(const std::string& glob, int seq_len, int vocab_size,
          seq_len + 1, " tokens (", files.size(), " shard(s), ", num_tokens_, " tokens in all)");
 }
 
+void TokenDataset::check_all_tokens() const {
+  for (const TokenShard& shard : shards_) shard.check_all_tokens();
+}
+
 uint64_t TokenDataset::resolve(uint64_t index) const {
   const uint64_t position = index % num_sequences_;
   if (!shuffle_) return position;

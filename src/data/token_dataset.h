@@ -26,10 +26,13 @@ std::vector<std::string> match_shard_files(const std::string& glob, const std::s
 
 class TokenDataset {
  public:
-  // `key` names the config key in messages ("data.train"). Every shard is validated
-  // against vocab_size at construction.
+  // `key` names the config key in messages ("data.train"). Every shard's header is
+  // validated at construction; its tokens by check_all_tokens() and by each read.
   TokenDataset(const std::string& glob, int seq_len, int vocab_size, const std::string& key,
                bool shuffle = false, uint64_t seed = 0);
+
+  // Every token of every shard against vocab_size (TokenShard::check_all_tokens).
+  void check_all_tokens() const;
 
   uint64_t num_sequences() const { return num_sequences_; }
   uint64_t num_tokens() const { return num_tokens_; }

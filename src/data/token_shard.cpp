@@ -73,10 +73,10 @@ TokenShard::TokenShard(const std::string& path, int vocab_size)
          payload % 2 ? " and a stray byte" : "", ")");
   }
   num_tokens_ = size_t(expected);
+}
 
-  // Every token is checked once here, so a bad shard fails before training starts; the
-  // shard is read in chunks of 1 MiB. A max-reduction vectorises; only a failing chunk is
-  // scanned again.
+void TokenShard::check_all_tokens() const {
+  // A max-reduction vectorises; only a failing chunk is scanned again (check_vocab).
   if (vocab_size_ >= 65536) return;
   std::vector<uint16_t> chunk(std::min<size_t>(num_tokens_, size_t(1) << 19));
   for (uint64_t first = 0; first < num_tokens_; first += chunk.size()) {

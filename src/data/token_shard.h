@@ -21,15 +21,20 @@ inline constexpr size_t kShardHeaderBytes = kShardHeaderInts * sizeof(int32_t); 
 void write_token_shard(const std::string& path, std::span<const uint16_t> tokens);
 
 // One validated shard, read with pread (data/read_only_file.h says why not mmap).
-// Opening checks magic, version, the size against the header's count (overflow-safe) and
-// every token against vocab_size, each failure one line naming the file ("FILE: token 300
-// at position 17 is >= model.vocab_size 256"). Reads check again what they return, so a
-// shard truncated or rewritten while training gives one line, never a signal.
+// Opening checks magic, version and the size against the header's count (overflow-safe);
+// check_all_tokens() checks every token against vocab_size; each failure is one line
+// naming the file ("FILE: token 300 at position 17 is >= model.vocab_size 256"). Reads
+// check what they return, so a shard truncated or rewritten while training gives one
+// line, never a signal.
 class TokenShard {
  public:
   TokenShard(const std::string& path, int vocab_size);
   const std::string& path() const { return file_.path(); }
   size_t num_tokens() const { return num_tokens_; }
+  // Reads the whole shard once (in chunks of 1 MiB) and throws for the first token >=
+  // vocab_size: the up-front check (job/preflight), so that a bad shard fails before
+  // training rather than when its bad sequence comes up.
+  void check_all_tokens() const;
   // out[count] = tokens [first, first + count) of the shard. Throws pptrain::Error naming
   // the file and offset when they are no longer in the file or out of the vocabulary.
   void read(uint64_t first, size_t count, uint16_t* out) const;

@@ -162,10 +162,12 @@ std::string check_evaluation_data(const Config& cfg) {
 std::string check_data_shards(const Config& cfg) {
   try {
     if (cfg.data.train.empty()) return cat(cfg.source, ": key 'data.train': a glob of token shards is required");
-    data::TokenDataset train(cfg.data.train, cfg.model.seq_len, cfg.model.vocab_size, "data.train");
+    // Every token is read once here; the trainer's datasets then check only their headers
+    // and what each read returns.
+    data::TokenDataset(cfg.data.train, cfg.model.seq_len, cfg.model.vocab_size, "data.train").check_all_tokens();
     const TrainingConfig& t = cfg.training;
     if (!cfg.data.val.empty() && t.eval_every > 0 && t.eval_batches > 0)
-      data::TokenDataset val(cfg.data.val, cfg.model.seq_len, cfg.model.vocab_size, "data.val");
+      data::TokenDataset(cfg.data.val, cfg.model.seq_len, cfg.model.vocab_size, "data.val").check_all_tokens();
   } catch (const Error& e) {
     return e.what();
   }

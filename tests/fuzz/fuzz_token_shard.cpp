@@ -1,6 +1,6 @@
 // Fuzz target: the token shard reader (llm.c format). The input is written to a temporary
 // file and opened as a shard with a vocabulary of 256 (so token checks are exercised);
-// what opens is read back whole and in sequences. Every input either reads or is rejected
+// what opens is scanned whole, then read back whole. Every input either reads or is rejected
 // with a pptrain::Error naming the file.
 #include <cstdint>
 #include <cstdio>
@@ -16,6 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string& path = file.write(data, size);
   try {
     pptrain::data::TokenShard shard(path, 256);
+    shard.check_all_tokens();
     std::vector<uint16_t> tokens(shard.num_tokens());
     shard.read(0, tokens.size(), tokens.data());
     for (uint16_t t : tokens)
