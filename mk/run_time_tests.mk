@@ -3,3 +3,5 @@
 $(BUILD)/tests/test_readme $(BUILD)/tests/test_output_dirs $(BUILD)/tests/test_run_control: | $(BUILD)/pptrain
 # test_cuda_build seeds its real CUDA build with this build's library objects.
 $(BUILD)/tests/test_cuda_build: | $(BUILD)/pptrain $(LIB)
+# test_cost_profile runs `pptrain profile`, and pptrain-emu's for device: cuda.
+$(BUILD)/tests/test_cost_profile: | $(BUILD)/pptrain $(BUILD)/pptrain-emu

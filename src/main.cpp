@@ -15,6 +15,9 @@ const char* kUsage =
     "  prepare-data --text FILE...|--markov --out DIR   write token shards (see prepare-data --help)\n"
     "  train CONFIG [section.key=value ...] [--dump DIR]\n"
     "                                         train (mpirun/srun -np dp*pp*tp for parallel runs)\n"
+    "  profile CONFIG [--out FILE] [--repeats N] [section.key=value ...]\n"
+    "                                         time the config's layers (F, I, W), transfers and\n"
+    "                                         all-reduces; write the cost file (default profile.json)\n"
     "  schedule --schedule NAME --pp P --microbatches M   show, check and simulate a schedule\n"
     "  inspect [--verify] FILE.h5|DIR         attributes, config and tensors of a checkpoint\n"
     "  import-llmc MODEL.bin OUT.h5           convert an llm.c GPT-2 model file to a checkpoint\n"
@@ -34,6 +37,7 @@ int main(int argc, char** argv) {
   pptrain::Args args(argv + 2, argv + argc);
   try {
     if (cmd == "train") return pptrain::cmd_train(args, mpi);
+    if (cmd == "profile") return pptrain::cmd_profile(args, mpi);
     if (cmd == "--version" || cmd == "version") return pptrain::cmd_version(args);
     if (cmd == "prepare-data") return pptrain::cmd_prepare_data(args);
     if (cmd == "schedule") return pptrain::cmd_schedule(args);

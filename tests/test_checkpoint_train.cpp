@@ -205,6 +205,12 @@ TEST_F(CheckpointTrain, BitExactResumeSingleProcess) { check_bit_exact_resume(1,
 
 TEST_F(CheckpointTrain, BitExactResumePp2Tp2Zbv) { check_bit_exact_resume(4, kPp2Tp2Zbv); }
 
+TEST_F(CheckpointTrain, BitExactResumeWithStagesOfNoBlock) {
+  // V placement: rank 0 holds the embedding alone (stage 0) and the head alone (stage 3).
+  check_bit_exact_resume(2, "parallel.pp=2 parallel.schedule=zbv parallel.stages_per_rank=2"
+                            " parallel.layers_per_stage=[0,2,2,0]");
+}
+
 TEST_F(CheckpointTrain, PlantedLostMomentIsRejected) {
   // The resumed run loses one AdamW moment of one tensor on one rank (zeroed after the
   // load): the exact comparison of the resumed run must reject it.
@@ -221,7 +227,8 @@ TEST_F(CheckpointTrain, ReshardingLoadsUnderOtherLayouts) {
   read_h5_floats(reshard_original().file, "/model/wte.weight", &shape);
   EXPECT_EQ(shape, (std::vector<hsize_t>{19, 16})) << "the vocabulary padding of tp=2 is not stored";
   for (const ReshardLayout& l : {ReshardLayout{"pp1tp1", 1, ""}, ReshardLayout{"pp4", 4, "parallel.pp=4"},
-                                 ReshardLayout{"tp2dp2", 4, "parallel.tp=2 parallel.dp=2 parallel.microbatches=2"}}) {
+                                 ReshardLayout{"tp2dp2", 4, "parallel.tp=2 parallel.dp=2 parallel.microbatches=2"},
+                                 ReshardLayout{"pp2_head_alone", 2, "parallel.pp=2 parallel.layers_per_stage=[4,0]"}}) {
     const Verdict v = resharded(l);
     EXPECT_TRUE(v.passed()) << v.failures(l.name);
     std::cout << "resharded to " << l.name << ": " << v.summary() << "\n";

@@ -95,6 +95,23 @@ TEST(Config, RejectsImpossibleValues) {
   EXPECT_NE(msg.find("expected cpu or cuda"), std::string::npos) << msg;
 }
 
+TEST(Config, OnlyTheFirstAndLastStageMayHoldNoBlock) {
+  // The first stage keeps the embedding and the last the head even with no block.
+  for (const char* cut : {"[0, 4]", "[4, 0]"})
+    EXPECT_EQ(error_of(std::string("model: {n_layer: 4}\nparallel: {pp: 2, layers_per_stage: ") + cut + "}\n"), "")
+        << cut;
+  const Config c = parse_config("model: {n_layer: 2}\nparallel: {pp: 2, stages_per_rank: 2, layers_per_stage: [0, 1, 1, 0]}\n",
+                                "v.yaml");
+  EXPECT_EQ(c.parallel.layers_per_stage, (std::vector<int>{0, 1, 1, 0}));
+  auto msg = error_of("model: {n_layer: 4}\nparallel: {pp: 3, layers_per_stage: [2, 0, 2]}\n");
+  EXPECT_NE(msg.find("exp.yaml: key 'parallel.layers_per_stage[1]': expected at least 1 block"), std::string::npos)
+      << msg;
+  msg = error_of("model: {n_layer: 4}\nparallel: {pp: 2, layers_per_stage: [-1, 5]}\n");
+  EXPECT_NE(msg.find("'parallel.layers_per_stage[0]': expected 0 or more blocks, got -1"), std::string::npos) << msg;
+  msg = error_of("model: {n_layer: 1}\nparallel: {pp: 2, layers_per_stage: [0, 0]}\n");
+  EXPECT_NE(msg.find("sum to 0 but model.n_layer is 1"), std::string::npos) << msg;
+}
+
 TEST(Config, AttentionDefaultsToTheDevicesAndAcceptsEachChoice) {
   // Unset: flash on cuda; naive on cpu (its figures and losses as before the key existed).
   EXPECT_EQ(parse_config("", "t.yaml").model.attention, "naive");

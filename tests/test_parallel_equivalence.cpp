@@ -121,12 +121,13 @@ class Equivalence : public ::testing::Test {
     return cache.at(m);
   }
 
-  // Step k of a layout from the reference's state after step k − 1.
-  static GlobalDump layout_step(const std::string& schedule, const Layout& l, int k, const std::string& env = "") {
+  // Step k of a layout from the reference's state after step k − 1; `extra`: more overrides.
+  static GlobalDump layout_step(const std::string& schedule, const Layout& l, int k, const std::string& env = "",
+                                const std::string& extra = "") {
     char ck[32];
     std::snprintf(ck, sizeof ck, "/step_%08d.h5", k - 1);
     const std::string resume = k == 1 ? "" : "checkpoint.resume=" + reference(kMicrobatches * l.dp).checkpoints + ck;
-    return dump(train(schedule, l, kMicrobatches, resume, env), l, k);
+    return dump(train(schedule, l, kMicrobatches, resume + " " + extra, env), l, k);
   }
 
   // The one comparison of the suite: gradients and loss, then the values after AdamW.
@@ -138,10 +139,11 @@ class Equivalence : public ::testing::Test {
     return v;
   }
 
-  static void check(const std::string& schedule, const Layout& l) {
+  static void check(const std::string& schedule, const Layout& l, const std::string& extra = "") {
     for (int k = 1; k <= kSteps; ++k) {
-      const std::string what = schedule + " on " + l.name + " step " + std::to_string(k);
-      const Verdict v = compare_step(layout_step(schedule, l, k), l, k);
+      const std::string what = schedule + " on " + l.name + (extra.empty() ? "" : " " + extra) + " step " +
+                               std::to_string(k);
+      const Verdict v = compare_step(layout_step(schedule, l, k, "", extra), l, k);
       EXPECT_TRUE(v.passed()) << v.failures(what);
       const Check w = v.worst();
       if (w.ratio() >= worst_clean_.ratio()) {
@@ -206,6 +208,15 @@ TEST_F(Equivalence, VocabParallelCrossEntropyWithPaddedVocabulary) {
   // columns. Loss, gradients and the updated embedding match the single process.
   check("1f1b", kTp4);
   EXPECT_EQ(reference(kMicrobatches).steps.at(1).tensors.at("wte.weight").shape, (std::vector<int64_t>{19, 16}));
+}
+
+TEST_F(Equivalence, StagesOfOnlyTheEmbeddingOrOnlyTheHead) {
+  // What a planner may choose when the head is costly: the first stage holds the embedding
+  // alone, or the last the head alone (under V placement both sit on rank 0 with no block).
+  check("1f1b", kPp2, "parallel.layers_per_stage=[0,8]");
+  check("1f1b", kPp2, "parallel.layers_per_stage=[8,0]");
+  check("zbv", kPp2, "parallel.layers_per_stage=[0,4,4,0]");
+  check("interleaved-1f1b", kPp2, "parallel.layers_per_stage=[0,4,4,0]");
 }
 
 TEST_F(Equivalence, CleanRunsStayWellInsideTheBounds) {

@@ -229,6 +229,10 @@ TEST_F(Preflight, MemoryPredictionEqualsWhatTheJobAllocates) {
       {2, "parallel.pp=2 parallel.schedule=interleaved-1f1b parallel.stages_per_rank=2 model.n_layer=4"
           " training.eval_every=1"},
       {2, "parallel.pp=2 parallel.schedule=zb-h2 parallel.microbatches=6"},
+      // Stages of no block: only the embedding, only the head (one rank holds both under V).
+      {2, "parallel.pp=2 parallel.layers_per_stage=[0,2]"},
+      {2, "parallel.pp=2 parallel.layers_per_stage=[2,0] training.eval_every=1"},
+      {2, "parallel.pp=2 parallel.schedule=zbv parallel.stages_per_rank=2 parallel.layers_per_stage=[0,1,1,0]"},
       {2, "parallel.tp=2"},
       {2, "parallel.dp=2"},
   };

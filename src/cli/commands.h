@@ -11,6 +11,7 @@ class MpiSession;
 using Args = std::vector<std::string>;
 
 int cmd_train(const Args& args, MpiSession& mpi);
+int cmd_profile(const Args& args, MpiSession& mpi);
 int cmd_version(const Args& args);
 int cmd_prepare_data(const Args& args);
 int cmd_schedule(const Args& args);

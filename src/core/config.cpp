@@ -309,15 +309,25 @@ void validate(const Config& c) {
           cat("tp ", p.tp, " must divide model.n_head ", m.n_head));
   require(!p.schedule.empty(), c, "parallel.schedule", "expected a schedule name or file:PATH.csv");
   const int stages = c.total_stages();
-  require(m.n_layer >= stages, c, "parallel.stages_per_rank",
-          cat("model.n_layer ", m.n_layer, " is fewer than the ", stages, " pipeline stages (pp ", p.pp,
-              " x stages_per_rank ", p.stages_per_rank, ")"));
-  if (!p.layers_per_stage.empty()) {
+  if (p.layers_per_stage.empty()) {
+    require(m.n_layer >= stages, c, "parallel.stages_per_rank",
+            cat("model.n_layer ", m.n_layer, " is fewer than the ", stages, " pipeline stages (pp ", p.pp,
+                " x stages_per_rank ", p.stages_per_rank, ")"));
+  } else {
     require(int(p.layers_per_stage.size()) == stages, c, "parallel.layers_per_stage",
             cat("expected ", stages, " entries (pp x stages_per_rank), got ", p.layers_per_stage.size()));
-    int sum = 0;
-    for (int n : p.layers_per_stage) {
-      require(n >= 1, c, "parallel.layers_per_stage", cat("every stage needs >= 1 layer, got ", n));
+    // The first stage holds the embedding and the last the head, so either may hold no
+    // block (a planner puts a costly head alone); a stage between them would be empty.
+    int64_t sum = 0;
+    for (int s = 0; s < stages; ++s) {
+      const int n = p.layers_per_stage[s];
+      const bool end = s == 0 || s == stages - 1;
+      if (end)
+        require(n >= 0, c, cat("parallel.layers_per_stage[", s, "]"), cat("expected 0 or more blocks, got ", n));
+      else
+        require(n >= 1, c, cat("parallel.layers_per_stage[", s, "]"),
+                cat("expected at least 1 block (only the first and last stage, which hold the embedding and "
+                    "the head, may hold none), got ", n));
       sum += n;
     }
     require(sum == m.n_layer, c, "parallel.layers_per_stage",

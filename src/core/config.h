@@ -35,7 +35,9 @@ struct ParallelConfig {
   std::string schedule = "1f1b";       // a generator name, or file:PATH.csv
   int microbatches = 8;
   int stages_per_rank = 1;
-  std::vector<int> layers_per_stage;   // empty = auto (spread evenly)
+  // Blocks per stage, pp·stages_per_rank entries; empty = auto (spread evenly). The first
+  // and last stage may hold 0 (only the embedding, only the head), the others >= 1.
+  std::vector<int> layers_per_stage;
 };
 
 struct TrainingConfig {

@@ -87,7 +87,10 @@ class TypedStage final : public Stage {
   void head_dlogits_row(int mb, int row, float* out) override { head().dlogits_row(mb, row, out); }
 
   size_t activation_bytes_per_microbatch() const override {
-    size_t bytes = 2 * transfer_bytes() * (layers_.size() + 1);
+    return 2 * transfer_bytes() * (layers_.size() + 1) + layer_slot_bytes();
+  }
+  size_t layer_slot_bytes() const override {
+    size_t bytes = 0;
     for (auto& l : layers_) bytes += l->slot_bytes();
     return bytes;
   }

@@ -58,6 +58,9 @@ class Stage {
   // Last stage only, after forward: row `row` of dlogits[N,VL] as fp32 into host out[VL].
   virtual void head_dlogits_row(int mb, int row, float* out) = 0;
   virtual size_t activation_bytes_per_microbatch() const = 0;
+  // The part of it in the layers' own slots (Layer::slot_bytes), without the stage's [N,C]
+  // input/output tensors and their gradients: taken by F, freed by W.
+  virtual size_t layer_slot_bytes() const = 0;
   virtual size_t live_microbatches() const = 0;
 };
 

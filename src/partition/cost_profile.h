@@ -19,11 +19,19 @@ struct LayerCost {
   double weight_grad_ms = 0;  // W (wgrad): parameter gradients; frees the microbatch
   // Activation bytes one microbatch keeps on this rank: from F until I (freed by I) and
   // from I until W (freed by W; for most layers the output gradients the wgrad GEMMs read).
+  // What pptrain's layers do (model/layer.h): a layer's slot is taken whole by F and
+  // freed whole by W, so a profile of them has act_fi_bytes 0 and everything in
+  // act_iw_bytes (held F..W, as the simulator counts act_weight). A layer's bytes are its
+  // slot and its output tensor with that tensor's gradient ([N,C] each; none for the
+  // head, whose output is the loss); a stage that does not start with the embedding also
+  // keeps its received input and the input gradient it sends back: 2 · transfer_bytes.
   double act_fi_bytes = 0;
   double act_iw_bytes = 0;
   // Bytes that do not depend on microbatches: fp32 parameters, their fp32 gradients and
   // (bf16 runs) bf16 working copies in param_bytes; the two fp32 AdamW moments in
-  // optim_bytes.
+  // optim_bytes. The token embedding, tied to the LM head, is counted in both the
+  // embedding's and the head's bytes: stages on different ranks each hold a copy, one rank
+  // holding both layers holds it once (tied_embedding_*_bytes below is that copy).
   double param_bytes = 0;
   double optim_bytes = 0;
 };
@@ -61,6 +69,16 @@ std::string to_json(const CostProfile& p);
 CostProfile read_cost_profile(const std::string& path);
 // The same from text (`what` names it in errors).
 CostProfile parse_cost_profile(const std::string& json, const std::string& what);
+// Writes to_json(p) to `path` atomically (PATH.tmp, then renamed over it).
 void write_cost_profile(const CostProfile& p, const std::string& path);
+
+// The bytes of the tied token embedding wte [padded vocab / tp, d_model] counted in both
+// `embedding` and `head` (param: fp32 value and gradient, + bf16 copy; optim: two fp32
+// moments): what a rank holding both layers subtracts once.
+double tied_embedding_param_bytes(const CostProfile& p);
+double tied_embedding_optim_bytes(const CostProfile& p);
+
+// The largest cost file read_cost_profile accepts (a profile is well under 2 KiB).
+inline constexpr unsigned long long kMaxCostProfileBytes = 1 << 16;
 
 }  // namespace pptrain

@@ -17,7 +17,8 @@ double block_cost(const ModelConfig& m);
 double head_cost(const ModelConfig& m);
 
 // Blocks per stage for `stages` stages: explicit `layers_per_stage` when given (validated
-// by the config), else the balanced cut. Throws pptrain::Error when impossible.
+// by the config; the first and last stage may hold none), else the balanced cut. Throws
+// pptrain::Error when impossible.
 std::vector<int> blocks_per_stage(const Config& c);
 
 // The StageSpec of every stage, in order.

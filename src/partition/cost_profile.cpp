@@ -1,0 +1,275 @@
+#include "partition/cost_profile.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "core/input_file.h"
+
+namespace pptrain {
+namespace {
+
+// Text from the file as it may appear in a one-line message: control characters as '?',
+// at most 40 characters.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char ch : s.substr(0, 40)) out += ch < 0x20 || ch == 0x7f ? '?' : char(ch);
+  return s.size() > 40 ? out + "..." : out;
+}
+
+// How a value appears in messages: a JSON string in quotes, a number or word as written.
+std::string describe(const YAML::Node& n) {
+  if (n.IsMap()) return "an object";
+  if (n.IsSequence()) return "an array";
+  if (n.IsNull()) return "null";
+  if (n.Tag() == "!") return cat('"', printable(n.Scalar()), '"');  // quoted in the file
+  return printable(n.Scalar());
+}
+
+// A plain (unquoted) scalar: numbers and true/false; a quoted "1.5" is a string.
+bool plain_scalar(const YAML::Node& n) { return n.IsScalar() && n.Tag() != "!"; }
+
+// "%.17g": enough digits that strtod gives back the same double.
+std::string number_text(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  return buf;
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += char(ch);
+    } else if (ch < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+      out += buf;
+    } else {
+      out += char(ch);
+    }
+  }
+  return out + "\"";
+}
+
+// One key of the file: how to read its value (`file` and `path`, "block.forward_ms", name it
+// in messages) and how to write it. Reading and writing walk the same list, so they cannot
+// disagree.
+struct Field {
+  std::string key;
+  std::function<void(const YAML::Node&, const std::string& file, const std::string& path)> read;
+  std::function<std::string(int indent)> write;
+};
+
+// A leaf's reader from one that needs only "FILE: PATH" for its messages.
+template <typename Read>
+auto leaf(Read read) {
+  return [read](const YAML::Node& n, const std::string& file, const std::string& path) {
+    read(n, file + ": " + path);
+  };
+}
+
+Field number_field(const std::string& key, double* p) {
+  return {key,
+          leaf([p](const YAML::Node& n, const std::string& where) {
+            const char* expected = "expected a finite number >= 0";
+            if (!plain_scalar(n)) fail(where, ": ", expected, ", got ", describe(n));
+            double x;
+            try {
+              x = n.as<double>();
+            } catch (const YAML::Exception&) {
+              fail(where, ": ", expected, ", got ", describe(n));
+            }
+            if (!std::isfinite(x) || x < 0) fail(where, ": ", expected, ", got ", describe(n));
+            *p = x;
+          }),
+          [p](int) { return number_text(*p); }};
+}
+
+// An integer in [1, max]: the bounds of the config key it describes (core/config.h), so
+// products of them stay in 64 bits in whatever plans with the profile.
+Field shape_field(const std::string& key, int* p, int max) {
+  return {key,
+          leaf([p, max](const YAML::Node& n, const std::string& where) {
+            const std::string expected = cat("expected an integer in [1, ", max, "]");
+            if (!plain_scalar(n)) fail(where, ": ", expected, ", got ", describe(n));
+            int64_t x;
+            try {
+              x = n.as<int64_t>();
+            } catch (const YAML::Exception&) {
+              fail(where, ": ", expected, ", got ", describe(n));
+            }
+            if (x < 1 || x > max) fail(where, ": ", expected, ", got ", describe(n));
+            *p = int(x);
+          }),
+          [p](int) { return std::to_string(*p); }};
+}
+
+Field choice_field(const std::string& key, std::string* p, std::vector<std::string> choices) {
+  return {key,
+          leaf([p, choices](const YAML::Node& n, const std::string& where) {
+            std::string expected = "expected one of";
+            for (const auto& c : choices) expected += " \"" + c + "\"";
+            if (!n.IsScalar()) fail(where, ": ", expected, ", got ", describe(n));
+            for (const auto& c : choices)
+              if (n.Scalar() == c) {
+                *p = c;
+                return;
+              }
+            fail(where, ": ", expected, ", got ", describe(n));
+          }),
+          [p](int) { return json_string(*p); }};
+}
+
+Field flag_field(const std::string& key, bool* p) {
+  return {key,
+          leaf([p](const YAML::Node& n, const std::string& where) {
+            if (!plain_scalar(n) || (n.Scalar() != "true" && n.Scalar() != "false"))
+              fail(where, ": expected true or false, got ", describe(n));
+            *p = n.Scalar() == "true";
+          }),
+          [p](int) { return std::string(*p ? "true" : "false"); }};
+}
+
+// Reads the object `node` at `path` ("" for the top) of file `what` into `fields`: every key
+// known, given once, and present.
+void read_object(const YAML::Node& node, const std::vector<Field>& fields, const std::string& what,
+                 const std::string& path) {
+  const std::string where = path.empty() ? what : what + ": " + path;
+  if (!node.IsMap()) fail(where, ": expected a JSON object, got ", describe(node));
+  std::set<std::string> seen;
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    if (!it->first.IsScalar()) fail(where, ": expected string keys, got ", describe(it->first), " as a key");
+    const std::string key = it->first.Scalar();
+    const std::string key_path = path.empty() ? printable(key) : path + "." + printable(key);
+    const Field* field = nullptr;
+    for (const Field& f : fields)
+      if (f.key == key) field = &f;
+    if (!field) {
+      std::string known;
+      for (const Field& f : fields) known += (known.empty() ? "" : ", ") + f.key;
+      fail(what, ": ", key_path, ": unknown key (expected ", known, ")");
+    }
+    if (!seen.insert(key).second) fail(what, ": ", key_path, ": given twice (expected once)");
+    field->read(it->second, what, key_path);
+  }
+  for (const Field& f : fields)
+    if (!seen.count(f.key)) fail(what, ": ", path.empty() ? f.key : path + "." + f.key, ": missing");
+}
+
+std::string write_object(const std::vector<Field>& fields, int indent) {
+  const std::string pad(size_t(indent) + 2, ' ');
+  std::string out = "{\n";
+  for (size_t i = 0; i < fields.size(); ++i)
+    out += pad + json_string(fields[i].key) + ": " + fields[i].write(indent + 2) + (i + 1 < fields.size() ? ",\n" : "\n");
+  return out + std::string(size_t(indent), ' ') + "}";
+}
+
+std::vector<Field> layer_fields(LayerCost& l) {
+  return {number_field("forward_ms", &l.forward_ms),       number_field("input_grad_ms", &l.input_grad_ms),
+          number_field("weight_grad_ms", &l.weight_grad_ms), number_field("act_fi_bytes", &l.act_fi_bytes),
+          number_field("act_iw_bytes", &l.act_iw_bytes),   number_field("param_bytes", &l.param_bytes),
+          number_field("optim_bytes", &l.optim_bytes)};
+}
+
+Field layer_field(const std::string& key, LayerCost* l) {
+  return {key,
+          [l](const YAML::Node& n, const std::string& file, const std::string& path) {
+            read_object(n, layer_fields(*l), file, path);
+          },
+          [l](int indent) { return write_object(layer_fields(*l), indent); }};
+}
+
+// The schema of the file: the members of CostProfile, in the order they are written.
+std::vector<Field> profile_fields(CostProfile& p) {
+  return {choice_field("device", &p.device, {"cpu", "cuda"}),
+          choice_field("precision", &p.precision, {"fp32", "bf16"}),
+          choice_field("attention", &p.attention, {"naive", "flash", "cudnn"}),
+          shape_field("n_layer", &p.n_layer, kMaxLayers),
+          shape_field("micro_batch_size", &p.micro_batch_size, kMaxMicroBatchSize),
+          shape_field("seq_len", &p.seq_len, kMaxSeqLen),
+          shape_field("d_model", &p.d_model, kMaxWidth),
+          shape_field("n_head", &p.n_head, kMaxWidth),
+          shape_field("vocab_size", &p.vocab_size, kMaxVocab),
+          shape_field("tp", &p.tp, kMaxWorldSize),
+          layer_field("embedding", &p.embedding),
+          layer_field("block", &p.block),
+          layer_field("head", &p.head),
+          number_field("transfer_bytes", &p.transfer_bytes),
+          number_field("transfer_ms", &p.transfer_ms),
+          number_field("allreduce_latency_ms", &p.allreduce_latency_ms),
+          number_field("allreduce_bytes_per_ms", &p.allreduce_bytes_per_ms),
+          flag_field("allreduce_measured", &p.allreduce_measured)};
+}
+
+// Elements of wte on one tp rank: [ceil(V / tp) · C] (the vocabulary padded to tp).
+double tied_embedding_elements(const CostProfile& p) {
+  const double tp = p.tp < 1 ? 1 : p.tp;
+  return std::ceil(double(p.vocab_size) / tp) * double(p.d_model);
+}
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+
+}  // namespace
+
+std::string to_json(const CostProfile& p_in) {
+  CostProfile p = p_in;  // the fields bind to mutable members
+  return write_object(profile_fields(p), 0) + "\n";
+}
+
+CostProfile parse_cost_profile(const std::string& json, const std::string& what) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(json);
+  } catch (const YAML::Exception& e) {
+    fail(what, ":", e.mark.line + 1, ": invalid JSON (", e.msg, ")");
+  }
+  CostProfile p;
+  read_object(root, profile_fields(p), what, "");
+  return p;
+}
+
+CostProfile read_cost_profile(const std::string& path) {
+  return parse_cost_profile(read_small_file(path, "cost profile", kMaxCostProfileBytes), path);
+}
+
+void write_cost_profile(const CostProfile& p, const std::string& path) {
+  const std::string text = to_json(p), tmp = path + ".tmp";
+  {
+    std::unique_ptr<std::FILE, FileCloser> out(std::fopen(tmp.c_str(), "wb"));
+    if (!out) fail(path, ": cannot create ", tmp, " (", std::strerror(errno), ")");
+    const bool ok = std::fwrite(text.data(), 1, text.size(), out.get()) == text.size() && std::fflush(out.get()) == 0;
+    if (!ok) {
+      const int err = errno;
+      out.reset();
+      std::remove(tmp.c_str());
+      fail(path, ": write failed (", std::strerror(err), ")");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    fail(path, ": cannot rename ", tmp, " to it (", std::strerror(err), ")");
+  }
+}
+
+double tied_embedding_param_bytes(const CostProfile& p) {
+  return tied_embedding_elements(p) * (p.precision == "bf16" ? 4 + 4 + 2 : 4 + 4);
+}
+
+double tied_embedding_optim_bytes(const CostProfile& p) { return tied_embedding_elements(p) * 8; }
+
+}  // namespace pptrain

@@ -1,0 +1,272 @@
+#include "partition/profile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <type_traits>
+
+#include "backend/buffer.h"
+#include "core/communicator.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "model/dims.h"
+#include "model/param.h"
+#include "model/stage.h"
+#include "parallel/nccl.h"
+
+namespace pptrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// count values ~ scale·N(0,1) of the activation type of `precision`, in backend memory
+// (a stage's input or output gradient: untyped to the stage's caller).
+Buffer<unsigned char> random_tensor(Ops& ops, Precision precision, size_t count, uint64_t stream, float scale) {
+  const CounterRng rng(stream, "profile");
+  std::vector<float> values(count);  // [count]
+  for (size_t i = 0; i < count; ++i) values[i] = scale * rng.normal(i);
+  std::vector<unsigned char> bytes;
+  if (precision == Precision::bf16) {
+    std::vector<bfloat16> half(count);
+    for (size_t i = 0; i < count; ++i) half[i] = bfloat16::from_float(values[i]);
+    bytes.assign(reinterpret_cast<const unsigned char*>(half.data()),
+                 reinterpret_cast<const unsigned char*>(half.data() + count));
+  } else {
+    bytes.assign(reinterpret_cast<const unsigned char*>(values.data()),
+                 reinterpret_cast<const unsigned char*>(values.data() + count));
+  }
+  Buffer<unsigned char> out(ops, bytes.size());
+  out.upload(bytes.data());
+  return out;
+}
+
+// Token ids [n] in [0, vocab) in backend memory.
+Buffer<int32_t> random_ids(Ops& ops, size_t n, int vocab, uint64_t stream) {
+  const CounterRng rng(stream, "profile tokens");
+  std::vector<int32_t> ids(n);  // [n]
+  for (size_t i = 0; i < n; ++i) ids[i] = int32_t(rng.bits(i) % uint64_t(vocab));
+  Buffer<int32_t> out(ops, n);
+  out.upload(ids.data());
+  return out;
+}
+
+// F, I and W of the stage `spec` (tp = 1), and its bytes as one layer kind: the stages
+// profiled hold one layer each (the embedding, a block, the head).
+LayerCost profile_stage(const Config& cfg, Ops& ops, const StageSpec& spec, const ProfileOptions& opts) {
+  PPTRAIN_CHECK(opts.repeats >= 1 && opts.warmup >= 0, "repeats ", opts.repeats, ", warmup ", opts.warmup);
+  const ModelDims dims = ModelDims::from(cfg.model, cfg.training.micro_batch_size, 1, 0);
+  const Precision precision = cfg.precision();
+  ParamStore params(ops, 1, 0, cfg.training.seed);
+  LocalComm alone;
+  std::unique_ptr<Stage> stage = make_stage(params, dims, spec, alone, precision);
+  if (precision == Precision::bf16) params.refresh_bf16();
+  const size_t n = size_t(dims.rows()), tensor = stage->transfer_bytes();
+
+  // What the neighbouring stages would hand over: the input [N,C] and the output gradient
+  // [N,C] (gradient-sized values), and one microbatch of tokens and targets.
+  Buffer<unsigned char> x, dy;
+  if (!spec.has_embedding) x = random_tensor(ops, precision, n * dims.d_model, 1, 1.0f);
+  if (!spec.has_head) dy = random_tensor(ops, precision, n * dims.d_model, 2, 1e-3f);
+  Buffer<int32_t> tokens = random_ids(ops, n, dims.vocab_size, 3), targets = random_ids(ops, n, dims.vocab_size, 4);
+  const MicrobatchData data{tokens.data(), targets.data()};
+  if (spec.has_head) stage->set_loss_scale(float(1.0 / double(n)));
+
+  std::vector<double> f, i, w;
+  for (int rep = 0; rep < opts.warmup + opts.repeats; ++rep) {
+    const int mb = 0;  // the slot freed by W serves the next repetition: no allocation timed
+    if (!spec.has_embedding) ops.copy(stage->input(mb), x.data(), tensor);
+    ops.synchronize();
+    const auto t0 = Clock::now();
+    stage->forward(mb, data);
+    ops.synchronize();
+    const auto t1 = Clock::now();
+    if (!spec.has_head) ops.copy(stage->output_grad(mb), dy.data(), tensor);
+    ops.synchronize();
+    const auto t2 = Clock::now();
+    stage->backward_input(mb);
+    ops.synchronize();
+    const auto t3 = Clock::now();
+    stage->backward_weight(mb);
+    ops.synchronize();
+    const auto t4 = Clock::now();
+    if (rep < opts.warmup) continue;
+    f.push_back(ms_between(t0, t1));
+    i.push_back(ms_between(t2, t3));
+    w.push_back(ms_between(t3, t4));
+  }
+
+  LayerCost cost;
+  cost.forward_ms = median(f);
+  cost.input_grad_ms = median(i);
+  cost.weight_grad_ms = median(w);
+  // Slots are taken whole by F and freed whole by W (model/layer.h): nothing is freed by I.
+  // Each layer but the head also owns its output [N,C] and that output's gradient.
+  cost.act_fi_bytes = 0;
+  cost.act_iw_bytes = double(stage->layer_slot_bytes()) + (spec.has_head ? 0.0 : 2.0 * double(tensor));
+  double elements = 0;
+  for (const auto& [name, param] : params.all()) elements += double(param->numel());
+  // fp32 master and gradient (+ the bf16 copy); AdamW's fp32 m and v.
+  cost.param_bytes = elements * (precision == Precision::bf16 ? 4 + 4 + 2 : 4 + 4);
+  cost.optim_bytes = elements * (4 + 4);
+  return cost;
+}
+
+// Rank 0's layer costs on every rank. The others wait for them polling with a sleep, not
+// in a busy MPI call, so they leave the cores of a shared node to rank 0's measurement.
+void share_from_rank0(MpiComm& world, LayerCost* costs, size_t count) {
+  static_assert(std::is_trivially_copyable_v<LayerCost>);
+  const size_t bytes = count * sizeof(LayerCost);
+  constexpr int kTag = 0;
+  if (world.rank() == 0) {
+    std::vector<std::unique_ptr<Request>> sends;
+    for (int r = 1; r < world.size(); ++r) sends.push_back(world.isend(costs, bytes, r, kTag));
+    for (auto& s : sends) s->wait();
+    return;
+  }
+  auto recv = world.irecv(costs, bytes, 0, kTag);
+  while (!recv->test()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+// Half the median round trip of `bytes` between ranks 0 and 1 of `comm` (world order),
+// on every rank of `world`.
+double time_transfer(Communicator& comm, Ops& ops, MpiComm& world, size_t bytes, const ProfileOptions& opts) {
+  Buffer<unsigned char> buffer(ops, bytes);
+  std::vector<double> one_way;
+  constexpr int kTag = 1;
+  world.barrier();
+  for (int rep = 0; rep < opts.warmup + opts.repeats; ++rep) {
+    if (world.rank() == 0) {
+      const auto t0 = Clock::now();
+      comm.isend(buffer.data(), bytes, 1, kTag)->wait();
+      comm.irecv(buffer.data(), bytes, 1, kTag)->wait();
+      const auto t1 = Clock::now();
+      if (rep >= opts.warmup) one_way.push_back(ms_between(t0, t1) / 2);
+    } else if (world.rank() == 1) {
+      comm.irecv(buffer.data(), bytes, 0, kTag)->wait();
+      comm.isend(buffer.data(), bytes, 0, kTag)->wait();
+    }
+  }
+  double ms = world.rank() == 0 ? median(one_way) : 0;
+  world.broadcast(&ms, sizeof ms, 0);
+  return ms;
+}
+
+// The all-reduce model over every rank of `comm`: per size the slowest rank's median.
+AllreduceFit time_allreduce(Communicator& comm, Ops& ops, MpiComm& world, const ProfileOptions& opts) {
+  std::vector<double> sizes, ms;
+  for (size_t bytes : opts.allreduce_sizes) {
+    const size_t n = std::max<size_t>(1, bytes / sizeof(float));
+    Buffer<float> buffer(ops, n);  // [n], zeros: the sums stay finite
+    std::vector<double> times;
+    for (int rep = 0; rep < opts.warmup + opts.repeats; ++rep) {
+      ops.synchronize();
+      world.barrier();  // every rank enters together: the time is the collective's, not the skew
+      const auto t0 = Clock::now();
+      comm.allreduce(buffer.data(), n, ReduceOp::Sum);
+      ops.synchronize();
+      const auto t1 = Clock::now();
+      if (rep >= opts.warmup) times.push_back(ms_between(t0, t1));
+    }
+    sizes.push_back(double(n * sizeof(float)));
+    ms.push_back(median(times));
+  }
+  world.allreduce(ms.data(), ms.size(), ReduceOp::Max);
+  return fit_allreduce(sizes, ms);
+}
+
+// What a profile is of, the stage tensor's size and the one-rank communication model;
+// no layer measured yet. Refuses what cannot be profiled.
+CostProfile profile_header(const Config& cfg) {
+  if (cfg.parallel.tp != 1)
+    fail(cfg.source, ": key 'parallel.tp': profiling measures tp = 1 only, got ", cfg.parallel.tp,
+         " (give parallel.tp=1)");
+  const ModelConfig& m = cfg.model;
+  CostProfile p;
+  p.device = cfg.device;
+  p.precision = cfg.training.precision;
+  p.attention = m.attention;
+  p.n_layer = m.n_layer;
+  p.micro_batch_size = cfg.training.micro_batch_size;
+  p.seq_len = m.seq_len;
+  p.d_model = m.d_model;
+  p.n_head = m.n_head;
+  p.vocab_size = m.vocab_size;
+  p.tp = 1;
+  const double activation = cfg.precision() == Precision::bf16 ? sizeof(bfloat16) : sizeof(float);
+  p.transfer_bytes = double(p.micro_batch_size) * p.seq_len * p.d_model * activation;  // [B·T, C]
+  p.transfer_ms = 0;
+  p.allreduce_latency_ms = kDefaultAllreduceLatencyMs;
+  p.allreduce_bytes_per_ms = cfg.device == "cuda" ? kDefaultCudaAllreduceBytesPerMs : kDefaultCpuAllreduceBytesPerMs;
+  p.allreduce_measured = false;
+  return p;
+}
+
+}  // namespace
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t mid = v.size() / 2;
+  return v.size() % 2 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
+}
+
+AllreduceFit fit_allreduce(const std::vector<double>& bytes, const std::vector<double>& ms) {
+  PPTRAIN_CHECK(bytes.size() == ms.size() && !bytes.empty(), "all-reduce fit needs one time per size");
+  const double count = double(bytes.size());
+  double mean_b = 0, mean_t = 0;
+  for (size_t k = 0; k < bytes.size(); ++k) {
+    mean_b += bytes[k] / count;
+    mean_t += ms[k] / count;
+  }
+  double sbb = 0, sbt = 0;
+  for (size_t k = 0; k < bytes.size(); ++k) {
+    sbb += (bytes[k] - mean_b) * (bytes[k] - mean_b);
+    sbt += (bytes[k] - mean_b) * (ms[k] - mean_t);
+  }
+  const double slope = sbb > 0 ? sbt / sbb : 0;  // ms per byte
+  AllreduceFit fit;
+  if (!(slope > 0)) {
+    const double largest = *std::max_element(bytes.begin(), bytes.end());
+    fit.latency_ms = std::max(mean_t, 0.0);
+    fit.bytes_per_ms = fit.latency_ms > 0 ? largest / fit.latency_ms : largest;
+    return fit;
+  }
+  fit.latency_ms = std::max(mean_t - slope * mean_b, 0.0);
+  fit.bytes_per_ms = 1 / slope;
+  return fit;
+}
+
+CostProfile profile_layers(const Config& cfg, Ops& ops, const ProfileOptions& opts) {
+  CostProfile p = profile_header(cfg);
+  // The three layer kinds, each a stage of its own: {index, first block, blocks, embedding, head}.
+  p.embedding = profile_stage(cfg, ops, {0, 0, 0, true, false}, opts);
+  p.block = profile_stage(cfg, ops, {1, 0, 1, false, false}, opts);
+  p.head = profile_stage(cfg, ops, {2, 1, 0, false, true}, opts);
+  return p;
+}
+
+CostProfile profile_costs(const Config& cfg, Ops& ops, MpiComm& world, const ProfileOptions& opts) {
+  CostProfile p = world.rank() == 0 ? profile_layers(cfg, ops, opts) : profile_header(cfg);
+  LayerCost layers[3] = {p.embedding, p.block, p.head};
+  share_from_rank0(world, layers, 3);
+  p.embedding = layers[0];
+  p.block = layers[1];
+  p.head = layers[2];
+  if (world.size() < 2) return p;
+  // The job's transport between these ranks: NCCL on GPUs, MPI otherwise.
+  std::unique_ptr<Communicator> nccl = cfg.device == "cuda" ? make_nccl_comm(world, ops) : nullptr;
+  Communicator& comm = nccl ? *nccl : static_cast<Communicator&>(world);
+  p.transfer_ms = time_transfer(comm, ops, world, size_t(p.transfer_bytes), opts);
+  const AllreduceFit fit = time_allreduce(comm, ops, world, opts);
+  p.allreduce_latency_ms = fit.latency_ms;
+  p.allreduce_bytes_per_ms = fit.bytes_per_ms;
+  p.allreduce_measured = true;
+  return p;
+}
+
+}  // namespace pptrain

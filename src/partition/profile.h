@@ -1,0 +1,67 @@
+// Profiling: measures the CostProfile (partition/cost_profile.h) of a config's model on its
+// backend and precision, at its micro_batch_size and seq_len, on tp = 1.
+//
+// Layer times: F, I and W of three stages built with make_stage (the embedding alone, one
+// block alone, the head alone), each timed for `repeats` microbatches after `warmup`
+// untimed ones; the median, in ms. The device finishes each pass before the clock is read
+// (Ops::synchronize). World rank 0 times them while the other ranks wait, so ranks sharing
+// a node do not slow each other's measurement; every rank returns rank 0's figures.
+//
+// Bytes: computed from the layers as built (the parameters their ParamStore holds, the
+// slot sizes their layers report), not measured from an allocator: see cost_profile.h for
+// what each member counts.
+//
+// Communication, with two ranks or more: one stage tensor (transfer_bytes) between world
+// ranks 0 and 1, ping-pong, half the round trip; all-reduces of fp32 buffers over all ranks
+// at `allreduce_sizes`, the slowest rank's median per size, fitted by least squares to
+// latency + bytes / bandwidth. The transport is the job's: MPI on cpu, NCCL over the same
+// ranks on cuda. On one rank transfer_ms is 0 and the all-reduce model the stated defaults
+// (kDefaultAllreduce*), allreduce_measured false.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "backend/ops.h"
+#include "core/config.h"
+#include "parallel/mpi_comm.h"
+#include "partition/cost_profile.h"
+
+namespace pptrain {
+
+struct ProfileOptions {
+  int warmup = 2;    // untimed microbatches per stage (and per transfer size) first
+  int repeats = 10;  // timed ones; the median is kept
+  // Bytes of the all-reduces timed: 64 KiB .. 16 MiB by default.
+  std::vector<size_t> allreduce_sizes = {size_t(64) << 10, size_t(256) << 10, size_t(1) << 20, size_t(4) << 20,
+                                         size_t(16) << 20};
+};
+
+// The all-reduce model of a profile taken on one rank, where nothing can be measured:
+// round figures for one node (cpu: MPI through shared memory; cuda: NCCL over NVLink),
+// to be replaced by a profile over the ranks a job will use.
+inline constexpr double kDefaultAllreduceLatencyMs = 0.02;
+inline constexpr double kDefaultCpuAllreduceBytesPerMs = 2e6;    // 2 GB/s
+inline constexpr double kDefaultCudaAllreduceBytesPerMs = 5e7;   // 50 GB/s
+
+// The whole profile. Collective over `world` (every rank calls it; any number of ranks,
+// whatever the config's layout). Throws pptrain::Error for a config it cannot profile
+// (parallel.tp > 1: only tp = 1 is measured for now).
+CostProfile profile_costs(const Config& cfg, Ops& ops, MpiComm& world, const ProfileOptions& opts = {});
+
+// The layer costs on this process alone, no communication: the one-rank profile
+// (transfer_ms 0, the default all-reduce model).
+CostProfile profile_layers(const Config& cfg, Ops& ops, const ProfileOptions& opts = {});
+
+// Least-squares fit of `ms[i]` against `bytes[i]`: ms = latency + bytes / rate. A negative
+// intercept becomes 0. With no positive slope (time not growing with size: noise, or sizes
+// too small to see the bandwidth) the latency is the mean time and the rate the largest
+// size over it: pessimistic, at most twice the measured time at that size.
+struct AllreduceFit {
+  double latency_ms = 0, bytes_per_ms = 0;
+};
+AllreduceFit fit_allreduce(const std::vector<double>& bytes, const std::vector<double>& ms);
+
+// The median of `v` (the mean of the middle two for an even count); 0 for none.
+double median(std::vector<double> v);
+
+}  // namespace pptrain
