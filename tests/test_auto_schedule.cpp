@@ -13,9 +13,11 @@
 #include "pipeline/auto_schedule.h"
 #include "pipeline/registry.h"
 #include "pipeline/simulate.h"
+#include "support/test_util.h"
 
 using namespace pptrain;
 using namespace pptrain::pipeline;
+namespace util = pptrain::testing;
 
 namespace {
 
@@ -91,8 +93,10 @@ TEST(AutoSchedule, ValidFitsTheLimitAndBeatsEveryFixedScheduleThatFits) {
           }
   EXPECT_EQ(cases, 5 * 4 * 2 * 5 * 5);
   EXPECT_GT(fixed_compared, cases);
-  // The heuristic's own program, not a fixed schedule's, wins a good share of the grid.
-  EXPECT_GT(heuristic_won, cases / 4) << heuristic_won << " of " << cases;
+  // The heuristic's own program, not a fixed schedule's, wins most of the grid (89%
+  // when written; the fixed ones win ties on memory and some cases with communication
+  // cost, where lowering posts receives later than the heuristic planned).
+  EXPECT_GT(heuristic_won, cases * 3 / 4) << heuristic_won << " of " << cases;
   std::printf("auto: the heuristic's program won %d of %d cases\n", heuristic_won, cases);
 }
 
@@ -142,4 +146,30 @@ TEST(AutoSchedule, BadShapesAreOneLineErrors) {
   per_stage.stage_forward = {1, 1, 1};
   EXPECT_EQ(error_of([&] { auto_schedule(2, 4, 1, per_stage, 0); }),
             "auto: cost model: 3 per-stage costs for 2 stages");
+}
+
+TEST(AutoSchedule, TheScheduleCommandBuildsIt) {
+  auto schedule = [](const std::string& args) {
+    return util::run_command(util::pptrain_bin() + " schedule --schedule auto --pp 4 --microbatches 6 " + args);
+  };
+  // Equal costs, no limit: the zero-bubble makespan (p-1) + 3m = 21.
+  auto text = schedule("--cost f=1,i=1,w=1");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_EQ(text.output.rfind("auto  pp=4  microbatches=6  stages_per_rank=1  placement=loop\n", 0), 0)
+      << text.output;
+  EXPECT_NE(text.output.find("makespan 21 "), std::string::npos) << text.output;
+
+  auto v = schedule("--stages-per-rank 2 --cost f=1,i=1,w=1,act_i=0.5,act_w=0.5 --memory-limit 3 --format json");
+  ASSERT_EQ(v.exit_code, 0) << v.output;
+  EXPECT_NE(v.output.find("\"placement\": \"V\""), std::string::npos) << v.output;
+  EXPECT_NE(v.output.find("\"valid\": true"), std::string::npos) << v.output;
+
+  auto no_cost = schedule("");
+  EXPECT_NE(no_cost.exit_code, 0);
+  EXPECT_NE(no_cost.output.find("schedule: --schedule auto needs --cost"), std::string::npos) << no_cost.output;
+  auto too_small = schedule("--cost f=1,i=1,w=1 --memory-limit 0.5");
+  EXPECT_NE(too_small.exit_code, 0);
+  EXPECT_NE(too_small.output.find("auto: memory limit 0.5 is below what one microbatch in flight needs"),
+            std::string::npos)
+      << too_small.output;
 }

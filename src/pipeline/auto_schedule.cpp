@@ -17,11 +17,12 @@ namespace {
 
 constexpr double kNone = std::numeric_limits<double>::infinity();
 
-// Each candidate costs one heuristic run and one simulation, both about linear in the
-// number of actions; the number tried shrinks with the size so that the largest shape
-// check_size() admits still takes seconds, and small shapes get the full search.
-constexpr long long kSearchWork = 8'000'000;  // stage-microbatches simulated in all
-constexpr int kMaxCandidates = 112, kMinCandidates = 4;
+// The search's cost, in simulations of the whole program (lowering included); one
+// heuristic run costs about a fifth of one. Small shapes get every candidate; the number
+// shrinks with the size so that the largest shape check_size() admits (10^6 stage-
+// microbatches: some seconds per simulation) adds a few simulations to the fixed ones.
+constexpr double kSearchWork = 2e6;  // stage-microbatches simulated in all
+constexpr double kMaxSimulations = 96, kMinSimulations = 2, kRunCost = 0.2;
 
 // Every microbatch alone: its F's down all stages, then its I and W back up; the least
 // memory any program needs (one microbatch's activations on every rank).
@@ -43,22 +44,26 @@ Schedule one_at_a_time(int pp, int m, int v) {
 double max_of(const std::vector<double>& xs) { return *std::max_element(xs.begin(), xs.end()); }
 
 // The fastest program that fits the limit among those offered; on equal time the one with
-// less memory, then the one offered first.
+// less memory, then the heuristic's (offered with wins_ties) or else the first offered.
 class Best {
  public:
-  Best(const CostModel& cost, double limit, int budget) : cost_(cost), limit_(limit), budget_(budget) {}
+  Best(const CostModel& cost, double limit, double budget) : cost_(cost), limit_(limit), budget_(budget) {}
 
+  // What the search may still spend, in simulations.
   bool exhausted() const { return budget_ <= 0; }
+  void spend(double simulations) { budget_ -= simulations; }
+  double makespan() const { return makespan_; }
+  const Schedule& schedule() const { return *best_; }
 
-  // Simulates s; returns its makespan, kNone when it does not fit.
-  double offer(const Schedule& s) {
-    --budget_;
-    const SimResult sim = simulate(s, cost_);
+  // Simulates s and keeps it if it fits and wins; returns its makespan.
+  double offer(const Schedule& s, bool wins_ties) { return offer(s, simulate(s, cost_), wins_ties); }
+  double offer(const Schedule& s, const SimResult& sim, bool wins_ties) {
     const double peak = max_of(sim.peak_activations);
-    if (limit_ > 0 && peak > limit_ * (1 + 1e-9)) return kNone;
-    const double slack = 1e-9 * std::max(1.0, sim.makespan);
-    if (!best_ || sim.makespan < makespan_ - slack ||
-        (sim.makespan <= makespan_ + slack && peak < peak_ - 1e-9)) {
+    if (limit_ > 0 && peak > limit_ * (1 + 1e-9)) return sim.makespan;
+    const double slack = 1e-9 * std::max(1.0, sim.makespan), peak_slack = 1e-9 * std::max(1.0, peak);
+    const bool faster = sim.makespan < makespan_ - slack, as_fast = sim.makespan <= makespan_ + slack;
+    const bool less_memory = peak < peak_ - peak_slack, as_much = peak <= peak_ + peak_slack;
+    if (!best_ || faster || (as_fast && (less_memory || (as_much && wins_ties)))) {
       best_ = s;
       makespan_ = sim.makespan;
       peak_ = peak;
@@ -66,13 +71,10 @@ class Best {
     return sim.makespan;
   }
 
-  const Schedule& schedule() const { return *best_; }
-  double makespan() const { return makespan_; }
-
  private:
   const CostModel& cost_;
   const double limit_;
-  int budget_;
+  double budget_;
   std::optional<Schedule> best_;
   double makespan_ = kNone, peak_ = kNone;
 };
@@ -84,11 +86,20 @@ struct Incumbent {
   double makespan = kNone;
 };
 
+// Runs the heuristic and simulates its program unless it cannot win: played by the
+// heuristic with messages taking T_comm, a program is never slower than in the simulator,
+// where a message may also wait for its receive to be posted (equal without comm cost).
+// The incumbent is the fastest run, by simulation where simulated, else as played.
 void offer_run(int pp, int m, int v, const CostModel& cost, double limit, const HeuristicKnobs& knobs,
                Best& best, Incumbent& incumbent) {
+  best.spend(kRunCost);
   std::optional<HeuristicRun> run = run_heuristic(pp, m, v, cost, limit, knobs);
   if (!run) return;  // these knobs deadlock
-  const double makespan = best.offer(run->schedule);
+  double makespan = run->makespan;
+  if (knobs.comm_margin != 1 || makespan <= best.makespan() * (1 + 1e-9)) {
+    best.spend(1);
+    makespan = best.offer(run->schedule, true);
+  }
   if (makespan < incumbent.makespan) incumbent = {knobs, run->peak_in_flight, makespan};
 }
 
@@ -160,20 +171,21 @@ Schedule auto_schedule(int pp, int microbatches, int stages_per_rank, const Cost
       fail("auto: cost model: ", list->size(), " per-stage costs for ", pp * v, " stages");
 
   const Schedule alone = one_at_a_time(pp, m, v);
-  const double least = max_of(simulate(alone, cost).peak_activations);
+  const SimResult alone_sim = simulate(alone, cost);
+  const double least = max_of(alone_sim.peak_activations);
   if (memory_limit > 0 && least > memory_limit * (1 + 1e-9))
     fail("auto: memory limit ", format_number(memory_limit),
          " is below what one microbatch in flight needs (", format_number(least),
          " per rank, in the units of act_i and act_w)");
 
-  const long long size = 1LL * pp * v * m;
-  const int budget = int(std::clamp<long long>(kSearchWork / size, kMinCandidates, kMaxCandidates));
-  Best best(cost, memory_limit, budget);
-  search(pp, m, v, cost, memory_limit, best);
-
-  // The fixed schedules of this placement and the least-memory program, offered after the
-  // heuristic's, win only when strictly faster (or as fast with less memory).
+  const double size = double(pp) * v * m;
+  Best best(cost, memory_limit, std::clamp(kSearchWork / size, kMinSimulations, kMaxSimulations));
+  // The least-memory program and the fixed schedules of this placement first: the
+  // heuristic's programs must beat them (or tie with no more memory) to be chosen, and
+  // one that cannot is not simulated.
+  best.offer(alone, alone_sim, false);
   const Placement placement = v == 2 ? Placement::V : Placement::Loop;
+  std::vector<Program> offered;  // looped-bfs with 1 stage per rank is gpipe
   for (const std::string& name : schedule_names()) {
     Schedule fixed;
     try {
@@ -181,11 +193,14 @@ Schedule auto_schedule(int pp, int microbatches, int stages_per_rank, const Cost
     } catch (const Error&) {
       continue;  // a shape it does not run
     }
-    if (fixed.placement != placement) continue;
+    if (fixed.placement != placement ||
+        std::find(offered.begin(), offered.end(), fixed.program) != offered.end())
+      continue;
+    offered.push_back(fixed.program);
     fixed.name = "auto: " + name;
-    best.offer(fixed);
+    best.offer(fixed, false);
   }
-  best.offer(alone);
+  search(pp, m, v, cost, memory_limit, best);
   return best.schedule();
 }
 
