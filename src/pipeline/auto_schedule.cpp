@@ -116,8 +116,8 @@ std::vector<std::vector<int>> cap_families(int pp) {
 }
 
 // Every combination of the knobs, the paper's plain heuristic first (a large shape has
-// room for a few candidates only); then, from the fastest, one
-// rank's cap one lower or higher than what it held, while that helps.
+// room for a few candidates only); then, from the fastest, one rank's cap one lower or
+// higher than what that run held, while that helps.
 void search(int pp, int m, int v, const CostModel& cost, double limit, Best& best) {
   Incumbent incumbent;
   const std::vector<double> margins = cost.comm > 0 ? std::vector<double>{1, 2} : std::vector<double>{1};
