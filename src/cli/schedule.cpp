@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "pipeline/auto_schedule.h"
 #include "pipeline/csv.h"
 #include "pipeline/registry.h"
 #include "pipeline/render.h"
@@ -26,7 +27,11 @@ const char* kScheduleUsage =
     "                        [--memory-limit X] [--blocking-sends]\n"
     "                        [--format text|json|csv|svg|chrome] [--out FILE]\n"
     "  --schedule          gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zbv, dualpipev,\n"
-    "                      or file:FILE.csv (the same as --load FILE.csv)\n"
+    "                      auto, or file:FILE.csv (the same as --load FILE.csv)\n"
+    "                      auto: a zero-bubble program built for --cost (required) and\n"
+    "                      --memory-limit, never slower in simulation than the fixed schedules\n"
+    "                      of its placement that fit the limit (their program when they win);\n"
+    "                      --stages-per-rank 1 (loop placement, default) or 2 (V placement)\n"
     "  --load              a program in PyTorch's CSV form (one row per rank: 0F0,0F1,...);\n"
     "                      in a PyTorch dump, UNSHARD/RESHARD/REDUCE_GRAD and its SEND/RECV are\n"
     "                      ignored (lowering re-derives them), OVERLAP_F_B cells split\n"
@@ -39,7 +44,9 @@ const char* kScheduleUsage =
     "  --cost              times per microbatch of a rank's share of the model (a stage costs 1/v)\n"
     "                      for forward, input grad, weight grad; p2p latency; activation memory\n"
     "                      freed at I and at W\n"
-    "  --memory-limit      reject programs with more microbatches of activations in flight\n"
+    "  --memory-limit      reject programs with more microbatches of activations in flight;\n"
+    "                      for auto: the peak activations per rank to build for, in the units\n"
+    "                      of act_i and act_w\n"
     "  --blocking-sends    also require the program to finish if every send blocks\n"
     "  --format            text (default): time line grid and figures; json: figures; csv: the\n"
     "                      lowered program; svg: picture; chrome: trace for Perfetto\n";
@@ -116,6 +123,16 @@ std::string spec_of(const Options& o) {
   return o.schedule.empty() ? "file:" + o.load : o.schedule;
 }
 
+// `--schedule auto`: the program built for the given costs and activation memory limit.
+pipeline::Schedule build_auto(const Options& o, const pipeline::CostModel& cost) {
+  if (o.cost.empty())
+    fail("schedule: --schedule auto needs --cost (the times and activation sizes to build for)");
+  if (!o.placement.empty())
+    fail("schedule: --placement is for --load; auto places 1 stage per rank in a loop, 2 in a V");
+  return pipeline::auto_schedule(o.pp, o.microbatches, o.stages_per_rank == 0 ? 1 : o.stages_per_rank,
+                                 cost, o.memory_limit);
+}
+
 void write_output(const std::string& text, const std::string& path) {
   if (path.empty()) {
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -147,7 +164,14 @@ int cmd_schedule(const Args& args) {
   prepare.max_in_flight = o.memory_limit;
   prepare.blocking_sends = o.blocking_sends;
   if (!o.placement.empty()) prepare.placement = parse_placement(o.placement);
-  Schedule s = load_or_generate(spec_of(o), o.pp, o.microbatches, o.stages_per_rank, prepare);
+  const std::string spec = spec_of(o);
+  Schedule s;
+  if (spec == "auto") {
+    s = build_auto(o, report.cost);
+    prepare.max_in_flight = 0;  // the limit counts activation units: built in, and shown below
+  } else {
+    s = load_or_generate(spec, o.pp, o.microbatches, o.stages_per_rank, prepare);
+  }
   try {
     s = prepare_schedule(s, prepare);
     report.sim = simulate(s, report.cost);
