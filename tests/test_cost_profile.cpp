@@ -53,6 +53,8 @@ CostProfile sample_profile() {
   p.allreduce_latency_ms = 1e-300;
   p.allreduce_bytes_per_ms = 123456789.123456789;
   p.allreduce_measured = true;
+  p.update_ns_per_param = 1.0 / 7;
+  p.allreduce_ranks = 3;
   return p;
 }
 
@@ -87,6 +89,8 @@ void expect_same(const CostProfile& a, const CostProfile& b) {
   EXPECT_TRUE(same_bits(a.allreduce_latency_ms, b.allreduce_latency_ms));
   EXPECT_TRUE(same_bits(a.allreduce_bytes_per_ms, b.allreduce_bytes_per_ms));
   EXPECT_EQ(a.allreduce_measured, b.allreduce_measured);
+  EXPECT_TRUE(same_bits(a.update_ns_per_param, b.update_ns_per_param));
+  EXPECT_EQ(a.allreduce_ranks, b.allreduce_ranks);
 }
 
 // The message of parsing `json` as "p.json" ("" if it parsed); one line always.
@@ -262,6 +266,7 @@ TEST(Profile, BytesOfATinyModelAreWhatItsShapesGive) {
   EXPECT_EQ(p.head.act_iw_bytes, 1920);
   EXPECT_EQ(tied_embedding_param_bytes(p), 88 * 8);
   EXPECT_EQ(tied_embedding_optim_bytes(p), 88 * 8);
+  EXPECT_GT(p.update_ns_per_param, 0);
   // One process: no transfer measured, the stated all-reduce defaults.
   EXPECT_EQ(p.transfer_ms, 0);
   EXPECT_FALSE(p.allreduce_measured);

@@ -210,7 +210,9 @@ std::vector<Field> profile_fields(CostProfile& p) {
           number_field("transfer_ms", &p.transfer_ms),
           number_field("allreduce_latency_ms", &p.allreduce_latency_ms),
           number_field("allreduce_bytes_per_ms", &p.allreduce_bytes_per_ms),
-          flag_field("allreduce_measured", &p.allreduce_measured)};
+          flag_field("allreduce_measured", &p.allreduce_measured),
+          shape_field("allreduce_ranks", &p.allreduce_ranks, kMaxWorldSize),
+          number_field("update_ns_per_param", &p.update_ns_per_param)};
 }
 
 // Elements of wte on one tp rank: [ceil(V / tp) · C] (the vocabulary padded to tp).

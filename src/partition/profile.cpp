@@ -241,12 +241,32 @@ AllreduceFit fit_allreduce(const std::vector<double>& bytes, const std::vector<d
   return fit;
 }
 
+// Nanoseconds per element of the trainer's per-step work on a parameter after the flush:
+// zero its gradient, add its square to the norm, AdamW-update it (fp32 buffers of `n`).
+double time_update(Ops& ops, size_t n, const ProfileOptions& opts) {
+  Buffer<float> value(ops, n), grad(ops, n), m(ops, n), v(ops, n);  // [n] each, zeros
+  std::vector<double> times;
+  for (int rep = 0; rep < opts.warmup + opts.repeats; ++rep) {
+    ops.synchronize();
+    const auto t0 = Clock::now();
+    double norm = ops.sum_squares(grad.data(), n);
+    ops.adamw(value.data(), View(nullptr), grad.data(), m.data(), v.data(), n, float(1 / (1 + norm)), 1e-4f, 0.9f,
+              0.95f, 1e-8f, 0.1f, rep + 1);
+    ops.zero(grad.data(), n * sizeof(float));
+    ops.synchronize();
+    if (rep >= opts.warmup) times.push_back(ms_between(t0, Clock::now()));
+  }
+  return median(times) * 1e6 / double(n);
+}
+
 CostProfile profile_layers(const Config& cfg, Ops& ops, const ProfileOptions& opts) {
   CostProfile p = profile_header(cfg);
   // The three layer kinds, each a stage of its own: {index, first block, blocks, embedding, head}.
   p.embedding = profile_stage(cfg, ops, {0, 0, 0, true, false}, opts);
   p.block = profile_stage(cfg, ops, {1, 0, 1, false, false}, opts);
   p.head = profile_stage(cfg, ops, {2, 1, 0, false, true}, opts);
+  // Over one block's parameters (8 bytes of moments per element).
+  p.update_ns_per_param = time_update(ops, std::max<size_t>(1, size_t(p.block.optim_bytes / 8)), opts);
   return p;
 }
 
@@ -254,6 +274,7 @@ CostProfile profile_costs(const Config& cfg, Ops& ops, MpiComm& world, const Pro
   CostProfile p = world.rank() == 0 ? profile_layers(cfg, ops, opts) : profile_header(cfg);
   LayerCost layers[3] = {p.embedding, p.block, p.head};
   share_from_rank0(world, layers, 3);
+  world.broadcast(&p.update_ns_per_param, sizeof p.update_ns_per_param, 0);
   p.embedding = layers[0];
   p.block = layers[1];
   p.head = layers[2];
@@ -266,6 +287,7 @@ CostProfile profile_costs(const Config& cfg, Ops& ops, MpiComm& world, const Pro
   p.allreduce_latency_ms = fit.latency_ms;
   p.allreduce_bytes_per_ms = fit.bytes_per_ms;
   p.allreduce_measured = true;
+  p.allreduce_ranks = world.size();
   return p;
 }
 

@@ -7,6 +7,9 @@
 // (Ops::synchronize). World rank 0 times them while the other ranks wait, so ranks sharing
 // a node do not slow each other's measurement; every rank returns rank 0's figures.
 //
+// Update: zeroing, norm and AdamW over one block's parameter count, per element (the
+// optimizer phase of a step scales with the parameters a rank holds).
+//
 // Bytes: computed from the layers as built (the parameters their ParamStore holds, the
 // slot sizes their layers report), not measured from an allocator: see cost_profile.h for
 // what each member counts.
