@@ -441,8 +441,7 @@ TEST_F(RunControl, ASecondSignalEndsTheProcessAtOnce) {
 
 // Under mpirun, pp=2. SIGUSR1 to mpirun (forwarded to every rank; what the sbatch scripts
 // ask Slurm for) and SIGTERM to one rank only both stop every rank after the same step
-// with exit 75. SIGTERM to mpirun stops the ranks the same way, but Open MPI's mpirun
-// (4.x) then ends the job itself and exits 1, whatever the ranks return.
+// with exit 75. (SIGTERM to mpirun itself: below.)
 class RunControlMpiSignal : public RunControl {
  protected:
   // Returns the step the run stopped after.
@@ -471,9 +470,24 @@ TEST_F(RunControlMpiSignal, Usr1ToMpirunStopsEveryRankResumably) {
   stop_run("SIGUSR1", [](pid_t mpirun) { kill(mpirun, SIGUSR1); }, 75, out);
 }
 
-TEST_F(RunControlMpiSignal, SigtermToMpirunStopsEveryRankWithACheckpoint) {
+// SIGTERM to mpirun itself: the ranks begin their stop, but Open MPI's mpirun (4.x) ends
+// the job on its own about a second later, with the save done or not (on a loaded machine
+// often not; the sbatch scripts ask for SIGUSR1 for this reason). What holds whatever the
+// timing: the job ends, non-zero, and `latest`, if there is one, names a checkpoint that
+// verifies (a save cut short never leaves a file under its final name).
+TEST_F(RunControlMpiSignal, SigtermToMpirunEndsTheJobWithoutABrokenCheckpoint) {
   TempDir out;
-  stop_run("SIGTERM", [](pid_t mpirun) { kill(mpirun, SIGTERM); }, -1, out);
+  Background run(train(2, "training.steps=1000000 logging.every=1000 logging.metrics=" + out.file("m.jsonl") +
+                              " checkpoint.dir=" + out.file("ck")), out.file("out.txt"));
+  ASSERT_TRUE(wait_for_step(out.file("m.jsonl"), 1)) << run.output();
+  kill(run.pid(), SIGTERM);
+  const int code = run.wait(60);
+  EXPECT_NE(code, 0) << run.output();
+  EXPECT_NE(code, 124) << run.output();  // ended by itself, not by the test's deadline
+  const std::string latest = latest_of(out.file("ck"));
+  if (latest.empty()) return;
+  auto v = run_command(pptrain_bin() + " inspect --verify " + out.file("ck/" + latest), 60);
+  EXPECT_EQ(v.exit_code, 0) << v.output << "\n" << run.output();
 }
 
 TEST_F(RunControlMpiSignal, SigtermToOneRankStopsBothAndResumesBitExact) {
