@@ -27,7 +27,8 @@ PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CXXFLAGS += -std=c++20 -fopenmp -Wall -Wextra -Wno-unused-parameter -MMD -MP -DOMPI_SKIP_MPICXX \
             -Isrc -Ikernels -Itests $(PKG_CFLAGS)
-LDLIBS += $(PKG_LIBS) -fopenmp -lpthread
+# GLPK (the stage partitioner's integer programs) ships no pkg-config file.
+LDLIBS += $(PKG_LIBS) -lglpk -fopenmp -lpthread
 GTEST_LIBS := -lgtest_main -lgtest -lpthread
 
 # Goals that need no package flags; any other goal is a build step, which would compile
@@ -136,7 +137,7 @@ all:
 	@$(MAKE) --no-print-directory $(JOBS) binaries
 
 run:
-	@echo "== make run [1/4] deps: compiler, MPI, HDF5, yaml-cpp, OpenBLAS and a text corpus (first time: a minute or so)"
+	@echo "== make run [1/4] deps: compiler, MPI, HDF5, yaml-cpp, OpenBLAS, GLPK and a text corpus (first time: a minute or so)"
 	@scripts/install_deps.sh run
 	@echo "== make run [2/4] build: $(BUILD)/pptrain, $(ON_CORES) (first time: a minute or two on 2 cores)"
 	@$(MAKE) --no-print-directory $(JOBS) $(BUILD)/pptrain

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs pptrain's dependencies from Debian packages (apt-get as root, sudo otherwise).
 #   install_deps.sh [--check-or-install] [run|test]
-#     run    what `make run` needs: the compiler, MPI, parallel HDF5, yaml-cpp, OpenBLAS and
+#     run    what `make run` needs: the compiler, MPI, parallel HDF5, yaml-cpp, OpenBLAS, GLPK and
 #            the demo's text corpus
 #     test   (default) all of it, plus what the tests need: GoogleTest, the HDF5 tools, clang
 #            with libFuzzer (the fuzz targets) and a throwaway local Slurm cluster
@@ -23,6 +23,7 @@ RUN_PACKAGES=(
   openmpi-bin libopenmpi-dev          # MPI bootstrap, CPU collectives, mpirun
   libhdf5-openmpi-dev                 # parallel HDF5 checkpoints
   libyaml-cpp-dev                     # experiment configs
+  libglpk-dev                         # the stage partitioner's integer programs
   libopenblas-openmp-dev              # sgemm; the OpenMP build so it shares our thread pool
   fortunes-min fortune-mod            # a small text corpus for the demo
 )

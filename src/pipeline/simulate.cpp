@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <limits>
 #include <sstream>
+#include <utility>
 
 #include "core/error.h"
 #include "pipeline/dependencies.h"
@@ -57,14 +58,35 @@ double duration(const CostModel& c, const Schedule& s, const Action& a) {
   }
 }
 
+// The keys of actions index flat tables (KeyTable), so every action and the other end of
+// every message must be in range.
+void check_in_range(const Schedule& s) {
+  for (size_t r = 0; r < s.program.size(); ++r)
+    for (const Action& a : s.program[r]) {
+      const Action other = matching_action(a);
+      for (const Action& x : {a, other})
+        if (x.stage < 0 || x.stage >= s.num_stages() || x.microbatch < 0 || x.microbatch >= s.microbatches)
+          fail("simulate: schedule '", s.name, "': rank ", r, ", action ", to_string(a),
+               " is outside its stages or microbatches (run validate for details)");
+    }
+}
+
 }  // namespace
 
 SimResult simulate(const Schedule& schedule, const CostModel& cost) {
   const Schedule s = has_communication(schedule.program) ? schedule : lower(schedule);
   const int pp = s.pp, stages = s.num_stages();
-  for (const auto* list : {&cost.stage_forward, &cost.stage_input_grad, &cost.stage_weight_grad})
+  for (const auto* list : {&cost.stage_forward, &cost.stage_input_grad, &cost.stage_weight_grad,
+                           &cost.stage_act_input, &cost.stage_act_weight, &cost.stage_static_memory})
     if (!list->empty() && int(list->size()) != stages)
       fail("cost model: ", list->size(), " per-stage costs for ", stages, " stages");
+  const bool stage_activations = !cost.stage_act_input.empty();
+  if (cost.stage_act_weight.empty() == stage_activations)
+    fail("cost model: per-stage activation memory needs both lists (freed by I, kept until W)");
+  // One microbatch's activations of a stage: absolute when given per stage, else in units of
+  // the rank's share (x v), divided by v when reported.
+  auto act_input = [&](int stage) { return stage_activations ? cost.stage_act_input[stage] : cost.act_input; };
+  auto act_weight = [&](int stage) { return stage_activations ? cost.stage_act_weight[stage] : cost.act_weight; };
   PPTRAIN_CHECK(int(s.program.size()) == pp);
 
   SimResult out;
@@ -73,16 +95,8 @@ SimResult simulate(const Schedule& schedule, const CostModel& cost) {
   out.timeline.resize(pp);
   std::vector<double> clock(pp, 0), memory(pp, 0), first_start(pp, -1), last_end(pp, 0);
   std::vector<size_t> pos(pp, 0);
-  // Message (keyed by its RECV) -> time; kNone until it happens. The keys index flat
-  // tables, so every action and the other end of every message must be in range.
-  for (int r = 0; r < pp; ++r)
-    for (const Action& a : s.program[r]) {
-      const Action other = matching_action(a);
-      for (const Action& x : {a, other})
-        if (x.stage < 0 || x.stage >= stages || x.microbatch < 0 || x.microbatch >= s.microbatches)
-          fail("simulate: schedule '", s.name, "': rank ", r, ", action ", to_string(a),
-               " is outside its stages or microbatches (run validate for details)");
-    }
+  // Message (keyed by its RECV) -> time; kNone until it happens.
+  check_in_range(s);
   constexpr double kNone = -1;
   KeyTable<double> sent(stages, s.microbatches, kNone), posted(stages, s.microbatches, kNone);
 
@@ -107,13 +121,12 @@ SimResult simulate(const Schedule& schedule, const CostModel& cost) {
       out.busy[r] += end - start;
       if (first_start[r] < 0) first_start[r] = start;
       last_end[r] = end;
-      // Activations appear with F; I frees the part only dgrad needed, W the rest. Kept in
-      // units of a stage (x v), divided by v when reported.
-      if (a.op == Op::F) memory[r] += cost.act_input + cost.act_weight;
+      // Activations appear with F; I frees the part only dgrad needed, W the rest.
+      if (a.op == Op::F) memory[r] += act_input(a.stage) + act_weight(a.stage);
       out.peak_activations[r] = std::max(out.peak_activations[r], memory[r]);
-      if (a.op == Op::I) memory[r] -= cost.act_input;
-      if (a.op == Op::W) memory[r] -= cost.act_weight;
-      if (a.op == Op::B) memory[r] -= cost.act_input + cost.act_weight;
+      if (a.op == Op::I) memory[r] -= act_input(a.stage);
+      if (a.op == Op::W) memory[r] -= act_weight(a.stage);
+      if (a.op == Op::B) memory[r] -= act_input(a.stage) + act_weight(a.stage);
     }
     clock[r] = end;
     ++pos[r];
@@ -130,7 +143,11 @@ SimResult simulate(const Schedule& schedule, const CostModel& cost) {
       fail("simulate: schedule '", s.name, "' cannot finish: rank ", r, " waits forever at position ",
            pos[r], ", action ", to_string(s.program[r][pos[r]]), " (run validate for details)");
 
-  for (double& peak : out.peak_activations) peak /= s.stages_per_rank;
+  if (!stage_activations)
+    for (double& peak : out.peak_activations) peak /= s.stages_per_rank;
+  out.peak_memory = out.peak_activations;
+  if (!cost.stage_static_memory.empty())
+    for (int stage = 0; stage < stages; ++stage) out.peak_memory[s.rank_of(stage)] += cost.stage_static_memory[stage];
   out.makespan = *std::max_element(clock.begin(), clock.end());
   double total_busy = 0, total_span = 0;
   for (int r = 0; r < pp; ++r) {
@@ -143,6 +160,85 @@ SimResult simulate(const Schedule& schedule, const CostModel& cost) {
   out.bubble_ratio = out.makespan > 0 ? 1 - total_busy / (pp * out.makespan) : 0;
   out.span_bubble_ratio = total_span > 0 ? 1 - total_busy / total_span : 0;
   return out;
+}
+
+// The same walk as simulate(), recording which ends each start waits for instead of times.
+TimingGraph timing_graph(const Schedule& schedule) {
+  const Schedule s = has_communication(schedule.program) ? schedule : lower(schedule);
+  const int pp = s.pp;
+  PPTRAIN_CHECK(int(s.program.size()) == pp);
+  check_in_range(s);
+  TimingGraph g;
+  g.last_of_rank.assign(pp, -1);
+  // Message (keyed by its RECV) -> the node whose end it was sent (or posted) at, -1 for the
+  // start of the step; kNone until it happens.
+  constexpr int kNone = -2;
+  KeyTable<int> sent(s.num_stages(), s.microbatches, kNone), posted(s.num_stages(), s.microbatches, kNone);
+  std::vector<size_t> pos(pp, 0);
+
+  auto step = [&](int r) -> bool {
+    const Action& a = s.program[r][pos[r]];
+    const int previous = g.last_of_rank[r];
+    if (a.op == Op::SEND_F || a.op == Op::SEND_B) {
+      sent[key_of(matching_action(a))] = previous;
+    } else if (a.op == Op::RECV_F || a.op == Op::RECV_B) {
+      posted[key_of(a)] = previous;
+    } else {
+      TimingNode node{a, r, {}};
+      if (previous >= 0) node.after.push_back({previous, false});
+      if (auto msg = incoming_message(s, a)) {
+        const int sender = sent[key_of(msg->recv)];
+        if (sender == kNone) return false;
+        const int poster = posted[key_of(msg->recv)] == kNone ? previous : posted[key_of(msg->recv)];
+        node.after.push_back({sender, true});
+        if (poster != sender) node.after.push_back({poster, true});
+      }
+      g.last_of_rank[r] = int(g.nodes.size());
+      g.nodes.push_back(std::move(node));
+    }
+    ++pos[r];
+    return true;
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < pp; ++r)
+      while (pos[r] < s.program[r].size() && step(r)) progress = true;
+  }
+  for (int r = 0; r < pp; ++r)
+    if (pos[r] < s.program[r].size())
+      fail("simulate: schedule '", s.name, "' cannot finish: rank ", r, " waits forever at position ",
+           pos[r], ", action ", to_string(s.program[r][pos[r]]), " (run validate for details)");
+  return g;
+}
+
+std::vector<double> earliest_starts(const TimingGraph& graph, const std::vector<double>& durations,
+                                    double comm) {
+  PPTRAIN_CHECK(durations.size() == graph.nodes.size());
+  std::vector<double> start(graph.nodes.size(), 0);
+  for (size_t i = 0; i < graph.nodes.size(); ++i)
+    for (const TimingNode::After& a : graph.nodes[i].after) {
+      const double end = a.node < 0 ? 0 : start[a.node] + durations[a.node];
+      start[i] = std::max(start[i], a.message ? end + comm : end);
+    }
+  return start;
+}
+
+std::vector<MemoryPoint> memory_points(const Schedule& s) {
+  check_in_range(s);
+  std::vector<MemoryPoint> points;
+  for (int r = 0; r < int(s.program.size()); ++r) {
+    MemoryPoint live{r, std::vector<int>(s.num_stages(), 0), std::vector<int>(s.num_stages(), 0)};
+    for (const Action& a : s.program[r]) {
+      if (a.op == Op::F) {
+        ++live.input_live[a.stage];
+        ++live.weight_live[a.stage];
+        points.push_back(live);
+      }
+      if (a.op == Op::I || a.op == Op::B) --live.input_live[a.stage];
+      if (a.op == Op::W || a.op == Op::B) --live.weight_live[a.stage];
+    }
+  }
+  return points;
 }
 
 }  // namespace pptrain::pipeline
