@@ -18,6 +18,8 @@ const char* kUsage =
     "  profile CONFIG [--out FILE] [--repeats N] [section.key=value ...]\n"
     "                                         time the config's layers (F, I, W), transfers and\n"
     "                                         all-reduces; write the cost file (default profile.json)\n"
+    "  plan CONFIG --ranks N [--memory-per-rank GiB] [--profile FILE] [--out BEST.yaml]\n"
+    "                                         rank the layouts of N ranks by predicted step time\n"
     "  schedule --schedule NAME --pp P --microbatches M   show, check and simulate a schedule\n"
     "  inspect [--verify] FILE.h5|DIR         attributes, config and tensors of a checkpoint\n"
     "  import-llmc MODEL.bin OUT.h5           convert an llm.c GPT-2 model file to a checkpoint\n"
@@ -41,6 +43,7 @@ int main(int argc, char** argv) {
     if (cmd == "--version" || cmd == "version") return pptrain::cmd_version(args);
     if (cmd == "prepare-data") return pptrain::cmd_prepare_data(args);
     if (cmd == "schedule") return pptrain::cmd_schedule(args);
+    if (cmd == "plan") return pptrain::cmd_plan(args, mpi);
     if (cmd == "inspect") return pptrain::cmd_inspect(args);
     if (cmd == "import-llmc") return pptrain::cmd_import_llmc(args);
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {

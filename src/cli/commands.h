@@ -17,5 +17,6 @@ int cmd_prepare_data(const Args& args);
 int cmd_schedule(const Args& args);
 int cmd_inspect(const Args& args);
 int cmd_import_llmc(const Args& args);
+int cmd_plan(const Args& args, MpiSession& mpi);
 
 }  // namespace pptrain

@@ -7,6 +7,8 @@
 #include <map>
 
 #include "cli/commands.h"
+#include "partition/cost_profile.h"
+#include "partition/partitioner.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "pipeline/auto_schedule.h"
@@ -43,7 +45,8 @@ const char* kScheduleUsage =
     "                      by its W becomes B\n"
     "  --cost              times per microbatch of a rank's share of the model (a stage costs 1/v)\n"
     "                      for forward, input grad, weight grad; p2p latency; activation memory\n"
-    "                      freed at I and at W\n"
+    "                      freed at I and at W; or FILE.json, a cost file of pptrain profile: the\n"
+    "                      stage costs (ms, bytes) of its model's exact split for the schedule\n"
     "  --memory-limit      reject programs with more microbatches of activations in flight;\n"
     "                      for auto: the peak activations per rank to build for, in the units\n"
     "                      of act_i and act_w\n"
@@ -158,7 +161,28 @@ int cmd_schedule(const Args& args) {
     fail("--format '", o.format, "' is not one of: text, json, csv, svg, chrome");
 
   ScheduleReport report;
-  report.cost = parse_cost(o.cost);
+  // A cost file of `pptrain profile` (*.json): the stages' costs of the exact split of its
+  // model for this schedule (for auto: the split for its placement's fixed zero-bubble
+  // schedule), printed on stderr.
+  const bool profiled = o.cost.size() > 5 && o.cost.compare(o.cost.size() - 5, 5, ".json") == 0;
+  if (profiled) {
+    const CostProfile prof = read_cost_profile(o.cost);
+    const int v = o.stages_per_rank == 0 ? default_stages_per_rank(spec_of(o) == "auto" ? "zb-h1" : spec_of(o))
+                                         : o.stages_per_rank;
+    const std::string fixed = spec_of(o) == "auto" ? (v == 2 ? "zbv" : "zb-h1") : spec_of(o);
+    const Partition part =
+        partition_stages(prof, load_or_generate(fixed, o.pp, o.microbatches, v), prof.n_layer, 0);
+    report.cost = stage_cost_model(prof, part.blocks_per_stage);
+    std::string split;
+    for (int n : part.blocks_per_stage) {
+      if (!split.empty()) split += ',';
+      split += std::to_string(n);
+    }
+    std::fprintf(stderr, "costs from %s: blocks per stage [%s] (the exact partition for %s), times in ms\n",
+                 o.cost.c_str(), split.c_str(), fixed.c_str());
+  } else {
+    report.cost = parse_cost(o.cost);
+  }
   PrepareOptions prepare;
   prepare.backward = parse_backward_form(o.backward);
   prepare.max_in_flight = o.memory_limit;

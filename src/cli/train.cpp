@@ -2,12 +2,16 @@
 // Parse, check up front (job/preflight.h: data, output paths, memory), assemble the job,
 // run the training loop. Every rank parses the config, runs the checks and builds its part
 // of the job; world rank 0 prints.
+#include <cstdio>
+
 #include "cli/commands.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/faults.h"
 #include "job/job.h"
 #include "job/preflight.h"
+#include "core/log.h"
+#include "partition/auto_layout.h"
 #include "parallel/mpi_session.h"
 #include "pipeline/registry.h"
 #include "train/run_training.h"
@@ -40,21 +44,49 @@ TrainArgs parse_args(const Args& args) {
   return out;
 }
 
+// "planner: layers_per_stage [0,4,4] schedule zb-h1 (costs: FILE): predicted step 812.3 ms
+// (pipeline 790.1, sync 12.0, update 10.2; bubble 0.081; peak 1.21 GiB per rank)"
+void log_prediction(const ResolvedLayout& layout) {
+  const LayoutChoice& p = *layout.prediction;
+  std::string split;
+  for (int n : p.layers_per_stage) {
+    if (!split.empty()) split += ',';
+    split += std::to_string(n);
+  }
+  char figures[256];
+  std::snprintf(figures, sizeof figures,
+                "predicted step %.1f ms (pipeline %.1f, sync %.1f, update %.1f; bubble %.3f; peak %.3f GiB per rank)",
+                p.step_ms, p.pipeline_ms, p.sync_ms, p.optimizer_ms, p.bubble, p.peak_bytes / double(1 << 30));
+  log::info("planner: layers_per_stage [", split, "] schedule ", p.schedule, " (costs ", layout.profile_source,
+            "): ", figures);
+}
+
 }  // namespace
 
 int cmd_train(const Args& raw_args, MpiSession& mpi) {
   const TrainArgs args = parse_args(raw_args);
   // Planted faults (tests of the tests): parsed once, announced, handed to where they act.
   const Faults all_faults = Faults::from_env();
-  const Config cfg = load_config(args.config, args.overrides);
+  const Config loaded = load_config(args.config, args.overrides);
   all_faults.announce(mpi.rank());
+  JobPlan plan;
+  Config cfg = loaded;
   // Everything the config and the file system can tell up front (data, output paths,
-  // memory) is checked before the Job allocates the model.
+  // memory) is checked before the Job allocates the model; what the config leaves to the
+  // planner (a split from measured costs, schedule: auto) is resolved first.
   {
-    MpiComm world = checked_world(cfg);
-    run_preflight(cfg, pipeline::prepare_schedule(cfg), world);
+    MpiComm world = checked_world(loaded);
+    ResolvedLayout layout = resolve_layout(loaded, world);
+    cfg = layout.config;
+    plan.program = layout.program;
+    if (layout.prediction) {
+      plan.predicted_step_ms = layout.prediction->step_ms;
+      if (mpi.rank() == 0) log_prediction(layout);
+    }
+    run_preflight(cfg, plan.program ? pipeline::prepare_schedule(*plan.program) : pipeline::prepare_schedule(cfg),
+                  world);
   }
-  Job job(cfg, all_faults.on_rank(mpi.rank()));
+  Job job(cfg, all_faults.on_rank(mpi.rank()), nullptr, plan);
   TrainingHooks hooks;
   hooks.dump_dir = args.dump_dir;
   return run_training(job, hooks);

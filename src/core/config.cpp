@@ -108,6 +108,7 @@ std::map<std::string, Section> schema(Config& c) {
   p["microbatches"] = int_field(&c.parallel.microbatches);
   p["stages_per_rank"] = int_field(&c.parallel.stages_per_rank);
   p["layers_per_stage"] = layers_field(&c.parallel.layers_per_stage);
+  p["profile"] = string_field(&c.parallel.profile);
   auto& t = s["training"];
   t["steps"] = int_field(&c.training.steps);
   t["micro_batch_size"] = int_field(&c.training.micro_batch_size);
@@ -307,7 +308,7 @@ void validate(const Config& c) {
   require_range(c, "parallel.stages_per_rank", p.stages_per_rank, 1, kMaxStagesPerRank);
   require(m.n_head % p.tp == 0, c, "parallel.tp",
           cat("tp ", p.tp, " must divide model.n_head ", m.n_head));
-  require(!p.schedule.empty(), c, "parallel.schedule", "expected a schedule name or file:PATH.csv");
+  require(!p.schedule.empty(), c, "parallel.schedule", "expected a schedule name, file:PATH.csv or auto");
   const int stages = c.total_stages();
   if (p.layers_per_stage.empty()) {
     require(m.n_layer >= stages, c, "parallel.stages_per_rank",

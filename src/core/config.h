@@ -32,12 +32,15 @@ struct ParallelConfig {
   int pp = 1;
   int tp = 1;
   int dp = 1;
-  std::string schedule = "1f1b";       // a generator name, or file:PATH.csv
+  std::string schedule = "1f1b";       // a generator name, file:PATH.csv, or auto
   int microbatches = 8;
   int stages_per_rank = 1;
   // Blocks per stage, pp·stages_per_rank entries; empty = auto (spread evenly). The first
   // and last stage may hold 0 (only the embedding, only the head), the others >= 1.
   std::vector<int> layers_per_stage;
+  // Measured costs for the planner (partition/auto_layout.h): "" none (layers_per_stage
+  // auto balances FLOPs), "measure" (timed at start-up), or a cost file of pptrain profile.
+  std::string profile;
 };
 
 struct TrainingConfig {

@@ -35,11 +35,12 @@ std::unique_ptr<Ops> make_ops(const Config& cfg) {
 
 }  // namespace
 
-Job::Job(const Config& cfg, const Faults& faults, std::unique_ptr<Ops> ops)
+Job::Job(const Config& cfg, const Faults& faults, std::unique_ptr<Ops> ops, JobPlan plan)
     : cfg_(cfg),
       faults_(faults),
       world_(checked_world(cfg)),
-      schedule_(pipeline::prepare_schedule(cfg)),
+      schedule_(plan.program ? pipeline::prepare_schedule(std::move(*plan.program)) : pipeline::prepare_schedule(cfg)),
+      predicted_step_ms_(plan.predicted_step_ms),
       grid_(world_, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.tp, embedding_pp_ranks(cfg, schedule_)),
       ops_(ops ? std::move(ops) : make_ops(cfg)),
       par_(grid_.context(world_)) {

@@ -15,6 +15,7 @@
 // pptrain::Error on every rank before any group is created.
 #pragma once
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/ops.h"
@@ -34,12 +35,18 @@ namespace pptrain {
 // -np ends every rank with the config's name in the message.
 MpiComm checked_world(const Config& cfg);
 
+// What the planner resolved for the job (partition/auto_layout.h), beyond the config.
+struct JobPlan {
+  std::optional<pipeline::Schedule> program;  // parallel.schedule: auto: the compute program
+  double predicted_step_ms = 0;                // from measured costs; 0: no prediction
+};
+
 class Job {
  public:
   // `faults`: the planted faults acting on this rank (core/faults.h; tests only).
   // `ops`: the backend to use instead of the one cfg.device names (tests: a backend that
   // counts its allocations); null builds the config's.
-  Job(const Config& cfg, const Faults& faults = {}, std::unique_ptr<Ops> ops = nullptr);
+  Job(const Config& cfg, const Faults& faults = {}, std::unique_ptr<Ops> ops = nullptr, JobPlan plan = {});
   ~Job();
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
@@ -47,6 +54,7 @@ class Job {
   const Config& config() const { return cfg_; }
   const Faults& faults() const { return faults_; }
   const pipeline::Schedule& schedule() const { return schedule_; }
+  double predicted_step_ms() const { return predicted_step_ms_; }
   MpiComm& world() { return world_; }
   const ParallelContext& parallel() const { return par_; }
   Ops& ops() { return *ops_; }
@@ -61,6 +69,7 @@ class Job {
   Faults faults_;
   MpiComm world_;
   pipeline::Schedule schedule_;
+  double predicted_step_ms_ = 0;
   Grid grid_;
   std::unique_ptr<Ops> ops_;
   std::vector<std::unique_ptr<Communicator>> nccl_;  // declared after ops_: destroyed first

@@ -28,7 +28,8 @@ double action_time(const CostModel& cost, int stages_per_rank, Op op, int stage)
 
 // The one place that says how much activation memory a stage's microbatch holds; the
 // simulator counts the same (simulate.cpp).
-StageActivation stage_activation(const CostModel& cost, int /*stage*/) {
+StageActivation stage_activation(const CostModel& cost, int stage) {
+  if (!cost.stage_act_input.empty()) return {cost.stage_act_input[stage], cost.stage_act_weight[stage]};
   return {cost.act_input, cost.act_weight};
 }
 

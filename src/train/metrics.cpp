@@ -43,7 +43,8 @@ void MetricsLog::write(const std::string& line) {
   std::fflush(file_);
 }
 
-void MetricsLog::step(const StepResult& r, int total_steps, double tokens_per_step, double mean_ms) {
+void MetricsLog::step(const StepResult& r, int total_steps, double tokens_per_step, double mean_ms,
+                      double predicted_ms) {
   if (!enabled_) return;
   const double tok_s = tokens_per_step / (r.ms / 1000.0);
   const double eta = (total_steps - r.step) * mean_ms / 1000.0;
@@ -51,16 +52,22 @@ void MetricsLog::step(const StepResult& r, int total_steps, double tokens_per_st
   // Skipped steps (training.on_nonfinite: skip) show only once there are any.
   char skipped[32] = "";
   if (r.skipped_total > 0) std::snprintf(skipped, sizeof skipped, " | skipped %d", r.skipped_total);
+  // The planner's prediction (partition/auto_layout.h) beside the measurement, when made.
+  char predicted[48] = "", predicted_json[48] = "";
+  if (predicted_ms > 0) {
+    std::snprintf(predicted, sizeof predicted, " (predicted %.1f)", predicted_ms);
+    std::snprintf(predicted_json, sizeof predicted_json, ", \"predicted_ms\": %.3f", predicted_ms);
+  }
   std::snprintf(buf, sizeof buf,
-                "step %d/%d | loss %.4f | lr %.2e | grad_norm %.4f | %.1f ms | %.0f tok/s | bubble %.3f%s | eta %s",
-                r.step, total_steps, r.loss, r.lr, r.grad_norm, r.ms, tok_s, r.bubble, skipped,
+                "step %d/%d | loss %.4f | lr %.2e | grad_norm %.4f | %.1f ms%s | %.0f tok/s | bubble %.3f%s | eta %s",
+                r.step, total_steps, r.loss, r.lr, r.grad_norm, r.ms, predicted, tok_s, r.bubble, skipped,
                 format_duration(eta).c_str());
   log::info(buf);
   std::snprintf(buf, sizeof buf,
                 "{\"step\": %d, \"loss\": %s, \"lr\": %.6e, \"grad_norm\": %s, \"ms\": %.3f, "
-                "\"tokens_per_s\": %.1f, \"bubble\": %.4f, \"skipped\": %d}",
+                "\"tokens_per_s\": %.1f, \"bubble\": %.4f, \"skipped\": %d%s}",
                 r.step, json_number(r.loss).c_str(), r.lr, json_number(r.grad_norm).c_str(), r.ms, tok_s, r.bubble,
-                r.skipped_total);
+                r.skipped_total, predicted_json);
   write(buf);
 }
 

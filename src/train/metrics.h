@@ -16,7 +16,8 @@ class MetricsLog {
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
-  void step(const StepResult& r, int total_steps, double tokens_per_step, double mean_ms);
+  void step(const StepResult& r, int total_steps, double tokens_per_step, double mean_ms,
+            double predicted_ms = 0);
   void eval(int step, double val_loss);
 
  private:

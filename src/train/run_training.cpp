@@ -164,7 +164,8 @@ int run_training(Job& job, const TrainingHooks& hooks) {
     if (!hooks.dump_dir.empty() && par.dp_rank == 0)
       write_param_dump(cat(hooks.dump_dir, "/step", r.step, ".rank", world_rank, ".bin"), r.loss, trainer.params());
     if (r.step % cfg.logging.every == 0 || final || r.step == 1 || stopped_by)
-      metrics.step(r, cfg.training.steps, tokens_per_step, timed_steps ? total_ms / timed_steps : r.ms);
+      metrics.step(r, cfg.training.steps, tokens_per_step, timed_steps ? total_ms / timed_steps : r.ms,
+                   job.predicted_step_ms());
     const int ev = cfg.training.eval_every;
     if (ev > 0 && (r.step % ev == 0 || final)) {
       const double val = trainer.evaluate();

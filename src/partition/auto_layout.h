@@ -1,0 +1,41 @@
+// What a training config leaves to the planner, resolved at start-up, identically on
+// every rank:
+//   parallel.layers_per_stage: auto with parallel.profile set  the exact partition of the
+//       layer chain for the config's schedule (partitioner.h) from the measured costs;
+//       with no profile the closed-form FLOP balance (partition.h), as before, so runs
+//       that ask for nothing measured stay reproducible from their config alone
+//   parallel.schedule: auto   the automatic zero-bubble program (pipeline/auto_schedule.h)
+//       for the measured costs, with its split chosen jointly (partition for a fixed
+//       schedule, program for that split, partition again for the program)
+// The profile is parallel.profile: a cost file of `pptrain profile`, or `measure`: timed
+// here on world rank 0 and shared (a schedule: auto with no profile measures too). With
+// costs, every layout (planned or given) comes with the step time they predict
+// (layout_search.h), which the log and the metrics show beside the measured one.
+#pragma once
+#include <optional>
+
+#include "core/config.h"
+#include "parallel/mpi_comm.h"
+#include "partition/cost_profile.h"
+#include "partition/layout_search.h"
+#include "pipeline/ir.h"
+
+namespace pptrain {
+
+struct ResolvedLayout {
+  Config config;                               // layers_per_stage concrete when planned
+  std::optional<pipeline::Schedule> program;   // schedule: auto: its compute program
+  std::optional<LayoutChoice> prediction;      // when measured costs were used
+  std::string profile_source;                  // the cost file, or "measured at start-up"
+};
+
+// Collective over `world` (the profile is measured on rank 0 and broadcast). Throws
+// pptrain::Error naming the config and key (a profile of other shapes, an unreadable file).
+ResolvedLayout resolve_layout(const Config& cfg, MpiComm& world);
+
+// Refuses a profile measured for other shapes, backend or precision than `cfg` (one line
+// naming `what` and the first key that differs). The micro-batch size may differ (times
+// scale with it, layout_search.h).
+void check_profile_matches(const CostProfile& p, const Config& cfg, const std::string& what);
+
+}  // namespace pptrain

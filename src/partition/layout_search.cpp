@@ -1,0 +1,184 @@
+#include "partition/layout_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "partition/partitioner.h"
+#include "pipeline/registry.h"
+
+namespace pptrain {
+namespace {
+
+// The profile's all-reduce model on `ranks` ranks. A ring all-reduce moves 2·(r-1)/r of
+// the buffer through each rank; the model's bandwidth was fitted on allreduce_ranks ranks,
+// so the bytes term is rescaled by the ratio of the two factors.
+double allreduce_ms(const CostProfile& p, double bytes, int ranks) {
+  if (ranks < 2 || bytes <= 0) return 0;
+  auto ring = [](int r) { return 2.0 * (r - 1) / r; };
+  const double fitted = ring(std::max(2, p.allreduce_ranks));
+  return p.allreduce_latency_ms + bytes * ring(ranks) / fitted / p.allreduce_bytes_per_ms;
+}
+
+std::vector<int> divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+// The schedules a layout may run: every generator, with its default stages per rank.
+struct ScheduleShape {
+  std::string name;
+  int stages_per_rank;
+};
+std::vector<ScheduleShape> schedule_shapes(int pp) {
+  if (pp == 1) return {{"1f1b", 1}};
+  std::vector<ScheduleShape> out;
+  for (const std::string& name : pipeline::schedule_names())
+    out.push_back({name, pipeline::default_stages_per_rank(name)});
+  return out;
+}
+
+// Parameter elements per pp rank of a split: the largest (it sets the gradient all-reduce
+// and the update time, which every rank waits for) and the tied embedding's, with whether
+// the first and last stage sit on different ranks (their copies are then summed).
+struct RankParams {
+  double most = 0, embedding = 0;
+  bool embedding_split = false;
+};
+RankParams rank_parameters(const CostProfile& p, const pipeline::Schedule& program, const std::vector<int>& blocks) {
+  const int stages = int(blocks.size()), pp = program.pp;
+  std::vector<double> elements(pp, 0.0);
+  for (int s = 0; s < stages; ++s) {
+    double moments = blocks[s] * p.block.optim_bytes;  // 8 bytes of moments per element
+    if (s == 0) moments += p.embedding.optim_bytes;
+    if (s == stages - 1) moments += p.head.optim_bytes;
+    elements[pipeline::rank_of_stage(program.placement, s, pp)] += moments / 8;
+  }
+  RankParams out;
+  out.embedding = tied_embedding_optim_bytes(p) / 8;
+  const int first = pipeline::rank_of_stage(program.placement, 0, pp),
+            last = pipeline::rank_of_stage(program.placement, stages - 1, pp);
+  out.embedding_split = first != last;
+  if (!out.embedding_split) elements[first] -= out.embedding;  // one copy, counted twice above
+  out.most = *std::max_element(elements.begin(), elements.end());
+  return out;
+}
+
+}  // namespace
+
+CostProfile scaled_profile(const CostProfile& p, int mbs, int tp) {
+  CostProfile s = p;
+  const double batch = double(mbs) / p.micro_batch_size, shard = double(p.tp) / tp;
+  const double nc_bytes = p.transfer_bytes * batch;  // one [N,C] activation of the layout
+  auto scale = [&](LayerCost c, int allreduces_f, int allreduces_i) {
+    c.forward_ms = c.forward_ms * batch * shard + allreduces_f * allreduce_ms(p, nc_bytes, tp);
+    c.input_grad_ms = c.input_grad_ms * batch * shard + allreduces_i * allreduce_ms(p, nc_bytes, tp);
+    c.weight_grad_ms *= batch * shard;
+    c.act_fi_bytes *= batch * shard;
+    c.act_iw_bytes *= batch * shard;
+    c.param_bytes *= shard;
+    c.optim_bytes *= shard;
+    return c;
+  };
+  // Times measured at p.tp already hold that layout's all-reduces; the model only adds
+  // what a larger tp adds, so it is stated for profiles taken at tp = 1.
+  const bool add = tp > 1 && p.tp == 1;
+  s.embedding = scale(p.embedding, add ? 1 : 0, 0);
+  s.block = scale(p.block, add ? 2 : 0, add ? 2 : 0);
+  s.head = scale(p.head, 0, add ? 1 : 0);
+  s.micro_batch_size = mbs;
+  s.tp = tp;
+  s.transfer_bytes = nc_bytes;
+  s.transfer_ms = p.transfer_ms * batch;
+  return s;
+}
+
+LayoutChoice predict_layout(const CostProfile& prof, const pipeline::Schedule& program,
+                            const std::vector<int>& blocks_per_stage, int dp) {
+  LayoutChoice c;
+  c.pp = program.pp, c.tp = prof.tp, c.dp = dp, c.stages_per_rank = program.stages_per_rank;
+  c.micro_batch_size = prof.micro_batch_size, c.microbatches = program.microbatches;
+  c.layers_per_stage = blocks_per_stage;
+  const pipeline::SimResult sim = pipeline::simulate(program, stage_cost_model(prof, blocks_per_stage));
+  c.pipeline_ms = sim.makespan;
+  c.bubble = sim.bubble_ratio;
+  c.peak_bytes = *std::max_element(sim.peak_memory.begin(), sim.peak_memory.end());
+  const RankParams held = rank_parameters(prof, program, blocks_per_stage);
+  c.sync_ms = allreduce_ms(prof, 4.0 * held.most, dp) +
+              (held.embedding_split ? allreduce_ms(prof, 4.0 * held.embedding, 2) : 0.0);
+  c.optimizer_ms = held.most * prof.update_ns_per_param * 1e-6;
+  c.step_ms = c.pipeline_ms + c.sync_ms + c.optimizer_ms;
+  return c;
+}
+
+std::vector<LayoutChoice> search_layouts(const Config& cfg, const CostProfile& prof,
+                                         const LayoutSearchOptions& opts) {
+  const ModelConfig& m = cfg.model;
+  const long long global = cfg.global_batch_sequences();
+  std::vector<LayoutChoice> found;
+  double smallest_peak = std::numeric_limits<double>::infinity();
+  for (int tp : divisors(opts.ranks)) {
+    if (m.n_head % tp != 0) continue;
+    for (int pp : divisors(opts.ranks / tp)) {
+      const int dp = opts.ranks / tp / pp;
+      if (global % dp != 0) continue;
+      const long long per_replica = global / dp;
+      for (int mbs : divisors(int(std::min<long long>(per_replica, 1 << 20)))) {
+        if (mbs > opts.max_micro_batch_factor * prof.micro_batch_size) break;
+        const int micro = int(per_replica / mbs);
+        const CostProfile scaled = scaled_profile(prof, mbs, tp);
+        for (const ScheduleShape& shape : schedule_shapes(pp)) {
+          const int stages = pp * shape.stages_per_rank;
+          if (stages > m.n_layer + 2) continue;
+          pipeline::Schedule program;
+          try {
+            program = pipeline::generate_schedule(shape.name, pp, micro, shape.stages_per_rank);
+          } catch (const Error&) {
+            continue;  // a shape the schedule does not take (e.g. DualPipeV with m < 2p-1)
+          }
+          Partition part;
+          try {
+            part = partition_stages(scaled, program, m.n_layer, opts.memory_per_rank_bytes);
+          } catch (const Error&) {
+            const Partition least = min_memory_partition(scaled, program, m.n_layer);
+            smallest_peak = std::min(smallest_peak, *std::max_element(least.peak_bytes.begin(), least.peak_bytes.end()));
+            continue;
+          }
+          LayoutChoice c = predict_layout(scaled, program, part.blocks_per_stage, dp);
+          c.schedule = shape.name;
+          c.micro_batch_size = mbs;
+          found.push_back(c);
+        }
+      }
+    }
+  }
+  if (found.empty())
+    fail("no layout of ", opts.ranks, " ranks fits ", opts.memory_per_rank_bytes / double(1 << 30),
+         " GiB per rank; the smallest that would is ", smallest_peak / double(1 << 30), " GiB");
+  std::stable_sort(found.begin(), found.end(),
+                   [](const LayoutChoice& a, const LayoutChoice& b) {
+                     // Equal predictions (times scale linearly with the micro-batch size):
+                     // the layout that needs less memory first.
+                     if (a.step_ms != b.step_ms) return a.step_ms < b.step_ms;
+                     return a.peak_bytes < b.peak_bytes;
+                   });
+  return found;
+}
+
+Config config_for_layout(const Config& cfg, const LayoutChoice& c) {
+  Config out = cfg;
+  out.parallel.pp = c.pp;
+  out.parallel.tp = c.tp;
+  out.parallel.dp = c.dp;
+  out.parallel.schedule = c.schedule;
+  out.parallel.stages_per_rank = c.stages_per_rank;
+  out.parallel.microbatches = c.microbatches;
+  out.parallel.layers_per_stage = c.layers_per_stage;
+  out.training.micro_batch_size = c.micro_batch_size;
+  return out;
+}
+
+}  // namespace pptrain

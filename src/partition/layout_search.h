@@ -1,0 +1,64 @@
+// Layout search: every (pp, tp, dp, stages per rank, micro-batch size, microbatches,
+// schedule) that runs the config's global batch on N ranks, ranked by predicted step time.
+//
+// The prediction of one layout, from a profile measured at one (micro_batch_size, tp):
+//   pipeline   the simulated makespan of the schedule's program with the partitioner's
+//              split (partitioner.h), stage costs from the profile scaled to the layout
+//              (scaled_profile below)
+//   sync       the gradient all-reduces after the flush, not overlapped: the tied embedding
+//              over the embedding group (when its first and last stage sit on different
+//              ranks) and every gradient over dp, with the profile's all-reduce model
+//   optimizer  the AdamW update of the rank's parameters (the profile's time per parameter)
+// Memory per rank: parameters, gradients and moments of its stages plus the peak of the
+// activations the simulator reports for its stages.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "partition/cost_profile.h"
+#include "pipeline/ir.h"
+
+namespace pptrain {
+
+struct LayoutChoice {
+  int pp = 1, tp = 1, dp = 1, stages_per_rank = 1, micro_batch_size = 1, microbatches = 1;
+  std::string schedule;
+  std::vector<int> layers_per_stage;  // [pp·stages_per_rank]
+  double pipeline_ms = 0, sync_ms = 0, optimizer_ms = 0;
+  double step_ms = 0;     // the sum of the three
+  double bubble = 0;      // simulated idle fraction of the pipeline phase
+  double peak_bytes = 0;  // the largest rank's
+};
+
+struct LayoutSearchOptions {
+  int ranks = 1;
+  double memory_per_rank_bytes = 0;  // 0: no limit
+  // Micro-batch sizes tried: divisors of the per-replica batch up to this many times the
+  // profiled one (timings are scaled linearly in it, which is optimistic far from it).
+  int max_micro_batch_factor = 4;
+};
+
+// The profile of a layout with micro-batch size `mbs` and tensor parallelism `tp`, from one
+// measured at (p.micro_batch_size, p.tp). Stated model: layer times and activation bytes
+// scale linearly with the micro-batch size; compute divides by tp (Megatron's split of
+// every GEMM) and each block adds two all-reduces of its [N,C] output in F and two of its
+// input gradient in I (the embedding one in F, the head one in I), timed with the
+// all-reduce model; parameter and optimizer bytes divide by tp.
+CostProfile scaled_profile(const CostProfile& p, int mbs, int tp);
+
+// The prediction of one layout: `prof` already scaled to it, `program` its schedule's
+// (compute or lowered) program, `blocks_per_stage` its split, dp its replicas.
+LayoutChoice predict_layout(const CostProfile& prof, const pipeline::Schedule& program,
+                            const std::vector<int>& blocks_per_stage, int dp);
+
+// Feasible layouts, fastest first (equal predictions: less memory first). Throws Error when none fits (naming the smallest
+// memory per rank that would).
+std::vector<LayoutChoice> search_layouts(const Config& cfg, const CostProfile& prof,
+                                         const LayoutSearchOptions& opts);
+
+// `cfg` with the layout's parallel section and micro-batch size: runnable as is with
+// mpirun -np pp·tp·dp.
+Config config_for_layout(const Config& cfg, const LayoutChoice& choice);
+
+}  // namespace pptrain
