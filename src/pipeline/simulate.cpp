@@ -71,6 +71,23 @@ void check_in_range(const Schedule& s) {
     }
 }
 
+// Plays the ranks' programs round after round, each as far as step(rank) lets it (step
+// advances pos[rank] and returns true, or returns false while the action's input is not
+// there yet), until no rank moves; then fails naming the first rank left waiting.
+template <typename Step>
+void replay(const Schedule& s, const std::vector<size_t>& pos, Step&& step) {
+  const int pp = int(s.program.size());
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < pp; ++r)
+      while (pos[r] < s.program[r].size() && step(r)) progress = true;
+  }
+  for (int r = 0; r < pp; ++r)
+    if (pos[r] < s.program[r].size())
+      fail("simulate: schedule '", s.name, "' cannot finish: rank ", r, " waits forever at position ",
+           pos[r], ", action ", to_string(s.program[r][pos[r]]), " (run validate for details)");
+}
+
 }  // namespace
 
 SimResult simulate(const Schedule& schedule, const CostModel& cost) {
@@ -133,15 +150,7 @@ SimResult simulate(const Schedule& schedule, const CostModel& cost) {
     return true;
   };
 
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int r = 0; r < pp; ++r)
-      while (pos[r] < s.program[r].size() && step(r)) progress = true;
-  }
-  for (int r = 0; r < pp; ++r)
-    if (pos[r] < s.program[r].size())
-      fail("simulate: schedule '", s.name, "' cannot finish: rank ", r, " waits forever at position ",
-           pos[r], ", action ", to_string(s.program[r][pos[r]]), " (run validate for details)");
+  replay(s, pos, step);
 
   if (!stage_activations)
     for (double& peak : out.peak_activations) peak /= s.stages_per_rank;
@@ -199,15 +208,7 @@ TimingGraph timing_graph(const Schedule& schedule) {
     ++pos[r];
     return true;
   };
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int r = 0; r < pp; ++r)
-      while (pos[r] < s.program[r].size() && step(r)) progress = true;
-  }
-  for (int r = 0; r < pp; ++r)
-    if (pos[r] < s.program[r].size())
-      fail("simulate: schedule '", s.name, "' cannot finish: rank ", r, " waits forever at position ",
-           pos[r], ", action ", to_string(s.program[r][pos[r]]), " (run validate for details)");
+  replay(s, pos, step);
   return g;
 }
 
