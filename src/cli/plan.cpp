@@ -18,6 +18,7 @@
 #include "partition/auto_layout.h"
 #include "partition/cost_profile.h"
 #include "partition/layout_search.h"
+#include "partition/partition.h"
 #include "partition/profile.h"
 
 namespace pptrain {
@@ -75,16 +76,6 @@ PlanArgs parse_args(const Args& args) {
   return out;
 }
 
-std::string split_text(const std::vector<int>& blocks) {
-  std::string s = "[";
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    if (i) s += ',';
-    s += std::to_string(blocks[i]);
-  }
-  s += ']';
-  return s;
-}
-
 void print_table(const std::vector<LayoutChoice>& layouts, const PlanArgs& args) {
   std::printf("%4s %3s %3s %3s %2s %4s %4s %-17s %10s %9s %7s %9s  %s\n", "rank", "pp", "tp", "dp", "v", "mbs",
               "m", "schedule", "step ms", "sync+opt", "bubble", "mem GiB", "blocks per stage");
@@ -94,7 +85,7 @@ void print_table(const std::vector<LayoutChoice>& layouts, const PlanArgs& args)
     std::printf("%4d %3d %3d %3d %2d %4d %4d %-17s %10.2f %9.2f %7.3f %9.3f  %s\n", i + 1, c.pp, c.tp, c.dp,
                 c.stages_per_rank, c.micro_batch_size, c.microbatches, c.schedule.c_str(), c.step_ms,
                 c.sync_ms + c.optimizer_ms, c.bubble, c.peak_bytes / double(1 << 30),
-                split_text(c.layers_per_stage).c_str());
+                blocks_text(c.layers_per_stage).c_str());
   }
   if (int(layouts.size()) > n) std::printf("(%zu more; --top K shows more)\n", layouts.size() - n);
 }

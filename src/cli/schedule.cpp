@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "partition/cost_profile.h"
+#include "partition/partition.h"
 #include "partition/partitioner.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -173,13 +174,8 @@ int cmd_schedule(const Args& args) {
     const Partition part =
         partition_stages(prof, load_or_generate(fixed, o.pp, o.microbatches, v), prof.n_layer, 0);
     report.cost = stage_cost_model(prof, part.blocks_per_stage);
-    std::string split;
-    for (int n : part.blocks_per_stage) {
-      if (!split.empty()) split += ',';
-      split += std::to_string(n);
-    }
-    std::fprintf(stderr, "costs from %s: blocks per stage [%s] (the exact partition for %s), times in ms\n",
-                 o.cost.c_str(), split.c_str(), fixed.c_str());
+    std::fprintf(stderr, "costs from %s: blocks per stage %s (the exact partition for %s), times in ms\n",
+                 o.cost.c_str(), blocks_text(part.blocks_per_stage).c_str(), fixed.c_str());
   } else {
     report.cost = parse_cost(o.cost);
   }

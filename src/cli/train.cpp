@@ -8,11 +8,12 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/faults.h"
+#include "core/log.h"
 #include "job/job.h"
 #include "job/preflight.h"
-#include "core/log.h"
-#include "partition/auto_layout.h"
 #include "parallel/mpi_session.h"
+#include "partition/auto_layout.h"
+#include "partition/partition.h"
 #include "pipeline/registry.h"
 #include "train/run_training.h"
 
@@ -48,17 +49,12 @@ TrainArgs parse_args(const Args& args) {
 // (pipeline 790.1, sync 12.0, update 10.2; bubble 0.081; peak 1.21 GiB per rank)"
 void log_prediction(const ResolvedLayout& layout) {
   const LayoutChoice& p = *layout.prediction;
-  std::string split;
-  for (int n : p.layers_per_stage) {
-    if (!split.empty()) split += ',';
-    split += std::to_string(n);
-  }
   char figures[256];
   std::snprintf(figures, sizeof figures,
                 "predicted step %.1f ms (pipeline %.1f, sync %.1f, update %.1f; bubble %.3f; peak %.3f GiB per rank)",
                 p.step_ms, p.pipeline_ms, p.sync_ms, p.optimizer_ms, p.bubble, p.peak_bytes / double(1 << 30));
-  log::info("planner: layers_per_stage [", split, "] schedule ", p.schedule, " (costs ", layout.profile_source,
-            "): ", figures);
+  log::info("planner: layers_per_stage ", blocks_text(p.layers_per_stage), " schedule ", p.schedule, " (costs ",
+            layout.profile_source, "): ", figures);
 }
 
 }  // namespace

@@ -21,6 +21,8 @@ double allreduce_ms(const CostProfile& p, double bytes, int ranks) {
   return p.allreduce_latency_ms + bytes * ring(ranks) / fitted / p.allreduce_bytes_per_ms;
 }
 
+double largest(const std::vector<double>& per_rank) { return *std::max_element(per_rank.begin(), per_rank.end()); }
+
 std::vector<int> divisors(int n) {
   std::vector<int> d;
   for (int i = 1; i <= n; ++i)
@@ -63,7 +65,7 @@ RankParams rank_parameters(const CostProfile& p, const pipeline::Schedule& progr
             last = pipeline::rank_of_stage(program.placement, stages - 1, pp);
   out.embedding_split = first != last;
   if (!out.embedding_split) elements[first] -= out.embedding;  // one copy, counted twice above
-  out.most = *std::max_element(elements.begin(), elements.end());
+  out.most = largest(elements);
   return out;
 }
 
@@ -105,7 +107,7 @@ LayoutChoice predict_layout(const CostProfile& prof, const pipeline::Schedule& p
   const pipeline::SimResult sim = pipeline::simulate(program, stage_cost_model(prof, blocks_per_stage));
   c.pipeline_ms = sim.makespan;
   c.bubble = sim.bubble_ratio;
-  c.peak_bytes = *std::max_element(sim.peak_memory.begin(), sim.peak_memory.end());
+  c.peak_bytes = largest(sim.peak_memory);
   const RankParams held = rank_parameters(prof, program, blocks_per_stage);
   c.sync_ms = allreduce_ms(prof, 4.0 * held.most, dp) +
               (held.embedding_split ? allreduce_ms(prof, 4.0 * held.embedding, 2) : 0.0);
@@ -144,7 +146,7 @@ std::vector<LayoutChoice> search_layouts(const Config& cfg, const CostProfile& p
             part = partition_stages(scaled, program, m.n_layer, opts.memory_per_rank_bytes);
           } catch (const Error&) {
             const Partition least = min_memory_partition(scaled, program, m.n_layer);
-            smallest_peak = std::min(smallest_peak, *std::max_element(least.peak_bytes.begin(), least.peak_bytes.end()));
+            smallest_peak = std::min(smallest_peak, largest(least.peak_bytes));
             continue;
           }
           LayoutChoice c = predict_layout(scaled, program, part.blocks_per_stage, dp);

@@ -52,8 +52,8 @@ CostProfile scaled_profile(const CostProfile& p, int mbs, int tp);
 LayoutChoice predict_layout(const CostProfile& prof, const pipeline::Schedule& program,
                             const std::vector<int>& blocks_per_stage, int dp);
 
-// Feasible layouts, fastest first (equal predictions: less memory first). Throws Error when none fits (naming the smallest
-// memory per rank that would).
+// Feasible layouts, fastest first (equal predictions: less memory first). Throws Error when
+// none fits (naming the smallest memory per rank that would).
 std::vector<LayoutChoice> search_layouts(const Config& cfg, const CostProfile& prof,
                                          const LayoutSearchOptions& opts);
 

@@ -45,6 +45,12 @@ std::vector<int> blocks_per_stage(const Config& c) {
   return out;
 }
 
+std::string blocks_text(const std::vector<int>& blocks) {
+  std::string text = "[";
+  for (size_t s = 0; s < blocks.size(); ++s) text += cat(s ? "," : "", blocks[s]);
+  return text + "]";
+}
+
 std::vector<StageSpec> stage_specs(const Config& c) {
   auto counts = blocks_per_stage(c);
   std::vector<StageSpec> specs;

@@ -5,6 +5,7 @@
 // QKᵀ and PV), of the head 2·C·V (the vocabulary projection), of the embedding ~0; the
 // cut minimises the most expensive stage, every stage keeping at least one block.
 #pragma once
+#include <string>
 #include <vector>
 
 #include "core/config.h"
@@ -20,6 +21,9 @@ double head_cost(const ModelConfig& m);
 // by the config; the first and last stage may hold none), else the balanced cut. Throws
 // pptrain::Error when impossible.
 std::vector<int> blocks_per_stage(const Config& c);
+
+// "[0,4,4,1]": blocks per stage as the logs and the layers_per_stage key write them.
+std::string blocks_text(const std::vector<int>& blocks);
 
 // The StageSpec of every stage, in order.
 std::vector<StageSpec> stage_specs(const Config& c);

@@ -108,13 +108,11 @@ void write_trace(const std::string& path, const pipeline::ChromeTrace& trace, Co
 // The startup line (world rank 0): model, layout, schedule, backend and transport.
 void log_startup(Job& job) {
   const Config& cfg = job.config();
-  std::string cut_text;
-  for (int c : blocks_per_stage(cfg)) cut_text += cat(cut_text.empty() ? "" : ",", c);
   log::info("pptrain: ", cfg.model.n_layer, " layers, d_model ", cfg.model.d_model, ", ", cfg.model.n_head,
             " heads, seq ", cfg.model.seq_len, ", vocab ", cfg.model.vocab_size, " | dp ", cfg.parallel.dp, " pp ",
             cfg.parallel.pp, " tp ", cfg.parallel.tp, " | schedule ", cfg.parallel.schedule, ", ",
-            cfg.parallel.microbatches, " microbatches, blocks per stage [", cut_text, "] | backend ",
-            job.ops().name(), " ", cfg.training.precision, " | comm ", job.transport(), " | attention ",
+            cfg.parallel.microbatches, " microbatches, blocks per stage ", blocks_text(blocks_per_stage(cfg)),
+            " | backend ", job.ops().name(), " ", cfg.training.precision, " | comm ", job.transport(), " | attention ",
             cfg.model.attention);
 }
 
