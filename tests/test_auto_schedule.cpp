@@ -75,6 +75,7 @@ TEST(AutoSchedule, ValidFitsTheLimitAndBeatsEveryFixedScheduleThatFits) {
             ASSERT_NO_THROW(prepared = prepare_schedule(s));
             const SimResult sim = simulate(prepared, c.cost);
             if (limit > 0) {
+              // + 1e-9: sums of a few unit fractions in double, exact to ~1e-15.
               for (double peak : sim.peak_activations) EXPECT_LE(peak, limit + 1e-9);
             }
             for (const std::string& name : schedule_names()) {
@@ -114,6 +115,7 @@ TEST(AutoSchedule, ReachesTheZeroBubbleMakespanWithEqualCostsAndNoLimit) {
     for (int m = p; m <= 3 * p + 2; ++m) {
       SCOPED_TRACE(cat("p=", p, " m=", m));
       Schedule s = prepare_schedule(auto_schedule(p, m, 1, unit, 0));
+      // Unit costs: every time is a small integer, exact in double.
       EXPECT_NEAR(simulate(s, unit).makespan, (p - 1) * 1.0 + m * 3.0, 1e-9) << s.name;
     }
 }
