@@ -1,8 +1,8 @@
 // pptrain profile CONFIG [--out FILE] [--repeats N] [section.key=value ...]
 // Measures the config's layers on its backend and precision (partition/profile.h), prints
 // a table and writes the cost file the planner reads (partition/cost_profile.h). Every
-// rank of the job takes part in the transfer and all-reduce timing; world rank 0 times the
-// layers, prints and writes.
+// rank of the job times the layers at once (the figures are the mean over ranks) and
+// takes part in the transfer and all-reduce timing; world rank 0 prints and writes.
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>

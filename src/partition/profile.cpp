@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
-#include <thread>
 #include <type_traits>
 
 #include "backend/buffer.h"
@@ -116,20 +115,18 @@ LayerCost profile_stage(const Config& cfg, Ops& ops, const StageSpec& spec, cons
   return cost;
 }
 
-// Rank 0's layer costs on every rank. The others wait for them polling with a sleep, not
-// in a busy MPI call, so they leave the cores of a shared node to rank 0's measurement.
-void share_from_rank0(MpiComm& world, LayerCost* costs, size_t count) {
-  static_assert(std::is_trivially_copyable_v<LayerCost>);
-  const size_t bytes = count * sizeof(LayerCost);
-  constexpr int kTag = 0;
-  if (world.rank() == 0) {
-    std::vector<std::unique_ptr<Request>> sends;
-    for (int r = 1; r < world.size(); ++r) sends.push_back(world.isend(costs, bytes, r, kTag));
-    for (auto& s : sends) s->wait();
-    return;
+// The mean over the ranks of `world` of each rank's layer times (the bytes are the same on
+// every rank), on every rank.
+void average_over_ranks(MpiComm& world, LayerCost* costs, size_t count) {
+  std::vector<double> times;  // [count·3]: F, I, W per layer kind
+  for (size_t k = 0; k < count; ++k)
+    times.insert(times.end(), {costs[k].forward_ms, costs[k].input_grad_ms, costs[k].weight_grad_ms});
+  world.allreduce(times.data(), times.size(), ReduceOp::Sum);
+  for (size_t k = 0; k < count; ++k) {
+    costs[k].forward_ms = times[3 * k] / world.size();
+    costs[k].input_grad_ms = times[3 * k + 1] / world.size();
+    costs[k].weight_grad_ms = times[3 * k + 2] / world.size();
   }
-  auto recv = world.irecv(costs, bytes, 0, kTag);
-  while (!recv->test()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 // Half the median round trip of `bytes` between ranks 0 and 1 of `comm` (world order),
@@ -241,6 +238,15 @@ AllreduceFit fit_allreduce(const std::vector<double>& bytes, const std::vector<d
   return fit;
 }
 
+// The elements the update is timed over (8 bytes of moments per element): the model's
+// parameters, at most 4 Mi of them (64 MiB of fp32 value, gradient and moments, past any
+// cache: a rank's update streams its parameters from memory), and at least one block's.
+size_t update_elements(const CostProfile& p) {
+  const double block = p.block.optim_bytes / 8,
+               model = (p.embedding.optim_bytes + p.n_layer * p.block.optim_bytes + p.head.optim_bytes) / 8;
+  return std::max<size_t>(1, size_t(std::max(block, std::min(model, double(size_t(4) << 20)))));
+}
+
 // Nanoseconds per element of the trainer's per-step work on a parameter after the flush:
 // zero its gradient, add its square to the norm, AdamW-update it (fp32 buffers of `n`).
 double time_update(Ops& ops, size_t n, const ProfileOptions& opts) {
@@ -259,25 +265,35 @@ double time_update(Ops& ops, size_t n, const ProfileOptions& opts) {
   return median(times) * 1e6 / double(n);
 }
 
-CostProfile profile_layers(const Config& cfg, Ops& ops, const ProfileOptions& opts) {
+CostProfile profile_layers(const Config& cfg, Ops& ops, const ProfileOptions& opts, MpiComm* together) {
   CostProfile p = profile_header(cfg);
+  // Ranks measuring together start each kind together, so their measurements overlap.
+  auto in_step = [&] { if (together) together->barrier(); };
   // The three layer kinds, each a stage of its own: {index, first block, blocks, embedding, head}.
+  in_step();
   p.embedding = profile_stage(cfg, ops, {0, 0, 0, true, false}, opts);
+  in_step();
   p.block = profile_stage(cfg, ops, {1, 0, 1, false, false}, opts);
+  in_step();
   p.head = profile_stage(cfg, ops, {2, 1, 0, false, true}, opts);
-  // Over one block's parameters (8 bytes of moments per element).
-  p.update_ns_per_param = time_update(ops, std::max<size_t>(1, size_t(p.block.optim_bytes / 8)), opts);
+  in_step();
+  p.update_ns_per_param = time_update(ops, update_elements(p), opts);
   return p;
 }
 
 CostProfile profile_costs(const Config& cfg, Ops& ops, MpiComm& world, const ProfileOptions& opts) {
-  CostProfile p = world.rank() == 0 ? profile_layers(cfg, ops, opts) : profile_header(cfg);
+  // Every rank measures, all at once: a job's ranks compute at the same time, and ranks
+  // that share a node's memory bandwidth and caches slow each other down; a measurement
+  // taken alone would predict every step of such a job too fast.
+  world.barrier();
+  CostProfile p = profile_layers(cfg, ops, opts, &world);
   LayerCost layers[3] = {p.embedding, p.block, p.head};
-  share_from_rank0(world, layers, 3);
-  world.broadcast(&p.update_ns_per_param, sizeof p.update_ns_per_param, 0);
+  average_over_ranks(world, layers, 3);
   p.embedding = layers[0];
   p.block = layers[1];
   p.head = layers[2];
+  world.allreduce(&p.update_ns_per_param, 1, ReduceOp::Sum);
+  p.update_ns_per_param /= world.size();
   if (world.size() < 2) return p;
   // The job's transport between these ranks: NCCL on GPUs, MPI otherwise.
   std::unique_ptr<Communicator> nccl = cfg.device == "cuda" ? make_nccl_comm(world, ops) : nullptr;

@@ -4,11 +4,14 @@
 // Layer times: F, I and W of three stages built with make_stage (the embedding alone, one
 // block alone, the head alone), each timed for `repeats` microbatches after `warmup`
 // untimed ones; the median, in ms. The device finishes each pass before the clock is read
-// (Ops::synchronize). World rank 0 times them while the other ranks wait, so ranks sharing
-// a node do not slow each other's measurement; every rank returns rank 0's figures.
+// (Ops::synchronize). Every rank of the profile measures at once and the figures are the
+// mean over ranks: the job's ranks compute at the same time, and ranks sharing a node
+// (its memory bandwidth and caches) slow each other down. Profile with the ranks per node
+// the job will run with.
 //
-// Update: zeroing, norm and AdamW over one block's parameter count, per element (the
-// optimizer phase of a step scales with the parameters a rank holds).
+// Update: zeroing, norm and AdamW per element, timed over the model's parameter count
+// capped at 4 Mi elements and at least one block's (the optimizer phase of a step scales
+// with the parameters a rank holds and streams them from memory).
 //
 // Bytes: computed from the layers as built (the parameters their ParamStore holds, the
 // slot sizes their layers report), not measured from an allocator: see cost_profile.h for
@@ -51,9 +54,10 @@ inline constexpr double kDefaultCudaAllreduceBytesPerMs = 5e7;   // 50 GB/s
 // (parallel.tp > 1: only tp = 1 is measured for now).
 CostProfile profile_costs(const Config& cfg, Ops& ops, MpiComm& world, const ProfileOptions& opts = {});
 
-// The layer costs on this process alone, no communication: the one-rank profile
-// (transfer_ms 0, the default all-reduce model).
-CostProfile profile_layers(const Config& cfg, Ops& ops, const ProfileOptions& opts = {});
+// The layer costs on this process, no communication: the one-rank profile (transfer_ms 0,
+// the default all-reduce model). With `together`, every rank of it calls this at once and
+// each layer kind starts after a barrier, so the ranks' measurements overlap.
+CostProfile profile_layers(const Config& cfg, Ops& ops, const ProfileOptions& opts = {}, MpiComm* together = nullptr);
 
 // Least-squares fit of `ms[i]` against `bytes[i]`: ms = latency + bytes / rate. A negative
 // intercept becomes 0. With no positive slope (time not growing with size: noise, or sizes
