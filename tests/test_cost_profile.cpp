@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "job/memory_estimate.h"
 #include "partition/cost_profile.h"
+#include "partition/layout_search.h"
 #include "partition/partition.h"
 #include "partition/profile.h"
 #include "support/single_rank_model.h"
@@ -55,6 +56,11 @@ CostProfile sample_profile() {
   p.allreduce_measured = true;
   p.update_ns_per_param = 1.0 / 7;
   p.allreduce_ranks = 3;
+  for (int tp : {4, 8}) {
+    TpLayerCosts t{tp, p.embedding, p.block, p.head};
+    t.block.forward_ms = 1.0 / tp;
+    p.other_tp.push_back(t);
+  }
   return p;
 }
 
@@ -84,6 +90,13 @@ void expect_same(const CostProfile& a, const CostProfile& b) {
   expect_same_layer(a.embedding, b.embedding, "embedding");
   expect_same_layer(a.block, b.block, "block");
   expect_same_layer(a.head, b.head, "head");
+  ASSERT_EQ(a.other_tp.size(), b.other_tp.size());
+  for (size_t i = 0; i < a.other_tp.size(); ++i) {
+    EXPECT_EQ(a.other_tp[i].tp, b.other_tp[i].tp);
+    expect_same_layer(a.other_tp[i].embedding, b.other_tp[i].embedding, cat("other_tp embedding ", i));
+    expect_same_layer(a.other_tp[i].block, b.other_tp[i].block, cat("other_tp block ", i));
+    expect_same_layer(a.other_tp[i].head, b.other_tp[i].head, cat("other_tp head ", i));
+  }
   EXPECT_TRUE(same_bits(a.transfer_bytes, b.transfer_bytes));
   EXPECT_TRUE(same_bits(a.transfer_ms, b.transfer_ms));
   EXPECT_TRUE(same_bits(a.allreduce_latency_ms, b.allreduce_latency_ms));
@@ -189,12 +202,38 @@ TEST(CostProfile, MalformedFilesAreOneLineNamingTheKey) {
   EXPECT_ERROR(edited("\"precision\": \"bf16\"", "\"precision\": \"fp16\""), "p.json: precision: expected one of");
   EXPECT_ERROR(edited("\"allreduce_measured\": true", "\"allreduce_measured\": 1"),
                "p.json: allreduce_measured: expected true or false, got 1");
+  // other_tp: an array of objects, degrees ascending and above the profile's tp
+  EXPECT_ERROR(edited("\"tp\": 8", "\"tp\": 4"), "p.json: other_tp[1].tp: expected a degree above 4 (ascending), got 4");
+  EXPECT_ERROR(edited("\"tp\": 4", "\"tp\": 2"), "p.json: other_tp[0].tp: expected a degree above the profile's tp 2, got 2");
+  EXPECT_ERROR(edited("\"other_tp\": [", "\"other_tp\": 3, \"was\": ["), "p.json: other_tp: expected a JSON array, got 3");
+  EXPECT_ERROR(edited("\"tp\": 8,", "\"tp\": 8, \"extra\": 1,"), "p.json: other_tp[1].extra: unknown key");
   // shapes of the document
   EXPECT_ERROR("[1, 2]\n", "p.json: expected a JSON object, got an array");
   EXPECT_ERROR("", "p.json: expected a JSON object, got null");
   EXPECT_ERROR("\"profile\"\n", "p.json: expected a JSON object, got \"profile\"");
   EXPECT_ERROR(edited("\"block\": {", "\"block\": 3, \"was\": {"), "p.json: block: expected a JSON object, got 3");
   EXPECT_ERROR("{\"device\": \"cpu\", \"precision\": \"fp32\", \"attention\": \"naive\", ]", "p.json:1: invalid JSON");
+}
+
+TEST(ScaledProfile, TakesTheCostsMeasuredAtATpAndModelsTheOthers) {
+  CostProfile p = sample_profile();
+  p.tp = 1;
+  p.other_tp.resize(1);
+  p.other_tp[0].tp = 2;
+  p.other_tp[0].block.forward_ms = 5;
+  p.other_tp[0].head.param_bytes = 7;
+  // tp = 2 measured: its costs as they are (same micro-batch size), twice at twice the size.
+  const CostProfile two = scaled_profile(p, p.micro_batch_size, 2);
+  EXPECT_EQ(two.block.forward_ms, 5);
+  EXPECT_EQ(two.head.param_bytes, 7);
+  EXPECT_EQ(two.tp, 2);
+  EXPECT_TRUE(two.other_tp.empty());
+  EXPECT_EQ(scaled_profile(p, 2 * p.micro_batch_size, 2).block.forward_ms, 10);
+  // tp = 4 not measured: the model (compute / 4 and two all-reduces of [N,C]).
+  const CostProfile four = scaled_profile(p, p.micro_batch_size, 4);
+  EXPECT_GT(four.block.forward_ms, p.block.forward_ms / 4);
+  EXPECT_EQ(four.block.param_bytes, p.block.param_bytes / 4);
+  EXPECT_EQ(scaled_profile(p, p.micro_batch_size, 1).block.forward_ms, p.block.forward_ms);
 }
 
 TEST(CostProfile, EveryTruncationIsRefusedWithOneLine) {
@@ -402,6 +441,12 @@ TEST(ProfileCommand, TwoRanksMeasureTransferAndAllreduce) {
   EXPECT_GT(p.allreduce_bytes_per_ms, 0);
   EXPECT_GE(p.allreduce_latency_ms, 0);
   EXPECT_GT(p.head.forward_ms, 0);
+  // tp = 2 measured beside tp = 1 (the two ranks as one tp group): half the block's weights each.
+  ASSERT_EQ(p.other_tp.size(), 1u);
+  EXPECT_EQ(p.other_tp[0].tp, 2);
+  EXPECT_GT(p.other_tp[0].block.forward_ms, 0);
+  EXPECT_LT(p.other_tp[0].block.param_bytes, p.block.param_bytes);
+  EXPECT_NE(r.output.find("block tp2"), std::string::npos) << r.output;
   // The table is printed once (rank 0).
   size_t tables = 0;
   for (size_t at = r.output.find("wrote "); at != std::string::npos; at = r.output.find("wrote ", at + 1)) ++tables;

@@ -74,12 +74,15 @@ void print_table(const CostProfile& p, const ProfileArgs& args, int ranks) {
               p.device.c_str(), p.precision.c_str(), p.attention.c_str(), p.micro_batch_size, p.seq_len, p.d_model,
               p.n_head, p.vocab_size);
   std::printf("per microbatch, median of %d:\n", args.repeats);
-  std::printf("  %-10s %9s %9s %9s %11s %11s %11s %11s\n", "layer", "F ms", "I ms", "W ms", "act F..I", "act I..W",
+  std::printf("  %-13s %9s %9s %9s %11s %11s %11s %11s\n", "layer", "F ms", "I ms", "W ms", "act F..I", "act I..W",
               "params", "optimizer");
-  const std::pair<const char*, const LayerCost*> rows[] = {
+  std::vector<std::pair<std::string, const LayerCost*>> rows = {
       {"embedding", &p.embedding}, {"block", &p.block}, {"head", &p.head}};
+  for (const TpLayerCosts& t : p.other_tp)  // each rank its shard, the tp all-reduces included
+    for (const auto& [kind, c] : {std::pair{"embedding", &t.embedding}, {"block", &t.block}, {"head", &t.head}})
+      rows.push_back({cat(kind, " tp", t.tp), c});
   for (const auto& [name, c] : rows)
-    std::printf("  %-10s %9.4f %9.4f %9.4f %11s %11s %11s %11s\n", name, c->forward_ms, c->input_grad_ms,
+    std::printf("  %-13s %9.4f %9.4f %9.4f %11s %11s %11s %11s\n", name.c_str(), c->forward_ms, c->input_grad_ms,
                 c->weight_grad_ms, human_bytes(c->act_fi_bytes).c_str(), human_bytes(c->act_iw_bytes).c_str(),
                 human_bytes(c->param_bytes).c_str(), human_bytes(c->optim_bytes).c_str());
   if (p.allreduce_measured) {

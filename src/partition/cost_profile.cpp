@@ -191,6 +191,38 @@ Field layer_field(const std::string& key, LayerCost* l) {
           [l](int indent) { return write_object(layer_fields(*l), indent); }};
 }
 
+// other_tp: an array of {"tp", "embedding", "block", "head"} objects, degrees ascending
+// (that they exceed the profile's own tp is checked once the whole object is read).
+Field other_tp_field(const std::string& key, std::vector<TpLayerCosts>* list) {
+  auto fields = [](TpLayerCosts& t) {
+    return std::vector<Field>{shape_field("tp", &t.tp, kMaxWorldSize), layer_field("embedding", &t.embedding),
+                              layer_field("block", &t.block), layer_field("head", &t.head)};
+  };
+  return {key,
+          [=](const YAML::Node& n, const std::string& file, const std::string& path) {
+            if (!n.IsSequence()) fail(file, ": ", path, ": expected a JSON array, got ", describe(n));
+            list->clear();
+            int previous = 0;
+            for (size_t i = 0; i < n.size(); ++i) {
+              const std::string at = cat(path, "[", i, "]");
+              TpLayerCosts t;
+              read_object(n[i], fields(t), file, at);
+              if (t.tp <= previous)
+                fail(file, ": ", at, ".tp: expected a degree above ", previous, " (ascending), got ", t.tp);
+              previous = t.tp;
+              list->push_back(t);
+            }
+          },
+          [=](int indent) {
+            if (list->empty()) return std::string("[]");
+            const std::string pad(size_t(indent) + 2, ' ');
+            std::string out = "[\n";
+            for (size_t i = 0; i < list->size(); ++i)
+              out += pad + write_object(fields((*list)[i]), indent + 2) + (i + 1 < list->size() ? ",\n" : "\n");
+            return out + std::string(size_t(indent), ' ') + "]";
+          }};
+}
+
 // The schema of the file: the members of CostProfile, in the order they are written.
 std::vector<Field> profile_fields(CostProfile& p) {
   return {choice_field("device", &p.device, {"cpu", "cuda"}),
@@ -206,6 +238,7 @@ std::vector<Field> profile_fields(CostProfile& p) {
           layer_field("embedding", &p.embedding),
           layer_field("block", &p.block),
           layer_field("head", &p.head),
+          other_tp_field("other_tp", &p.other_tp),
           number_field("transfer_bytes", &p.transfer_bytes),
           number_field("transfer_ms", &p.transfer_ms),
           number_field("allreduce_latency_ms", &p.allreduce_latency_ms),
@@ -241,6 +274,8 @@ CostProfile parse_cost_profile(const std::string& json, const std::string& what)
   }
   CostProfile p;
   read_object(root, profile_fields(p), what, "");
+  if (!p.other_tp.empty() && p.other_tp[0].tp <= p.tp)
+    fail(what, ": other_tp[0].tp: expected a degree above the profile's tp ", p.tp, ", got ", p.other_tp[0].tp);
   return p;
 }
 

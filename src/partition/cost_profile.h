@@ -9,6 +9,7 @@
 // costs one transfer of transfer_bytes each way.
 #pragma once
 #include <string>
+#include <vector>
 
 namespace pptrain {
 
@@ -36,6 +37,14 @@ struct LayerCost {
   double optim_bytes = 0;
 };
 
+// The layer kinds measured at another tp degree than the profile's: each rank its shard,
+// the tp all-reduces of F and I included as they ran. The planner takes these for layouts
+// of that tp instead of the stated scaling model.
+struct TpLayerCosts {
+  int tp = 1;
+  LayerCost embedding, block, head;
+};
+
 struct CostProfile {
   // What it was measured for: a profile applies only to the same shapes and backend.
   std::string device = "cpu";     // cpu | cuda
@@ -45,6 +54,8 @@ struct CostProfile {
   int tp = 1;  // the tp degree the layer costs were measured at (each rank its shard)
 
   LayerCost embedding, block, head;
+  // Measured at larger tp degrees too (ascending, each once; empty: none).
+  std::vector<TpLayerCosts> other_tp;
 
   // One stage-to-stage tensor ([micro_batch_size·seq_len, d_model] in the activation
   // type) and the median time of one point-to-point transfer of it between two ranks over
@@ -65,11 +76,13 @@ struct CostProfile {
 };
 
 // JSON text of a profile (one object, keys as the members above; layer kinds as nested
-// objects "embedding", "block", "head").
+// objects "embedding", "block", "head"; other_tp an array of objects with "tp" and the
+// three layer kinds).
 std::string to_json(const CostProfile& p);
 
 // Reads a profile written by to_json. Untrusted: a regular file, every key known and
-// present, numbers finite and >= 0, shapes >= 1; an error is one line naming the file and
+// present, numbers finite and >= 0, shapes >= 1, other_tp's degrees ascending and above tp;
+// an error is one line naming the file and
 // the key (pptrain::Error).
 CostProfile read_cost_profile(const std::string& path);
 // The same from text (`what` names it in errors).

@@ -75,22 +75,31 @@ CostProfile scaled_profile(const CostProfile& p, int mbs, int tp) {
   CostProfile s = p;
   const double batch = double(mbs) / p.micro_batch_size, shard = double(p.tp) / tp;
   const double nc_bytes = p.transfer_bytes * batch;  // one [N,C] activation of the layout
+  // Layer costs measured at this tp (their all-reduces included) need only the batch
+  // scaling; otherwise compute divides by tp and the tp all-reduces are modelled.
+  const TpLayerCosts* measured = nullptr;
+  for (const TpLayerCosts& t : p.other_tp)
+    if (t.tp == tp) measured = &t;
   auto scale = [&](LayerCost c, int allreduces_f, int allreduces_i) {
-    c.forward_ms = c.forward_ms * batch * shard + allreduces_f * allreduce_ms(p, nc_bytes, tp);
-    c.input_grad_ms = c.input_grad_ms * batch * shard + allreduces_i * allreduce_ms(p, nc_bytes, tp);
-    c.weight_grad_ms *= batch * shard;
-    c.act_fi_bytes *= batch * shard;
-    c.act_iw_bytes *= batch * shard;
-    c.param_bytes *= shard;
-    c.optim_bytes *= shard;
+    const double compute = measured ? batch : batch * shard;
+    c.forward_ms = c.forward_ms * compute + allreduces_f * allreduce_ms(p, nc_bytes, tp);
+    c.input_grad_ms = c.input_grad_ms * compute + allreduces_i * allreduce_ms(p, nc_bytes, tp);
+    c.weight_grad_ms *= compute;
+    c.act_fi_bytes *= compute;
+    c.act_iw_bytes *= compute;
+    if (!measured) {
+      c.param_bytes *= shard;
+      c.optim_bytes *= shard;
+    }
     return c;
   };
   // Times measured at p.tp already hold that layout's all-reduces; the model only adds
   // what a larger tp adds, so it is stated for profiles taken at tp = 1.
-  const bool add = tp > 1 && p.tp == 1;
-  s.embedding = scale(p.embedding, add ? 1 : 0, 0);
-  s.block = scale(p.block, add ? 2 : 0, add ? 2 : 0);
-  s.head = scale(p.head, 0, add ? 1 : 0);
+  const bool add = tp > 1 && p.tp == 1 && !measured;
+  s.embedding = scale(measured ? measured->embedding : p.embedding, add ? 1 : 0, 0);
+  s.block = scale(measured ? measured->block : p.block, add ? 2 : 0, add ? 2 : 0);
+  s.head = scale(measured ? measured->head : p.head, 0, add ? 1 : 0);
+  s.other_tp.clear();
   s.micro_batch_size = mbs;
   s.tp = tp;
   s.transfer_bytes = nc_bytes;

@@ -1,7 +1,8 @@
 // Layout search: every (pp, tp, dp, stages per rank, micro-batch size, microbatches,
 // schedule) that runs the config's global batch on N ranks, ranked by predicted step time.
 //
-// The prediction of one layout, from a profile measured at one (micro_batch_size, tp):
+// The prediction of one layout, from a profile measured at one micro_batch_size and tp = 1
+// (and the larger tp degrees the profiling ranks allowed):
 //   pipeline   the simulated makespan of the schedule's program with the partitioner's
 //              split (partitioner.h), stage costs from the profile scaled to the layout
 //              (scaled_profile below)
@@ -44,7 +45,9 @@ struct LayoutSearchOptions {
 // scale linearly with the micro-batch size; compute divides by tp (Megatron's split of
 // every GEMM) and each block adds two all-reduces of its [N,C] output in F and two of its
 // input gradient in I (the embedding one in F, the head one in I), timed with the
-// all-reduce model; parameter and optimizer bytes divide by tp.
+// all-reduce model; parameter and optimizer bytes divide by tp. Where the profile measured
+// that tp (p.other_tp), its layer costs are taken as measured and only the micro-batch
+// scaling applies.
 CostProfile scaled_profile(const CostProfile& p, int mbs, int tp);
 
 // The prediction of one layout: `prof` already scaled to it, `program` its schedule's

@@ -54,15 +54,16 @@ Buffer<int32_t> random_ids(Ops& ops, size_t n, int vocab, uint64_t stream) {
   return out;
 }
 
-// F, I and W of the stage `spec` (tp = 1), and its bytes as one layer kind: the stages
-// profiled hold one layer each (the embedding, a block, the head).
-LayerCost profile_stage(const Config& cfg, Ops& ops, const StageSpec& spec, const ProfileOptions& opts) {
+// F, I and W of the stage `spec` on this rank of the tp group `tp` (its shard; its tp
+// all-reduces run as in training), and its bytes as one layer kind: the stages profiled
+// hold one layer each (the embedding, a block, the head).
+LayerCost profile_stage(const Config& cfg, Ops& ops, const StageSpec& spec, const ProfileOptions& opts,
+                        Communicator& tp) {
   PPTRAIN_CHECK(opts.repeats >= 1 && opts.warmup >= 0, "repeats ", opts.repeats, ", warmup ", opts.warmup);
-  const ModelDims dims = ModelDims::from(cfg.model, cfg.training.micro_batch_size, 1, 0);
+  const ModelDims dims = ModelDims::from(cfg.model, cfg.training.micro_batch_size, tp.size(), tp.rank());
   const Precision precision = cfg.precision();
-  ParamStore params(ops, 1, 0, cfg.training.seed);
-  LocalComm alone;
-  std::unique_ptr<Stage> stage = make_stage(params, dims, spec, alone, precision);
+  ParamStore params(ops, tp.size(), tp.rank(), cfg.training.seed);
+  std::unique_ptr<Stage> stage = make_stage(params, dims, spec, tp, precision);
   if (precision == Precision::bf16) params.refresh_bf16();
   const size_t n = size_t(dims.rows()), tensor = stage->transfer_bytes();
 
@@ -116,7 +117,7 @@ LayerCost profile_stage(const Config& cfg, Ops& ops, const StageSpec& spec, cons
 }
 
 // The mean over the ranks of `world` of each rank's layer times (the bytes are the same on
-// every rank), on every rank.
+// every rank: tp shards are equal), on every rank.
 void average_over_ranks(MpiComm& world, LayerCost* costs, size_t count) {
   std::vector<double> times;  // [count·3]: F, I, W per layer kind
   for (size_t k = 0; k < count; ++k)
@@ -181,7 +182,7 @@ AllreduceFit time_allreduce(Communicator& comm, Ops& ops, MpiComm& world, const 
 CostProfile profile_header(const Config& cfg) {
   if (cfg.parallel.tp != 1)
     fail(cfg.source, ": key 'parallel.tp': profiling measures tp = 1 only, got ", cfg.parallel.tp,
-         " (give parallel.tp=1)");
+         " (give parallel.tp=1: run on several ranks, larger degrees are measured beside it)");
   const ModelConfig& m = cfg.model;
   CostProfile p;
   p.device = cfg.device;
@@ -265,18 +266,40 @@ double time_update(Ops& ops, size_t n, const ProfileOptions& opts) {
   return median(times) * 1e6 / double(n);
 }
 
+// The three layer kinds on this rank of `tp`, each a stage of its own ({index, first block,
+// blocks, embedding, head}). Ranks measuring together (`together`) start each kind after a
+// barrier, so their measurements overlap.
+TpLayerCosts profile_kinds(const Config& cfg, Ops& ops, const ProfileOptions& opts, Communicator& tp,
+                           MpiComm* together) {
+  auto in_step = [&] { if (together) together->barrier(); };
+  TpLayerCosts out;
+  out.tp = tp.size();
+  in_step();
+  out.embedding = profile_stage(cfg, ops, {0, 0, 0, true, false}, opts, tp);
+  in_step();
+  out.block = profile_stage(cfg, ops, {1, 0, 1, false, false}, opts, tp);
+  in_step();
+  out.head = profile_stage(cfg, ops, {2, 1, 0, false, true}, opts, tp);
+  return out;
+}
+
+// The tp degrees measured beside tp = 1 on `world`: 2, 4, ... up to the world size, each
+// dividing it and the heads (the layouts `pptrain plan` can choose on these ranks).
+std::vector<int> other_tp_degrees(const Config& cfg, int world_size) {
+  std::vector<int> out;
+  for (int tp = 2; tp <= world_size; tp *= 2)
+    if (world_size % tp == 0 && cfg.model.n_head % tp == 0) out.push_back(tp);
+  return out;
+}
+
 CostProfile profile_layers(const Config& cfg, Ops& ops, const ProfileOptions& opts, MpiComm* together) {
   CostProfile p = profile_header(cfg);
-  // Ranks measuring together start each kind together, so their measurements overlap.
-  auto in_step = [&] { if (together) together->barrier(); };
-  // The three layer kinds, each a stage of its own: {index, first block, blocks, embedding, head}.
-  in_step();
-  p.embedding = profile_stage(cfg, ops, {0, 0, 0, true, false}, opts);
-  in_step();
-  p.block = profile_stage(cfg, ops, {1, 0, 1, false, false}, opts);
-  in_step();
-  p.head = profile_stage(cfg, ops, {2, 1, 0, false, true}, opts);
-  in_step();
+  LocalComm alone;
+  const TpLayerCosts kinds = profile_kinds(cfg, ops, opts, alone, together);
+  p.embedding = kinds.embedding;
+  p.block = kinds.block;
+  p.head = kinds.head;
+  if (together) together->barrier();
   p.update_ns_per_param = time_update(ops, update_elements(p), opts);
   return p;
 }
@@ -299,6 +322,15 @@ CostProfile profile_costs(const Config& cfg, Ops& ops, MpiComm& world, const Pro
   std::unique_ptr<Communicator> nccl = cfg.device == "cuda" ? make_nccl_comm(world, ops) : nullptr;
   Communicator& comm = nccl ? *nccl : static_cast<Communicator&>(world);
   p.transfer_ms = time_transfer(comm, ops, world, size_t(p.transfer_bytes), opts);
+  // Larger tp degrees: the world in groups of tp consecutive ranks, every group at once.
+  for (int tp : other_tp_degrees(cfg, world.size())) {
+    MpiComm group = world.split(world.rank() / tp, world.rank(), cat("tp", tp));
+    std::unique_ptr<Communicator> group_nccl = cfg.device == "cuda" ? make_nccl_comm(group, ops) : nullptr;
+    TpLayerCosts t = profile_kinds(cfg, ops, opts, group_nccl ? *group_nccl : static_cast<Communicator&>(group), &world);
+    LayerCost kinds[3] = {t.embedding, t.block, t.head};
+    average_over_ranks(world, kinds, 3);
+    p.other_tp.push_back({tp, kinds[0], kinds[1], kinds[2]});
+  }
   const AllreduceFit fit = time_allreduce(comm, ops, world, opts);
   p.allreduce_latency_ms = fit.latency_ms;
   p.allreduce_bytes_per_ms = fit.bytes_per_ms;

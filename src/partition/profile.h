@@ -1,5 +1,7 @@
 // Profiling: measures the CostProfile (partition/cost_profile.h) of a config's model on its
-// backend and precision, at its micro_batch_size and seq_len, on tp = 1.
+// backend and precision, at its micro_batch_size and seq_len, on tp = 1 and, with several
+// ranks, on tp = 2, 4, ... (each dividing the ranks and the heads: the ranks in groups of
+// tp consecutive ranks, each rank its shard, the tp all-reduces run as in training).
 //
 // Layer times: F, I and W of three stages built with make_stage (the embedding alone, one
 // block alone, the head alone), each timed for `repeats` microbatches after `warmup`
