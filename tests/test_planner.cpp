@@ -87,9 +87,19 @@ TEST(Planner, PlanRanksLayoutsAndWritesAConfigThatTrains) {
   ASSERT_EQ(plan.exit_code, 0) << plan.output;
   EXPECT_NE(plan.output.find("blocks per stage"), std::string::npos) << plan.output;
   EXPECT_NE(plan.output.find("wrote best.yaml"), std::string::npos) << plan.output;
+  EXPECT_NE(plan.output.find(" auto "), std::string::npos) << plan.output;  // the automatic schedule is a candidate
   ASSERT_TRUE(fs::exists(dir.file("best.yaml")));
+  // The config names the costs, so the run prints its prediction beside each step.
+  EXPECT_NE(read_file(dir.file("best.yaml")).find("profile: \"p.json\""), std::string::npos);
   CommandResult r = run_command("cd " + dir.path() + " && " + mpirun(2) + trainer() + " train best.yaml", 120);
   EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(" ms (predicted "), std::string::npos) << r.output;
+  // Planned from costs measured by the plan itself: written beside the config.
+  CommandResult measured =
+      run_command("cd " + dir.path() + " && " + trainer() + " plan c.yaml --ranks 2 --out own.yaml --top 3", 60);
+  ASSERT_EQ(measured.exit_code, 0) << measured.output;
+  EXPECT_NE(read_file(dir.file("own.yaml")).find("profile: \"own.yaml.profile.json\""), std::string::npos);
+  EXPECT_NO_THROW(read_file(dir.file("own.yaml.profile.json")));
 }
 
 TEST(Planner, AProfileOfOtherShapesAndAnImpossibleLimitAreOneLineEach) {

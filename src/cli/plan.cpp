@@ -4,7 +4,8 @@
 // (partition/layout_search.h) and writes the best as a config runnable as is. The costs
 // come from --profile (a file of `pptrain profile`, e.g. measured on the cluster's nodes)
 // or are measured here, on this process's backend (a profile under mpirun also measures
-// the transfers and all-reduces).
+// the transfers and all-reduces). The written config names the costs (parallel.profile:
+// --profile, or those measured here written to BEST.yaml.profile.json).
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -118,7 +119,16 @@ int cmd_plan(const Args& raw_args, MpiSession& mpi) {
               args.memory_gib > 0 ? "" : "; no memory limit");
   print_table(layouts, args);
   if (!args.out.empty()) {
-    const Config best = config_for_layout(cfg, layouts.front());
+    Config best = config_for_layout(cfg, layouts.front());
+    // The run reads the same costs: schedule: auto builds its program from them, and the
+    // log prints the prediction beside each measured step. Costs measured here are
+    // written beside the config.
+    std::string costs = args.profile;
+    if (costs.empty()) {
+      costs = args.out + ".profile.json";
+      write_cost_profile(profile, costs);
+    }
+    best.parallel.profile = costs;  // as given: relative to where the run starts, like data paths
     std::ofstream f(args.out);
     f << "# pptrain plan " << cfg.source << " --ranks " << args.ranks << ": predicted step "
       << layouts.front().step_ms << " ms\n"

@@ -60,23 +60,21 @@ ResolvedLayout resolve_layout(const Config& cfg, MpiComm& world) {
   std::vector<int> blocks = par.layers_per_stage.empty() ? blocks_per_stage(cfg) : par.layers_per_stage;
   pipeline::Schedule program;
   if (auto_schedule) {
-    // A fixed zero-bubble schedule of the same placement gives the first split; the
-    // program is built for it; the split is then made exact for that program.
-    const std::string start = par.stages_per_rank == 2 ? "zbv" : "zb-h1";
-    if (auto_split)
-      blocks = partition_stages(prof, pipeline::generate_schedule(start, par.pp, par.microbatches, par.stages_per_rank),
-                                n_layer, 0)
-                   .blocks_per_stage;
     try {
-      program = pipeline::auto_schedule(par.pp, par.microbatches, par.stages_per_rank,
-                                        stage_cost_model(prof, blocks), 0);
+      if (auto_split) {
+        AutoPlan plan = plan_auto_schedule(prof, par.pp, par.microbatches, par.stages_per_rank, n_layer, 0);
+        program = std::move(plan.program);
+        blocks = std::move(plan.blocks_per_stage);
+      } else {
+        program = auto_program(prof, par.pp, par.microbatches, par.stages_per_rank, blocks);
+      }
     } catch (const Error& e) {
       fail(cfg.source, ": key 'parallel.schedule': ", e.what());
     }
   } else {
     program = pipeline::load_or_generate(par.schedule, par.pp, par.microbatches, par.stages_per_rank);
+    if (auto_split) blocks = partition_stages(prof, program, n_layer, 0).blocks_per_stage;
   }
-  if (auto_split) blocks = partition_stages(prof, program, n_layer, 0).blocks_per_stage;
   out.config.parallel.layers_per_stage = blocks;
   if (auto_schedule) out.program = program;
   out.prediction = predict_layout(prof, program, blocks, par.dp);

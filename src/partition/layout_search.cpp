@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "partition/partitioner.h"
+#include "pipeline/auto_schedule.h"
 #include "pipeline/registry.h"
 
 namespace pptrain {
@@ -30,7 +31,8 @@ std::vector<int> divisors(int n) {
   return d;
 }
 
-// The schedules a layout may run: every generator, with its default stages per rank.
+// The schedules a layout may run: every generator, with its default stages per rank, and
+// the automatic schedule for 1 and 2 stages per rank.
 struct ScheduleShape {
   std::string name;
   int stages_per_rank;
@@ -40,6 +42,8 @@ std::vector<ScheduleShape> schedule_shapes(int pp) {
   std::vector<ScheduleShape> out;
   for (const std::string& name : pipeline::schedule_names())
     out.push_back({name, pipeline::default_stages_per_rank(name)});
+  out.push_back({"auto", 1});
+  out.push_back({"auto", 2});
   return out;
 }
 
@@ -125,6 +129,23 @@ LayoutChoice predict_layout(const CostProfile& prof, const pipeline::Schedule& p
   return c;
 }
 
+pipeline::Schedule auto_program(const CostProfile& prof, int pp, int microbatches, int stages_per_rank,
+                                const std::vector<int>& blocks_per_stage) {
+  return pipeline::auto_schedule(pp, microbatches, stages_per_rank, stage_cost_model(prof, blocks_per_stage), 0);
+}
+
+AutoPlan plan_auto_schedule(const CostProfile& prof, int pp, int microbatches, int stages_per_rank, int n_layer,
+                            double memory_limit_bytes) {
+  const pipeline::Schedule start =
+      pipeline::generate_schedule(stages_per_rank == 2 ? "zbv" : "zb-h1", pp, microbatches, stages_per_rank);
+  const std::vector<int> first = partition_stages(prof, start, n_layer, memory_limit_bytes).blocks_per_stage;
+  const pipeline::Schedule built = auto_program(prof, pp, microbatches, stages_per_rank, first);
+  AutoPlan plan;
+  plan.blocks_per_stage = partition_stages(prof, built, n_layer, memory_limit_bytes).blocks_per_stage;
+  plan.program = auto_program(prof, pp, microbatches, stages_per_rank, plan.blocks_per_stage);
+  return plan;
+}
+
 std::vector<LayoutChoice> search_layouts(const Config& cfg, const CostProfile& prof,
                                          const LayoutSearchOptions& opts) {
   const ModelConfig& m = cfg.model;
@@ -145,20 +166,31 @@ std::vector<LayoutChoice> search_layouts(const Config& cfg, const CostProfile& p
           const int stages = pp * shape.stages_per_rank;
           if (stages > m.n_layer + 2) continue;
           pipeline::Schedule program;
-          try {
-            program = pipeline::generate_schedule(shape.name, pp, micro, shape.stages_per_rank);
-          } catch (const Error&) {
-            continue;  // a shape the schedule does not take (e.g. DualPipeV with m < 2p-1)
-          }
           Partition part;
           try {
-            part = partition_stages(scaled, program, m.n_layer, opts.memory_per_rank_bytes);
+            if (shape.name == "auto") {
+              AutoPlan plan = plan_auto_schedule(scaled, pp, micro, shape.stages_per_rank, m.n_layer,
+                                                 opts.memory_per_rank_bytes);
+              program = std::move(plan.program);
+              part.blocks_per_stage = std::move(plan.blocks_per_stage);
+            } else {
+              program = pipeline::generate_schedule(shape.name, pp, micro, shape.stages_per_rank);
+            }
           } catch (const Error&) {
-            const Partition least = min_memory_partition(scaled, program, m.n_layer);
-            smallest_peak = std::min(smallest_peak, largest(least.peak_bytes));
-            continue;
+            continue;  // a shape the schedule does not take (e.g. DualPipeV with m < 2p-1), or auto over the limit
+          }
+          if (shape.name != "auto") {
+            try {
+              part = partition_stages(scaled, program, m.n_layer, opts.memory_per_rank_bytes);
+            } catch (const Error&) {
+              const Partition least = min_memory_partition(scaled, program, m.n_layer);
+              smallest_peak = std::min(smallest_peak, largest(least.peak_bytes));
+              continue;
+            }
           }
           LayoutChoice c = predict_layout(scaled, program, part.blocks_per_stage, dp);
+          // The program rebuilt for the final split may hold more activations.
+          if (opts.memory_per_rank_bytes > 0 && c.peak_bytes > opts.memory_per_rank_bytes) continue;
           c.schedule = shape.name;
           c.micro_batch_size = mbs;
           found.push_back(c);

@@ -1,5 +1,6 @@
 // Layout search: every (pp, tp, dp, stages per rank, micro-batch size, microbatches,
-// schedule) that runs the config's global batch on N ranks, ranked by predicted step time.
+// schedule, schedule: auto included) that runs the config's global batch on N ranks,
+// ranked by predicted step time.
 //
 // The prediction of one layout, from a profile measured at one micro_batch_size and tp = 1
 // (and the larger tp degrees the profiling ranks allowed):
@@ -54,6 +55,21 @@ CostProfile scaled_profile(const CostProfile& p, int mbs, int tp);
 // (compute or lowered) program, `blocks_per_stage` its split, dp its replicas.
 LayoutChoice predict_layout(const CostProfile& prof, const pipeline::Schedule& program,
                             const std::vector<int>& blocks_per_stage, int dp);
+
+// schedule: auto with its split. A fixed zero-bubble schedule of the same placement (zb-h1,
+// or zbv for 2 stages per rank) gives a first split; the program is built for its costs;
+// the split is made exact for that program (partitioner.h: under `memory_limit_bytes` per
+// rank, 0: none; throws Error when nothing fits); the program is built again for the
+// final split: the one a run of that split with schedule: auto builds (auto_program).
+struct AutoPlan {
+  pipeline::Schedule program;
+  std::vector<int> blocks_per_stage;
+};
+AutoPlan plan_auto_schedule(const CostProfile& prof, int pp, int microbatches, int stages_per_rank, int n_layer,
+                            double memory_limit_bytes);
+// The program of schedule: auto for a given split (no activation limit).
+pipeline::Schedule auto_program(const CostProfile& prof, int pp, int microbatches, int stages_per_rank,
+                                const std::vector<int>& blocks_per_stage);
 
 // Feasible layouts, fastest first (equal predictions: less memory first). Throws Error when
 // none fits (naming the smallest memory per rank that would).
