@@ -5,3 +5,6 @@ $(BUILD)/tests/test_readme $(BUILD)/tests/test_output_dirs $(BUILD)/tests/test_r
 $(BUILD)/tests/test_cuda_build: | $(BUILD)/pptrain $(LIB)
 # test_cost_profile runs `pptrain profile`, and pptrain-emu's for device: cuda.
 $(BUILD)/tests/test_cost_profile: | $(BUILD)/pptrain $(BUILD)/pptrain-emu
+# test_post_validation runs pptrain, pptrain-emu and the MPI program
+# tests/mpi/checkpoint_train.
+$(BUILD)/tests/test_post_validation: | $(BUILD)/pptrain $(BUILD)/pptrain-emu $(BUILD)/mpi_tests/checkpoint_train

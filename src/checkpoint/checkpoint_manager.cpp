@@ -277,10 +277,13 @@ int CheckpointManager::resume(ParamStore& params, OptimizerState& optimizer) {
   return int(meta.step);
 }
 
-void CheckpointManager::after_step(ParamStore& params, OptimizerState& optimizer, int step, bool final) {
+bool CheckpointManager::due(int step, bool final) const {
   const auto& c = cfg_.checkpoint;
-  if (c.dir.empty()) return;
-  if (final || (c.every > 0 && step % c.every == 0)) save(params, optimizer, step);
+  return !c.dir.empty() && (final || (c.every > 0 && step % c.every == 0));
+}
+
+void CheckpointManager::after_step(ParamStore& params, OptimizerState& optimizer, int step, bool final) {
+  if (due(step, final)) save(params, optimizer, step);
 }
 
 CheckpointMeta CheckpointManager::meta_for(int step) const {

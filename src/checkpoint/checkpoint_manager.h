@@ -56,6 +56,8 @@ class CheckpointManager {
   // Collective. Called after every step: saves when checkpoint.every divides the step,
   // or when `final`; does nothing without checkpoint.dir.
   void after_step(ParamStore& params, OptimizerState& optimizer, int step, bool final);
+  // Whether after_step saves at `step`.
+  bool due(int step, bool final) const;
   // Collective: writes DIR/step_<step>.h5 now (temporary name, rename, latest, pruning)
   // and returns its path.
   std::string save(ParamStore& params, OptimizerState& optimizer, int step);

@@ -126,6 +126,7 @@ std::map<std::string, Section> schema(Config& c) {
   t["eval_batches"] = int_field(&c.training.eval_batches);
   t["on_nonfinite"] = string_field(&c.training.on_nonfinite);
   t["max_skipped"] = int_field(&c.training.max_skipped);
+  t["post_validation"] = bool_field(&c.training.post_validation);
   auto& d = s["data"];
   d["train"] = string_field(&c.data.train);
   d["val"] = string_field(&c.data.val);

@@ -64,6 +64,11 @@ struct TrainingConfig {
   // max_skipped non-finite steps in a row.
   std::string on_nonfinite = "stop";   // stop | skip
   int max_skipped = 10;
+  // Post-validation (train/trainer.h): apply each step's update optimistically (no
+  // clipping, finite) without waiting for the step's loss and norm reduction, validate it
+  // during the next step and roll the rare failing step back exactly. Costs a backup of
+  // masters, gradients and moments: 16 bytes per parameter element on the rank.
+  bool post_validation = false;
 };
 
 struct DataConfig {

@@ -280,4 +280,49 @@ std::unique_ptr<Request> MpiComm::post(char* data, size_t n, int peer, int tag, 
   return std::make_unique<MpiRequest>(std::move(parts), std::move(counts), is_send, what, where());
 }
 
+PendingAllgather::PendingAllgather(std::vector<double> mine, int size, std::string where)
+    : mine_(std::move(mine)), all_(mine_.size() * size_t(size)), where_(std::move(where)) {}
+
+PendingAllgather::~PendingAllgather() {
+  if (done_ || request_ == MPI_REQUEST_NULL || mpi_finalized()) return;
+  int flag = 0;
+  if (MPI_Test(&request_, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) return;
+  // The moved-to vectors keep the storage MPI was given.
+  static_cast<void>(new std::vector<double>(std::move(mine_)));
+  static_cast<void>(new std::vector<double>(std::move(all_)));
+  log::warn(where_, " was destroyed before completion: its buffers are left to MPI");
+}
+
+bool PendingAllgather::test() {
+  if (done_) return true;
+  int flag = 0;
+  const int rc = MPI_Test(&request_, &flag, MPI_STATUS_IGNORE);
+  if (rc == MPI_SUCCESS && !flag) return false;
+  done_ = true;  // success or not, the request is finished with
+  check_mpi(rc, "MPI_Test", where_);
+  return true;
+}
+
+const std::vector<double>& PendingAllgather::wait() {
+  while (!test()) {
+  }
+  return all_;
+}
+
+std::vector<double> MpiComm::allgather(std::vector<double> mine) {
+  return iallgather(std::move(mine))->wait();
+}
+
+std::unique_ptr<PendingAllgather> MpiComm::iallgather(std::vector<double> mine) {
+  const size_t n = mine.size();
+  PPTRAIN_CHECK(n * size_t(size_) <= size_t(INT_MAX), "iallgather of ", n, " doubles on ", where());
+  // The constructor is private (only MpiComm starts gathers), hence no make_unique.
+  std::unique_ptr<PendingAllgather> pending(
+      new PendingAllgather(std::move(mine), size_, cat("MPI_Iallgather of ", n, " doubles on ", where())));
+  check_mpi(MPI_Iallgather(pending->mine_.data(), int(n), MPI_DOUBLE, pending->all_.data(), int(n), MPI_DOUBLE,
+                           comm_, &pending->request_),
+            "MPI_Iallgather", where());
+  return pending;
+}
+
 }  // namespace pptrain

@@ -3,7 +3,7 @@
 // naming the call, the group ("world", "pp", "tp", "dp", "embedding") and the rank.
 // MPI counts are ints, so transfers of more than max_count elements (bytes for
 // point-to-point) are split into several calls (max_count = INT_MAX unless lowered, e.g.
-// by tests).
+// by tests). allgather/iallgather, for a few scalars per rank, are never split.
 #pragma once
 #include <mpi.h>
 
@@ -16,6 +16,32 @@
 #include "core/communicator.h"
 
 namespace pptrain {
+
+// A pending MPI_Iallgather of doubles (MpiComm::iallgather). It owns both buffers, which
+// MPI reads and writes until the gather completes, so nothing can free them early.
+class PendingAllgather {
+ public:
+  PendingAllgather(const PendingAllgather&) = delete;
+  PendingAllgather& operator=(const PendingAllgather&) = delete;
+  // Still pending (an error unwinding the stack): MPI can neither cancel nor free a
+  // non-blocking collective, and it may still write into the buffers, so they are leaked
+  // on purpose and a warning says so; the process is ending with an error anyway.
+  ~PendingAllgather();
+
+  bool test();  // true once complete; drives MPI's progress
+  // Polls test() until complete (MpiRequest::wait says why it polls) and returns every
+  // rank's values: [size · n], rank r's n values at [r · n, (r + 1) · n).
+  const std::vector<double>& wait();
+
+ private:
+  friend class MpiComm;
+  PendingAllgather(std::vector<double> mine, int size, std::string where);
+  std::vector<double> mine_;  // [n]
+  std::vector<double> all_;   // [size · n]
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  std::string where_;         // "MPI_Iallgather of 6 doubles on 'world' (rank 1 of 4, ...)"
+  bool done_ = false;
+};
 
 class MpiComm final : public Communicator {
  public:
@@ -51,6 +77,14 @@ class MpiComm final : public Communicator {
   // pair of ranks with the same tag arrive in the order they were sent (MPI ordering).
   std::unique_ptr<Request> isend(const void* data, size_t bytes, int peer, int tag) override;
   std::unique_ptr<Request> irecv(void* data, size_t bytes, int peer, int tag) override;
+
+  // Every rank's `mine` ([n], the same n on every rank), in rank order: [size · n]. The
+  // result is the same bits on every rank, so a sum folded from it in rank order is too,
+  // whatever algorithm MPI uses. Collective; the blocking form is iallgather's wait.
+  std::vector<double> allgather(std::vector<double> mine);
+  // The same, started and returned at once. As for every collective, all ranks call the
+  // collectives of this communicator, blocking or not, in the same order (MPI's rule).
+  std::unique_ptr<PendingAllgather> iallgather(std::vector<double> mine);
 
   // Largest element count per MPI call; larger transfers are chunked. Both sides of a
   // point-to-point transfer must use the same value.

@@ -49,9 +49,11 @@ void MetricsLog::step(const StepResult& r, int total_steps, double tokens_per_st
   const double tok_s = tokens_per_step / (r.ms / 1000.0);
   const double eta = (total_steps - r.step) * mean_ms / 1000.0;
   char buf[512];
-  // Skipped steps (training.on_nonfinite: skip) show only once there are any.
-  char skipped[32] = "";
-  if (r.skipped_total > 0) std::snprintf(skipped, sizeof skipped, " | skipped %d", r.skipped_total);
+  // Skipped steps (training.on_nonfinite: skip) and post-validation rollbacks
+  // (training.post_validation) show only once there are any.
+  std::string counts;
+  if (r.skipped_total > 0) counts += cat(" | skipped ", r.skipped_total);
+  if (r.rollbacks_total > 0) counts += cat(" | rollbacks ", r.rollbacks_total);
   // The planner's prediction (partition/auto_layout.h) beside the measurement, when made.
   char predicted[48] = "", predicted_json[48] = "";
   if (predicted_ms > 0) {
@@ -60,14 +62,14 @@ void MetricsLog::step(const StepResult& r, int total_steps, double tokens_per_st
   }
   std::snprintf(buf, sizeof buf,
                 "step %d/%d | loss %.4f | lr %.2e | grad_norm %.4f | %.1f ms%s | %.0f tok/s | bubble %.3f%s | eta %s",
-                r.step, total_steps, r.loss, r.lr, r.grad_norm, r.ms, predicted, tok_s, r.bubble, skipped,
+                r.step, total_steps, r.loss, r.lr, r.grad_norm, r.ms, predicted, tok_s, r.bubble, counts.c_str(),
                 format_duration(eta).c_str());
   log::info(buf);
   std::snprintf(buf, sizeof buf,
                 "{\"step\": %d, \"loss\": %s, \"lr\": %.6e, \"grad_norm\": %s, \"ms\": %.3f, "
-                "\"tokens_per_s\": %.1f, \"bubble\": %.4f, \"skipped\": %d%s}",
+                "\"tokens_per_s\": %.1f, \"bubble\": %.4f, \"skipped\": %d, \"rollbacks\": %d%s}",
                 r.step, json_number(r.loss).c_str(), r.lr, json_number(r.grad_norm).c_str(), r.ms, tok_s, r.bubble,
-                r.skipped_total, predicted_json);
+                r.skipped_total, r.rollbacks_total, predicted_json);
   write(buf);
 }
 

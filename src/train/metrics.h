@@ -1,6 +1,7 @@
 // Training output: the human log line per logging.every steps and the JSON Lines
 // metrics file (DESIGN.md contract: step, loss, lr, grad_norm, ms, tokens_per_s, bubble;
-// evaluations as {step, val_loss}). Written by world rank 0 only.
+// also skipped and rollbacks, the counts so far of skipped steps and post-validation
+// rollbacks; evaluations as {step, val_loss}). Written by world rank 0 only.
 #pragma once
 #include <cstdio>
 #include <string>

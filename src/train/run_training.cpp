@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "checkpoint/checkpoint_manager.h"
@@ -116,6 +117,78 @@ void log_startup(Job& job) {
             cfg.model.attention);
 }
 
+// What the loop does with each step's result once it is known — at once when synchronous,
+// one train_step later under post-validation: the timing, the metrics line and the
+// after_step hook; and once the trainer's state is settled at that step, the parameter
+// dump, the evaluation, and the checkpoint or the early stop.
+class StepResults {
+ public:
+  StepResults(Job& job, Trainer& trainer, CheckpointManager& checkpoints, const TrainingHooks& hooks,
+              Progress& progress)
+      : job_(job), cfg_(job.config()), trainer_(trainer), checkpoints_(checkpoints), hooks_(hooks),
+        progress_(progress), metrics_(cfg_.logging.metrics, job.world().rank() == 0) {}
+
+  // Returns true when the run ends after this step (a stop signal, hooks.stop_after).
+  bool take(const StepResult& r) {
+    const bool final = r.step == cfg_.training.steps;
+    const int stop = final ? 0 : r.stop_signal;  // the last step ends the run anyway
+    // Under post-validation a later step may already be applied: then only report.
+    const bool settled = !trainer_.has_pending();
+    if (r.step > 1 || cfg_.training.steps == 1) { total_ms_ += r.ms; ++timed_steps_; }  // step 1 warms up
+    if (r.step % cfg_.logging.every == 0 || final || r.step == 1 || stop)
+      metrics_.step(r, cfg_.training.steps, tokens_per_step(), timed_steps_ ? total_ms_ / timed_steps_ : r.ms,
+                    job_.predicted_step_ms());
+    if (settled) dump_and_evaluate(r.step, r.loss, final);
+    if (hooks_.after_step) hooks_.after_step(trainer_, r);
+    if (!settled) return false;
+    {
+      // A save has no progress points of its own (runtime/watchdog.h).
+      Progress::Pause saving(&progress_);
+      if (stop) stop_code_ = stop_early(stop, r.step, checkpoints_, trainer_, job_.world().rank() == 0);
+      else checkpoints_.after_step(trainer_.params(), trainer_.optimizer().state(), r.step, final);
+    }
+    stopped_by_ = stop;
+    return stop || r.step == hooks_.stop_after;
+  }
+
+  // Whether the run needs the trainer's state exactly after `step` (post-validation then
+  // settles it at once): the last step, evaluations, checkpoints, hooks.stop_after and the
+  // parameter dumps of every step.
+  bool needs_settled(int step) const {
+    const int ev = cfg_.training.eval_every;
+    const bool final = step == cfg_.training.steps;
+    return final || step == hooks_.stop_after || !hooks_.dump_dir.empty() || (ev > 0 && step % ev == 0) ||
+           checkpoints_.due(step, final);
+  }
+
+  int stopped_by() const { return stopped_by_; }
+  int stop_code() const { return stop_code_; }
+
+ private:
+  double tokens_per_step() const { return double(cfg_.global_batch_sequences()) * cfg_.model.seq_len; }
+
+  void dump_and_evaluate(int step, double loss, bool final) {
+    if (!hooks_.dump_dir.empty() && job_.parallel().dp_rank == 0)
+      write_param_dump(cat(hooks_.dump_dir, "/step", step, ".rank", job_.world().rank(), ".bin"), loss,
+                       trainer_.params());
+    const int ev = cfg_.training.eval_every;
+    if (ev > 0 && (step % ev == 0 || final)) {
+      const double val = trainer_.evaluate();
+      if (!std::isnan(val)) metrics_.eval(step, val);
+    }
+  }
+
+  Job& job_;
+  const Config& cfg_;
+  Trainer& trainer_;
+  CheckpointManager& checkpoints_;
+  const TrainingHooks& hooks_;
+  Progress& progress_;
+  MetricsLog metrics_;
+  double total_ms_ = 0;
+  int timed_steps_ = 0, stopped_by_ = 0, stop_code_ = 0;
+};
+
 }  // namespace
 
 int run_training(Job& job, const TrainingHooks& hooks) {
@@ -136,53 +209,37 @@ int run_training(Job& job, const TrainingHooks& hooks) {
   }
   if (hooks.after_resume) hooks.after_resume(trainer, resumed_from);
 
-  MetricsLog metrics(cfg.logging.metrics, rank0);
   if (!hooks.dump_dir.empty()) std::filesystem::create_directories(hooks.dump_dir);
-  const double tokens_per_step = double(cfg.global_batch_sequences()) * cfg.model.seq_len;
   pipeline::ChromeTrace trace;
   trace.process_name(world_rank, cat("rank ", world_rank, " (dp ", par.dp_rank, " pp ", par.pp_rank, " tp ",
                                      par.tp_rank, ")"));
-  double trace_offset_us = 0, total_ms = 0;
-  int timed_steps = 0, stopped_by = 0, stop_code = 0;
+  double trace_offset_us = 0;
   // Progress is reported only when someone watches it (runtime.watchdog_s > 0).
   Progress progress;
   if (cfg.runtime.watchdog_s > 0) trainer.set_progress(&progress);
   auto watchdog = std::make_unique<Watchdog>(progress, cfg.runtime.watchdog_s, world_rank);
+  StepResults results(job, trainer, checkpoints, hooks, progress);
   while (trainer.step() < cfg.training.steps) {
     maybe_inject_failure(world_rank, trainer.step() + 1);
     maybe_freeze(job.faults(), trainer.step() + 1);
-    const StepResult r = trainer.train_step();
-    const bool final = r.step == cfg.training.steps;
-    stopped_by = final ? 0 : r.stop_signal;  // the last step ends the run anyway
-    if (r.step > 1 || cfg.training.steps == 1) { total_ms += r.ms; ++timed_steps; }  // step 1 warms up
+    const std::optional<StepResult> r = trainer.train_step();
     if (!cfg.logging.trace.empty()) {
       add_to_trace(trainer.timeline(), world_rank, trace_offset_us, trace);
-      trace_offset_us += r.ms * 1000.0;
+      trace_offset_us += trainer.timeline_ms() * 1000.0;
     }
-    if (!hooks.dump_dir.empty() && par.dp_rank == 0)
-      write_param_dump(cat(hooks.dump_dir, "/step", r.step, ".rank", world_rank, ".bin"), r.loss, trainer.params());
-    if (r.step % cfg.logging.every == 0 || final || r.step == 1 || stopped_by)
-      metrics.step(r, cfg.training.steps, tokens_per_step, timed_steps ? total_ms / timed_steps : r.ms,
-                   job.predicted_step_ms());
-    const int ev = cfg.training.eval_every;
-    if (ev > 0 && (r.step % ev == 0 || final)) {
-      const double val = trainer.evaluate();
-      if (!std::isnan(val)) metrics.eval(r.step, val);
-    }
-    if (hooks.after_step) hooks.after_step(trainer, r);
-    {
-      // A save has no progress points of its own (runtime/watchdog.h).
-      Progress::Pause saving(&progress);
-      if (stopped_by) stop_code = stop_early(stopped_by, r.step, checkpoints, trainer, rank0);
-      else checkpoints.after_step(trainer.params(), trainer.optimizer().state(), r.step, final);
-    }
-    if (stopped_by || r.step == hooks.stop_after) break;
+    if (r && results.take(*r)) break;
+    // Post-validation: settle where the run needs this step's state, and after a stop
+    // signal (the stop then follows the pending step, which still sees the signal).
+    if (trainer.has_pending() && (results.needs_settled(trainer.step()) || (r && r->stop_signal)) &&
+        results.take(*trainer.settle()))
+      break;
   }
+  PPTRAIN_CHECK(!trainer.has_pending(), "the training loop ended with step ", trainer.step(), " unsettled");
   watchdog.reset();  // joined: the trace and the sample below have no progress points
   trainer.set_progress(nullptr);
   if (hooks.at_end) hooks.at_end(trainer);
   if (!cfg.logging.trace.empty()) write_trace(cfg.logging.trace, trace, job.world());
-  if (stopped_by) return stop_code;
+  if (results.stopped_by()) return results.stop_code();
   if (cfg.logging.sample_tokens > 0 && cfg.model.vocab_size == 256) {
     const std::string text = generate_sample(trainer, cfg.logging.sample_tokens);
     if (rank0 && !text.empty()) log::info("sample:\n", text);

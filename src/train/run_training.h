@@ -3,6 +3,12 @@
 // checkpoint (CheckpointManager); before the first step it creates the output folders and
 // resumes; at the end it writes the Chrome trace (logging.trace) and, for byte-level
 // models, prints a sample. Test programs run the same loop, observing it through hooks.
+// Under training.post_validation a step's result (loss, norm, stop signal) is known one
+// train_step later (train/trainer.h): the loop reports each result when it arrives, and
+// wherever it needs the state of exactly one step — an evaluation, a checkpoint, the stop
+// after a signal (which then comes one step later than synchronous), hooks.stop_after,
+// parameter dumps, the last step — it settles the pending step first (Trainer::settle),
+// so everything saved, evaluated or dumped is what synchronous training gives.
 #pragma once
 #include <functional>
 #include <string>
@@ -16,7 +22,9 @@ struct TrainingHooks {
   std::string dump_dir;  // parameter dumps of every rank after every step (train/param_dump.h)
   int stop_after = 0;    // > 0: leave after this step (the LR schedule still spans training.steps)
   std::function<void(Trainer&, int resumed_from)> after_resume;
-  std::function<void(Trainer&, const StepResult&)> after_step;  // before the step's checkpoint
+  // Before the step's checkpoint. Under post-validation it may come one step late, with the
+  // parameters already holding the next step's optimistic update.
+  std::function<void(Trainer&, const StepResult&)> after_step;
   std::function<void(Trainer&)> at_end;
 };
 

@@ -1,10 +1,10 @@
 #include "train/trainer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstring>
-#include <iterator>
 #include <map>
 
 #include "core/error.h"
@@ -26,7 +26,10 @@ int layer_order(const std::string& name, int n_layer) {
   return n_layer + 2;
 }
 
-constexpr int kSignalCount = int(std::size(StopSignals::kSignals));
+// The factor AdamW multiplies the gradients by: the global norm clipped to grad_clip.
+float clip_factor(double grad_norm, double grad_clip) {
+  return grad_clip > 0 && grad_norm > grad_clip ? float(grad_clip / (grad_norm + 1e-6)) : 1.0f;
+}
 
 }  // namespace
 
@@ -42,6 +45,7 @@ Trainer::Trainer(Job& job)
   TrainingConfig optim = cfg_.training;
   if (faults_.find("skip_weight_decay")) optim.weight_decay = 0.0;
   optimizer_ = std::make_unique<AdamW>(job.params(), optim);
+  if (cfg_.training.post_validation) backup_ = std::make_unique<UpdateBackup>(job.params(), optimizer_->state());
 
   const int m = pc.microbatches, bt = cfg_.training.micro_batch_size * cfg_.model.seq_len;  // B·T tokens
   for (int i = 0; i < m; ++i) {
@@ -85,17 +89,21 @@ void Trainer::load_microbatches(const data::TokenDataset& ds, uint64_t batch_ind
   }
 }
 
-double Trainer::mean_loss(double local_loss_sum, double* stop_requests) {
-  // v: [loss sum (non-zero only on the last stage's ranks), stop requests per signal]
-  double v[1 + kSignalCount] = {local_loss_sum};
-  const size_t n = stop_requests ? 1 + kSignalCount : 1;
-  if (stop_requests) std::copy(stop_requests, stop_requests + kSignalCount, v + 1);
-  waiting_for("the all-reduce of the loss over the pp and dp groups");
-  par_.pp_comm->allreduce(v, n, ReduceOp::Sum);
-  par_.dp_comm->allreduce(v, n, ReduceOp::Sum);
+double Trainer::tokens_per_step() const {
+  return double(cfg_.global_batch_sequences()) * cfg_.model.seq_len;
+}
+
+bool Trainer::counts_loss() const {
+  return par_.tp_rank == 0 && job_.holds_stage(cfg_.total_stages() - 1);
+}
+
+double Trainer::mean_loss(double local_loss_sum) {
+  StepContribution mine;
+  mine.loss_sum = counts_loss() ? local_loss_sum : 0.0;
+  waiting_for("the gather of the loss over the world");
+  const std::vector<double> all = job_.world().allgather(pack(mine));
   tick();
-  if (stop_requests) std::copy(v + 1, v + 1 + kSignalCount, stop_requests);
-  return v[0] / (double(cfg_.global_batch_sequences()) * cfg_.model.seq_len);
+  return fold(all, tokens_per_step()).loss;
 }
 
 void Trainer::plant_gradient_faults() {
@@ -116,26 +124,23 @@ void Trainer::reduce_gradients() {
   tick();
 }
 
-double Trainer::gradient_norm(double* stop_requests) {
-  // Each element of the global model counted once: tp-replicated tensors on tp rank 0
-  // only, the tied embedding only on the rank of stage 0.
-  // v: [sum of squares, stop requests per signal]. The requests arrive summed over pp and
-  // dp (mean_loss); summing over tp and pp again makes them the world's sum times pp:
-  // the same on every rank, non-zero exactly when some rank received the signal.
-  double v[1 + kSignalCount] = {0};
-  const size_t n = stop_requests ? 1 + kSignalCount : 1;
-  if (stop_requests) std::copy(stop_requests, stop_requests + kSignalCount, v + 1);
+StepContribution Trainer::contribution(double bubble) {
+  StepContribution mine;
+  mine.loss_sum = counts_loss() ? last_local_loss_ : 0.0;
+  mine.bubble = bubble;
+  // A stop signal is read once per step and agreed through the reduction.
+  for (int i = 0; i < kStopSignalCount; ++i)
+    mine.stop_requests[i] = StopSignals::received() == StopSignals::kSignals[i] ? 1.0 : 0.0;
+  // Each element of the global model counted once: dp replica 0 only (the replicas hold the
+  // same summed gradients), tp-replicated tensors on tp rank 0 only, the tied embedding only
+  // on the rank of stage 0.
+  if (par_.dp_rank != 0) return mine;
   for (auto& [name, p] : job_.params().all()) {
     if (p->replicated_over_tp && par_.tp_rank != 0) continue;
     if (name == "wte.weight" && !job_.holds_stage(0)) continue;
-    v[0] += ops_.sum_squares(p->grad.data(), p->numel());
+    mine.sum_squares += ops_.sum_squares(p->grad.data(), p->numel());
   }
-  waiting_for("the all-reduce of the gradient norm over the tp and pp groups");
-  par_.tp_comm->allreduce(v, n, ReduceOp::Sum);
-  par_.pp_comm->allreduce(v, n, ReduceOp::Sum);
-  tick();
-  if (stop_requests) std::copy(v + 1, v + 1 + kSignalCount, stop_requests);
-  return std::sqrt(v[0]);
+  return mine;
 }
 
 std::string Trainer::first_nonfinite_gradient() {
@@ -170,7 +175,7 @@ void Trainer::handle_nonfinite(StepResult& r) {
   const auto& t = cfg_.training;
   const std::string tensor = first_nonfinite_gradient();
   const std::string what =
-      cat("step ", step_ + 1, ": loss ", r.loss, ", gradient norm ", r.grad_norm, " (not finite); ",
+      cat("step ", r.step, ": loss ", r.loss, ", gradient norm ", r.grad_norm, " (not finite); ",
           tensor.empty() ? std::string("every gradient is finite") : "first non-finite gradient: " + tensor);
   if (t.on_nonfinite == "stop")
     fail(what, "; stopping without saving (training.on_nonfinite: stop; lower training.lr or set "
@@ -185,50 +190,126 @@ void Trainer::handle_nonfinite(StepResult& r) {
   r.skipped = true;
 }
 
-StepResult Trainer::train_step() {
-  const auto& t = cfg_.training;
+void Trainer::begin_step() {
   if (progress_) progress_->set_step(step_ + 1);
   timeline_.start_step();
+  if (train_data_) load_microbatches(*train_data_, uint64_t(step_));
+}
+
+double Trainer::run_pipeline(double start_us) {
   job_.params().zero_grads();
   refresh_working_weights();
-  if (train_data_) load_microbatches(*train_data_, uint64_t(step_));
+  const double busy_before = timeline_.busy_us();
   last_local_loss_ = train_exec_->run(microbatches_, timeline_);
-  const double pipeline_us = timeline_.now_us();
-  double bubble = pipeline_us > 0 ? 1.0 - timeline_.busy_us() / pipeline_us : 0.0;
+  const double span_us = timeline_.now_us() - start_us;
+  return span_us > 0 ? 1.0 - (timeline_.busy_us() - busy_before) / span_us : 0.0;
+}
 
+StepResult Trainer::next_result() const {
+  const auto& t = cfg_.training;
   StepResult r;
-  // A stop signal is read once per step and agreed inside the two reductions below.
-  double stop_requests[kSignalCount] = {};
-  for (int i = 0; i < kSignalCount; ++i) stop_requests[i] = StopSignals::received() == StopSignals::kSignals[i];
-  r.loss = mean_loss(last_local_loss_, stop_requests);
-  plant_gradient_faults();
-  reduce_gradients();
-  r.grad_norm = gradient_norm(stop_requests);
-  for (int i = 0; i < kSignalCount && !r.stop_signal; ++i)
-    if (stop_requests[i] > 0) r.stop_signal = StopSignals::kSignals[i];
-  // Both values are all-reduced, so every rank takes the same branch (a NaN or inf on any
-  // rank makes the sums non-finite everywhere).
+  r.step = step_ + 1;
+  r.lr = learning_rate(step_, t.steps, t.warmup_steps, t.lr, t.min_lr);
+  return r;
+}
+
+std::optional<float> Trainer::validate(StepResult& r, const StepTotals& totals) {
+  r.loss = totals.loss;
+  r.grad_norm = totals.grad_norm;
+  r.bubble = totals.bubble;
+  r.stop_signal = totals.stop_signal;
+  // The totals are the same bits on every rank, so every rank takes the same branch (a NaN
+  // or inf on any rank makes the sums non-finite everywhere).
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) handle_nonfinite(r);
   else skipped_in_a_row_ = 0;
   r.skipped_total = skipped_total_;
+  r.rollbacks_total = rollbacks_total_;
+  if (r.skipped) return std::nullopt;
+  return clip_factor(r.grad_norm, cfg_.training.grad_clip);
+}
+
+void Trainer::update(double lr, int step, float clip_scale) {
   // Clipping is a factor AdamW applies as it reads each gradient (no pass of its own); the
   // gradients stay unclipped (parameter dumps show them so).
-  float clip_scale = 1.0f;
-  if (t.grad_clip > 0 && r.grad_norm > t.grad_clip) clip_scale = float(t.grad_clip / (r.grad_norm + 1e-6));
-  r.lr = learning_rate(step_, t.steps, t.warmup_steps, t.lr, t.min_lr);
-  if (!r.skipped) {
-    optimizer_->step(r.lr, step_ + 1, clip_scale);
-    if (faults_.find("repeat_update")) optimizer_->step(r.lr, step_ + 1, clip_scale);
-  }
+  optimizer_->step(lr, step, clip_scale);
+  if (faults_.find("repeat_update")) optimizer_->step(lr, step, clip_scale);
+}
+
+void Trainer::end_step(StepResult& r, double reduce_start_us) {
   ops_.synchronize();
   const double end_us = timeline_.now_us();
-  timeline_.add("reduce+optimizer", pipeline_us, end_us, false);
-  waiting_for("the all-reduce of the bubble over the pp group");
-  par_.pp_comm->allreduce(&bubble, 1, ReduceOp::Sum);
+  timeline_.add("reduce+optimizer", reduce_start_us, end_us, false);
+  timeline_ms_ = r.ms = end_us / 1000.0;
+  step_ = r.step;
+}
+
+std::optional<StepResult> Trainer::train_step() {
+  begin_step();
+  double bubble = run_pipeline(0.0);
+  std::optional<StepResult> settled;
+  if (pending_) {
+    const double start_us = timeline_.now_us();
+    settled = settle_pending();
+    timeline_.add(cat("settle step ", settled->step), start_us, timeline_.now_us(), false);
+    // This step ran on parameters the rollback replaced: run it again on the same batch.
+    if (settled->rolled_back) bubble = run_pipeline(timeline_.now_us());
+  }
+  const double reduce_start_us = timeline_.now_us();
+  plant_gradient_faults();
+  reduce_gradients();
+  const StepContribution mine = contribution(bubble);
+  StepResult r = next_result();
+  if (!backup_) {  // synchronous
+    waiting_for("the step reduction over the world");
+    const StepTotals totals = fold(job_.world().allgather(pack(mine)), tokens_per_step());
+    tick();
+    if (const std::optional<float> clip_scale = validate(r, totals)) update(r.lr, r.step, *clip_scale);
+    end_step(r, reduce_start_us);
+    return r;
+  }
+  pending_ = Pending{r, job_.world().iallgather(pack(mine))};
+  backup_->save();
+  update(r.lr, r.step, 1.0f);  // the optimistic guess: finite, not clipped
+  end_step(pending_->result, reduce_start_us);
+  return settled;
+}
+
+StepResult Trainer::settle_pending() {
+  Pending p = std::move(*pending_);
+  pending_.reset();
+  waiting_for("the step reduction of the previous step over the world");
+  const StepTotals totals = fold(p.reduction->wait(), tokens_per_step());
   tick();
-  r.bubble = bubble / par_.pp;
-  r.ms = end_us / 1000.0;
-  r.step = ++step_;
+  StepResult& r = p.result;
+  const bool guess_holds = std::isfinite(totals.loss) && std::isfinite(totals.grad_norm) &&
+                           clip_factor(totals.grad_norm, cfg_.training.grad_clip) == 1.0f;
+  if (guess_holds) validate(r, totals);
+  else roll_back(r, totals);
+  return r;
+}
+
+void Trainer::roll_back(StepResult& r, const StepTotals& totals) {
+  // The state before the optimistic update, gradients included: exactly where the
+  // synchronous path decides. A non-finite step is then named, skipped or stopped as there.
+  backup_->restore();
+  r.rolled_back = true;
+  ++rollbacks_total_;
+  const std::optional<float> clip_scale = validate(r, totals);
+  if (clip_scale) update(r.lr, r.step, *clip_scale);
+  if (job_.world().rank() == 0)
+    log::info("step ", r.step, ": post-validation rolled back the optimistic update (",
+              clip_scale ? cat("gradient norm ", r.grad_norm, " > training.grad_clip ", cfg_.training.grad_clip,
+                               "; redone clipped")
+                         : std::string("loss or gradient norm not finite; update dropped"),
+              "), rollback ", rollbacks_total_);
+}
+
+std::optional<StepResult> Trainer::settle() {
+  if (!pending_) return std::nullopt;
+  const auto start = std::chrono::steady_clock::now();
+  StepResult r = settle_pending();
+  ops_.synchronize();
+  r.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return r;
 }
 
@@ -241,6 +322,7 @@ void Trainer::refresh_working_weights() {
 }
 
 double Trainer::evaluate() {
+  PPTRAIN_CHECK(!pending_, "Trainer::evaluate needs a settled step (Trainer::settle)");
   if (cfg_.data.val.empty() || cfg_.training.eval_batches == 0) return NAN;
   double total = 0;
   Timeline scratch;

@@ -5,18 +5,36 @@
 //   3. sum the tied-embedding gradient over the embedding group (first and last stage);
 //   4. sum gradients over the dp group (the loss is pre-scaled by 1/tokens of the global
 //      batch, so the sum is the mean-loss gradient);
-//   5. global gradient norm (each element counted once), AdamW on the fp32 masters with
-//      the clip factor applied as it reads the gradients (under bf16 it also writes the
-//      bf16 copies the layers compute with; masters written otherwise are re-rounded
-//      before the next step).
+//   5. the step reduction (train/step_reduction.h): loss, global gradient norm (each
+//      element counted once), bubble and stop requests, one gather over the world folded
+//      the same way on every rank;
+//   6. AdamW on the fp32 masters with the clip factor applied as it reads the gradients
+//      (under bf16 it also writes the bf16 copies the layers compute with; masters written
+//      otherwise are re-rounded before the next step).
 // A step whose loss or gradient norm is not finite is never applied: training.on_nonfinite
 // stop throws (naming the step and the first tensor with a non-finite gradient), skip
 // drops the update (the data position advances) up to training.max_skipped in a row.
-// The stop requests of StopSignals ride in the loss and norm all-reduces, so every rank
-// learns of a signal that reached any rank in the same step (StepResult::stop_signal).
+// The stop requests of StopSignals ride in the step reduction, so every rank learns of a
+// signal that reached any rank in the same step (StepResult::stop_signal).
+//
+// Post-validation (training.post_validation: true; the zero-bubble paper's): waiting for
+// step 5 before step 6 makes every step end with a synchronisation of all ranks, so
+// consecutive steps cannot overlap (a ZB-H2 pipeline's early ranks idle until the last
+// finishes). Instead, step s starts its reduction without waiting, backs up what the update
+// changes (train/update_backup.h: masters, gradients, moments, 16 bytes per parameter
+// element), applies AdamW optimistically with clip factor 1 and returns. Step s + 1 runs its
+// pipeline on those parameters and only then waits for step s's reduction. Almost always
+// the guess holds (finite, norm within training.grad_clip) and nothing more happens; else
+// the backup is restored, the update the synchronous path would have made is applied (the
+// same clip factor, or none for a non-finite step, with the same stop or skip), and step
+// s + 1 runs again on the same batch: a rollback, logged, counted in StepResult. Results
+// are the same bits as synchronous training; they are only known one step later. Steps 3-4
+// stay blocking: the update needs the summed gradients (with a tied embedding under loop
+// placement they also synchronise the first and last pp rank every step).
 // A single process is the same path with groups of one and a one-rank program.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,12 +44,15 @@
 #include "data/token_dataset.h"
 #include "job/job.h"
 #include "model/stage.h"
+#include "parallel/mpi_comm.h"
 #include "parallel/parallel_context.h"
 #include "pipeline/ir.h"
 #include "runtime/executor.h"
 #include "runtime/timeline.h"
 #include "runtime/watchdog.h"
 #include "train/adamw.h"
+#include "train/step_reduction.h"
+#include "train/update_backup.h"
 
 namespace pptrain {
 
@@ -40,11 +61,14 @@ struct StepResult {
   double loss = 0;         // mean over the global batch's tokens
   double grad_norm = 0;    // before clipping
   double lr = 0;
-  double ms = 0;           // wall time of the step on this rank
-  double bubble = 0;       // measured idle fraction of the pipeline phase, mean over pp ranks
+  double ms = 0;           // wall time on this rank of the train_step call that ran the step
+                           // (post-validation: with the settling of the step before it)
+  double bubble = 0;       // measured idle fraction of the pipeline phase, mean over all ranks
   bool skipped = false;    // non-finite loss or gradient norm: no update (on_nonfinite: skip)
   int skipped_total = 0;   // steps skipped so far by this process
   int stop_signal = 0;     // a stop signal some rank received (StopSignals), agreed by all; 0: none
+  bool rolled_back = false;  // post-validation: the optimistic update was undone and redone
+  int rollbacks_total = 0;   // rollbacks so far by this process
 };
 
 class Trainer {
@@ -53,12 +77,24 @@ class Trainer {
   explicit Trainer(Job& job);
   ~Trainer();
 
-  StepResult train_step();
-  double evaluate();  // mean validation loss over training.eval_batches batches
+  // Runs the next step. Synchronous: returns its result. Post-validation: applies its update
+  // optimistically and returns without waiting for its reduction; what it returns is the
+  // result of the step before, settled during this call (nullopt when none was pending).
+  // Collective, like everything below that waits on other ranks.
+  std::optional<StepResult> train_step();
+  // Post-validation: waits for the pending step's reduction and settles the step (rolling
+  // it back where validation fails), so that parameters and moments are exactly those
+  // after step(); returns its result. nullopt when nothing is pending (always when
+  // synchronous). Every rank must settle after the same step.
+  std::optional<StepResult> settle();
+  bool has_pending() const { return pending_.has_value(); }
+  // Mean validation loss over training.eval_batches batches. Needs a settled state.
+  double evaluate();
   // bf16 models: rounds the fp32 masters whose bf16 copies are stale (initialisation,
   // checkpoint loads; AdamW keeps them current) into the copies the layers compute with.
   // Called before every step and evaluation.
   void refresh_working_weights();
+  // Steps taken, the pending one included.
   int step() const { return step_; }
   void set_step(int s) { step_ = s; }
 
@@ -66,7 +102,9 @@ class Trainer {
   const ParallelContext& parallel() const { return par_; }
   ParamStore& params() { return job_.params(); }
   AdamW& optimizer() { return *optimizer_; }
+  // The measured actions of the last train_step call and its wall time.
   const Timeline& timeline() const { return timeline_; }
+  double timeline_ms() const { return timeline_ms_; }
   // Reports progress to the watchdog from the executors and the trainer's collectives and
   // data reads (runtime/watchdog.h); nullptr: none. `progress` must outlive the steps.
   void set_progress(Progress* progress);
@@ -74,14 +112,35 @@ class Trainer {
   double last_local_loss_sum() const { return last_local_loss_; }
 
  private:
+  // A step whose update was applied optimistically and awaits its reduction.
+  struct Pending {
+    StepResult result;  // step, lr, ms; the rest once settled
+    std::unique_ptr<PendingAllgather> reduction;
+  };
+  // Phases of a step, in order.
+  void begin_step();
   void load_microbatches(const data::TokenDataset& ds, uint64_t batch_index);
+  // Zero gradients, refresh bf16 copies, run the program. Returns the measured bubble of
+  // the run: idle / time since `start_us` on the step's timeline.
+  double run_pipeline(double start_us);
   void plant_gradient_faults();
   void reduce_gradients();
-  // `stop_requests` (nullptr: none): per StopSignals::kSignals, in: after mean_loss, out:
-  // summed over the whole world (> 0 on every rank when any rank received that signal).
-  double gradient_norm(double* stop_requests = nullptr);
-  // `stop_requests`: in: this rank's (0 or 1 each), out: summed over its pp and dp groups.
-  double mean_loss(double local_loss_sum, double* stop_requests = nullptr);
+  // This rank's part of the step reduction, by the counting rules of step_reduction.h.
+  StepContribution contribution(double bubble);
+  StepResult next_result() const;  // step and lr of the step about to be taken
+  // The synchronous decision on a step whose totals are known, shared by both paths so
+  // they agree bit for bit: fills `r`, handles a non-finite step (throws under stop) and
+  // returns the clip factor of the update, or nullopt when the step is skipped.
+  std::optional<float> validate(StepResult& r, const StepTotals& totals);
+  void update(double lr, int step, float clip_scale);
+  void end_step(StepResult& r, double reduce_start_us);
+  // Post-validation: waits for the pending step's reduction and settles it.
+  StepResult settle_pending();
+  void roll_back(StepResult& r, const StepTotals& totals);
+  // Evaluation's loss: the step reduction with only the loss.
+  double mean_loss(double local_loss_sum);
+  double tokens_per_step() const;
+  bool counts_loss() const;  // tp rank 0 of a rank holding the last stage
   // Collective over the world, entered by every rank together after a non-finite loss or
   // norm: the name of the first tensor (in layer order) with a non-finite gradient on any
   // rank, the same on every rank; "" when every gradient is finite.
@@ -106,8 +165,11 @@ class Trainer {
   std::vector<MicrobatchData> microbatches_;
   std::vector<int32_t> host_tokens_, host_targets_;
   Timeline timeline_;
+  double timeline_ms_ = 0;
   double last_local_loss_ = 0;
-  int skipped_in_a_row_ = 0, skipped_total_ = 0;
+  int skipped_in_a_row_ = 0, skipped_total_ = 0, rollbacks_total_ = 0;
+  std::unique_ptr<UpdateBackup> backup_;  // post-validation only
+  std::optional<Pending> pending_;
   Progress* progress_ = nullptr;
 };
 

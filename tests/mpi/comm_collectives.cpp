@@ -1,6 +1,6 @@
 // MpiComm collectives on any number of ranks: allreduce (float, double and bf16, Sum and Max,
-// whole and chunked), broadcast from every root (whole and chunked), barrier, and a
-// split communicator. Prints "collectives ok rank R" on success.
+// whole and chunked), broadcast from every root (whole and chunked), barrier, allgather
+// (blocking, and non-blocking across other traffic), and a split communicator. Prints "collectives ok rank R" on success.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -92,6 +92,38 @@ void check_broadcast(MpiComm& comm, size_t bytes) {
   }
 }
 
+// Rank r contributes n values r·100 + i; everyone gets all of them in rank order. The
+// non-blocking form stays pending across a ring exchange and a barrier of another
+// communicator (a duplicate of `comm`), as the trainer's step reduction stays pending
+// across the next step's pipeline.
+void check_allgather(MpiComm& comm, size_t n) {
+  const int r = comm.rank(), p = comm.size();
+  auto mine = [n](int rank) {
+    std::vector<double> v(n);  // [n]
+    for (size_t i = 0; i < n; ++i) v[i] = rank * 100.0 + double(i);
+    return v;
+  };
+  auto check = [&](const std::vector<double>& all, const char* how) {
+    MPI_EXPECT(all.size() == n * size_t(p), comm.where(), " ", how, " size ", all.size());
+    for (int q = 0; q < p; ++q)
+      for (size_t i = 0; i < n; ++i)
+        MPI_EXPECT(all[q * n + i] == mine(q)[i], comm.where(), " ", how, "[", q, "][", i, "] = ", all[q * n + i]);
+  };
+  check(comm.allgather(mine(r)), "allgather");
+
+  MpiComm other = comm.split(0, r, "other");
+  auto pending = comm.iallgather(mine(r));
+  int token = r, got = -1;
+  auto recv = other.irecv(&got, sizeof got, (r + p - 1) % p, 5);
+  auto send = other.isend(&token, sizeof token, (r + 1) % p, 5);
+  recv->wait();
+  send->wait();
+  other.barrier();
+  MPI_EXPECT(got == (r + p - 1) % p, other.where(), " ring got ", got);
+  check(pending->wait(), "iallgather");
+  MPI_EXPECT(pending->test(), "test() after wait()");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -107,6 +139,8 @@ int main(int argc, char** argv) {
     check_allreduce_float(world, 0);  // no elements: no call, no hang
     check_broadcast(world, 1);
     check_broadcast(world, 4096);
+    check_allgather(world, 6);
+    check_allgather(world, 0);
     world.barrier();
 
     // Chunking: with at most 3 elements (or bytes) per MPI call the results must not
