@@ -270,6 +270,7 @@ std::optional<StepResult> Trainer::train_step() {
   pending_ = Pending{r, job_.world().iallgather(pack(mine))};
   backup_->save();
   update(r.lr, r.step, 1.0f);  // the optimistic guess: finite, not clipped
+  backup_->take_gradients();
   end_step(pending_->result, reduce_start_us);
   return settled;
 }
@@ -308,6 +309,9 @@ std::optional<StepResult> Trainer::settle() {
   if (!pending_) return std::nullopt;
   const auto start = std::chrono::steady_clock::now();
   StepResult r = settle_pending();
+  // No pipeline ran since the update: the step's gradients go back to the parameters, where
+  // the synchronous path leaves them (parameter dumps read them). A rollback put them back.
+  if (!r.rolled_back) backup_->return_gradients();
   ops_.synchronize();
   r.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return r;

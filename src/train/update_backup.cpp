@@ -1,5 +1,7 @@
 #include "train/update_backup.h"
 
+#include <utility>
+
 namespace pptrain {
 
 UpdateBackup::UpdateBackup(ParamStore& params, OptimizerState& state) : params_(params), state_(state) {
@@ -22,10 +24,13 @@ void UpdateBackup::save() {
   for (auto& [name, s] : saved_) {
     Param& p = *params_.all().at(name);
     copy(ops, s.value, p.value);
-    copy(ops, s.grad, p.grad);
     copy(ops, s.m, state_.m(name));
     copy(ops, s.v, state_.v(name));
   }
+}
+
+void UpdateBackup::take_gradients() {
+  for (auto& [name, s] : saved_) std::swap(s.grad, params_.all().at(name)->grad);
 }
 
 void UpdateBackup::restore() {
@@ -34,7 +39,7 @@ void UpdateBackup::restore() {
     Param& p = *params_.all().at(name);
     copy(ops, p.value, s.value);
     p.bf16_stale = true;
-    copy(ops, p.grad, s.grad);
+    std::swap(p.grad, s.grad);
     copy(ops, state_.m(name), s.m);
     copy(ops, state_.v(name), s.v);
   }
