@@ -145,8 +145,18 @@ class PostValidation : public ::testing::Test {
                                const std::string& want_dump, int ranks, const std::string& what) {
     EXPECT_EQ(want.losses.size(), 6u) << want.result.output;
     EXPECT_EQ(got.losses, want.losses) << what << "\n" << got.result.output;
-    const Verdict v = compare_exact(final_dump(got_dump, ranks), final_dump(want_dump, ranks));
+    const GlobalDump got_final = final_dump(got_dump, ranks), want_final = final_dump(want_dump, ranks);
+    const Verdict v = compare_exact(got_final, want_final);
     EXPECT_TRUE(v.passed()) << v.failures(what);
+    // The last step's gradients too: where the synchronous step leaves them.
+    for (const auto& [name, want_tensor] : want_final.tensors) {
+      const auto it = got_final.tensors.find(name);
+      ASSERT_NE(it, got_final.tensors.end()) << what << ": " << name;
+      const std::vector<float>& a = it->second.grad;
+      const std::vector<float>& b = want_tensor.grad;
+      EXPECT_TRUE(a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0)
+          << what << ": the gradient of " << name << " differs";
+    }
   }
 
   // Synchronous and post-validation runs of `layout` with `args`; returns both.
