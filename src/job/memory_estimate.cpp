@@ -204,6 +204,8 @@ MemoryEstimate estimate_rank_memory(const Config& cfg, const pipeline::Schedule&
   e.items.push_back({"gradients (fp32)", kFp32 * p});
   e.items.push_back({"AdamW moments (fp32 m and v)", 2 * kFp32 * p});
   if (cfg.precision() == Precision::bf16) e.items.push_back({"bf16 weight copies", kBf16 * p});
+  if (cfg.training.post_validation)
+    e.items.push_back({"post-validation backup (fp32 masters, gradients, m and v)", 4 * kFp32 * p});
   e.items.push_back({cat("activation slots (", most_live, " microbatch(es) of micro_batch_size ",
                          cfg.training.micro_batch_size, " live per stage at most)"),
                      slots});

@@ -6,6 +6,7 @@
 //   gradients         fp32, 4·P
 //   AdamW moments     fp32 m and v, 8·P
 //   bf16 copies       2·P under training.precision: bf16
+//   backup            16·P under training.post_validation (train/update_backup.h)
 //   activation slots  per stage, the buffers one microbatch keeps until its W (the stage's
 //                     [N,C] inputs/outputs and their gradients, every block's slot, the
 //                     head's) times the most microbatches ever live in that pool: slot
