@@ -33,7 +33,15 @@ const HfArchitecture& hf_architecture_of_config(const YAML::Node& config, const 
   const auto type = hf_config_value(config, "model_type", where);
   for (const HfArchitecture& a : hf_architectures())
     if (type && json::is_string(*type) && type->Scalar() == a.model_type) return a;
-  fail(where, ": architectures ", classes ? json::describe(*classes) : "missing", ", model_type ",
+  std::string names = "missing";
+  if (classes && classes->IsSequence()) {
+    names = "[";
+    for (const YAML::Node& c : *classes) names += cat(names.size() > 1 ? ", " : "", json::describe(c));
+    names += "]";
+  } else if (classes) {
+    names = json::describe(*classes);
+  }
+  fail(where, ": architectures ", names, ", model_type ",
        type ? json::describe(*type) : "missing", ": pptrain imports ", known_classes());
 }
 
