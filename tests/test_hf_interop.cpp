@@ -612,3 +612,31 @@ TEST(HfImport, EveryOtherInconsistencyIsNamed) {
   EXPECT_NE(error_of([&] { import_hf(cdir, tmp.file("nan.h5")); }).find("wpe.weight"), std::string::npos);
   EXPECT_FALSE(fs::exists(tmp.file("nan.h5")));
 }
+
+// The fuzz target's seeds were written by Python's json and struct (tests/fuzz/make_corpus.sh),
+// as transformers' writer lays files out: compact JSON padded with spaces to 8 bytes,
+// scalars, empty tensors and dtypes pptrain does not read (listed, refused when read).
+TEST(Safetensors, FilesWrittenByAnotherWriterRead) {
+  const SafetensorsFile f("tests/fuzz/corpus/safetensors/gpt2_parts.safetensors");
+  ASSERT_EQ(f.tensors().size(), 6u);
+  EXPECT_EQ(f.metadata().at("format"), "pt");
+  float wte[6], qkv[6], bias[2], scalar;
+  f.read(*f.find("transformer.wte.weight"), wte);
+  f.read(*f.find("transformer.h.0.attn.c_attn.weight"), qkv);
+  f.read(*f.find("transformer.h.0.ln_1.bias"), bias);
+  f.read(*f.find("scalar"), &scalar);
+  EXPECT_EQ(std::vector<float>(wte, wte + 6), (std::vector<float>{0.5f, -1, 2, 0.25f, 3, -4}));
+  EXPECT_EQ(std::vector<float>(qkv, qkv + 5), (std::vector<float>{1, -1, 2, 0, 0.5f}));
+  EXPECT_EQ(qkv[5], bfloat16{0x7F7F}.to_float());
+  EXPECT_EQ(bias[0], 1.0f);
+  EXPECT_EQ(bias[1], std::ldexp(1.0f, -24));
+  EXPECT_EQ(scalar, 1.5f);
+  EXPECT_EQ(f.find("empty")->numel, 0);
+  EXPECT_EQ(f.find("scalar")->shape, std::vector<int64_t>{});
+  float ids[2];
+  EXPECT_NE(error_of([&] { f.read(*f.find("ids"), ids); }).find("tensor ids is I64, expected F32, BF16 or F16"),
+            std::string::npos);
+  const SafetensorsFile plain("tests/fuzz/corpus/safetensors/no_metadata.safetensors");
+  EXPECT_TRUE(plain.metadata().empty());
+  EXPECT_EQ(plain.find("x")->shape, (std::vector<int64_t>{2, 2}));
+}
