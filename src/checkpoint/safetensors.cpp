@@ -62,13 +62,12 @@ float half_to_float(uint16_t h) {
   return std::bit_cast<float>(bits);
 }
 
-// The three keys of one header entry, each given once.
+// The three keys of one header entry, each given once. (A YAML::Node assigned to another
+// writes into the node it refers to, so each is bound once, by construction, after the
+// keys were found.)
 struct EntryNodes {
   YAML::Node dtype, shape, offsets;
 };
-
-// A YAML::Node assigned to another writes into the node it refers to; these are bound
-// once, by construction, after the keys were found.
 
 EntryNodes entry_nodes(const YAML::Node& n, const std::string& ctx) {
   if (!n.IsMap()) fail(ctx, ": expected an object {dtype, shape, data_offsets}, got ", json::describe(n));
@@ -344,7 +343,7 @@ void SafetensorsDir::open_single(const std::string& path) {
 void SafetensorsDir::open_sharded(const std::string& dir, const std::string& index_path) {
   const YAML::Node root =
       json::parse_object(read_small_file(index_path, "safetensors index", kMaxSafetensorsIndexBytes), index_path);
-  std::optional<YAML::Node> found;  // bound once (see entry_nodes)
+  std::optional<YAML::Node> found;  // bound once (see EntryNodes)
   for (auto it = root.begin(); it != root.end(); ++it)
     if (json::is_string(it->first) && it->first.Scalar() == "weight_map") {
       if (found) fail(index_path, ": weight_map is given twice");
