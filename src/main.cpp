@@ -23,6 +23,9 @@ const char* kUsage =
     "  schedule --schedule NAME --pp P --microbatches M   show, check and simulate a schedule\n"
     "  inspect [--verify] FILE.h5|DIR         attributes, config and tensors of a checkpoint\n"
     "  import-llmc MODEL.bin OUT.h5           convert an llm.c GPT-2 model file to a checkpoint\n"
+    "  import-hf DIR OUT.h5                   convert a Hugging Face GPT-2 (config.json + safetensors)\n"
+    "  export-hf CKPT.h5 DIR [--dtype fp32|bf16] [--max-shard-bytes N]\n"
+    "                                         write a checkpoint as a Hugging Face model directory\n"
     "  --version                              version and compiled-in backends\n"
     "train exits 0 when done, 75 when SIGTERM/SIGINT/SIGUSR1 stopped it after a step and it saved a\n"
     "checkpoint (resume with checkpoint.resume: auto), 1 on an error (a non-finite loss included) or\n"
@@ -46,6 +49,8 @@ int main(int argc, char** argv) {
     if (cmd == "plan") return pptrain::cmd_plan(args, mpi);
     if (cmd == "inspect") return pptrain::cmd_inspect(args);
     if (cmd == "import-llmc") return pptrain::cmd_import_llmc(args);
+    if (cmd == "import-hf") return pptrain::cmd_import_hf(args);
+    if (cmd == "export-hf") return pptrain::cmd_export_hf(args);
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {
       if (mpi.rank() == 0) std::fputs(kUsage, stdout);
       return 0;

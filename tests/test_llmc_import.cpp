@@ -168,19 +168,6 @@ struct LlmcFile {
   }
 };
 
-// Loads checkpoint `path` into a fresh model of `m` (weights only).
-void load_weights(Model& model, const ModelConfig& m, const std::string& path) {
-  Config cfg;
-  cfg.model = m;
-  cfg.source = "test";
-  std::vector<Param*> by_index;
-  for (auto& [name, p] : model.params->all()) by_index.push_back(p.get());
-  IoGroup io = IoGroup::single();
-  read_checkpoint_file(path, sharded_tensors(*model.params), [&](Section, int i, const float* host) {
-    by_index[i]->set_masters(host);
-  }, cfg, false, io);
-}
-
 }  // namespace
 
 TEST(LlmcImport, SameLossAsTheWeightsInMemoryAndAsLlmcForward) {

@@ -17,6 +17,8 @@ int cmd_prepare_data(const Args& args);
 int cmd_schedule(const Args& args);
 int cmd_inspect(const Args& args);
 int cmd_import_llmc(const Args& args);
+int cmd_import_hf(const Args& args);
+int cmd_export_hf(const Args& args);
 int cmd_plan(const Args& args, MpiSession& mpi);
 
 }  // namespace pptrain

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
 out=tests/fuzz/corpus
-rm -rf "$out" && mkdir -p "$out"/{config,schedule_csv,token_shard,llmc,checkpoint}
+rm -rf "$out" && mkdir -p "$out"/{config,schedule_csv,token_shard,llmc,checkpoint,safetensors}
 
 # config: the shipped configs, and YAML text + NUL + override lines.
 for f in configs/*.yaml; do cp "$f" "$out/config/$(basename "$f")"; done
@@ -38,6 +38,29 @@ def llmc(path, version, T=2, V=3, Vp=4, L=1, NH=1, C=2):
     open(path, "wb").write(struct.pack("<256i", *header) + body)
 llmc(out + "/llmc/fp32.bin", 3)
 llmc(out + "/llmc/bf16.bin", 5)
+PY
+# safetensors: small files in the format's layout (F32, BF16, F16, a scalar, an empty
+# tensor, metadata), as transformers writes them (compact JSON padded to 8 bytes).
+python3 - "$out" <<'PY'
+import json, struct, sys
+out = sys.argv[1]
+def safetensors(path, tensors, metadata={"format": "pt"}):
+    header, data = {"__metadata__": metadata} if metadata else {}, b""
+    for name, dtype, shape, raw in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(text)) + text + data)
+f32 = lambda *v: struct.pack("<%df" % len(v), *v)
+safetensors(out + "/safetensors/gpt2_parts.safetensors", [
+    ("transformer.wte.weight", "F32", [3, 2], f32(0.5, -1, 2, 0.25, 3, -4)),
+    ("transformer.h.0.attn.c_attn.weight", "BF16", [2, 3], struct.pack("<6H", 0x3F80, 0xBF80, 0x4000, 0, 0x3F00, 0x7F7F)),
+    ("transformer.h.0.ln_1.bias", "F16", [2], struct.pack("<2H", 0x3C00, 0x0001)),
+    ("scalar", "F32", [], f32(1.5)),
+    ("empty", "F32", [0, 4], b""),
+    ("ids", "I64", [2], struct.pack("<2q", 1, 2))])
+safetensors(out + "/safetensors/no_metadata.safetensors", [("x", "F32", [2, 2], f32(1, 2, 3, 4))], None)
 PY
 # checkpoint: one step of a 1-layer model (d_model 8, vocab 16) with its AdamW moments.
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "backend/ops.h"
+#include "checkpoint/checkpoint_manager.h"
+#include "checkpoint/checkpoint_reader.h"
 #include "core/communicator.h"
 #include "core/config.h"
 #include "core/error.h"
@@ -56,6 +58,19 @@ struct Model : SingleRankModel {
 };
 
 inline ParallelContext single_process() { return ParallelContext{}; }
+
+// Loads the weights of checkpoint `path` (a file of model `m`) into `model`.
+inline void load_weights(Model& model, const ModelConfig& m, const std::string& path) {
+  Config cfg;
+  cfg.model = m;
+  cfg.source = "test";
+  std::vector<Param*> by_index;
+  for (auto& [name, p] : model.params->all()) by_index.push_back(p.get());
+  IoGroup io = IoGroup::single();
+  read_checkpoint_file(path, sharded_tensors(*model.params), [&](Section, int i, const float* host) {
+    by_index[i]->set_masters(host);
+  }, cfg, false, io);
+}
 
 template <typename Fn>
 inline std::string error_of(Fn fn) {

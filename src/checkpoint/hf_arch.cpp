@@ -1,0 +1,89 @@
+#include "checkpoint/hf_arch.h"
+
+#include "core/error.h"
+
+namespace pptrain {
+
+std::vector<int64_t> HfTensor::hf_shape() const {
+  if (layout == HfLayout::Conv1D) return {shape[1], shape[0]};
+  return shape;
+}
+
+const std::vector<HfArchitecture>& hf_architectures() {
+  static const std::vector<HfArchitecture> all = {hf_gpt2()};
+  return all;
+}
+
+namespace {
+
+std::string known_classes() {
+  std::string s;
+  for (const HfArchitecture& a : hf_architectures()) s += cat(s.empty() ? "" : ", ", a.hf_class);
+  return s;
+}
+
+}  // namespace
+
+const HfArchitecture& hf_architecture_of_config(const YAML::Node& config, const std::string& where) {
+  const auto classes = hf_config_value(config, "architectures", where);
+  if (classes && classes->IsSequence())
+    for (const YAML::Node& c : *classes)
+      for (const HfArchitecture& a : hf_architectures())
+        if (json::is_string(c) && c.Scalar() == a.hf_class) return a;
+  const auto type = hf_config_value(config, "model_type", where);
+  for (const HfArchitecture& a : hf_architectures())
+    if (type && json::is_string(*type) && type->Scalar() == a.model_type) return a;
+  std::string names = "missing";
+  if (classes && classes->IsSequence()) {
+    names = "[";
+    for (const YAML::Node& c : *classes) names += cat(names.size() > 1 ? ", " : "", json::describe(c));
+    names += "]";
+  } else if (classes) {
+    names = json::describe(*classes);
+  }
+  fail(where, ": architectures ", names, ", model_type ",
+       type ? json::describe(*type) : "missing", ": pptrain imports ", known_classes());
+}
+
+const HfArchitecture& hf_architecture_of_arch(const std::string& arch, const std::string& where) {
+  for (const HfArchitecture& a : hf_architectures())
+    if (a.arch == arch) return a;
+  fail(where, ": model.arch ", arch, " has no Hugging Face export (pptrain exports ", known_classes(), ")");
+}
+
+std::optional<YAML::Node> hf_config_value(const YAML::Node& config, const std::string& key,
+                                          const std::string& where) {
+  // A YAML::Node assigned to another writes into the node it refers to: found is bound
+  // once, by construction.
+  std::optional<YAML::Node> found;
+  for (auto it = config.begin(); it != config.end(); ++it) {
+    if (!json::is_string(it->first) || it->first.Scalar() != key) continue;
+    if (found) fail(where, ": ", key, " is given twice");
+    found.emplace(it->second);
+  }
+  return found;
+}
+
+int64_t hf_config_int(const YAML::Node& config, const std::string& key, int64_t min, int64_t max,
+                      const std::string& where) {
+  const auto n = hf_config_value(config, key, where);
+  const std::string expected = cat("expected an integer in [", min, ", ", max, "]");
+  if (!n) fail(where, ": ", key, " is missing (", expected, ")");
+  const auto v = json::as_uint(*n);
+  if (!v || *v > uint64_t(max) || int64_t(*v) < min) fail(where, ": ", key, " is ", json::describe(*n), ", ", expected);
+  return int64_t(*v);
+}
+
+void hf_config_require(const YAML::Node& config, const std::string& key, const std::vector<std::string>& allowed,
+                       const std::string& what, const std::string& where) {
+  const auto n = hf_config_value(config, key, where);
+  if (!n) return;
+  const std::string value = json::describe(*n);
+  for (const std::string& a : allowed)
+    if (value == a) return;
+  std::string expected;
+  for (const std::string& a : allowed) expected += (expected.empty() ? "" : " or ") + a;
+  fail(where, ": ", key, " is ", value, ", but ", what, " (expected ", expected, ")");
+}
+
+}  // namespace pptrain
