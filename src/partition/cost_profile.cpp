@@ -15,52 +15,22 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/json.h"
 
 namespace pptrain {
 namespace {
 
-// Text from the file as it may appear in a one-line message: control characters as '?',
-// at most 40 characters.
-std::string printable(const std::string& s) {
-  std::string out;
-  for (unsigned char ch : s.substr(0, 40)) out += ch < 0x20 || ch == 0x7f ? '?' : char(ch);
-  return s.size() > 40 ? out + "..." : out;
-}
-
-// How a value appears in messages: a JSON string in quotes, a number or word as written.
-std::string describe(const YAML::Node& n) {
-  if (n.IsMap()) return "an object";
-  if (n.IsSequence()) return "an array";
-  if (n.IsNull()) return "null";
-  if (n.Tag() == "!") return cat('"', printable(n.Scalar()), '"');  // quoted in the file
-  return printable(n.Scalar());
-}
+using json::describe;
+using json::printable;
 
 // A plain (unquoted) scalar: numbers and true/false; a quoted "1.5" is a string.
-bool plain_scalar(const YAML::Node& n) { return n.IsScalar() && n.Tag() != "!"; }
+bool plain_scalar(const YAML::Node& n) { return n.IsScalar() && !json::is_string(n); }
 
 // "%.17g": enough digits that strtod gives back the same double.
 std::string number_text(double x) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.17g", x);
   return buf;
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += char(ch);
-    } else if (ch < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-      out += buf;
-    } else {
-      out += char(ch);
-    }
-  }
-  return out + "\"";
 }
 
 // One key of the file: how to read its value (`file` and `path`, "block.forward_ms", name it
@@ -129,7 +99,7 @@ Field choice_field(const std::string& key, std::string* p, std::vector<std::stri
               }
             fail(where, ": ", expected, ", got ", describe(n));
           }),
-          [p](int) { return json_string(*p); }};
+          [p](int) { return json::quote(*p); }};
 }
 
 Field flag_field(const std::string& key, bool* p) {
@@ -172,7 +142,7 @@ std::string write_object(const std::vector<Field>& fields, int indent) {
   const std::string pad(size_t(indent) + 2, ' ');
   std::string out = "{\n";
   for (size_t i = 0; i < fields.size(); ++i)
-    out += pad + json_string(fields[i].key) + ": " + fields[i].write(indent + 2) + (i + 1 < fields.size() ? ",\n" : "\n");
+    out += pad + json::quote(fields[i].key) + ": " + fields[i].write(indent + 2) + (i + 1 < fields.size() ? ",\n" : "\n");
   return out + std::string(size_t(indent), ' ') + "}";
 }
 
