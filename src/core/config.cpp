@@ -300,7 +300,6 @@ void validate(const Config& c) {
           "model.attention",
           cat("cudnn needs a head size d_model/n_head that is a multiple of 8 and at most 128, got ",
               m.d_model / m.n_head));
-  require(m.tie_embeddings, c, "model.tie_embeddings", "only tied embeddings (GPT-2) are supported");
   require_range(c, "parallel.pp", p.pp, 1, kMaxWorldSize);
   require_range(c, "parallel.tp", p.tp, 1, kMaxWorldSize);
   require_range(c, "parallel.dp", p.dp, 1, kMaxWorldSize);

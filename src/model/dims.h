@@ -13,6 +13,9 @@ struct ModelDims {
   // flash and cudnn run the fused ops (the backend picks the kernel) and keep the per-row
   // log-sum-exp [B,NHL,T] instead, so a block's activation memory is linear in T.
   bool fused_attention = false;
+  // model.tie_embeddings: the LM head computes with the token embedding wte (GPT-2), or with
+  // a matrix of its own, lm_head.weight [V,C] (Llama).
+  bool tie_embeddings = true;
 
   int rows() const { return batch * seq_len; }              // N = B·T
   int head_dim() const { return d_model / n_head; }         // HD
@@ -30,7 +33,7 @@ struct ModelDims {
 
   static ModelDims from(const ModelConfig& m, int batch, int tp, int tp_rank) {
     const bool fused = m.attention == "flash" || m.attention == "cudnn";  // "" (unresolved) is naive
-    return {m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size, batch, tp, tp_rank, fused};
+    return {m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size, batch, tp, tp_rank, fused, m.tie_embeddings};
   }
 };
 

@@ -4,7 +4,8 @@
 // hyperslabs) and resharding all need. Names follow the model's roles:
 //   wte.weight [V, C], wpe.weight [T, C], h.<i>.ln_1.weight [C], h.<i>.attn.qkv.weight [3C, C],
 //   h.<i>.attn.proj.weight [C, C], h.<i>.mlp.fc.weight [4C, C], h.<i>.mlp.proj.weight [C, 4C],
-//   ln_f.weight [C], and the matching .bias vectors.
+//   ln_f.weight [C], and the matching .bias vectors; lm_head.weight [V, C] when the head is
+//   not tied to wte (model.tie_embeddings: false).
 #pragma once
 #include <cstdint>
 #include <map>
