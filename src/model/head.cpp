@@ -17,7 +17,7 @@ template <typename T>
 Head<T>::Head(ParamStore& p, const ModelDims& d, Communicator& tp)
     : ops_(p.ops()), dims_(d), tp_(tp),
       lnf_w_(p.get_or_create({"ln_f.weight", {d.d_model}, Shard::Replicated, Init::Ones})),
-      lnf_b_(p.get_or_create({"ln_f.bias", {d.d_model}, Shard::Replicated, Init::Zeros})),
+      lnf_b_(d.llama ? nullptr : &p.get_or_create({"ln_f.bias", {d.d_model}, Shard::Replicated, Init::Zeros})),
       out_(p.get_or_create(d.tie_embeddings ? token_embedding_spec(d) : output_embedding_spec(d))) {}
 
 template <typename T>
@@ -43,8 +43,11 @@ template <typename T>
 double Head<T>::logits_and_loss(Slot& s, const T* x, const MicrobatchData& data) {
   const int n = dims_.rows(), c = dims_.d_model, vl = dims_.local_vocab();
   const int valid = dims_.valid_vocab(), v0 = dims_.vocab_offset();
-  ops_.layernorm_forward(s.h.data(), s.mean.data(), s.rstd.data(), x, weights<T>(lnf_w_),
-                         weights<T>(lnf_b_), n, c);
+  if (dims_.llama)
+    ops_.rmsnorm_forward(s.h.data(), s.rstd.data(), x, weights<T>(lnf_w_), n, c, dims_.norm_eps);
+  else
+    ops_.layernorm_forward(s.h.data(), s.mean.data(), s.rstd.data(), x, weights<T>(lnf_w_),
+                           weights<T>(*lnf_b_), n, c);
   ops_.linear_forward(s.logits.data(), s.h.data(), weights<T>(out_), nullptr, n, c, vl);
   float* rmax = s.stats.data();
   float* sumexp = rmax + n;
@@ -74,8 +77,11 @@ void Head<T>::backward_input(int mb, const T*, T* dx) {
   Slot& s = slots_.get(mb);
   ops_.linear_backward_input(s.dh.data(), s.logits.data(), weights<T>(out_), n, c, vl, false);
   if (dims_.tp > 1) tp_.allreduce(s.dh.data(), size_t(n) * c, ReduceOp::Sum);
-  ops_.layernorm_backward_input(dx, s.dh.data(), s.x, s.mean.data(), s.rstd.data(),
-                                weights<T>(lnf_w_), n, c, nullptr);
+  if (dims_.llama)
+    ops_.rmsnorm_backward_input(dx, s.dh.data(), s.x, s.rstd.data(), weights<T>(lnf_w_), n, c, nullptr);
+  else
+    ops_.layernorm_backward_input(dx, s.dh.data(), s.x, s.mean.data(), s.rstd.data(),
+                                  weights<T>(lnf_w_), n, c, nullptr);
   s.has_dh = true;
 }
 
@@ -85,8 +91,11 @@ void Head<T>::backward_weight(int mb) {
   Slot& s = slots_.get(mb);
   PPTRAIN_CHECK(s.has_dh, "head W before I for microbatch ", mb);
   ops_.linear_backward_weight(out_.grad.data(), nullptr, s.logits.data(), s.h.data(), n, c, vl);
-  ops_.layernorm_backward_weight(lnf_w_.grad.data(), lnf_b_.grad.data(), s.dh.data(), s.x,
-                                 s.mean.data(), s.rstd.data(), n, c);
+  if (dims_.llama)
+    ops_.rmsnorm_backward_weight(lnf_w_.grad.data(), s.dh.data(), s.x, s.rstd.data(), n, c);
+  else
+    ops_.layernorm_backward_weight(lnf_w_.grad.data(), lnf_b_->grad.data(), s.dh.data(), s.x,
+                                   s.mean.data(), s.rstd.data(), n, c);
   slots_.release(mb);
 }
 

@@ -1,4 +1,5 @@
-// Final layernorm + LM head + softmax cross-entropy (the last stage's last layer). The head's
+// Final norm + LM head + softmax cross-entropy (the last stage's last layer). The final norm
+// ln_f is a layernorm (GPT-2: weight and bias) or an RMSNorm (Llama: weight only). The head's
 // matrix W_out [V,C] is the token embedding wte when model.tie_embeddings (GPT-2), else a
 // tensor of its own, lm_head.weight (initialised, sharded and checkpointed like wte, held by
 // the last stage only). With tp > 1 the logits are split by vocabulary (each rank holds
@@ -43,7 +44,7 @@ class Head final : public Layer<T> {
   struct Slot {
     const T* x = nullptr;                 // [N,C] input (owned by the stage)
     Buffer<T> h;                          // [N,C]
-    Buffer<float> mean, rstd;             // [N], [N]
+    Buffer<float> mean, rstd;             // [N], [N] (mean unused by RMSNorm)
     Buffer<T> logits;                     // [N,VL]: dlogits after forward
     Buffer<float> stats;                  // [3N]: row max, sum-exp, target logit (fp32)
     Buffer<T> dh;                         // [N,C]
@@ -56,7 +57,8 @@ class Head final : public Layer<T> {
   Ops& ops_;
   ModelDims dims_;
   Communicator& tp_;
-  Param &lnf_w_, &lnf_b_;
+  Param& lnf_w_;
+  Param* lnf_b_;  // null for llama (RMSNorm)
   Param& out_;  // W_out [VL,C]: wte (tied) or lm_head.weight
   float loss_scale_ = 1.0f;
   SlotPool<Slot> slots_;
