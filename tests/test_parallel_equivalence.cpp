@@ -24,6 +24,7 @@
 #include <cmath>
 #include <iostream>
 #include <map>
+#include <sstream>
 
 #include "core/config.h"
 #include "support/dump_compare.h"
@@ -106,15 +107,16 @@ class Equivalence : public ::testing::Test {
     return read_param_dumps(files);
   }
 
-  // `model`: overrides that change the model itself (e.g. model.tie_embeddings=false), given
-  // to the reference and the layout alike.
+  // `model`: overrides that change the model itself (e.g. model.tie_embeddings=false; several
+  // separated by spaces), given to the reference and the layout alike.
   static const Reference& reference(int m, const std::string& model = "") {
     static std::map<std::pair<int, std::string>, Reference> cache;
     const auto key = std::make_pair(m, model);
     if (!cache.count(key)) {
       Reference& ref = cache[key];
       std::vector<std::string> overrides = {"parallel.microbatches=" + std::to_string(m)};
-      if (!model.empty()) overrides.push_back(model);
+      std::istringstream words(model);
+      for (std::string word; words >> word;) overrides.push_back(word);
       ref.cfg = load_config(dir_->file("model.yaml"), overrides);
       ref.checkpoints = dir_->file("reference" + std::to_string(runs_));
       const Layout single{"single", 1, 1, 1};
@@ -222,6 +224,33 @@ TEST_F(Equivalence, UntiedOutputHeadOnEveryKindOfLayout) {
   EXPECT_EQ(ref.tensors.at("lm_head.weight").shape, (std::vector<int64_t>{19, 16}));
   EXPECT_EQ(ref.tensors.count("lm_head.weight"), 1u);
   EXPECT_EQ(reference(kMicrobatches).steps.at(1).tensors.count("lm_head.weight"), 0u);
+}
+
+// The Llama family on the same layouts: 4 query heads sharing 2 key/value heads (one per tp
+// rank under tp = 2), SwiGLU width 24 (12 per tp rank), untied head, a small rope_theta so
+// the 8 positions turn by clearly different angles.
+const std::string kLlama = "model.arch=llama model.n_kv_head=2 model.ffn_hidden=24 model.rope_theta=100";
+
+#define LLAMA_SCHEDULE_TEST(Name, schedule)          \
+  TEST_F(Equivalence, Llama##Name) {                 \
+    for (const Layout& l : {kPp2, kPp2Tp2, kPp2Dp2}) \
+      check(schedule, l, "", kLlama);                \
+  }
+LLAMA_SCHEDULE_TEST(GPipe, "gpipe")
+LLAMA_SCHEDULE_TEST(OneFOneB, "1f1b")
+LLAMA_SCHEDULE_TEST(Interleaved1F1B, "interleaved-1f1b")
+LLAMA_SCHEDULE_TEST(LoopedBFS, "looped-bfs")
+LLAMA_SCHEDULE_TEST(ZBH1, "zb-h1")
+LLAMA_SCHEDULE_TEST(ZBH2, "zb-h2")
+LLAMA_SCHEDULE_TEST(ZBV, "zbv")
+LLAMA_SCHEDULE_TEST(DualPipeV, "dualpipev")
+
+TEST_F(Equivalence, LlamaMultiQueryAndMultiHeadAttentionUnderTensorParallelism) {
+  // One key/value head (tp = 1 only: tp must divide n_kv_head) and four (multi-head).
+  check("1f1b", kPp2, "", kLlama + " model.n_kv_head=1");
+  check("zb-h1", kPp2Tp2, "", kLlama + " model.n_kv_head=4");
+  EXPECT_EQ(reference(kMicrobatches, kLlama).steps.at(1).tensors.at("h.0.attn.qkv.weight").shape,
+            (std::vector<int64_t>{32, 16}));  // (4 + 2·2) heads of 4
 }
 
 TEST_F(Equivalence, VocabParallelCrossEntropyWithPaddedVocabulary) {
