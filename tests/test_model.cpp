@@ -343,6 +343,19 @@ TEST(ModelInit, ValuesDoNotDependOnTensorParallelism) {
   }
 }
 
+TEST(Partition, LlamaBlockCostCountsItsWeights) {
+  // Llama 2 7B's block: C 4096, F 11008, 32 heads: 2 FLOPs per weight, 4·C² + 3·C·F weights.
+  Config c;
+  c.model.arch = "llama";
+  c.model.d_model = 4096;
+  c.model.n_head = 32;
+  c.model.seq_len = 1;
+  const double c2 = 4096.0 * 4096.0;
+  EXPECT_DOUBLE_EQ(block_cost(c.model), 2 * (4 * c2 + 3 * 4096.0 * 11008) + 2 * 4096);
+  c.model.n_kv_head = 8;  // grouped-query: k and v are a quarter of q
+  EXPECT_DOUBLE_EQ(block_cost(c.model), 2 * (2.5 * c2 + 3 * 4096.0 * 11008) + 2 * 4096);
+}
+
 TEST(Partition, BalancesBlocksAgainstTheHead) {
   Config c;
   c.model.n_layer = 12;
