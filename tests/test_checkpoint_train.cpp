@@ -289,6 +289,48 @@ TEST_F(CheckpointTrain, KilledSaveLeavesPreviousCheckpointAndResumes) {
   }
 }
 
+TEST_F(CheckpointTrain, LlamaResumesBitExactReshardsAndRefusesAGpt2File) {
+  // Grouped-query q, k, v stacked in one tensor split by sections over tp, an untied head.
+  const std::string llama = "model.arch=llama model.n_kv_head=2 model.ffn_hidden=24";
+  const Verdict v = bit_exact_resume(4, std::string(kPp2Tp2Zbv) + " " + llama, "llama");
+  EXPECT_TRUE(v.passed()) << v.failures("llama pp2 tp2 zbv");
+
+  // Written under tp=2 x dp=2: the file holds the trained model, each tensor in its global shape.
+  const std::string ck = dir_->file("llama_tp2dp2_ck");
+  TrainRun run = train(4, llama + " parallel.tp=2 parallel.dp=2 parallel.microbatches=2 training.steps=2"
+                              " checkpoint.dir=" + ck + " --dump-final " + ck + "_dump");
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  const GlobalDump trained = dumps(ck + "_dump", "final", 4);
+  EXPECT_EQ(trained.tensors.size(), 3u + 4u * 7u);  // wte, ln_f, lm_head, 7 per block
+  for (const auto& [name, t] : trained.tensors)
+    EXPECT_EQ(read_h5_floats(ck + "/step_00000002.h5", "/model/" + name), t.value) << name;
+  std::vector<hsize_t> shape;
+  read_h5_floats(ck + "/step_00000002.h5", "/model/h.0.attn.qkv.weight", &shape);
+  EXPECT_EQ(shape, (std::vector<hsize_t>{32, 16}));  // (4 + 2·2) heads of 4
+
+  // Loaded by one process (another layout): the step-3 loss of the tp=2 x dp=2 run.
+  TrainRun whole = train(4, llama + " parallel.tp=2 parallel.dp=2 parallel.microbatches=2 training.steps=3");
+  TrainRun single = train(1, llama + " parallel.microbatches=4 training.steps=3 checkpoint.resume=" + ck +
+                                 "/step_00000002.h5");
+  ASSERT_EQ(single.result.exit_code, 0) << single.result.output;
+  ASSERT_TRUE(single.losses.count(3) && whole.losses.count(3)) << single.result.output << whole.result.output;
+  const Config cfg = load_config(dir_->file("model.yaml"), split_words(llama));
+  EXPECT_NEAR(std::stod(single.losses.at(3)), std::stod(whole.losses.at(3)),
+              fp32_step_bounds(cfg).loss * std::fabs(std::stod(whole.losses.at(3))));
+
+  // A GPT-2 file does not load into a Llama model (nor the other way), on every rank.
+  TrainRun gpt2 = train(1, "training.steps=1 checkpoint.dir=" + dir_->file("gpt2_for_llama_ck"));
+  ASSERT_EQ(gpt2.result.exit_code, 0) << gpt2.result.output;
+  const std::string file = dir_->file("gpt2_for_llama_ck/step_00000001.h5");
+  TrainRun refused = train(2, "parallel.pp=2 " + llama + " checkpoint.resume=" + file);
+  EXPECT_NE(refused.result.exit_code, 0) << refused.result.output;
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string line = "[rank " + std::to_string(rank) + "] error: checkpoint " + file +
+                             ": model.arch is gpt2 in the file but llama in " + dir_->file("model.yaml");
+    EXPECT_EQ(count_occurrences(refused.result.output, line), 1) << line << "\n" << refused.result.output;
+  }
+}
+
 TEST_F(CheckpointTrain, BadFilesFailOnEveryRankWithOneClearMessage) {
   const std::string ck = dir_->file("bad_ck");
   TrainRun good = train(1, "training.steps=2 checkpoint.dir=" + ck);

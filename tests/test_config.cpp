@@ -95,6 +95,57 @@ TEST(Config, RejectsImpossibleValues) {
   EXPECT_NE(msg.find("expected cpu or cuda"), std::string::npos) << msg;
 }
 
+TEST(Config, LlamaKeysResolveToTheirStatedDefaults) {
+  const Config gpt2 = parse_config("model: {n_head: 4, d_model: 64}\n", "g.yaml");
+  EXPECT_TRUE(gpt2.model.tie_embeddings);
+  EXPECT_EQ(gpt2.model.n_kv_head, 4);
+  EXPECT_EQ(gpt2.model.ffn_hidden, 256);  // 4C
+  const Config llama = parse_config("model: {arch: llama, n_head: 4, d_model: 768}\n", "l.yaml");
+  EXPECT_FALSE(llama.model.tie_embeddings);
+  EXPECT_EQ(llama.model.n_kv_head, 4);
+  EXPECT_EQ(llama.model.ffn_hidden, 2048);  // 8·768/3 = 2048, a multiple of 256
+  EXPECT_EQ(llama_ffn_hidden(4096), 11008);  // Llama 2 7B
+  EXPECT_DOUBLE_EQ(llama.model.rope_theta, 10000.0);
+  EXPECT_DOUBLE_EQ(llama.model.norm_eps, 1e-6);
+  // Given explicitly, in the file or as an override, tie_embeddings is kept.
+  EXPECT_TRUE(parse_config("model: {arch: llama, tie_embeddings: true}\n", "l.yaml").model.tie_embeddings);
+  EXPECT_TRUE(parse_config("model: {arch: llama}\n", "l.yaml", {"model.tie_embeddings=true"}).model.tie_embeddings);
+  EXPECT_FALSE(parse_config("", "g.yaml", {"model.tie_embeddings=false"}).model.tie_embeddings);
+  // The resolved config parses back to itself (checkpoints store it).
+  EXPECT_EQ(to_yaml(parse_config(to_yaml(llama), "again.yaml")), to_yaml(llama));
+}
+
+TEST(Config, RejectsImpossibleLlamaShapesWithOneLine) {
+  const std::string llama = "model: {arch: llama, n_head: 4, d_model: 64, n_kv_head: 2}\n";
+  auto msg = error_of(llama + "parallel: {tp: 4}\n");
+  EXPECT_NE(msg.find("key 'parallel.tp': tp 4 must divide model.n_kv_head 2"), std::string::npos) << msg;
+  msg = error_of("model: {arch: llama, n_head: 4, d_model: 64, n_kv_head: 3}\n");
+  EXPECT_NE(msg.find("key 'model.n_kv_head': n_kv_head 3 must divide n_head 4"), std::string::npos) << msg;
+  msg = error_of("model: {arch: llama, n_head: 4, d_model: 64, n_kv_head: 8}\n");
+  EXPECT_NE(msg.find("key 'model.n_kv_head': expected an integer in [1, 4], got 8"), std::string::npos) << msg;
+  msg = error_of("model: {arch: llama, n_head: 4, d_model: 12}\n");
+  EXPECT_NE(msg.find("head size d_model/n_head = 3 must be even"), std::string::npos) << msg;
+  msg = error_of(llama, {"model.ffn_hidden=31", "parallel.tp=2"});
+  EXPECT_NE(msg.find("tp 2 must divide model.ffn_hidden 31"), std::string::npos) << msg;
+  msg = error_of(llama, {"model.rope_theta=0.5"});
+  EXPECT_NE(msg.find("key 'model.rope_theta': expected 1 < rope_theta"), std::string::npos) << msg;
+  msg = error_of(llama, {"model.norm_eps=0"});
+  EXPECT_NE(msg.find("key 'model.norm_eps': expected 0 < norm_eps"), std::string::npos) << msg;
+  msg = error_of("device: cuda\n" + llama);
+  EXPECT_NE(msg.find("key 'model.arch': llama runs on device: cpu only"), std::string::npos) << msg;
+  msg = error_of("model: {arch: llama3}\n");
+  EXPECT_NE(msg.find("expected gpt2 or llama, got 'llama3'"), std::string::npos) << msg;
+  // gpt2 takes none of the Llama keys.
+  msg = error_of("model: {n_kv_head: 2}\n");
+  EXPECT_NE(msg.find("key 'model.n_kv_head': applies to arch: llama only"), std::string::npos) << msg;
+  msg = error_of("model: {ffn_hidden: 100}\n");
+  EXPECT_NE(msg.find("key 'model.ffn_hidden': applies to arch: llama only"), std::string::npos) << msg;
+  msg = error_of("model: {rope_theta: 500000}\n");
+  EXPECT_NE(msg.find("key 'model.rope_theta': applies to arch: llama only"), std::string::npos) << msg;
+  for (const std::string& m : {error_of(llama + "parallel: {tp: 4}\n"), error_of("model: {ffn_hidden: 100}\n")})
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+}
+
 TEST(Config, OnlyTheFirstAndLastStageMayHoldNoBlock) {
   // The first stage keeps the embedding and the last the head even with no block.
   for (const char* cut : {"[0, 4]", "[4, 0]"})
@@ -263,7 +314,7 @@ TEST(Config, LoadRefusesDirectoriesAndMissingFiles) {
 // The shipped configs stay within the ranges.
 TEST(Config, ShippedConfigsLoad) {
   for (const char* name : {"configs/demo.yaml", "configs/reference.yaml", "configs/gpt2_124m_gpu.yaml",
-                           "configs/gpt2_1558m_t4096.yaml"})
+                           "configs/gpt2_1558m_t4096.yaml", "configs/llama_tiny.yaml"})
     EXPECT_NO_THROW(load_config(name)) << name;
 }
 

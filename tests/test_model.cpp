@@ -1,6 +1,6 @@
 // Whole-model gradients: every parameter against central finite differences of the
 // loss; the dgrad/wgrad split against a fused backward; microbatch accumulation against
-// one large batch. Tiny GPT-2 shapes, cpu backend.
+// one large batch. Tiny GPT-2 and Llama shapes, cpu backend.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include "backend/ops.h"
 #include "core/communicator.h"
 #include "model/block.h"
+#include "model/llama_block.h"
 #include "model/stage.h"
 #include "partition/partition.h"
 #include "support/single_rank_model.h"
@@ -63,13 +64,15 @@ void randomise(ParamStore& params, uint32_t seed) {
   }
 }
 
-}  // namespace
 
-TEST(ModelGradients, EveryParameterMatchesFiniteDifferences) {
-  TinyModel model(tiny_model(), 2);
+// Every parameter's gradient (its 6 largest elements and 6 spread ones) against central
+// finite differences of the loss, after randomising the parameters; returns how many
+// elements it checked.
+int check_gradients_against_finite_differences(const ModelConfig& m) {
+  TinyModel model(m, 2);
   randomise(*model.params, 3);
   const int n = model.dims.rows();
-  model.set_data(random_tokens(n, 11, 1), random_tokens(n, 11, 2));
+  model.set_data(random_tokens(n, m.vocab_size, 1), random_tokens(n, m.vocab_size, 2));
   model.params->zero_grads();
   model.stage->forward(0, model.data());
   model.stage->backward_input(0);
@@ -81,7 +84,7 @@ TEST(ModelGradients, EveryParameterMatchesFiniteDifferences) {
     auto value = p->value.to_host();
     double gmax = 0;
     for (float g : grad) gmax = std::max(gmax, double(std::fabs(g)));
-    ASSERT_GT(gmax, 0.0) << name << " has an all-zero gradient";
+    EXPECT_GT(gmax, 0.0) << name << " has an all-zero gradient";
     // the 6 largest-gradient elements and 6 spread ones
     std::vector<size_t> idx(grad.size());
     for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
@@ -106,16 +109,67 @@ TEST(ModelGradients, EveryParameterMatchesFiniteDifferences) {
       ++checked;
     }
   }
-  EXPECT_GE(checked, 12 * 16);  // 2 blocks x 12 tensors + embeddings + ln_f
+  return checked;
 }
 
-TEST(ModelGradients, SplitDgradWgradEqualsFusedBackward) {
-  // Interleaved I and W of two microbatches (as zero-bubble schedules run them) give the
-  // same gradients as a fused backward per microbatch.
-  TinyModel fused(tiny_model(), 2), split(tiny_model(), 2);
-  const int n = fused.dims.rows();
-  std::vector<std::vector<int32_t>> tok = {random_tokens(n, 11, 4), random_tokens(n, 11, 5)};
-  std::vector<std::vector<int32_t>> tgt = {random_tokens(n, 11, 6), random_tokens(n, 11, 7)};
+// 2 blocks of 4 query heads and `kv_heads` key/value heads, head size 4 (even, for the
+// rotary embedding), SwiGLU width 24, vocab 11; a small rope_theta so the rotation angles
+// differ well between the 5 positions.
+ModelConfig tiny_llama(int kv_heads) {
+  ModelConfig m = tiny_model();
+  m.arch = "llama";
+  m.n_head = 4;
+  m.n_kv_head = kv_heads;
+  m.d_model = 16;
+  m.ffn_hidden = 24;
+  m.rope_theta = 100.0;
+  m.norm_eps = 1e-5;
+  m.tie_embeddings = false;
+  return m;
+}
+
+}  // namespace
+
+TEST(ModelGradients, EveryParameterMatchesFiniteDifferences) {
+  EXPECT_GE(check_gradients_against_finite_differences(tiny_model()), 12 * 16);  // 2 x 12 tensors + wte, wpe, ln_f
+}
+
+TEST(LlamaModelGradients, EveryParameterMatchesFiniteDifferencesForEachKindOfAttention) {
+  // Grouped-query attention with one key/value head (multi-query), two (groups of two) and
+  // four (multi-head); untied and tied output head.
+  for (int kv_heads : {1, 2, 4}) {
+    SCOPED_TRACE("n_kv_head " + std::to_string(kv_heads));
+    // 2 blocks x 7 tensors + wte, ln_f, lm_head, 12 elements each
+    EXPECT_EQ(check_gradients_against_finite_differences(tiny_llama(kv_heads)), 12 * 17);
+  }
+  ModelConfig tied = tiny_llama(2);
+  tied.tie_embeddings = true;
+  EXPECT_EQ(check_gradients_against_finite_differences(tied), 12 * 16);
+}
+
+TEST(LlamaModel, ParametersAreNamedByTheirRoles) {
+  TinyModel model(tiny_llama(2), 1);
+  std::vector<std::string> names;
+  for (auto& [name, p] : model.params->all()) names.push_back(name + " " + std::to_string(p->global_rows()) + "x" +
+                                                             std::to_string(p->global_cols()));
+  const std::vector<std::string> block0 = {
+      "h.0.attn.proj.weight 16x16", "h.0.attn.qkv.weight 32x16", "h.0.ln_1.weight 16x1", "h.0.ln_2.weight 16x1",
+      "h.0.mlp.down.weight 16x24",  "h.0.mlp.gate.weight 24x16", "h.0.mlp.up.weight 24x16"};
+  for (const std::string& want : block0) EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
+  for (const char* want : {"wte.weight 11x16", "lm_head.weight 11x16", "ln_f.weight 16x1"})
+    EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
+  EXPECT_EQ(names.size(), 2 * block0.size() + 3);  // no biases, no wpe
+}
+
+namespace {
+
+// Interleaved I and W of two microbatches (as zero-bubble schedules run them) against a
+// fused backward per microbatch: the same gradients.
+void expect_split_backward_equals_fused(const ModelConfig& m) {
+  TinyModel fused(m, 2), split(m, 2);
+  const int n = fused.dims.rows(), v = m.vocab_size;
+  std::vector<std::vector<int32_t>> tok = {random_tokens(n, v, 4), random_tokens(n, v, 5)};
+  std::vector<std::vector<int32_t>> tgt = {random_tokens(n, v, 6), random_tokens(n, v, 7)};
   std::vector<Buffer<int32_t>> bufs;
   for (int i = 0; i < 2; ++i) {
     bufs.emplace_back(*fused.ops, n);
@@ -143,6 +197,17 @@ TEST(ModelGradients, SplitDgradWgradEqualsFusedBackward) {
     for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6 * gmax + 1e-9) << name << "[" << i << "]";
   }
 }
+
+}  // namespace
+
+TEST(LlamaModelGradients, SplitDgradWgradEqualsFusedBackward) {
+  expect_split_backward_equals_fused(tiny_llama(2));
+  ModelConfig flash = tiny_llama(1);
+  flash.attention = "flash";
+  expect_split_backward_equals_fused(flash);
+}
+
+TEST(ModelGradients, SplitDgradWgradEqualsFusedBackward) { expect_split_backward_equals_fused(tiny_model()); }
 
 TEST(ModelGradients, FourMicrobatchesEqualOneBatchOfFour) {
   const ModelConfig m = tiny_model();
@@ -276,6 +341,19 @@ TEST(ModelInit, ValuesDoNotDependOnTensorParallelism) {
     int expect = shards[0]->find(name)->replicated_over_tp ? 2 : 1;
     for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], expect) << name << " element " << i;
   }
+}
+
+TEST(Partition, LlamaBlockCostCountsItsWeights) {
+  // Llama 2 7B's block: C 4096, F 11008, 32 heads: 2 FLOPs per weight, 4·C² + 3·C·F weights.
+  Config c;
+  c.model.arch = "llama";
+  c.model.d_model = 4096;
+  c.model.n_head = 32;
+  c.model.seq_len = 1;
+  const double c2 = 4096.0 * 4096.0;
+  EXPECT_DOUBLE_EQ(block_cost(c.model), 2 * (4 * c2 + 3 * 4096.0 * 11008) + 2 * 4096);
+  c.model.n_kv_head = 8;  // grouped-query: k and v are a quarter of q
+  EXPECT_DOUBLE_EQ(block_cost(c.model), 2 * (2.5 * c2 + 3 * 4096.0 * 11008) + 2 * 4096);
 }
 
 TEST(Partition, BalancesBlocksAgainstTheHead) {

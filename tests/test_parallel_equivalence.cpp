@@ -24,6 +24,7 @@
 #include <cmath>
 #include <iostream>
 #include <map>
+#include <sstream>
 
 #include "core/config.h"
 #include "support/dump_compare.h"
@@ -106,44 +107,52 @@ class Equivalence : public ::testing::Test {
     return read_param_dumps(files);
   }
 
-  static const Reference& reference(int m) {
-    static std::map<int, Reference> cache;
-    if (!cache.count(m)) {
-      Reference& ref = cache[m];
-      ref.cfg = load_config(dir_->file("model.yaml"), {"parallel.microbatches=" + std::to_string(m)});
-      ref.checkpoints = dir_->file("reference" + std::to_string(m));
+  // `model`: overrides that change the model itself (e.g. model.tie_embeddings=false; several
+  // separated by spaces), given to the reference and the layout alike.
+  static const Reference& reference(int m, const std::string& model = "") {
+    static std::map<std::pair<int, std::string>, Reference> cache;
+    const auto key = std::make_pair(m, model);
+    if (!cache.count(key)) {
+      Reference& ref = cache[key];
+      std::vector<std::string> overrides = {"parallel.microbatches=" + std::to_string(m)};
+      std::istringstream words(model);
+      for (std::string word; words >> word;) overrides.push_back(word);
+      ref.cfg = load_config(dir_->file("model.yaml"), overrides);
+      ref.checkpoints = dir_->file("reference" + std::to_string(runs_));
       const Layout single{"single", 1, 1, 1};
       const std::string out = train("1f1b", single, m,
-                                    "checkpoint.dir=" + ref.checkpoints + " checkpoint.every=1 checkpoint.keep_last=" +
-                                        std::to_string(kSteps));
+                                    model + " checkpoint.dir=" + ref.checkpoints +
+                                        " checkpoint.every=1 checkpoint.keep_last=" + std::to_string(kSteps));
       for (int k = 1; k <= kSteps; ++k) ref.steps[k] = dump(out, single, k);
     }
-    return cache.at(m);
+    return cache.at(key);
   }
 
   // Step k of a layout from the reference's state after step k − 1; `extra`: more overrides.
   static GlobalDump layout_step(const std::string& schedule, const Layout& l, int k, const std::string& env = "",
-                                const std::string& extra = "") {
+                                const std::string& extra = "", const std::string& model = "") {
     char ck[32];
     std::snprintf(ck, sizeof ck, "/step_%08d.h5", k - 1);
-    const std::string resume = k == 1 ? "" : "checkpoint.resume=" + reference(kMicrobatches * l.dp).checkpoints + ck;
-    return dump(train(schedule, l, kMicrobatches, resume + " " + extra, env), l, k);
+    const std::string resume =
+        k == 1 ? "" : "checkpoint.resume=" + reference(kMicrobatches * l.dp, model).checkpoints + ck;
+    return dump(train(schedule, l, kMicrobatches, resume + " " + extra + " " + model, env), l, k);
   }
 
   // The one comparison of the suite: gradients and loss, then the values after AdamW.
-  static Verdict compare_step(const GlobalDump& got, const Layout& l, int k) {
-    const Reference& ref = reference(kMicrobatches * l.dp);
+  static Verdict compare_step(const GlobalDump& got, const Layout& l, int k, const std::string& model = "") {
+    const Reference& ref = reference(kMicrobatches * l.dp, model);
     const StepBounds bounds = fp32_step_bounds(ref.cfg);
     Verdict v = compare_gradients(got, ref.steps.at(k), bounds);
     v.add(compare_adamw_values(got, ref.steps.at(k), adamw_step(ref.cfg, k), bounds.gradient));
     return v;
   }
 
-  static void check(const std::string& schedule, const Layout& l, const std::string& extra = "") {
+  static void check(const std::string& schedule, const Layout& l, const std::string& extra = "",
+                    const std::string& model = "") {
     for (int k = 1; k <= kSteps; ++k) {
-      const std::string what = schedule + " on " + l.name + (extra.empty() ? "" : " " + extra) + " step " +
-                               std::to_string(k);
-      const Verdict v = compare_step(layout_step(schedule, l, k, "", extra), l, k);
+      const std::string what = schedule + " on " + l.name + (extra.empty() ? "" : " " + extra) +
+                               (model.empty() ? "" : " " + model) + " step " + std::to_string(k);
+      const Verdict v = compare_step(layout_step(schedule, l, k, "", extra, model), l, k, model);
       EXPECT_TRUE(v.passed()) << v.failures(what);
       const Check w = v.worst();
       if (w.ratio() >= worst_clean_.ratio()) {
@@ -201,6 +210,47 @@ TEST_F(Equivalence, TiedEmbeddingSummedAcrossFirstAndLastStage) {
   EXPECT_TRUE(v.passed()) << v.failures("pp2 wte");
   EXPECT_GT(v.checks.size(), 2u);
   EXPECT_EQ(got.max_replica_diff, 0.0);  // the two ranks' copies are identical
+}
+
+TEST_F(Equivalence, UntiedOutputHeadOnEveryKindOfLayout) {
+  // model.tie_embeddings: false: the head's lm_head.weight lives on the last stage only (no
+  // embedding group), vocab-parallel under tp; wte gets the embedding's gradient alone.
+  const std::string untied = "model.tie_embeddings=false";
+  check("1f1b", kPp2, "", untied);
+  check("zbv", kPp2, "", untied);  // V placement: embedding and head both on rank 0
+  check("1f1b", kPp2Tp2, "", untied);
+  check("zb-h1", kPp2Dp2, "", untied);
+  const GlobalDump& ref = reference(kMicrobatches, untied).steps.at(1);
+  EXPECT_EQ(ref.tensors.at("lm_head.weight").shape, (std::vector<int64_t>{19, 16}));
+  EXPECT_EQ(ref.tensors.count("lm_head.weight"), 1u);
+  EXPECT_EQ(reference(kMicrobatches).steps.at(1).tensors.count("lm_head.weight"), 0u);
+}
+
+// The Llama family on the same layouts: 4 query heads sharing 2 key/value heads (one per tp
+// rank under tp = 2), SwiGLU width 24 (12 per tp rank), untied head, a small rope_theta so
+// the 8 positions turn by clearly different angles.
+const std::string kLlama = "model.arch=llama model.n_kv_head=2 model.ffn_hidden=24 model.rope_theta=100";
+
+#define LLAMA_SCHEDULE_TEST(Name, schedule)          \
+  TEST_F(Equivalence, Llama##Name) {                 \
+    for (const Layout& l : {kPp2, kPp2Tp2, kPp2Dp2}) \
+      check(schedule, l, "", kLlama);                \
+  }
+LLAMA_SCHEDULE_TEST(GPipe, "gpipe")
+LLAMA_SCHEDULE_TEST(OneFOneB, "1f1b")
+LLAMA_SCHEDULE_TEST(Interleaved1F1B, "interleaved-1f1b")
+LLAMA_SCHEDULE_TEST(LoopedBFS, "looped-bfs")
+LLAMA_SCHEDULE_TEST(ZBH1, "zb-h1")
+LLAMA_SCHEDULE_TEST(ZBH2, "zb-h2")
+LLAMA_SCHEDULE_TEST(ZBV, "zbv")
+LLAMA_SCHEDULE_TEST(DualPipeV, "dualpipev")
+
+TEST_F(Equivalence, LlamaMultiQueryAndMultiHeadAttentionUnderTensorParallelism) {
+  // One key/value head (tp = 1 only: tp must divide n_kv_head) and four (multi-head).
+  check("1f1b", kPp2, "", kLlama + " model.n_kv_head=1");
+  check("zb-h1", kPp2Tp2, "", kLlama + " model.n_kv_head=4");
+  EXPECT_EQ(reference(kMicrobatches, kLlama).steps.at(1).tensors.at("h.0.attn.qkv.weight").shape,
+            (std::vector<int64_t>{32, 16}));  // (4 + 2·2) heads of 4
 }
 
 TEST_F(Equivalence, VocabParallelCrossEntropyWithPaddedVocabulary) {

@@ -131,6 +131,43 @@ struct ConstView {
             ConstView g, ConstView beta, int n, int c),                                            \
            (sum, y, mean, rstd, a, bias, b, g, beta, n, c))                                        \
                                                                                                    \
+  /* ---- RMSNorm over C (Llama; Hugging Face LlamaRMSNorm) ----------------------------------- */ \
+  /* y[N,C] = (x · rstd) · g[C], rstd = 1 / √(mean(x²) + eps) (eps inside the root); saves         \
+     rstd[N] for backward. */                                                                      \
+  OP(void, rmsnorm_forward,                                                                        \
+     (View y, float* rstd, ConstView x, ConstView g, int n, int c, float eps),                     \
+     (y, rstd, x, g, n, c, eps))                                                                   \
+  /* dx[N,C] = residual + rstd · (dŷ - x̂ · mean(dŷ · x̂)), x̂ = x · rstd, dŷ = dy · g; residual    \
+     may be null (then dx is not read); dx may alias residual or dy, as layernorm's dgrad. */      \
+  OP(void, rmsnorm_backward_input,                                                                 \
+     (View dx, ConstView dy, ConstView x, const float* rstd, ConstView g, int n, int c,            \
+      ConstView residual),                                                                         \
+     (dx, dy, x, rstd, g, n, c, residual))                                                         \
+  /* dg[C] += Σ_rows dy · x̂. */                                                                    \
+  OP(void, rmsnorm_backward_weight,                                                                \
+     (float* dg, ConstView dy, ConstView x, const float* rstd, int n, int c),                      \
+     (dg, dy, x, rstd, n, c))                                                                      \
+                                                                                                   \
+  /* ---- rotary position embedding (RoPE, rotate-half convention of Hugging Face Llama) ------- */ \
+  /* In place on the query and key heads of qkv[B,T,(NH + 2·NKV)·HD] (the values are untouched):   \
+     for each head and i < HD/2, with angle a = pos · theta^(-2i/HD) and pos = the row's position  \
+     in its sequence (row mod T), (x_i, x_{i+HD/2}) <- (x_i cos a - x_{i+HD/2} sin a,              \
+     x_{i+HD/2} cos a + x_i sin a). HD is even. */                                                \
+  OP(void, rotary_forward, (View qkv, int b, int t, int nh, int nkv, int hd, float theta),         \
+     (qkv, b, t, nh, nkv, hd, theta))                                                              \
+  /* The dgrad, in place on dqkv of the same layout: the transposed (inverse) rotation, so the    \
+     gradient at the rotated q, k becomes the gradient at the projections' outputs. */            \
+  OP(void, rotary_backward_input, (View dqkv, int b, int t, int nh, int nkv, int hd, float theta), \
+     (dqkv, b, t, nh, nkv, hd, theta))                                                             \
+                                                                                                   \
+  /* ---- SwiGLU (Llama MLP): y = silu(gate) · up, silu(x) = x · sigmoid(x) ------------------- */ \
+  /* y[n] from gate[n], up[n]; y may alias neither. */                                             \
+  OP(void, swiglu_forward, (View y, ConstView gate, ConstView up, size_t n), (y, gate, up, n))     \
+  /* dgate[n] = dy · up · silu'(gate), dup[n] = dy · silu(gate) (both overwritten). */             \
+  OP(void, swiglu_backward_input,                                                                  \
+     (View dgate, View dup, ConstView dy, ConstView gate, ConstView up, size_t n),                 \
+     (dgate, dup, dy, gate, up, n))                                                                \
+                                                                                                   \
   /* ---- GELU, tanh approximation (GPT-2) ---------------------------------------------------- */ \
   /* y[n] = 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))); y may alias x. */                          \
   LAUNCHED(void, gelu_forward, (View y, ConstView x, size_t n), (y, x, n))                         \
@@ -189,6 +226,27 @@ struct ConstView {
      (View dqkv, float* delta, ConstView dout, ConstView qkv, ConstView out, const float* lse,     \
       int b, int t, int nh, int hd),                                                               \
      (dqkv, delta, dout, qkv, out, lse, b, t, nh, hd))                                             \
+                                                                                                   \
+  /* ---- grouped-query attention (GQA): the four attention ops above with NKV key/value heads -- */ \
+  /* qkv[B,T,(NH + 2·NKV)·HD]: per row the NH query heads, then NKV key heads, then NKV value      \
+     heads; NKV divides NH and query head h attends with key/value head h / (NH/NKV) (Hugging      \
+     Face's repeat_kv). NKV = NH is multi-head attention: the ops above are that case. out,         \
+     probs, lse and delta as above; dqkv has qkv's layout, its key/value gradients summed over     \
+     each group's query heads. */                                                                  \
+  OP(void, gqa_attention_forward,                                                                  \
+     (View out, View probs, ConstView qkv, int b, int t, int nh, int nkv, int hd),                 \
+     (out, probs, qkv, b, t, nh, nkv, hd))                                                         \
+  OP(void, gqa_attention_backward_input,                                                           \
+     (View dqkv, ConstView dout, ConstView qkv, ConstView probs, int b, int t, int nh, int nkv,    \
+      int hd),                                                                                     \
+     (dqkv, dout, qkv, probs, b, t, nh, nkv, hd))                                                  \
+  OP(void, gqa_flash_attention_forward,                                                            \
+     (View out, float* lse, ConstView qkv, int b, int t, int nh, int nkv, int hd),                 \
+     (out, lse, qkv, b, t, nh, nkv, hd))                                                           \
+  OP(void, gqa_flash_attention_backward_input,                                                     \
+     (View dqkv, float* delta, ConstView dout, ConstView qkv, ConstView out, const float* lse,     \
+      int b, int t, int nh, int nkv, int hd),                                                      \
+     (dqkv, delta, dout, qkv, out, lse, b, t, nh, nkv, hd))                                        \
                                                                                                    \
   /* ---- vocabulary-parallel softmax cross-entropy ------------------------------------------- */ \
   /* logits[N,VL] are columns [v0, v0 + VL) of the full vocabulary; only the first `valid`         \

@@ -100,6 +100,10 @@ std::map<std::string, Section> schema(Config& c) {
   m["vocab_size"] = int_field(&c.model.vocab_size);
   m["tie_embeddings"] = bool_field(&c.model.tie_embeddings);
   m["attention"] = string_field(&c.model.attention);
+  m["n_kv_head"] = int_field(&c.model.n_kv_head);
+  m["ffn_hidden"] = int_field(&c.model.ffn_hidden);
+  m["rope_theta"] = double_field(&c.model.rope_theta);
+  m["norm_eps"] = double_field(&c.model.norm_eps);
   auto& p = s["parallel"];
   p["pp"] = int_field(&c.parallel.pp);
   p["tp"] = int_field(&c.parallel.tp);
@@ -225,6 +229,21 @@ YAML::Node override_node(const std::string& arg) {
   return root;
 }
 
+// Whether the YAML `root` sets `section.key` (a mapping that holds it).
+bool gives_key(const YAML::Node& root, const char* section, const char* key) {
+  if (!root.IsMap()) return false;
+  const YAML::Node sec = root[section];
+  return sec && sec.IsMap() && sec[key];
+}
+
+// The arch-dependent defaults: an unset tie_embeddings (true for gpt2, false for llama), an
+// unset n_kv_head (n_head) and ffn_hidden (4C for gpt2, Llama's rounding for llama).
+void resolve_model_defaults(ModelConfig& m, bool tie_given) {
+  if (!tie_given) m.tie_embeddings = !m.llama();
+  m.n_kv_head = m.kv_heads();
+  m.ffn_hidden = m.mlp_hidden();
+}
+
 // The head sizes the handwritten flash kernels are instantiated for (kernels/flash_attention.cu;
 // a kernel test checks that the two lists agree).
 bool flash_kernel_head_dim(const ModelConfig& m) {
@@ -268,17 +287,58 @@ void validate_sizes(const Config& c) {
   require_size(c, "training.micro_batch_size", "micro_batch_size x seq_len x vocab_size (logits)", {B, T, V});
   require_size(c, "training.micro_batch_size", "micro_batch_size x n_head x seq_len^2 (attention scores)", {B, NH, T, T});
   require_size(c, "model.d_model", "n_layer x 12 d_model^2 (block weights)", {L, 12, C, C});
+  require_size(c, "training.micro_batch_size", "micro_batch_size x seq_len x 3 ffn_hidden (SwiGLU activations)",
+               {B, T, 3, m.mlp_hidden()});
+  require_size(c, "model.ffn_hidden", "n_layer x 3 d_model x ffn_hidden (SwiGLU weights)", {L, 3, C, m.mlp_hidden()});
   require_size(c, "model.vocab_size", "vocab_size x d_model (embedding)", {V, C});
 }
 
+// The keys of the Llama family: ranges for llama, their defaults for gpt2 (which has no
+// grouped-query attention, a 4·d_model GELU MLP, learned positions and layernorm).
+void validate_llama_keys(const Config& c) {
+  const auto& m = c.model;
+  if (m.arch != "llama") {
+    const ModelConfig defaults;
+    require(m.kv_heads() == m.n_head, c, "model.n_kv_head", "applies to arch: llama only (gpt2 has n_head key/value heads)");
+    require(m.mlp_hidden() == 4 * int64_t(m.d_model), c, "model.ffn_hidden",
+            "applies to arch: llama only (the gpt2 MLP is 4 x d_model wide)");
+    require(m.rope_theta == defaults.rope_theta, c, "model.rope_theta",
+            "applies to arch: llama only (gpt2 learns its positions)");
+    require(m.norm_eps == defaults.norm_eps, c, "model.norm_eps", "applies to arch: llama only (gpt2's layernorm eps is 1e-5)");
+    return;
+  }
+  require_range(c, "model.n_kv_head", m.kv_heads(), 1, m.n_head);
+  require(m.n_head % m.kv_heads() == 0, c, "model.n_kv_head",
+          cat("n_kv_head ", m.kv_heads(), " must divide n_head ", m.n_head, " (each key/value head serves a group of query heads)"));
+  require((m.d_model / m.n_head) % 2 == 0, c, "model.n_head",
+          cat("the head size d_model/n_head = ", m.d_model / m.n_head, " must be even (the rotary embedding turns pairs)"));
+  require_range(c, "model.ffn_hidden", m.mlp_hidden(), 1, kMaxWidth * 4);
+  require(m.rope_theta > 1 && m.rope_theta <= 1e12, c, "model.rope_theta",
+          cat("expected 1 < rope_theta <= 1e12, got ", m.rope_theta));
+  require(m.norm_eps > 0 && m.norm_eps <= 1, c, "model.norm_eps", cat("expected 0 < norm_eps <= 1, got ", m.norm_eps));
+}
+
 }  // namespace
+
+int ModelConfig::mlp_hidden() const {
+  if (ffn_hidden) return ffn_hidden;
+  if (d_model < 1 || d_model > kMaxWidth) return 0;  // out of range: validate() says so
+  return llama() ? llama_ffn_hidden(d_model) : 4 * d_model;
+}
+
+int llama_ffn_hidden(int d_model) {
+  const int64_t hidden = 2 * (4 * int64_t(d_model)) / 3;
+  return int((hidden + 255) / 256 * 256);
+}
 
 void validate(const Config& c) {
   const auto& m = c.model;
   const auto& p = c.parallel;
   const auto& t = c.training;
   require(c.device == "cpu" || c.device == "cuda", c, "device", "expected cpu or cuda, got '" + c.device + "'");
-  require(m.arch == "gpt2", c, "model.arch", "expected gpt2, got '" + m.arch + "'");
+  require(m.arch == "gpt2" || m.arch == "llama", c, "model.arch", "expected gpt2 or llama, got '" + m.arch + "'");
+  require(m.arch != "llama" || c.device == "cpu", c, "model.arch",
+          "llama runs on device: cpu only for now (its RMSNorm, rotary and SwiGLU kernels are not written for cuda yet)");
   require_range(c, "model.n_layer", m.n_layer, 1, kMaxLayers);
   require_range(c, "model.n_head", m.n_head, 1, kMaxWidth);
   require_range(c, "model.d_model", m.d_model, 1, kMaxWidth);
@@ -301,7 +361,7 @@ void validate(const Config& c) {
           "model.attention",
           cat("cudnn needs a head size d_model/n_head that is a multiple of 8 and at most 128, got ",
               m.d_model / m.n_head));
-  require(m.tie_embeddings, c, "model.tie_embeddings", "only tied embeddings (GPT-2) are supported");
+  validate_llama_keys(c);
   require_range(c, "parallel.pp", p.pp, 1, kMaxWorldSize);
   require_range(c, "parallel.tp", p.tp, 1, kMaxWorldSize);
   require_range(c, "parallel.dp", p.dp, 1, kMaxWorldSize);
@@ -309,6 +369,10 @@ void validate(const Config& c) {
   require_range(c, "parallel.stages_per_rank", p.stages_per_rank, 1, kMaxStagesPerRank);
   require(m.n_head % p.tp == 0, c, "parallel.tp",
           cat("tp ", p.tp, " must divide model.n_head ", m.n_head));
+  require(m.kv_heads() % p.tp == 0, c, "parallel.tp",
+          cat("tp ", p.tp, " must divide model.n_kv_head ", m.kv_heads(), " (the key/value heads are split over tp)"));
+  require(!m.llama() || m.mlp_hidden() % p.tp == 0, c, "parallel.tp",
+          cat("tp ", p.tp, " must divide model.ffn_hidden ", m.mlp_hidden(), " (the SwiGLU columns are split over tp)"));
   require(!p.schedule.empty(), c, "parallel.schedule", "expected a schedule name, file:PATH.csv or auto");
   const int stages = c.total_stages();
   if (p.layers_per_stage.empty()) {
@@ -381,7 +445,13 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
   }
   reject_duplicate_keys(root, "", source);
   apply(c, root, source);
-  for (const auto& o : overrides) apply(c, override_node(o), "command line override '" + o + "'");
+  bool tie_given = gives_key(root, "model", "tie_embeddings");
+  for (const auto& o : overrides) {
+    const YAML::Node node = override_node(o);
+    apply(c, node, "command line override '" + o + "'");
+    tie_given = tie_given || gives_key(node, "model", "tie_embeddings");
+  }
+  resolve_model_defaults(c.model, tie_given);
   if (c.model.attention.empty())
     c.model.attention = c.device == "cuda" && flash_kernel_head_dim(c.model) ? "flash" : "naive";
   validate(c);

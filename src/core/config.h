@@ -12,13 +12,26 @@
 namespace pptrain {
 
 struct ModelConfig {
-  std::string arch = "gpt2";
+  std::string arch = "gpt2";           // gpt2 | llama
   int n_layer = 12;
   int n_head = 12;
   int d_model = 768;
   int seq_len = 1024;
   int vocab_size = 50257;
+  // Unset in the file: true for gpt2, false for llama (resolved when the config is parsed).
   bool tie_embeddings = true;
+  // Llama only (Hugging Face LlamaConfig's meaning; gpt2 takes none of them). Resolved when
+  // the config is parsed: n_kv_head 0 = n_head (multi-head attention), ffn_hidden 0 = 8/3 ·
+  // d_model rounded up to a multiple of 256 (Llama's rule, llama_ffn_hidden below).
+  int n_kv_head = 0;                   // key/value heads (grouped-query attention); divides n_head
+  int ffn_hidden = 0;                  // SwiGLU width F
+  double rope_theta = 10000.0;         // rotary embedding base
+  double norm_eps = 1.0e-6;            // RMSNorm epsilon (inside the square root)
+
+  bool llama() const { return arch == "llama"; }
+  // The resolved values, also for a ModelConfig built in code (no parse): 0 means the default.
+  int kv_heads() const { return n_kv_head ? n_kv_head : n_head; }
+  int mlp_hidden() const;              // ffn_hidden, or its default for the arch
   // The attention core: naive (materialises the [B,NH,T,T] probabilities), flash (fused,
   // keeps the per-row log-sum-exp), cudnn (cuDNN's fused attention, device: cuda). Empty
   // in the file means the device's default, resolved when the config is parsed: flash on
@@ -135,6 +148,10 @@ inline constexpr double kMaxWeightDecay = 10;       // training.weight_decay in 
 inline constexpr double kMaxGradClip = 1e6;         // training.grad_clip in [0, 1e6], 0 = off
 inline constexpr double kMaxEps = 1e-2;             // training.eps in (0, 1e-2]; beta1, beta2 in [0, 1)
 inline constexpr uint64_t kMaxConfigBytes = 1 << 20;  // a config file
+
+// Llama's default SwiGLU width for d_model C: 8C/3 (integer division, as int(2 · 4C / 3)),
+// rounded up to a multiple of 256.
+int llama_ffn_hidden(int d_model);
 
 // Parses `path`, applies `overrides` ("section.key=value", value parsed as YAML) and
 // validates. Throws pptrain::Error naming the file and key on any problem.

@@ -22,8 +22,10 @@ MpiComm checked_world(const Config& cfg) {
 
 namespace {
 
-// The pp ranks holding the tied token embedding: those of the first and last stage.
+// The pp ranks holding the tied token embedding: those of the first and last stage; none
+// when the head has a matrix of its own (model.tie_embeddings: false).
 std::vector<int> embedding_pp_ranks(const Config& cfg, const pipeline::Schedule& s) {
+  if (!cfg.model.tie_embeddings) return {};
   return {pipeline::rank_of_stage(s.placement, 0, cfg.parallel.pp),
           pipeline::rank_of_stage(s.placement, cfg.total_stages() - 1, cfg.parallel.pp)};
 }

@@ -106,9 +106,11 @@ double MemoryEstimate::bytes_of(const std::string& prefix) const {
 
 double global_parameter_count(const ModelConfig& m) {
   const double c = m.d_model;
-  // wte [V,C], wpe [T,C], the blocks, ln_f [C] weight and bias; the LM head is tied to wte.
+  // wte [V,C], wpe [T,C], the blocks, ln_f [C] weight and bias; the LM head is tied to wte
+  // or has lm_head [V,C] of its own.
+  const double head = m.tie_embeddings ? 0 : double(m.vocab_size) * c;
   return double(m.vocab_size) * c + double(m.seq_len) * c + double(m.n_layer) * block_parameter_count(c, 1) +
-         2 * c;
+         2 * c + head;
 }
 
 double rank_parameter_count(const Config& cfg, const std::vector<StageSpec>& my_stages, int tp_rank) {
@@ -120,7 +122,8 @@ double rank_parameter_count(const Config& cfg, const std::vector<StageSpec>& my_
     count += double(spec.num_blocks) * block_parameter_count(c, tp);
     if (spec.has_embedding) count += double(d.seq_len) * c;  // wpe, replicated
     if (spec.has_head) count += 2 * c;                          // ln_f
-    has_wte = has_wte || spec.has_embedding || spec.has_head;
+    has_wte = has_wte || spec.has_embedding || (spec.has_head && d.tie_embeddings);
+    if (spec.has_head && !d.tie_embeddings) count += double(d.local_vocab()) * c;  // lm_head [Vp/tp, C]
   }
   if (has_wte) count += double(d.local_vocab()) * c;  // [Vp/tp, C], one tensor per rank
   return count;

@@ -70,8 +70,9 @@ int checkpoint_saves(const Config& cfg) {
 }
 
 double checkpoint_file_bytes(const Config& cfg) {
-  // 12 tensors per block, and wte, wpe, ln_f weight and bias; each as model, m and v.
-  const double datasets = 3.0 * (12.0 * cfg.model.n_layer + 4);
+  // 12 tensors per block, and wte, wpe, ln_f weight and bias (and lm_head when untied); each
+  // as model, m and v.
+  const double datasets = 3.0 * (12.0 * cfg.model.n_layer + 4 + (cfg.model.tie_embeddings ? 0 : 1));
   return checkpoint_tensor_bytes(cfg.model) + datasets * kDatasetOverhead + kFileOverhead;
 }
 

@@ -13,12 +13,24 @@ struct ModelDims {
   // flash and cudnn run the fused ops (the backend picks the kernel) and keep the per-row
   // log-sum-exp [B,NHL,T] instead, so a block's activation memory is linear in T.
   bool fused_attention = false;
+  // model.tie_embeddings: the LM head computes with the token embedding wte (GPT-2), or with
+  // a matrix of its own, lm_head.weight [V,C] (Llama).
+  bool tie_embeddings = true;
+  // model.arch: llama (RMSNorm, rotary embedding, grouped-query attention, SwiGLU, no biases,
+  // no learned positions); otherwise gpt2.
+  bool llama = false;
+  int n_kv_head = 0;       // key/value heads (llama; n_head for gpt2)
+  int ffn_hidden = 0;      // MLP width F (4C for gpt2)
+  float rope_theta = 10000.0f, norm_eps = 1e-6f;
 
   int rows() const { return batch * seq_len; }              // N = B·T
   int head_dim() const { return d_model / n_head; }         // HD
   int local_heads() const { return n_head / tp; }           // NH on this rank
   int local_channels() const { return d_model / tp; }       // attention width on this rank
-  int local_hidden() const { return 4 * d_model / tp; }     // MLP width on this rank
+  int local_hidden() const { return ffn_hidden / tp; }      // MLP width on this rank (HL)
+  int local_kv_heads() const { return n_kv_head / tp; }     // key/value heads on this rank (KVL)
+  // Columns of this rank's fused q, k, v projection: (NHL + 2·KVL)·HD (3·CL without GQA).
+  int local_qkv() const { return (local_heads() + 2 * local_kv_heads()) * head_dim(); }
   int padded_vocab() const { return (vocab_size + tp - 1) / tp * tp; }  // Vp: multiple of tp
   int local_vocab() const { return padded_vocab() / tp; }   // VL
   int vocab_offset() const { return tp_rank * local_vocab(); }  // v0
@@ -30,7 +42,9 @@ struct ModelDims {
 
   static ModelDims from(const ModelConfig& m, int batch, int tp, int tp_rank) {
     const bool fused = m.attention == "flash" || m.attention == "cudnn";  // "" (unresolved) is naive
-    return {m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size, batch, tp, tp_rank, fused};
+    return {m.n_layer,    m.n_head,      m.d_model,  m.seq_len,           m.vocab_size,
+            batch,        tp,            tp_rank,    fused,               m.tie_embeddings,
+            m.llama(),    m.kv_heads(),  m.mlp_hidden(), float(m.rope_theta), float(m.norm_eps)};
   }
 };
 

@@ -1,4 +1,5 @@
-// Token + position embedding (the first stage's first layer).
+// Token + position embedding (the first stage's first layer). Llama has no learned
+// positions (its rotary embedding acts inside attention): wte only, no wpe.
 // F:  y[N,C] = wte[token] + wpe[t]; with tp > 1 wte is split by vocabulary rows, each
 //     rank adds the rows it owns and an all-reduce sums the shards (vocab-parallel
 //     embedding); only tp rank 0 adds wpe so the sum counts it once.
@@ -31,7 +32,7 @@ class Embedding final : public Layer<T> {
   ModelDims dims_;
   Communicator& tp_;
   Param& wte_;
-  Param& wpe_;
+  Param* wpe_;  // null for llama
   std::map<int, Slot> slots_;
 };
 

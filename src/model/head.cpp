@@ -7,12 +7,18 @@
 
 namespace pptrain {
 
+ParamSpec output_embedding_spec(const ModelDims& d) {
+  ParamSpec s{"lm_head.weight", {d.vocab_size, d.d_model}, Shard::Rows, Init::Normal, 0.02f, true};
+  s.padded_rows = d.padded_vocab();
+  return s;
+}
+
 template <typename T>
 Head<T>::Head(ParamStore& p, const ModelDims& d, Communicator& tp)
     : ops_(p.ops()), dims_(d), tp_(tp),
       lnf_w_(p.get_or_create({"ln_f.weight", {d.d_model}, Shard::Replicated, Init::Ones})),
-      lnf_b_(p.get_or_create({"ln_f.bias", {d.d_model}, Shard::Replicated, Init::Zeros})),
-      wte_(p.get_or_create(token_embedding_spec(d))) {}
+      lnf_b_(d.llama ? nullptr : &p.get_or_create({"ln_f.bias", {d.d_model}, Shard::Replicated, Init::Zeros})),
+      out_(p.get_or_create(d.tie_embeddings ? token_embedding_spec(d) : output_embedding_spec(d))) {}
 
 template <typename T>
 std::unique_ptr<typename Head<T>::Slot> Head<T>::make_slot() {
@@ -37,9 +43,12 @@ template <typename T>
 double Head<T>::logits_and_loss(Slot& s, const T* x, const MicrobatchData& data) {
   const int n = dims_.rows(), c = dims_.d_model, vl = dims_.local_vocab();
   const int valid = dims_.valid_vocab(), v0 = dims_.vocab_offset();
-  ops_.layernorm_forward(s.h.data(), s.mean.data(), s.rstd.data(), x, weights<T>(lnf_w_),
-                         weights<T>(lnf_b_), n, c);
-  ops_.linear_forward(s.logits.data(), s.h.data(), weights<T>(wte_), nullptr, n, c, vl);
+  if (dims_.llama)
+    ops_.rmsnorm_forward(s.h.data(), s.rstd.data(), x, weights<T>(lnf_w_), n, c, dims_.norm_eps);
+  else
+    ops_.layernorm_forward(s.h.data(), s.mean.data(), s.rstd.data(), x, weights<T>(lnf_w_),
+                           weights<T>(*lnf_b_), n, c);
+  ops_.linear_forward(s.logits.data(), s.h.data(), weights<T>(out_), nullptr, n, c, vl);
   float* rmax = s.stats.data();
   float* sumexp = rmax + n;
   float* target = sumexp + n;
@@ -66,10 +75,13 @@ template <typename T>
 void Head<T>::backward_input(int mb, const T*, T* dx) {
   const int n = dims_.rows(), c = dims_.d_model, vl = dims_.local_vocab();
   Slot& s = slots_.get(mb);
-  ops_.linear_backward_input(s.dh.data(), s.logits.data(), weights<T>(wte_), n, c, vl, false);
+  ops_.linear_backward_input(s.dh.data(), s.logits.data(), weights<T>(out_), n, c, vl, false);
   if (dims_.tp > 1) tp_.allreduce(s.dh.data(), size_t(n) * c, ReduceOp::Sum);
-  ops_.layernorm_backward_input(dx, s.dh.data(), s.x, s.mean.data(), s.rstd.data(),
-                                weights<T>(lnf_w_), n, c, nullptr);
+  if (dims_.llama)
+    ops_.rmsnorm_backward_input(dx, s.dh.data(), s.x, s.rstd.data(), weights<T>(lnf_w_), n, c, nullptr);
+  else
+    ops_.layernorm_backward_input(dx, s.dh.data(), s.x, s.mean.data(), s.rstd.data(),
+                                  weights<T>(lnf_w_), n, c, nullptr);
   s.has_dh = true;
 }
 
@@ -78,9 +90,12 @@ void Head<T>::backward_weight(int mb) {
   const int n = dims_.rows(), c = dims_.d_model, vl = dims_.local_vocab();
   Slot& s = slots_.get(mb);
   PPTRAIN_CHECK(s.has_dh, "head W before I for microbatch ", mb);
-  ops_.linear_backward_weight(wte_.grad.data(), nullptr, s.logits.data(), s.h.data(), n, c, vl);
-  ops_.layernorm_backward_weight(lnf_w_.grad.data(), lnf_b_.grad.data(), s.dh.data(), s.x,
-                                 s.mean.data(), s.rstd.data(), n, c);
+  ops_.linear_backward_weight(out_.grad.data(), nullptr, s.logits.data(), s.h.data(), n, c, vl);
+  if (dims_.llama)
+    ops_.rmsnorm_backward_weight(lnf_w_.grad.data(), s.dh.data(), s.x, s.rstd.data(), n, c);
+  else
+    ops_.layernorm_backward_weight(lnf_w_.grad.data(), lnf_b_->grad.data(), s.dh.data(), s.x,
+                                   s.mean.data(), s.rstd.data(), n, c);
   slots_.release(mb);
 }
 

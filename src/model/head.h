@@ -1,11 +1,14 @@
-// Final layernorm + LM head tied to the token embedding + softmax cross-entropy (the last
-// stage's last layer). With tp > 1 the logits are split by vocabulary (each rank holds
-// logits[N, VL] for its rows of wte) and the cross-entropy is vocabulary-parallel: row max,
+// Final norm + LM head + softmax cross-entropy (the last stage's last layer). The final norm
+// ln_f is a layernorm (GPT-2: weight and bias) or an RMSNorm (Llama: weight only). The head's
+// matrix W_out [V,C] is the token embedding wte when model.tie_embeddings (GPT-2), else a
+// tensor of its own, lm_head.weight (initialised, sharded and checkpointed like wte, held by
+// the last stage only). With tp > 1 the logits are split by vocabulary (each rank holds
+// logits[N, VL] for its rows of W_out) and the cross-entropy is vocabulary-parallel: row max,
 // then sum-exp and target logit are all-reduced; the full logits are never gathered.
-// F:  h = ln_f(x); logits = h · wteᵀ; loss; dlogits = scale · (softmax - onehot), computed
+// F:  h = ln_f(x); logits = h · W_outᵀ; loss; dlogits = scale · (softmax - onehot), computed
 //     here while the logits are at hand (as llm.c does) and kept for I and W.
-// I:  dh = dlogits · wte (all-reduced over tp); dx = ln_f backward.
-// W:  dwte += dlogitsᵀ · h; ln_f weight gradients.
+// I:  dh = dlogits · W_out (all-reduced over tp); dx = ln_f backward.
+// W:  dW_out += dlogitsᵀ · h; ln_f weight gradients.
 #pragma once
 #include "backend/buffer.h"
 #include "core/communicator.h"
@@ -14,6 +17,9 @@
 #include "model/param.h"
 
 namespace pptrain {
+
+// lm_head.weight [V,C]: the untied output matrix, vocabulary rows split over tp (padded).
+ParamSpec output_embedding_spec(const ModelDims& d);
 
 template <typename T>
 class Head final : public Layer<T> {
@@ -38,7 +44,7 @@ class Head final : public Layer<T> {
   struct Slot {
     const T* x = nullptr;                 // [N,C] input (owned by the stage)
     Buffer<T> h;                          // [N,C]
-    Buffer<float> mean, rstd;             // [N], [N]
+    Buffer<float> mean, rstd;             // [N], [N] (mean unused by RMSNorm)
     Buffer<T> logits;                     // [N,VL]: dlogits after forward
     Buffer<float> stats;                  // [3N]: row max, sum-exp, target logit (fp32)
     Buffer<T> dh;                         // [N,C]
@@ -51,7 +57,9 @@ class Head final : public Layer<T> {
   Ops& ops_;
   ModelDims dims_;
   Communicator& tp_;
-  Param &lnf_w_, &lnf_b_, &wte_;
+  Param& lnf_w_;
+  Param* lnf_b_;  // null for llama (RMSNorm)
+  Param& out_;  // W_out [VL,C]: wte (tied) or lm_head.weight
   float loss_scale_ = 1.0f;
   SlotPool<Slot> slots_;
 };

@@ -26,13 +26,23 @@ void shard_layout(const ParamSpec& spec, int tp, int tp_rank, Param& out) {
       if (real > 0) out.slabs.push_back({first, 0, 0, 0, real, cols});
       break;
     }
-    case Shard::Rows3: {
-      PPTRAIN_CHECK(rows % (3 * tp) == 0, spec.name);
-      int64_t section = rows / 3, part = section / tp;
-      out.local_rows = 3 * part;
+    case Shard::Rows3:
+    case Shard::RowSections: {
+      // Each section split into tp parts; the local tensor is this rank's part of each, in order.
+      const std::vector<int64_t> sections =
+          spec.shard == Shard::Rows3 ? std::vector<int64_t>(3, rows / 3) : spec.row_sections;
+      PPTRAIN_CHECK(spec.shard != Shard::Rows3 || rows % 3 == 0, spec.name);
+      int64_t global_row = 0;
+      out.local_rows = 0;
       out.local_cols = cols;
-      for (int64_t s = 0; s < 3; ++s)
-        out.slabs.push_back({s * section + tp_rank * part, 0, s * part, 0, part, cols});
+      for (int64_t section : sections) {
+        PPTRAIN_CHECK(section % tp == 0, spec.name);
+        const int64_t part = section / tp;
+        out.slabs.push_back({global_row + tp_rank * part, 0, out.local_rows, 0, part, cols});
+        global_row += section;
+        out.local_rows += part;
+      }
+      PPTRAIN_CHECK(global_row == rows, spec.name, ": sections sum to ", global_row, ", not ", rows);
       break;
     }
     case Shard::Cols: {

@@ -4,7 +4,8 @@
 // hyperslabs) and resharding all need. Names follow the model's roles:
 //   wte.weight [V, C], wpe.weight [T, C], h.<i>.ln_1.weight [C], h.<i>.attn.qkv.weight [3C, C],
 //   h.<i>.attn.proj.weight [C, C], h.<i>.mlp.fc.weight [4C, C], h.<i>.mlp.proj.weight [C, 4C],
-//   ln_f.weight [C], and the matching .bias vectors.
+//   ln_f.weight [C], and the matching .bias vectors; lm_head.weight [V, C] when the head is
+//   not tied to wte (model.tie_embeddings: false).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -31,6 +32,8 @@ enum class Shard {
   Replicated,   // every tp rank holds the whole tensor
   Rows,         // dim 0 split into tp contiguous parts (column-parallel weight, its bias, vocab rows)
   Rows3,        // dim 0 = 3 sections (q, k, v), each split into tp parts (fused QKV)
+  RowSections,  // dim 0 = the sections of ParamSpec::row_sections, each split into tp parts
+                // (fused QKV with fewer key/value heads than query heads)
   Cols,         // dim 1 split into tp parts (row-parallel weight)
 };
 
@@ -42,6 +45,7 @@ struct ParamSpec {
   float init_std = 0.0f;
   bool weight_decay = false;
   int64_t padded_rows = 0;  // Shard::Rows only: dim 0 padded to this (vocab rounded up to tp)
+  std::vector<int64_t> row_sections = {};  // Shard::RowSections only: the sections' rows, summing to dim 0
 };
 
 struct Param {

@@ -3,6 +3,7 @@
 #include "model/block.h"
 #include "model/embedding.h"
 #include "model/head.h"
+#include "model/llama_block.h"
 
 namespace pptrain {
 namespace {
@@ -15,8 +16,12 @@ class TypedStage final : public Stage {
              const Faults& faults)
       : ops_(params.ops()), dims_(dims), spec_(spec) {
     if (spec.has_embedding) layers_.push_back(std::make_unique<Embedding<T>>(params, dims, tp));
-    for (int i = 0; i < spec.num_blocks; ++i)
-      layers_.push_back(std::make_unique<Block<T>>(params, dims, spec.first_block + i, tp, faults));
+    for (int i = 0; i < spec.num_blocks; ++i) {
+      if (dims.llama)
+        layers_.push_back(std::make_unique<LlamaBlock<T>>(params, dims, spec.first_block + i, tp));
+      else
+        layers_.push_back(std::make_unique<Block<T>>(params, dims, spec.first_block + i, tp, faults));
+    }
     if (spec.has_head) {
       auto head = std::make_unique<Head<T>>(params, dims, tp);
       head_ = head.get();

@@ -8,8 +8,13 @@
 namespace pptrain {
 
 double block_cost(const ModelConfig& m) {
-  double c = m.d_model, t = m.seq_len;
-  return 24.0 * c * c + 2.0 * t * c;
+  const double c = m.d_model, t = m.seq_len;
+  if (m.llama()) {
+    // q, k, v [(NH + 2·NKV)·HD, C], proj [C, C], gate, up, down [F, C] each: 2 FLOPs per weight
+    const double kv = double(m.kv_heads()) * (c / m.n_head), f = m.mlp_hidden();
+    return 2.0 * c * (c + 2 * kv) + 2.0 * c * c + 6.0 * c * f + 2.0 * t * c;
+  }
+  return 24.0 * c * c + 2.0 * t * c;  // qkv 3C², proj C², MLP 8C²: 2 FLOPs per weight
 }
 
 double head_cost(const ModelConfig& m) { return 2.0 * double(m.d_model) * m.vocab_size; }

@@ -26,7 +26,10 @@ constexpr double kTranscendental = 8;  // exp, tanh, log, rsqrt: 4 ulp = 8u
 struct BlockCounts {
   double forward, backward;
 };
+BlockCounts fp32_llama_block(const ModelConfig& m);
+
 BlockCounts fp32_block(const ModelConfig& m) {
+  if (m.llama()) return fp32_llama_block(m);
   const double C = m.d_model, HD = double(m.d_model) / m.n_head, T = m.seq_len;
   const double layernorm = 2 * C + kTranscendental + 3;  // mean, variance (C each), rsqrt, x̂·g + b
   const double attention = HD + 1                       // scores q·k, scale
@@ -49,6 +52,38 @@ BlockCounts fp32_block(const ModelConfig& m) {
                           + 4 * C + layernorm_grad + 1   // fc dgrad (over 4C), ln_2', residual
                           + C + attention_grad           // proj dgrad, attention
                           + 3 * C + layernorm_grad + 1;  // qkv dgrad (over 3C), ln_1', residual
+  return {forward, backward};
+}
+
+// The attention core's roundings as above (grouped-query attention sums dK and dV over the
+// group's NH/NKV query heads: that many more terms).
+double attention_forward_count(const ModelConfig& m) {
+  const double HD = double(m.d_model) / m.n_head, T = m.seq_len;
+  return HD + 1 + kTranscendental + T + 1 + T;
+}
+double attention_backward_count(const ModelConfig& m) {
+  const double HD = double(m.d_model) / m.n_head, T = m.seq_len, group = double(m.n_head) / m.kv_heads();
+  const double fused = m.attention == "flash" || m.attention == "cudnn";
+  return HD + T + 3 + T + group + fused * (2 * kTranscendental + 2 + std::ceil(T / 64));
+}
+
+// Roundings per Llama block on the longest path (F = ffn_hidden, QL = (NH + 2·NKV)·HD).
+BlockCounts fp32_llama_block(const ModelConfig& m) {
+  const double C = m.d_model, F = m.mlp_hidden();
+  const double QL = double(m.n_head + 2 * m.kv_heads()) * (double(m.d_model) / m.n_head);
+  const double rmsnorm = C + kTranscendental + 3;          // Σ x², rsqrt, x·rstd·g
+  const double rotary = 2 * kTranscendental + 3;          // cos, sin (of an fp32 angle), the turn
+  const double swiglu = kTranscendental + 4;              // exp, 1 + e, divide, · gate, · up
+  const double forward = rmsnorm + C + rotary              // ln_1, qkv, rotary
+                         + attention_forward_count(m)     // attention
+                         + C + 1                           // proj, + residual
+                         + rmsnorm + C + swiglu            // ln_2, gate / up, SwiGLU
+                         + F + 1;                          // down, + residual
+  const double rmsnorm_grad = C + 5;                       // Σ dy·g·x̂, the combination
+  const double backward = C + swiglu + 2                   // down dgrad (over C), SwiGLU'
+                          + 2 * F + 1 + rmsnorm_grad + 1   // gate and up dgrad (over F each), ln_2', residual
+                          + C + attention_backward_count(m) + rotary  // proj dgrad, attention, rotary'
+                          + QL + rmsnorm_grad + 1;         // qkv dgrad (over QL), ln_1', residual
   return {forward, backward};
 }
 

@@ -5,8 +5,11 @@
 // [r0, r1) only attends to keys [0, r1), so its sgemms stop at column r1: the causal
 // mask skips about half of the QKᵀ and P·V work instead of computing and discarding it.
 //
-// Layout: qkv[B,T,3C] with C = NH·HD; head h of the query block is columns h·HD..,
-// of the key block C + h·HD.., of the value block 2C + h·HD... out[B,T,C].
+// Layout: qkv[B,T,(NH + 2·NKV)·HD]; query head h is columns h·HD.., key head j columns
+// (NH + j)·HD.., value head j columns (NH + NKV + j)·HD..; query head h uses key/value head
+// h / (NH/NKV) (grouped-query attention; NKV = NH is multi-head attention, C = NH·HD and the
+// row 3C wide). out[B,T,NH·HD]. The backward runs one key/value head per task, its group's
+// query heads one after another, so dK and dV add up without races in a fixed order.
 #include <cblas.h>
 #include <omp.h>
 
@@ -23,27 +26,34 @@ namespace {
 
 constexpr int kBlock = 64;
 
-// Views of one (batch, head) pair inside the packed tensors.
+// Views of one (batch, query head) pair inside the packed tensors.
 struct HeadView {
-  const float* q;  // [T,HD], row stride 3C
-  const float* k;
+  const float* q;  // [T,HD], row stride (NH + 2·NKV)·HD
+  const float* k;  // of the head's key/value head
   const float* v;
   size_t qkv_stride;
-  size_t out_offset;  // of (b, t=0, h) in out/dout/dq, row stride C resp. 3C
-  size_t qkv_offset;  // of (b, t=0, h) in qkv/dqkv
+  size_t out_offset;  // of (b, t=0, h) in out/dout, row stride NH·HD
+  size_t q_offset, k_offset, v_offset;  // of (b, t=0, h) resp. its key/value head in qkv/dqkv
 };
 
-HeadView head_view(const float* qkv, int bh, int t, int nh, int hd) {
-  const int b = bh / nh, h = bh % nh;
-  const size_t c = size_t(nh) * hd;
+HeadView head_view(const float* qkv, int b, int h, int t, int nh, int nkv, int hd) {
+  const int kv = h / (nh / nkv);
+  const size_t stride = size_t(nh + 2 * nkv) * hd, row0 = size_t(b) * t * stride;
   HeadView view;
-  view.qkv_offset = size_t(b) * t * 3 * c + size_t(h) * hd;
-  view.out_offset = size_t(b) * t * c + size_t(h) * hd;
-  view.q = qkv + view.qkv_offset;
-  view.k = view.q + c;
-  view.v = view.q + 2 * c;
-  view.qkv_stride = 3 * c;
+  view.qkv_stride = stride;
+  view.out_offset = size_t(b) * t * nh * hd + size_t(h) * hd;
+  view.q_offset = row0 + size_t(h) * hd;
+  view.k_offset = row0 + size_t(nh + kv) * hd;
+  view.v_offset = row0 + size_t(nh + nkv + kv) * hd;
+  view.q = qkv + view.q_offset;
+  view.k = qkv + view.k_offset;
+  view.v = qkv + view.v_offset;
   return view;
+}
+
+void check_shape(const char* op, int b, int t, int nh, int nkv, int hd) {
+  PPTRAIN_CHECK(b >= 0 && t > 0 && nh > 0 && nkv > 0 && nh % nkv == 0 && hd > 0, op, " shape b=", b, " t=", t,
+                " nh=", nh, " hd=", hd, " nkv=", nkv);
 }
 
 // In place: row[0..=i] <- softmax(row[0..=i]), row[i+1..T) <- 0.
@@ -72,19 +82,30 @@ bool parallel_over_pairs(int pairs, int t) {
 
 }  // namespace
 
-void CpuOps::attention_forward(View outv, View probsv, ConstView qkvv, int b, int t, int nh,
-                               int hd) {
+void CpuOps::attention_forward(View outv, View probsv, ConstView qkvv, int b, int t, int nh, int hd) {
+  fp32("attention_forward", outv, probsv, qkvv);
+  check_shape("attention", b, t, nh, nh, hd);
+  gqa_attention_forward(outv, probsv, qkvv, b, t, nh, nh, hd);
+}
+
+void CpuOps::attention_backward_input(View dqkvv, ConstView doutv, ConstView qkvv, ConstView probsv, int b, int t,
+                                      int nh, int hd) {
+  fp32("attention_backward_input", dqkvv, doutv, qkvv, probsv);
+  check_shape("attention", b, t, nh, nh, hd);
+  gqa_attention_backward_input(dqkvv, doutv, qkvv, probsv, b, t, nh, nh, hd);
+}
+
+void CpuOps::gqa_attention_forward(View outv, View probsv, ConstView qkvv, int b, int t, int nh, int nkv, int hd) {
   float *out, *probs; const float *qkv;
-  std::tie(out, probs, qkv) = fp32("attention_forward", outv, probsv, qkvv);
-  // probs[B,NH,T,T] = softmax(q kᵀ / √HD, causal); out[B,T,C] = probs · v
-  PPTRAIN_CHECK(b >= 0 && t > 0 && nh > 0 && hd > 0, "attention shape b=", b, " t=", t, " nh=", nh,
-                " hd=", hd);
+  std::tie(out, probs, qkv) = fp32("gqa_attention_forward", outv, probsv, qkvv);
+  // probs[B,NH,T,T] = softmax(q kᵀ / √HD, causal); out[B,T,NH·HD] = probs · v
+  check_shape("attention", b, t, nh, nkv, hd);
   const int pairs = b * nh;
   const int ld_out = nh * hd;
   const float score_scale = 1.0f / std::sqrt(float(hd));
 #pragma omp parallel for schedule(static) if (parallel_over_pairs(pairs, t))
   for (int bh = 0; bh < pairs; ++bh) {
-    const HeadView head = head_view(qkv, bh, t, nh, hd);
+    const HeadView head = head_view(qkv, bh / nh, bh % nh, t, nh, nkv, hd);
     const int ld = int(head.qkv_stride);
     float* p = probs + size_t(bh) * t * t;
     float* o = out + head.out_offset;
@@ -101,61 +122,65 @@ void CpuOps::attention_forward(View outv, View probsv, ConstView qkvv, int b, in
   }
 }
 
-void CpuOps::attention_backward_input(View dqkvv, ConstView doutv, ConstView qkvv,
-                                      ConstView probsv, int b, int t, int nh, int hd) {
+void CpuOps::gqa_attention_backward_input(View dqkvv, ConstView doutv, ConstView qkvv, ConstView probsv, int b, int t,
+                                          int nh, int nkv, int hd) {
   float *dqkv; const float *dout, *qkv, *probs;
-  std::tie(dqkv, dout, qkv, probs) = fp32("attention_backward_input", dqkvv, doutv, qkvv, probsv);
-  // With P = probs, dO = dout (per head):
+  std::tie(dqkv, dout, qkv, probs) = fp32("gqa_attention_backward_input", dqkvv, doutv, qkvv, probsv);
+  // With P = probs, dO = dout (per query head):
   //   dV = Pᵀ dO,  dP = dO Vᵀ,  dS = P ∘ (dP − rowsum(dP ∘ P)),
-  //   dQ = dS K / √HD,  dK = dSᵀ Q / √HD.
+  //   dQ = dS K / √HD,  dK = dSᵀ Q / √HD;
+  // a key/value head's dK and dV are the sums over its group's query heads.
   // P and dS are zero above the diagonal, so dV/dK rows [c0, c1) only need rows
   // i >= c0 of P/dS, and dQ rows [r0, r1) only keys [0, r1).
-  PPTRAIN_CHECK(b >= 0 && t > 0 && nh > 0 && hd > 0, "attention shape b=", b, " t=", t, " nh=", nh,
-                " hd=", hd);
-  const int pairs = b * nh;
+  check_shape("attention", b, t, nh, nkv, hd);
+  const int group = nh / nkv, kv_pairs = b * nkv;
   const int ld_out = nh * hd;
   const float score_scale = 1.0f / std::sqrt(float(hd));
   reserve_thread_scratch(size_t(t) * t);
-#pragma omp parallel for schedule(static) if (parallel_over_pairs(pairs, t))
-  for (int bh = 0; bh < pairs; ++bh) {
-    const HeadView head = head_view(qkv, bh, t, nh, hd);
-    const int ld = int(head.qkv_stride);
-    const float* p = probs + size_t(bh) * t * t;
-    const float* d_o = dout + head.out_offset;
-    float* dq = dqkv + head.qkv_offset;
-    float* dk = dq + ld_out;
-    float* dv = dq + 2 * ld_out;
+#pragma omp parallel for schedule(static) if (parallel_over_pairs(kv_pairs, t))
+  for (int bkv = 0; bkv < kv_pairs; ++bkv) {
     float* ds = thread_scratch_[omp_get_thread_num()].reserve(size_t(t) * t);  // [T,T]
+    for (int g = 0; g < group; ++g) {
+      const int batch = bkv / nkv, h = bkv % nkv * group + g;
+      const HeadView head = head_view(qkv, batch, h, t, nh, nkv, hd);
+      const int ld = int(head.qkv_stride);
+      const float* p = probs + (size_t(batch) * nh + h) * t * t;
+      const float* d_o = dout + head.out_offset;
+      float* dq = dqkv + head.q_offset;
+      float* dk = dqkv + head.k_offset;
+      float* dv = dqkv + head.v_offset;
+      const float kv_beta = g == 0 ? 0.0f : 1.0f;  // the group's first head writes dK, dV; the others add
 
-    for (int r0 = 0; r0 < t; r0 += kBlock) {
-      const int r1 = std::min(t, r0 + kBlock), rows = r1 - r0;
-      // dP[r0:r1, 0:r1] = dO[r0:r1] · v[0:r1]ᵀ
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hd, 1.0f,
-                  d_o + size_t(r0) * ld_out, ld_out, head.v, ld, 0.0f, ds + size_t(r0) * t, t);
-      for (int i = r0; i < r1; ++i) {
-        float* ds_row = ds + size_t(i) * t;
-        const float* p_row = p + size_t(i) * t;
-        float dot = 0.0f;
+      for (int r0 = 0; r0 < t; r0 += kBlock) {
+        const int r1 = std::min(t, r0 + kBlock), rows = r1 - r0;
+        // dP[r0:r1, 0:r1] = dO[r0:r1] · v[0:r1]ᵀ
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hd, 1.0f,
+                    d_o + size_t(r0) * ld_out, ld_out, head.v, ld, 0.0f, ds + size_t(r0) * t, t);
+        for (int i = r0; i < r1; ++i) {
+          float* ds_row = ds + size_t(i) * t;
+          const float* p_row = p + size_t(i) * t;
+          float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-        for (int j = 0; j <= i; ++j) dot += ds_row[j] * p_row[j];
+          for (int j = 0; j <= i; ++j) dot += ds_row[j] * p_row[j];
 #pragma omp simd
-        for (int j = 0; j <= i; ++j) ds_row[j] = p_row[j] * (ds_row[j] - dot);
-        std::fill(ds_row + i + 1, ds_row + r1, 0.0f);  // masked scores get no gradient
+          for (int j = 0; j <= i; ++j) ds_row[j] = p_row[j] * (ds_row[j] - dot);
+          std::fill(ds_row + i + 1, ds_row + r1, 0.0f);  // masked scores get no gradient
+        }
+        // dQ[r0:r1] = dS[r0:r1, 0:r1] · k[0:r1] / √HD
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, r1, score_scale,
+                    ds + size_t(r0) * t, t, head.k, ld, 0.0f, dq + size_t(r0) * ld, ld);
       }
-      // dQ[r0:r1] = dS[r0:r1, 0:r1] · k[0:r1] / √HD
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, r1, score_scale,
-                  ds + size_t(r0) * t, t, head.k, ld, 0.0f, dq + size_t(r0) * ld, ld);
-    }
-    for (int c0 = 0; c0 < t; c0 += kBlock) {
-      const int c1 = std::min(t, c0 + kBlock), cols = c1 - c0, tail = t - c0;
-      // dV[c0:c1] = P[c0:T, c0:c1]ᵀ · dO[c0:T]
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, tail, 1.0f,
-                  p + size_t(c0) * t + c0, t, d_o + size_t(c0) * ld_out, ld_out, 0.0f,
-                  dv + size_t(c0) * ld, ld);
-      // dK[c0:c1] = dS[c0:T, c0:c1]ᵀ · q[c0:T] / √HD
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, tail, score_scale,
-                  ds + size_t(c0) * t + c0, t, head.q + size_t(c0) * ld, ld, 0.0f,
-                  dk + size_t(c0) * ld, ld);
+      for (int c0 = 0; c0 < t; c0 += kBlock) {
+        const int c1 = std::min(t, c0 + kBlock), cols = c1 - c0, tail = t - c0;
+        // dV[c0:c1] (+)= P[c0:T, c0:c1]ᵀ · dO[c0:T]
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, tail, 1.0f,
+                    p + size_t(c0) * t + c0, t, d_o + size_t(c0) * ld_out, ld_out, kv_beta,
+                    dv + size_t(c0) * ld, ld);
+        // dK[c0:c1] (+)= dS[c0:T, c0:c1]ᵀ · q[c0:T] / √HD
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, tail, score_scale,
+                    ds + size_t(c0) * t + c0, t, head.q + size_t(c0) * ld, ld, kv_beta,
+                    dk + size_t(c0) * ld, ld);
+      }
     }
   }
 }
@@ -220,20 +245,33 @@ void probabilities_and_score_gradient_row(float* p, float* ds, int i, int r1, fl
 }  // namespace
 
 void CpuOps::flash_attention_forward(View outv, float* lse, ConstView qkvv, int b, int t, int nh, int hd) {
+  fp32("flash_attention_forward", outv, qkvv);
+  check_shape("flash attention", b, t, nh, nh, hd);
+  gqa_flash_attention_forward(outv, lse, qkvv, b, t, nh, nh, hd);
+}
+
+void CpuOps::flash_attention_backward_input(View dqkvv, float* delta, ConstView doutv, ConstView qkvv,
+                                            ConstView outv, const float* lse, int b, int t, int nh, int hd) {
+  fp32("flash_attention_backward_input", dqkvv, doutv, qkvv, outv);
+  check_shape("flash attention", b, t, nh, nh, hd);
+  gqa_flash_attention_backward_input(dqkvv, delta, doutv, qkvv, outv, lse, b, t, nh, nh, hd);
+}
+
+void CpuOps::gqa_flash_attention_forward(View outv, float* lse, ConstView qkvv, int b, int t, int nh, int nkv,
+                                         int hd) {
   float* out;
   const float* qkv;
-  std::tie(out, qkv) = fp32("flash_attention_forward", outv, qkvv);
-  // Per head and row block [r0, r1): S = q kᵀ / √HD (causal), P = softmax(S), lse = log Σ exp S,
-  // out[r0:r1] = P · v[0:r1]. lse[B,NH,T].
-  PPTRAIN_CHECK(b >= 0 && t > 0 && nh > 0 && hd > 0, "flash attention shape b=", b, " t=", t, " nh=", nh,
-                " hd=", hd);
+  std::tie(out, qkv) = fp32("gqa_flash_attention_forward", outv, qkvv);
+  // Per query head and row block [r0, r1): S = q kᵀ / √HD (causal), P = softmax(S),
+  // lse = log Σ exp S, out[r0:r1] = P · v[0:r1]. lse[B,NH,T].
+  check_shape("flash attention", b, t, nh, nkv, hd);
   const int pairs = b * nh;
   const int ld_out = nh * hd;
   const float score_scale = 1.0f / std::sqrt(float(hd));
   reserve_thread_scratch(size_t(kBlock) * t);
 #pragma omp parallel for schedule(static) if (parallel_over_pairs(pairs, t))
   for (int bh = 0; bh < pairs; ++bh) {
-    const HeadView head = head_view(qkv, bh, t, nh, hd);
+    const HeadView head = head_view(qkv, bh / nh, bh % nh, t, nh, nkv, hd);
     const int ld = int(head.qkv_stride);
     float* o = out + head.out_offset;
     float* head_lse = lse + size_t(bh) * t;
@@ -249,58 +287,65 @@ void CpuOps::flash_attention_forward(View outv, float* lse, ConstView qkvv, int 
   }
 }
 
-void CpuOps::flash_attention_backward_input(View dqkvv, float* delta, ConstView doutv, ConstView qkvv,
-                                            ConstView outv, const float* lse, int b, int t, int nh, int hd) {
+void CpuOps::gqa_flash_attention_backward_input(View dqkvv, float* delta, ConstView doutv, ConstView qkvv,
+                                                ConstView outv, const float* lse, int b, int t, int nh, int nkv,
+                                                int hd) {
   float* dqkv;
   const float *dout, *qkv, *out;
-  std::tie(dqkv, dout, qkv, out) = fp32("flash_attention_backward_input", dqkvv, doutv, qkvv, outv);
-  // Per head, with P_ij = exp(s_ij − lse_i) recomputed row block by row block:
+  std::tie(dqkv, dout, qkv, out) = fp32("gqa_flash_attention_backward_input", dqkvv, doutv, qkvv, outv);
+  // Per query head, with P_ij = exp(s_ij − lse_i) recomputed row block by row block:
   //   delta_i = Σ_d dO_id · O_id  (= Σ_j P_ij dP_ij, since O_i = Σ_j P_ij v_j and dP_ij = dO_i · v_j)
   //   dP = dO vᵀ,  dS = P ∘ (dP − delta),
   //   dQ[r0:r1] = dS k[0:r1] / √HD,  dK[0:r1] += dSᵀ q[r0:r1] / √HD,  dV[0:r1] += Pᵀ dO[r0:r1].
-  // dK and dV add up over the row blocks in a fixed order, one thread per head.
-  PPTRAIN_CHECK(b >= 0 && t > 0 && nh > 0 && hd > 0, "flash attention shape b=", b, " t=", t, " nh=", nh,
-                " hd=", hd);
-  const int pairs = b * nh;
+  // dK and dV add up over the group's query heads and their row blocks in a fixed order, one
+  // thread per key/value head.
+  check_shape("flash attention", b, t, nh, nkv, hd);
+  const int group = nh / nkv, kv_pairs = b * nkv;
   const int ld_out = nh * hd;
   const float score_scale = 1.0f / std::sqrt(float(hd));
   reserve_thread_scratch(2 * size_t(kBlock) * t);
-#pragma omp parallel for schedule(static) if (parallel_over_pairs(pairs, t))
-  for (int bh = 0; bh < pairs; ++bh) {
-    const HeadView head = head_view(qkv, bh, t, nh, hd);
-    const int ld = int(head.qkv_stride);
-    const float* d_o = dout + head.out_offset;
-    const float* o = out + head.out_offset;
-    const float* head_lse = lse + size_t(bh) * t;
-    float* head_delta = delta + size_t(bh) * t;
-    float* dq = dqkv + head.qkv_offset;
-    float* dk = dq + ld_out;
-    float* dv = dq + 2 * ld_out;
+#pragma omp parallel for schedule(static) if (parallel_over_pairs(kv_pairs, t))
+  for (int bkv = 0; bkv < kv_pairs; ++bkv) {
     float* p = thread_scratch_[omp_get_thread_num()].reserve(2 * size_t(kBlock) * t);  // [kBlock, r1]
     float* ds = p + size_t(kBlock) * t;                                                  // [kBlock, r1]
-    for (int i = 0; i < t; ++i) {
-      std::fill(dk + size_t(i) * ld, dk + size_t(i) * ld + hd, 0.0f);
-      std::fill(dv + size_t(i) * ld, dv + size_t(i) * ld + hd, 0.0f);
-      head_delta[i] = dot(d_o + size_t(i) * ld_out, o + size_t(i) * ld_out, hd);
-    }
-    for (int r0 = 0; r0 < t; r0 += kBlock) {
-      const int r1 = std::min(t, r0 + kBlock), rows = r1 - r0;
-      block_scores(p, head, r0, r1, hd, score_scale);
-      // dP[rows, r1] = dO[r0:r1] · v[0:r1]ᵀ
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hd, 1.0f, d_o + size_t(r0) * ld_out,
-                  ld_out, head.v, ld, 0.0f, ds, r1);
-      for (int i = r0; i < r1; ++i)
-        probabilities_and_score_gradient_row(p + size_t(i - r0) * r1, ds + size_t(i - r0) * r1, i, r1,
-                                             head_lse[i], head_delta[i]);
-      // dQ[r0:r1] = dS · k[0:r1] / √HD
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, r1, score_scale, ds, r1, head.k, ld,
-                  0.0f, dq + size_t(r0) * ld, ld);
-      // dK[0:r1] += dSᵀ · q[r0:r1] / √HD
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hd, rows, score_scale, ds, r1,
-                  head.q + size_t(r0) * ld, ld, 1.0f, dk, ld);
-      // dV[0:r1] += Pᵀ · dO[r0:r1]
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hd, rows, 1.0f, p, r1, d_o + size_t(r0) * ld_out,
-                  ld_out, 1.0f, dv, ld);
+    const int batch = bkv / nkv;
+    for (int g = 0; g < group; ++g) {
+      const int h = bkv % nkv * group + g;
+      const HeadView head = head_view(qkv, batch, h, t, nh, nkv, hd);
+      const int ld = int(head.qkv_stride);
+      const float* d_o = dout + head.out_offset;
+      const float* o = out + head.out_offset;
+      const float* head_lse = lse + (size_t(batch) * nh + h) * t;
+      float* head_delta = delta + (size_t(batch) * nh + h) * t;
+      float* dq = dqkv + head.q_offset;
+      float* dk = dqkv + head.k_offset;
+      float* dv = dqkv + head.v_offset;
+      for (int i = 0; i < t; ++i) {
+        if (g == 0) {
+          std::fill(dk + size_t(i) * ld, dk + size_t(i) * ld + hd, 0.0f);
+          std::fill(dv + size_t(i) * ld, dv + size_t(i) * ld + hd, 0.0f);
+        }
+        head_delta[i] = dot(d_o + size_t(i) * ld_out, o + size_t(i) * ld_out, hd);
+      }
+      for (int r0 = 0; r0 < t; r0 += kBlock) {
+        const int r1 = std::min(t, r0 + kBlock), rows = r1 - r0;
+        block_scores(p, head, r0, r1, hd, score_scale);
+        // dP[rows, r1] = dO[r0:r1] · v[0:r1]ᵀ
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hd, 1.0f, d_o + size_t(r0) * ld_out,
+                    ld_out, head.v, ld, 0.0f, ds, r1);
+        for (int i = r0; i < r1; ++i)
+          probabilities_and_score_gradient_row(p + size_t(i - r0) * r1, ds + size_t(i - r0) * r1, i, r1,
+                                               head_lse[i], head_delta[i]);
+        // dQ[r0:r1] = dS · k[0:r1] / √HD
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, r1, score_scale, ds, r1, head.k, ld,
+                    0.0f, dq + size_t(r0) * ld, ld);
+        // dK[0:r1] += dSᵀ · q[r0:r1] / √HD
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hd, rows, score_scale, ds, r1,
+                    head.q + size_t(r0) * ld, ld, 1.0f, dk, ld);
+        // dV[0:r1] += Pᵀ · dO[r0:r1]
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hd, rows, 1.0f, p, r1, d_o + size_t(r0) * ld_out,
+                    ld_out, 1.0f, dv, ld);
+      }
     }
   }
 }

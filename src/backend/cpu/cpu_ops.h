@@ -48,8 +48,9 @@ class CpuOps final : public Ops {
   void zero(void* p, size_t bytes) override;
   void synchronize() override {}
 
-  // The ops, one file per family: linear.cpp, layernorm.cpp, elementwise.cpp (GELU too),
-  // embedding.cpp, attention.cpp, cross_entropy.cpp, adamw.cpp; cast in memory.cpp.
+  // The ops, one file per family: linear.cpp, layernorm.cpp, rmsnorm.cpp, elementwise.cpp
+  // (GELU too), swiglu.cpp, rotary.cpp, embedding.cpp, attention.cpp (GQA too),
+  // cross_entropy.cpp, adamw.cpp; cast in memory.cpp.
   PPTRAIN_EACH_OP(PPTRAIN_OP_OVERRIDE)
 
  private:
@@ -57,6 +58,7 @@ class CpuOps final : public Ops {
   // before the parallel region so no thread allocates inside it.
   std::vector<ScratchArray> thread_scratch_;
   std::vector<double> block_sums_;  // sum_squares' per-block partial sums
+  ScratchArray rotary_table_;       // rotary's cos and sin [T, HD/2] each
   void reserve_thread_scratch(size_t floats_per_thread);
 };
 

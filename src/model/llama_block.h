@@ -1,0 +1,80 @@
+// Transformer block of the Llama family (Hugging Face LlamaDecoderLayer), pre-norm, no biases:
+//   x2 = x + proj(attention(rope(qkv(rmsnorm_1(x)))))      grouped-query, causal, scale 1/√HD
+//   y  = x2 + down(silu(gate(rmsnorm_2(x2))) ∘ up(rmsnorm_2(x2)))
+// Parameters (h.<i>.…, the GPT-2 block's names where the role is the same):
+//   ln_1.weight, ln_2.weight [C]                         RMSNorm gains, replicated
+//   attn.qkv.weight [(NH + 2·NKV)·HD, C]                 q, k, v stacked (Hugging Face's
+//                                                        q_proj, k_proj, v_proj), column-parallel
+//                                                        by heads: each section split over tp
+//   attn.proj.weight [C, C]                              o_proj, row-parallel
+//   mlp.gate.weight, mlp.up.weight [F, C]                column-parallel
+//   mlp.down.weight [C, F]                               row-parallel
+// Tensor parallel (Megatron) as the GPT-2 block: the row-parallel outputs are all-reduced in
+// F, the column-parallel layers' input gradients in I; W does no communication. The rotary
+// embedding turns q and k in place after the projection (the projection's W reads its input
+// and dqkv, never qkv), and its transpose turns dqkv back in I.
+#pragma once
+#include "backend/buffer.h"
+#include "core/communicator.h"
+#include "model/dims.h"
+#include "model/layer.h"
+#include "model/param.h"
+
+namespace pptrain {
+
+template <typename T>
+class LlamaBlock final : public Layer<T> {
+ public:
+  LlamaBlock(ParamStore& params, const ModelDims& dims, int layer_index, Communicator& tp);
+  void forward(int mb, const T* x, T* y, const MicrobatchData& data) override;
+  void backward_input(int mb, const T* dy, T* dx) override;
+  void backward_weight(int mb) override;
+  void discard(int mb) override { slots_.release(mb); }
+  size_t slot_bytes() const override;
+
+ private:
+  // Saved per microbatch. N = B·T, C = d_model, CL = NHL·HD, QL = (NHL + 2·KVL)·HD,
+  // HL = F/tp, NHL = NH/tp.
+  struct Slot {
+    const T* x = nullptr;          // [N,C]   block input (owned by the stage)
+    const T* dy = nullptr;         // [N,C]   output gradient (owned by the stage)
+    Buffer<T> ln1;                 // [N,C]
+    Buffer<float> ln1_rstd;        // [N] (fp32 in either precision)
+    Buffer<T> qkv;                 // [N,QL]  q and k after the rotary embedding
+    Buffer<T> probs;               // [B,NHL,T,T] naive attention only
+    Buffer<float> lse, delta;      // [B,NHL,T], [B,NHL,T] fused attention only
+    Buffer<T> attn;                // [N,CL]  attention output before proj
+    Buffer<T> x2;                  // [N,C]   residual after attention
+    Buffer<T> ln2;                 // [N,C]
+    Buffer<float> ln2_rstd;        // [N]
+    Buffer<T> gate, up;            // [N,HL], [N,HL]
+    Buffer<T> act;                 // [N,HL]  silu(gate) ∘ up, down's input
+    // kept by I for W:
+    Buffer<T> dgate, dup;          // [N,HL], [N,HL]
+    Buffer<T> dln2;                // [N,C]   gradient at ln_2's output (all-reduced)
+    Buffer<T> dx2;                 // [N,C]   gradient at x2 = proj's output gradient
+    Buffer<T> dqkv;                // [N,QL]  at the projection's output (rotary undone)
+    Buffer<T> dln1;                // [N,C]
+    // I's own (W does not read them):
+    Buffer<T> dact;                // [N,HL]
+    Buffer<T> dattn;               // [N,CL]
+  };
+  std::unique_ptr<Slot> make_slot();
+  // Calls visit(buffer, element count) for every buffer of a slot (make_slot and slot_bytes).
+  template <typename Visit>
+  void for_each_buffer(Slot& s, Visit&& visit) const;
+  void tp_sum(T* x, size_t n);
+  void attention_forward(Slot& s);
+  void attention_backward_input(Slot& s, const T* dattn);
+
+  Ops& ops_;
+  ModelDims dims_;
+  Communicator& tp_;
+  Param &ln1_w_, &qkv_w_, &proj_w_, &ln2_w_, &gate_w_, &up_w_, &down_w_;
+  SlotPool<Slot> slots_;
+};
+
+// The specs of block `i`'s parameters (the names above), for checkpoints and tests.
+ParamSpec llama_qkv_spec(const ModelDims& d, int i);
+
+}  // namespace pptrain
