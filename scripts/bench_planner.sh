@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The planner's predictions against measurements on this machine (2 cores: 2 ranks x 1
 # thread). A model whose head dominates (GPT-2 shape, 8 blocks of d_model 256, vocabulary
-# 50257, seq 128, micro-batch 2, m = 8): profiled once under mpirun -np 2 (both ranks time
-# the layers at once, as they run in a 2-rank job; tp = 2 too; the transfer and the
-# all-reduce over both ranks) and once on one rank for the one-process run, then trained
-# under several layouts,
-# each with parallel.profile set so its log carries the predicted step beside the measured
-# one (the tokens come from a 256-symbol Markov source). Prints one JSON line: per layout predicted and measured ms (median of the steps
-# after the first two) and their ratio; and the split table: uniform vs closed-form (FLOP
-# balance) vs profiled (exact partition) under 1f1b, and the best layout of `pptrain plan`.
+# 50257, seq 128, micro-batch 2, m = 8; tokens from a 256-symbol Markov source), trained
+# under several layouts, each with parallel.profile: measure: the run times its layers at
+# start-up (every rank at once, tp = 2 as well on two ranks), plans or predicts its step
+# from them, prints the prediction and then trains; so prediction and measurement are
+# minutes apart at most, on a machine whose speed drifts by more than the target. Prints
+# one JSON line: per layout predicted and measured ms (median of the steps after the first
+# two) and their ratio; and the split table: uniform vs closed-form (FLOP balance) vs
+# profiled (exact partition) under 1f1b, and the best layout of `pptrain plan` (planned
+# from a profile taken once under mpirun -np 2).
 set -euo pipefail
 BUILD=${1:-build}
 PPTRAIN=$BUILD/pptrain
@@ -26,7 +27,6 @@ logging: {every: 1, sample_tokens: 0}
 YAML
 MPI="mpirun --oversubscribe --bind-to core -np"
 $MPI 2 "$PPTRAIN" profile "$work/model.yaml" --repeats 5 --out "$work/profile.json" >/dev/null
-"$PPTRAIN" profile "$work/model.yaml" --repeats 5 --out "$work/profile1.json" >/dev/null
 # "measured predicted" of a metrics file: medians over the steps after the first two.
 summarise() {
   python3 - "$1" <<'PY'
@@ -39,9 +39,9 @@ run() {  # name ranks overrides...
   local name=$1 ranks=$2; shift 2
   local metrics="$work/$name.jsonl" log="$work/$name.log"
   if [ "$ranks" = 1 ]; then
-    "$PPTRAIN" train "${CONFIG:-$work/model.yaml}" parallel.profile="$work/profile1.json" logging.metrics="$metrics" "$@" >"$log"
+    "$PPTRAIN" train "${CONFIG:-$work/model.yaml}" parallel.profile=measure logging.metrics="$metrics" "$@" >"$log"
   else
-    $MPI "$ranks" "$PPTRAIN" train "${CONFIG:-$work/model.yaml}" parallel.profile="$work/profile.json" \
+    $MPI "$ranks" "$PPTRAIN" train "${CONFIG:-$work/model.yaml}" parallel.profile=measure \
       logging.metrics="$metrics" "$@" >"$log"
   fi
   summarise "$metrics"
