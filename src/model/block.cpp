@@ -82,21 +82,12 @@ void Block<T>::for_each_buffer(Slot& s, Visit&& visit) const {
 
 template <typename T>
 std::unique_ptr<typename Block<T>::Slot> Block<T>::make_slot() {
-  auto s = std::make_unique<Slot>();
-  for_each_buffer(*s, [this](auto& buffer, size_t count) {
-    buffer = std::remove_reference_t<decltype(buffer)>(ops_, count);
-  });
-  return s;
+  return allocate_slot<Slot>(ops_, [this](Slot& s, auto&& visit) { for_each_buffer(s, visit); });
 }
 
 template <typename T>
 size_t Block<T>::slot_bytes() const {
-  Slot empty;  // nothing allocated: only the list of buffers and their sizes is used
-  size_t bytes = 0;
-  for_each_buffer(empty, [&bytes](auto& buffer, size_t count) {
-    bytes += count * sizeof(*buffer.data());
-  });
-  return bytes;
+  return slot_bytes_of<Slot>([this](Slot& s, auto&& visit) { for_each_buffer(s, visit); });
 }
 
 template <typename T>

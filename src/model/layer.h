@@ -9,8 +9,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
+#include "backend/ops.h"
 #include "core/error.h"
 
 namespace pptrain {
@@ -37,6 +39,25 @@ class Layer {
   // Bytes held per microbatch between F and W (for the memory report).
   virtual size_t slot_bytes() const = 0;
 };
+
+// A slot's buffers from one list: `for_each_buffer(slot, visit)` calls visit(buffer,
+// element count) for every buffer of the slot, so allocating them and adding up their
+// bytes cannot disagree. Buffers are Buffer<U> of the backend `ops`.
+template <typename Slot, typename ForEachBuffer>
+std::unique_ptr<Slot> allocate_slot(Ops& ops, ForEachBuffer&& for_each_buffer) {
+  auto s = std::make_unique<Slot>();
+  for_each_buffer(*s, [&ops](auto& buffer, size_t count) {
+    buffer = std::remove_reference_t<decltype(buffer)>(ops, count);
+  });
+  return s;
+}
+template <typename Slot, typename ForEachBuffer>
+size_t slot_bytes_of(ForEachBuffer&& for_each_buffer) {
+  Slot empty;  // nothing allocated: only the list of buffers and their sizes is used
+  size_t bytes = 0;
+  for_each_buffer(empty, [&bytes](auto& buffer, size_t count) { bytes += count * sizeof(*buffer.data()); });
+  return bytes;
+}
 
 // Per-microbatch activation slots with reuse: a freed slot's buffers serve the next
 // microbatch, so steady-state training allocates nothing.
