@@ -4,7 +4,8 @@
 //  - pkg-config answers nothing (exit 1) until the deps step has run, then delegates to the
 //    real one;
 //  - scripts/install_deps.sh (the deps step) only "installs" by creating a marker file;
-//  - the compiler (mpicxx) and nvcc record their command line and create their output.
+//  - the compilers (mpicxx, nvcc and the fuzz targets' clang++-14) record their command
+//    line and create their output.
 // Checked: the first call succeeds and every compile and link line has the packages'
 // flags; a build step asked for before the packages exist stops with one clear line; the
 // first `make run` builds only build/pptrain before it trains; a test that fails to compile
@@ -68,6 +69,7 @@ class FreshMachine {
         "chmod +x \"$out\" ;; esac\n";
     write_script(bin + "/mpicxx", compiler);
     write_script(bin + "/nvcc", compiler);
+    write_script(bin + "/clang++-14", compiler);  // the fuzz targets' compiler (mk/fuzz.mk)
     write_script(repo_ + "/scripts/install_deps.sh", "echo \"deps $*\" >> " + log + "\ntouch " + marker + "\n");
     path_ = "PATH=" + bin + ":$PATH";
     log_ = log;
