@@ -1,8 +1,9 @@
 // Attention kernels around the batched GEMMs (see attention.cuh).
 //
-// Permutes: one thread per element of the [B,NH,T,HD] side. Consecutive threads walk d,
-// which is also the fastest index of the [B,T,...,HD] side, so both the read and the write
-// of a warp are contiguous runs of HD elements.
+// Permutes: one thread per element of the per-head side ([B,NH,T,HD] and, for qkv, the
+// key/value heads after the query heads). Consecutive threads walk d, which is also the
+// fastest index of the [B,T,heads,HD] side, so both the read and the write of a warp are
+// contiguous runs of HD elements.
 //
 // Softmax forward/backward: one warp per score row (b, h, i), 8 rows per 256-thread block.
 // Lane l handles columns l, l + 32, ... ≤ i; the row max and sums are warp butterflies
@@ -16,36 +17,44 @@ namespace {
 
 constexpr int kBlock = 256;
 
-// For element i of a [B,NH,T,HD] tensor: the offset of the same (b, t, h, d) inside a
-// [B,T,S,NH,HD] tensor at slot s (S = 3 for qkv, S = 1 for the attention output).
-__device__ __forceinline__ size_t interleaved_offset(size_t i, int t, int nh, int hd, int slots,
-                                                     int slot) {
+// For element i of a [B,H,T,HD] tensor: the offset of the same (b, t, h, d) inside a
+// [B,T,H,HD] tensor (rows of H heads).
+__device__ __forceinline__ size_t row_offset(size_t i, int t, int heads, int hd) {
   int d = int(i % hd);
   size_t rest = i / hd;
   int ti = int(rest % t);
   rest /= t;
-  int h = int(rest % nh);
-  size_t bi = rest / nh;
-  return (((bi * t + ti) * slots + slot) * nh + h) * hd + d;
+  int h = int(rest % heads);
+  size_t bi = rest / heads;
+  return ((bi * t + ti) * heads + h) * hd + d;
+}
+
+// Element i of [B, NH + 2·NKV, T, HD], the heads of q, k and v stacked per batch index: its
+// place in q[B,NH,T,HD], k or v[B,NKV,T,HD], as a pointer into whichever holds it.
+template <typename P>
+__device__ __forceinline__ P* head_element(size_t i, P* q, P* k, P* v, int t, int nh, int nkv, int hd) {
+  size_t head_size = size_t(t) * hd, within = i % head_size, rest = i / head_size;
+  int h = int(rest % (nh + 2 * nkv));
+  size_t bi = rest / (nh + 2 * nkv);
+  if (h < nh) return q + (bi * nh + h) * head_size + within;
+  if (h < nh + nkv) return k + (bi * nkv + h - nh) * head_size + within;
+  return v + (bi * nkv + h - nh - nkv) * head_size + within;
+}
+
+// qkv as rows of NH + 2·NKV heads; one thread per element, consecutive threads walk d.
+template <typename T>
+__global__ void permute_kernel(T* q, T* k, T* v, const T* qkv, size_t total, int t, int nh, int nkv, int hd) {
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  *head_element(i, q, k, v, t, nh, nkv, hd) = qkv[row_offset(i, t, nh + 2 * nkv, hd)];
 }
 
 template <typename T>
-__global__ void permute_kernel(T* q, T* k, T* v, const T* qkv, size_t total, int t, int nh, int hd) {
+__global__ void permute_backward_kernel(T* dqkv, const T* dq, const T* dk, const T* dv, size_t total, int t,
+                                        int nh, int nkv, int hd) {
   size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= total) return;
-  q[i] = qkv[interleaved_offset(i, t, nh, hd, 3, 0)];
-  k[i] = qkv[interleaved_offset(i, t, nh, hd, 3, 1)];
-  v[i] = qkv[interleaved_offset(i, t, nh, hd, 3, 2)];
-}
-
-template <typename T>
-__global__ void permute_backward_kernel(T* dqkv, const T* dq, const T* dk, const T* dv, size_t total,
-                                        int t, int nh, int hd) {
-  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= total) return;
-  dqkv[interleaved_offset(i, t, nh, hd, 3, 0)] = dq[i];
-  dqkv[interleaved_offset(i, t, nh, hd, 3, 1)] = dk[i];
-  dqkv[interleaved_offset(i, t, nh, hd, 3, 2)] = dv[i];
+  dqkv[row_offset(i, t, nh + 2 * nkv, hd)] = *head_element(i, dq, dk, dv, t, nh, nkv, hd);
 }
 
 // to_heads: dst[B,NH,T,HD] = src[B,T,NH,HD]; else the reverse.
@@ -54,7 +63,7 @@ __global__ void unpermute_kernel(T* dst, const T* src, size_t total, int t, int 
                                  bool to_heads) {
   size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= total) return;
-  size_t j = interleaved_offset(i, t, nh, hd, 1, 0);
+  size_t j = row_offset(i, t, nh, hd);
   if (to_heads) dst[i] = src[j];
   else dst[j] = src[i];
 }
@@ -101,20 +110,20 @@ dim3 row_grid(int rows) { return dim3(ceil_div(rows, kBlock / kWarp)); }
 
 template <typename T>
 void launch_attention_permute(const LaunchContext& ctx, T* q, T* k, T* v, const T* qkv, int b, int t,
-                              int nh, int hd) {
-  size_t total = size_t(b) * nh * t * hd;
+                              int nh, int nkv, int hd) {
+  size_t total = size_t(b) * (nh + 2 * nkv) * t * hd;
   if (total == 0) return;
   launch(ctx, "attention_permute", permute_kernel<T>, element_grid(total), dim3(kBlock), 0, q, k, v,
-         qkv, total, t, nh, hd);
+         qkv, total, t, nh, nkv, hd);
 }
 
 template <typename T>
 void launch_attention_permute_backward(const LaunchContext& ctx, T* dqkv, const T* dq, const T* dk,
-                                       const T* dv, int b, int t, int nh, int hd) {
-  size_t total = size_t(b) * nh * t * hd;
+                                       const T* dv, int b, int t, int nh, int nkv, int hd) {
+  size_t total = size_t(b) * (nh + 2 * nkv) * t * hd;
   if (total == 0) return;
   launch(ctx, "attention_permute_backward", permute_backward_kernel<T>, element_grid(total),
-         dim3(kBlock), 0, dqkv, dq, dk, dv, total, t, nh, hd);
+         dim3(kBlock), 0, dqkv, dq, dk, dv, total, t, nh, nkv, hd);
 }
 
 template <typename T>
@@ -155,9 +164,9 @@ void launch_attention_softmax_backward(const LaunchContext& ctx, T* dscores, con
 
 #define PPTRAIN_INSTANTIATE(T)                                                                   \
   template void launch_attention_permute<T>(const LaunchContext&, T*, T*, T*, const T*, int, int, \
-                                            int, int);                                           \
+                                            int, int, int);                                      \
   template void launch_attention_permute_backward<T>(const LaunchContext&, T*, const T*,          \
-                                                     const T*, const T*, int, int, int, int);    \
+                                                     const T*, const T*, int, int, int, int, int); \
   template void launch_attention_unpermute<T>(const LaunchContext&, T*, const T*, int, int, int,  \
                                               int);                                              \
   template void launch_attention_unpermute_backward<T>(const LaunchContext&, T*, const T*, int,   \

@@ -10,6 +10,11 @@
 // memory (mostly L2) and does 4·64·kCols·HD FLOPs in the forward (S = QKᵀ and PV: 1 MFLOP),
 // 8·64·kCols·HD in the backward kernels: 64 (forward) and 128 (backward) FLOPs per byte.
 //
+// Grouped-query attention: a query head reads the rows of its key/value head (Head below);
+// the forward and dQ change nothing else. dK and dV of a key/value head sum over the query
+// heads of its group: one kv_kernel block per key tile of the key/value head loops over the
+// group's heads, so that sum stays in the block's registers too.
+//
 // Forward: one block per (query tile, b·h); for each key tile j0 ≤ the tile's last query:
 //   S = Q Kᵀ · (log2 e / √HD)           [64, kCols]   (base 2: exp2f is one instruction)
 //   mask j > i to −∞ (every tile; a no-op below the diagonal)
@@ -22,7 +27,8 @@
 //
 // Backward (the I action), deterministic, no atomics:
 //   delta_kernel: delta[i] = Σ_d dout[i,d] · out[i,d]
-//   kv_kernel: one block per (key tile, b·h) loops over query tiles i0 ≥ its first key and
+//   kv_kernel: one block per (key tile, b·kv) loops over the group's query heads and, for
+//     each, over query tiles i0 ≥ its first key and
 //     accumulates dV += Pᵀ dO, dK += dSᵀ Q with P = 2^(S·log2e − lse·log2e), dS = P (dP − delta),
 //     dP = dO Vᵀ, in registers it owns.
 //   q_kernel: one block per (query tile, b·h) loops over key tiles and accumulates dQ += dS K.
@@ -36,18 +42,22 @@ namespace {
 
 using namespace flash;
 
-// Where the rows of one (b, h) live: row i of q/k/v at base + i·qkv_stride (+ nh·HD, + 2·nh·HD),
-// of out/dout at base + i·row_stride; lse/delta at stats + i.
+// Where the rows of query head hi of batch index bi and of its key/value head hi / (NH/NKV)
+// live in qkv[B,T,(NH + 2·NKV)·HD]: row i of q, k, v at q, k, v + i·qkv_stride; of out/dout
+// at row + i·row_stride; lse/delta at stats + i.
 struct Head {
-  size_t qkv, row, stats;  // offsets of row 0
+  size_t q, k, v, row, stats;  // offsets of row 0
   size_t qkv_stride, row_stride;
-  __device__ Head(int t, int nh, int hd) {
-    int bi = blockIdx.y / nh, hi = blockIdx.y % nh;
-    qkv_stride = 3 * size_t(nh) * hd;
+  __device__ Head(int bi, int hi, int t, int nh, int nkv, int hd) {
+    int kv = hi / (nh / nkv);
+    qkv_stride = size_t(nh + 2 * nkv) * hd;
     row_stride = size_t(nh) * hd;
-    qkv = size_t(bi) * t * qkv_stride + size_t(hi) * hd;
+    size_t base = size_t(bi) * t * qkv_stride;
+    q = base + size_t(hi) * hd;
+    k = base + size_t(nh + kv) * hd;
+    v = base + size_t(nh + nkv + kv) * hd;
     row = size_t(bi) * t * row_stride + size_t(hi) * hd;
-    stats = size_t(blockIdx.y) * t;
+    stats = (size_t(bi) * nh + hi) * t;
   }
 };
 
@@ -74,16 +84,17 @@ __device__ __forceinline__ float softmax_step(float* s, float& m, float& l) {
 }
 
 template <typename T, int HD>
-__global__ void __launch_bounds__(kThreads) forward_kernel(T* out, float* lse, const T* qkv, int t, int nh) {
+__global__ void __launch_bounds__(kThreads) forward_kernel(T* out, float* lse, const T* qkv, int t, int nh,
+                                                           int nkv) {
   using C = Config<T, HD>;
   constexpr int kCols = C::kCols;
   __shared__ __align__(32) unsigned char smem[C::kBytes];
   T* k_tile = reinterpret_cast<T*>(smem + C::kX);  // [kCols][HD]
   T* v_tile = reinterpret_cast<T*>(smem + C::kY);  // [kCols][HD]
-  Head head(t, nh, HD);
-  const T* q = qkv + head.qkv;
-  const T* k = q + size_t(nh) * HD;
-  const T* v = k + size_t(nh) * HD;
+  Head head(blockIdx.y / nh, blockIdx.y % nh, t, nh, nkv, HD);
+  const T* q = qkv + head.q;
+  const T* k = qkv + head.k;
+  const T* v = qkv + head.v;
   int warp = threadIdx.x / kWarp, r = threadIdx.x % kWarp / 2, h = threadIdx.x % 2;
   int q0 = (gridDim.x - 1 - blockIdx.x) * kRows;  // the longest rows first: better tail balance
   int q_end = min_int(q0 + kRows, t);
@@ -164,10 +175,11 @@ __global__ void delta_kernel(float* delta, const T* dout, const T* out, int rows
   if (lane == 0) delta[(size_t(bi) * nh + hi) * t + i] = sum;
 }
 
-// dK and dV of one key tile (the block's 64 rows) over every query tile at or after it.
+// dK and dV of one key tile (the block's 64 rows) of key/value head (b, kv) over every query
+// tile at or after it of each of the group's NH/NKV query heads, in head order.
 template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads)
-    kv_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta, int t, int nh) {
+    kv_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta, int t, int nh, int nkv) {
   using C = Config<T, HD>;
   constexpr int kCols = C::kCols;
   __shared__ __align__(32) unsigned char smem[C::kBytes];
@@ -175,21 +187,21 @@ __global__ void __launch_bounds__(kThreads)
   T* do_tile = reinterpret_cast<T*>(smem + C::kY);    // [kCols][HD]
   float* lse2 = reinterpret_cast<float*>(smem + C::kStats);  // [kCols] lse in base 2
   float* dlt = lse2 + kCols;                                  // [kCols] delta
-  Head head(t, nh, HD);
-  const T* q = qkv + head.qkv;
-  const T* k = q + size_t(nh) * HD;
-  const T* v = k + size_t(nh) * HD;
-  const T* dO = dout + head.row;
+  int bi = blockIdx.y / nkv, group = nh / nkv, first_head = blockIdx.y % nkv * group;
+  Head head(bi, first_head, t, nh, nkv, HD);  // the query head being summed (k, v: the group's)
+  const T* k = qkv + head.k;
+  const T* v = qkv + head.v;
   int warp = threadIdx.x / kWarp, r = threadIdx.x % kWarp / 2, h = threadIdx.x % 2;
   int k0 = blockIdx.x * kRows;  // key tiles near 0 see the most queries: launched first
   int j = k0 + warp * kWarpRows + r;  // this lane's key row
   float scale = 1.0f / sqrtf(float(HD)), scale2 = scale * kLog2e;
   float dk[HD / 2], dv[HD / 2];  // the lane's halves of dK and dV row j (fp32 path and epilogue)
 
-  // Query tile i0 into q_tile / do_tile / lse2 / dlt; rows past T get lse = +∞ (P = 0).
+  // Query tile i0 of the current query head into q_tile / do_tile / lse2 / dlt; rows past T
+  // get lse = +∞ (P = 0).
   auto load_query_tile = [&](int i0) {
-    load_tile<T, HD>(q_tile, q + i0 * head.qkv_stride, head.qkv_stride, kCols, t - i0);
-    load_tile<T, HD>(do_tile, dO + i0 * head.row_stride, head.row_stride, kCols, t - i0);
+    load_tile<T, HD>(q_tile, qkv + head.q + i0 * head.qkv_stride, head.qkv_stride, kCols, t - i0);
+    load_tile<T, HD>(do_tile, dout + head.row + i0 * head.row_stride, head.row_stride, kCols, t - i0);
     for (int c = threadIdx.x; c < kCols; c += blockDim.x) {
       bool valid = i0 + c < t;
       lse2[c] = valid ? lse[head.stats + i0 + c] * kLog2e : INFINITY;
@@ -198,6 +210,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
   };
   int first = k0 / kCols * kCols;  // the first query tile that sees key k0
+  // Both paths visit every (query head of the group, query tile) pair in a fixed order: the
+  // group's sum of dK and dV is accumulated by this block alone, in registers, no atomics.
 
   if constexpr (C::kTensorCores) {
     float* scratch = reinterpret_cast<float*>(smem) + warp * kWarpRows * C::kLdS;
@@ -214,27 +228,30 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // the staging area becomes the scratch tiles
     FragAcc dk_acc[HD / 16], dv_acc[HD / 16];
     for (int c = 0; c < HD / 16; ++c) wmma::fill_fragment(dk_acc[c], 0.0f), wmma::fill_fragment(dv_acc[c], 0.0f);
-    for (int i0 = first; i0 < t; i0 += kCols) {
-      load_query_tile(i0);
-      product_with_tile_rows<HD, kCols>(scratch, C::kLdS, ka, q_tile);  // Sᵀ[16][kCols]
-      __syncwarp();
-      float p[kCols / 2];  // Pᵀ of columns (queries) 2·k2 + h
-      for (int k2 = 0; k2 < kCols / 2; ++k2) {
-        int col = 2 * k2 + h;
-        p[k2] = i0 + col < j ? 0.0f : exp2f(scratch[r * C::kLdS + col] * scale2 - lse2[col]);
-        p_tile[r * C::kLdP + col] = from_float<bf16>(p[k2]);
+    for (int hi = first_head; hi < first_head + group; ++hi) {
+      head = Head(bi, hi, t, nh, nkv, HD);
+      for (int i0 = first; i0 < t; i0 += kCols) {
+        load_query_tile(i0);
+        product_with_tile_rows<HD, kCols>(scratch, C::kLdS, ka, q_tile);  // Sᵀ[16][kCols]
+        __syncwarp();
+        float p[kCols / 2];  // Pᵀ of columns (queries) 2·k2 + h
+        for (int k2 = 0; k2 < kCols / 2; ++k2) {
+          int col = 2 * k2 + h;
+          p[k2] = i0 + col < j ? 0.0f : exp2f(scratch[r * C::kLdS + col] * scale2 - lse2[col]);
+          p_tile[r * C::kLdP + col] = from_float<bf16>(p[k2]);
+        }
+        __syncwarp();
+        accumulate_p_times_tile<HD, kCols>(dv_acc, p_tile, C::kLdP, do_tile);  // dV += Pᵀ dO
+        product_with_tile_rows<HD, kCols>(scratch, C::kLdS, va, do_tile);      // dPᵀ = V dOᵀ
+        __syncwarp();
+        for (int k2 = 0; k2 < kCols / 2; ++k2) {
+          int col = 2 * k2 + h;
+          p_tile[r * C::kLdP + col] = from_float<bf16>(p[k2] * (scratch[r * C::kLdS + col] - dlt[col]));
+        }
+        __syncwarp();
+        accumulate_p_times_tile<HD, kCols>(dk_acc, p_tile, C::kLdP, q_tile);  // dK += dSᵀ Q
+        __syncthreads();
       }
-      __syncwarp();
-      accumulate_p_times_tile<HD, kCols>(dv_acc, p_tile, C::kLdP, do_tile);  // dV += Pᵀ dO
-      product_with_tile_rows<HD, kCols>(scratch, C::kLdS, va, do_tile);      // dPᵀ = V dOᵀ
-      __syncwarp();
-      for (int k2 = 0; k2 < kCols / 2; ++k2) {
-        int col = 2 * k2 + h;
-        p_tile[r * C::kLdP + col] = from_float<bf16>(p[k2] * (scratch[r * C::kLdS + col] - dlt[col]));
-      }
-      __syncwarp();
-      accumulate_p_times_tile<HD, kCols>(dk_acc, p_tile, C::kLdP, q_tile);  // dK += dSᵀ Q
-      __syncthreads();
     }
     for (int c = 0; c < HD / 16; ++c) {
       chunk_to_lane(dk + c * 8, dk_acc[c], scratch, C::kLdS, r, h);
@@ -245,38 +262,40 @@ __global__ void __launch_bounds__(kThreads)
     load_half_row<T, HD>(kr, k + size_t(j) * head.qkv_stride, j < t, h);
     load_half_row<T, HD>(vr, v + size_t(j) * head.qkv_stride, j < t, h);
     for (int k2 = 0; k2 < HD / 2; ++k2) dk[k2] = dv[k2] = 0.0f;
-    for (int i0 = first; i0 < t; i0 += kCols) {
-      load_query_tile(i0);
-      for (int c = 0; c < kCols; ++c) {
-        float s = pair_dot<T, HD>(kr, q_tile + c * kTileLd<T, HD>, h);
-        float p = i0 + c < j ? 0.0f : exp2f(s * scale2 - lse2[c]);
-        float dp = pair_dot<T, HD>(vr, do_tile + c * kTileLd<T, HD>, h);
-        axpy_half<T, HD>(dv, p, do_tile + c * kTileLd<T, HD>, h);
-        axpy_half<T, HD>(dk, p * (dp - dlt[c]), q_tile + c * kTileLd<T, HD>, h);
+    for (int hi = first_head; hi < first_head + group; ++hi) {
+      head = Head(bi, hi, t, nh, nkv, HD);
+      for (int i0 = first; i0 < t; i0 += kCols) {
+        load_query_tile(i0);
+        for (int c = 0; c < kCols; ++c) {
+          float s = pair_dot<T, HD>(kr, q_tile + c * kTileLd<T, HD>, h);
+          float p = i0 + c < j ? 0.0f : exp2f(s * scale2 - lse2[c]);
+          float dp = pair_dot<T, HD>(vr, do_tile + c * kTileLd<T, HD>, h);
+          axpy_half<T, HD>(dv, p, do_tile + c * kTileLd<T, HD>, h);
+          axpy_half<T, HD>(dk, p * (dp - dlt[c]), q_tile + c * kTileLd<T, HD>, h);
+        }
+        __syncthreads();
       }
-      __syncthreads();
     }
   }
   if (j >= t) return;
   for (int k2 = 0; k2 < HD / 2; ++k2) dk[k2] *= scale;  // S = scale · q·k
-  T* dk_row = dqkv + head.qkv + size_t(j) * head.qkv_stride + size_t(nh) * HD;
-  store_half_row<T, HD>(dk_row, dk, h);
-  store_half_row<T, HD>(dk_row + size_t(nh) * HD, dv, h);
+  store_half_row<T, HD>(dqkv + head.k + size_t(j) * head.qkv_stride, dk, h);
+  store_half_row<T, HD>(dqkv + head.v + size_t(j) * head.qkv_stride, dv, h);
 }
 
 // dQ of one query tile (the block's 64 rows) over every key tile up to it.
 template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads)
-    q_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta, int t, int nh) {
+    q_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta, int t, int nh, int nkv) {
   using C = Config<T, HD>;
   constexpr int kCols = C::kCols;
   __shared__ __align__(32) unsigned char smem[C::kBytes];
   T* k_tile = reinterpret_cast<T*>(smem + C::kX);
   T* v_tile = reinterpret_cast<T*>(smem + C::kY);
-  Head head(t, nh, HD);
-  const T* q = qkv + head.qkv;
-  const T* k = q + size_t(nh) * HD;
-  const T* v = k + size_t(nh) * HD;
+  Head head(blockIdx.y / nh, blockIdx.y % nh, t, nh, nkv, HD);
+  const T* q = qkv + head.q;
+  const T* k = qkv + head.k;
+  const T* v = qkv + head.v;
   const T* dO = dout + head.row;
   int warp = threadIdx.x / kWarp, r = threadIdx.x % kWarp / 2, h = threadIdx.x % 2;
   int q0 = (gridDim.x - 1 - blockIdx.x) * kRows;
@@ -345,7 +364,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (i >= t) return;
   for (int k2 = 0; k2 < HD / 2; ++k2) dq[k2] *= scale;
-  store_half_row<T, HD>(dqkv + head.qkv + size_t(i) * head.qkv_stride, dq, h);
+  store_half_row<T, HD>(dqkv + head.q + size_t(i) * head.qkv_stride, dq, h);
 }
 
 // Calls f(std::integral_constant<int, HD>) for a supported head dim; fails otherwise.
@@ -359,8 +378,10 @@ void with_head_dim(int hd, F f) {
   }
 }
 
-void check_shape(int b, int t, int nh, bool aligned) {
+void check_shape(int b, int t, int nh, int nkv, bool aligned) {
   if (b < 0 || t < 0 || nh < 0) fail("flash attention: negative shape b=", b, " t=", t, " nh=", nh);
+  if (nkv < 1 || nh % nkv != 0)
+    fail("flash attention: ", nkv, " key/value heads do not divide ", nh, " query heads evenly");
   if (size_t(b) * nh > 65535) fail("flash attention: b·nh = ", size_t(b) * nh, " exceeds 65535 heads per launch");
   if (!aligned) fail("flash attention: tensors must be 16-byte aligned");
 }
@@ -376,41 +397,42 @@ size_t flash_attention_shared_bytes(int hd) {
 
 template <typename T>
 void launch_flash_attention_forward(const LaunchContext& ctx, T* out, float* lse, const T* qkv, int b, int t,
-                                    int nh, int hd) {
+                                    int nh, int nkv, int hd) {
   with_head_dim(hd, [&](auto hd_constant) {
     constexpr int HD = decltype(hd_constant)::value;
-    check_shape(b, t, nh, aligned16(out, qkv));
+    check_shape(b, t, nh, nkv, aligned16(out, qkv));
     if (size_t(b) * t * nh == 0) return;
     dim3 grid(ceil_div(t, kRows), b * nh);
     launch(ctx, "flash_attention_forward", forward_kernel<T, HD>, grid, dim3(kThreads), 0, out, lse, qkv, t,
-           nh);
+           nh, nkv);
   });
 }
 
 template <typename T>
 void launch_flash_attention_backward_input(const LaunchContext& ctx, T* dqkv, float* delta, const T* dout,
                                            const T* qkv, const T* out, const float* lse, int b, int t, int nh,
-                                           int hd) {
+                                           int nkv, int hd) {
   with_head_dim(hd, [&](auto hd_constant) {
     constexpr int HD = decltype(hd_constant)::value;
-    check_shape(b, t, nh, aligned16(dqkv, dout, qkv, out));
+    check_shape(b, t, nh, nkv, aligned16(dqkv, dout, qkv, out));
     int rows = b * t * nh;
     if (rows == 0) return;
     launch(ctx, "flash_attention_delta", delta_kernel<T>, dim3(ceil_div(rows, kWarps)), dim3(kThreads), 0, delta,
            dout, out, rows, t, nh, hd);
-    dim3 grid(ceil_div(t, kRows), b * nh);
-    launch(ctx, "flash_attention_backward_kv", kv_kernel<T, HD>, grid, dim3(kThreads), 0, dqkv, dout, qkv, lse,
-           static_cast<const float*>(delta), t, nh);
-    launch(ctx, "flash_attention_backward_q", q_kernel<T, HD>, grid, dim3(kThreads), 0, dqkv, dout, qkv, lse,
-           static_cast<const float*>(delta), t, nh);
+    // dK, dV: one block per key tile of each key/value head; dQ: one per query tile of each query head.
+    launch(ctx, "flash_attention_backward_kv", kv_kernel<T, HD>, dim3(ceil_div(t, kRows), b * nkv),
+           dim3(kThreads), 0, dqkv, dout, qkv, lse, static_cast<const float*>(delta), t, nh, nkv);
+    launch(ctx, "flash_attention_backward_q", q_kernel<T, HD>, dim3(ceil_div(t, kRows), b * nh), dim3(kThreads),
+           0, dqkv, dout, qkv, lse, static_cast<const float*>(delta), t, nh, nkv);
   });
 }
 
 #define PPTRAIN_INSTANTIATE(T)                                                                                   \
   template size_t flash_attention_shared_bytes<T>(int);                                                         \
-  template void launch_flash_attention_forward<T>(const LaunchContext&, T*, float*, const T*, int, int, int, int); \
+  template void launch_flash_attention_forward<T>(const LaunchContext&, T*, float*, const T*, int, int, int, int, \
+                                                  int);                                                         \
   template void launch_flash_attention_backward_input<T>(const LaunchContext&, T*, float*, const T*, const T*,   \
-                                                         const T*, const float*, int, int, int, int);
+                                                         const T*, const float*, int, int, int, int, int);
 PPTRAIN_INSTANTIATE(float)
 PPTRAIN_INSTANTIATE(bf16)
 #undef PPTRAIN_INSTANTIATE

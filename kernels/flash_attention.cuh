@@ -4,10 +4,13 @@
 // and lse = log Σ_{j≤i} exp(q_i·k_j / √HD); the backward recomputes the probabilities tile
 // by tile as exp(s − lse).
 //
-// Layouts (as attention_forward): qkv[B,T,3·NH·HD] (per row all queries, then keys, then
-// values), out and dout[B,T,NH·HD], lse and delta[B,NH,T] (fp32). T is any length ≥ 1; HD is
-// 32, 64 or 128 (anything else fails with one line). Tensors are of storage type T (float or
-// bf16); statistics and accumulators are fp32. Pointers must be 16-byte aligned.
+// Grouped-query (Ops::gqa_flash_attention_*): NKV key/value heads, NKV dividing NH, query
+// head h attending with key/value head h / (NH/NKV); NKV = NH is multi-head attention.
+// Layouts (as gqa_attention_forward): qkv[B,T,(NH + 2·NKV)·HD] (per row the NH query heads,
+// then the NKV key heads, then the NKV value heads), out and dout[B,T,NH·HD], lse and
+// delta[B,NH,T] (fp32). T is any length ≥ 1; HD is 32, 64 or 128 (anything else fails with
+// one line). Tensors are of storage type T (float or bf16); statistics and accumulators are
+// fp32. Pointers must be 16-byte aligned.
 #pragma once
 #include <cstddef>
 
@@ -15,17 +18,31 @@
 
 namespace pptrain::kernels {
 
-// out[B,T,NH·HD] = causal softmax(q kᵀ / √HD) v per head; lse[B,NH,T] (natural log).
+// out[B,T,NH·HD] = causal softmax(q kᵀ / √HD) v per query head; lse[B,NH,T] (natural log).
 template <typename T>
 void launch_flash_attention_forward(const LaunchContext& ctx, T* out, float* lse, const T* qkv, int b,
-                                    int t, int nh, int hd);
+                                    int t, int nh, int nkv, int hd);
 
-// dqkv[B,T,3·NH·HD] (overwritten) from dout and the forward's qkv, out, lse; delta[B,NH,T] is
-// scratch that receives Σ_d dout·out per row.
+// dqkv[B,T,(NH + 2·NKV)·HD] (overwritten) from dout and the forward's qkv, out, lse; the key
+// and value gradients sum over each group's query heads. delta[B,NH,T] is scratch that
+// receives Σ_d dout·out per row.
 template <typename T>
 void launch_flash_attention_backward_input(const LaunchContext& ctx, T* dqkv, float* delta, const T* dout,
                                            const T* qkv, const T* out, const float* lse, int b, int t,
-                                           int nh, int hd);
+                                           int nh, int nkv, int hd);
+
+// Multi-head attention (NKV = NH): qkv[B,T,3·NH·HD].
+template <typename T>
+void launch_flash_attention_forward(const LaunchContext& ctx, T* out, float* lse, const T* qkv, int b,
+                                    int t, int nh, int hd) {
+  launch_flash_attention_forward(ctx, out, lse, qkv, b, t, nh, nh, hd);
+}
+template <typename T>
+void launch_flash_attention_backward_input(const LaunchContext& ctx, T* dqkv, float* delta, const T* dout,
+                                           const T* qkv, const T* out, const float* lse, int b, int t,
+                                           int nh, int hd) {
+  launch_flash_attention_backward_input(ctx, dqkv, delta, dout, qkv, out, lse, b, t, nh, nh, hd);
+}
 
 // Static shared memory of one block of each flash kernel at storage type T and head dim hd
 // (bytes; the same for every T, since no tile depends on the sequence length).

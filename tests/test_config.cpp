@@ -131,8 +131,11 @@ TEST(Config, RejectsImpossibleLlamaShapesWithOneLine) {
   EXPECT_NE(msg.find("key 'model.rope_theta': expected 1 < rope_theta"), std::string::npos) << msg;
   msg = error_of(llama, {"model.norm_eps=0"});
   EXPECT_NE(msg.find("key 'model.norm_eps': expected 0 < norm_eps"), std::string::npos) << msg;
-  msg = error_of("device: cuda\n" + llama);
-  EXPECT_NE(msg.find("key 'model.arch': llama runs on device: cpu only"), std::string::npos) << msg;
+  // Llama runs on cuda, with the handwritten or the naive attention; cuDNN's is multi-head only.
+  EXPECT_EQ(parse_config("device: cuda\n" + llama, "l.yaml").model.attention, "naive");  // head size 16
+  msg = error_of("device: cuda\n" + llama, {"model.attention=cudnn", "training.precision=bf16"});
+  EXPECT_NE(msg.find("key 'model.attention': cudnn runs multi-head attention only, got n_kv_head 2 < n_head 4"),
+            std::string::npos) << msg;
   msg = error_of("model: {arch: llama3}\n");
   EXPECT_NE(msg.find("expected gpt2 or llama, got 'llama3'"), std::string::npos) << msg;
   // gpt2 takes none of the Llama keys.

@@ -432,6 +432,72 @@ TEST(CudaBackendOps, AttentionForwardAndDgrad) {
   }
 }
 
+// ---- the Llama family: RMSNorm, rotary embedding, SwiGLU, grouped-query attention -------------
+
+TEST(CudaBackendOps, RmsnormRotaryAndSwiglu) {
+  const int n = 11, c = 19;
+  const int b = 2, t = 7, nh = 4, nkv = 2, hd = 6, qkv = (nh + 2 * nkv) * hd;
+  const size_t f = 1029;
+  compare({"y", "rstd", "dx", "dx_acc", "dg", "qkv", "dqkv", "act", "dgate", "dup"}, [&](BackendRun& r) {
+    r.put("x", random_floats(size_t(n) * c, 21, -2.0f, 3.0f));
+    r.put("g", random_floats(c, 22));
+    r.put("dy", random_floats(size_t(n) * c, 24));
+    r.zeros("y", size_t(n) * c);
+    r.zeros("rstd", n);
+    r.zeros("dx", size_t(n) * c);
+    r.put("dx_acc", random_floats(size_t(n) * c, 25));
+    r.put("dg", random_floats(c, 26));
+    r.ops().rmsnorm_forward(r.f("y"), r.f("rstd"), r.f("x"), r.f("g"), n, c, 1e-6f);
+    r.ops().rmsnorm_backward_input(r.f("dx"), r.f("dy"), r.f("x"), r.f("rstd"), r.f("g"), n, c, nullptr);
+    // dx_acc = dx_acc + RMSNorm'(dy): the residual in place (dx aliases it)
+    r.ops().rmsnorm_backward_input(r.f("dx_acc"), r.f("dy"), r.f("x"), r.f("rstd"), r.f("g"), n, c, r.f("dx_acc"));
+    r.ops().rmsnorm_backward_weight(r.f("dg"), r.f("dy"), r.f("x"), r.f("rstd"), n, c);
+    r.put("qkv", random_floats(size_t(b) * t * qkv, 27));
+    r.put("dqkv", random_floats(size_t(b) * t * qkv, 28));
+    r.ops().rotary_forward(r.f("qkv"), b, t, nh, nkv, hd, 10000.0f);
+    r.ops().rotary_backward_input(r.f("dqkv"), b, t, nh, nkv, hd, 10000.0f);
+    r.put("gate", random_floats(f, 29, -5.0f, 5.0f));
+    r.put("up", random_floats(f, 30));
+    r.put("dact", random_floats(f, 31));
+    r.zeros("act", f);
+    r.zeros("dgate", f);
+    r.zeros("dup", f);
+    r.ops().swiglu_forward(r.f("act"), r.f("gate"), r.f("up"), f);
+    r.ops().swiglu_backward_input(r.f("dgate"), r.f("dup"), r.f("dact"), r.f("gate"), r.f("up"), f);
+    return 0.0;
+  });
+}
+
+TEST(CudaBackendOps, GroupedQueryAttentionNaiveAndFlash) {
+  struct Shape { int b, t, nh, nkv, hd; bool flash; };
+  for (Shape s : {Shape{2, 5, 4, 2, 4, false}, Shape{1, 7, 3, 1, 5, false}, Shape{2, 9, 4, 2, 32, true},
+                  Shape{1, 5, 2, 1, 32, true}}) {
+    SCOPED_TRACE(::testing::Message() << "b=" << s.b << " t=" << s.t << " nh=" << s.nh << " nkv=" << s.nkv
+                                      << " hd=" << s.hd << (s.flash ? " flash" : " naive"));
+    const size_t rows = size_t(s.b) * s.t, e = rows * s.nh * s.hd, qkv = rows * (s.nh + 2 * s.nkv) * s.hd;
+    const size_t stats = size_t(s.b) * s.nh * s.t;
+    compare({"out", "dqkv"}, [&](BackendRun& r) {
+      r.put("qkv", random_floats(qkv, 51, -1.5f, 1.5f));
+      r.put("dout", random_floats(e, 52));
+      r.zeros("out", e);
+      r.put("dqkv", random_floats(qkv, 53));  // overwritten, not accumulated
+      if (s.flash) {
+        r.zeros("lse", stats);
+        r.zeros("delta", stats);
+        r.ops().gqa_flash_attention_forward(r.f("out"), r.f("lse"), r.f("qkv"), s.b, s.t, s.nh, s.nkv, s.hd);
+        r.ops().gqa_flash_attention_backward_input(r.f("dqkv"), r.f("delta"), r.f("dout"), r.f("qkv"), r.f("out"),
+                                                   r.f("lse"), s.b, s.t, s.nh, s.nkv, s.hd);
+      } else {
+        r.zeros("probs", stats * s.t);
+        r.ops().gqa_attention_forward(r.f("out"), r.f("probs"), r.f("qkv"), s.b, s.t, s.nh, s.nkv, s.hd);
+        r.ops().gqa_attention_backward_input(r.f("dqkv"), r.f("dout"), r.f("qkv"), r.f("probs"), s.b, s.t, s.nh,
+                                             s.nkv, s.hd);
+      }
+      return 0.0;
+    });
+  }
+}
+
 // ---- cross-entropy ---------------------------------------------------------------------------
 
 TEST(CudaBackendOps, VocabParallelCrossEntropyWithPadding) {

@@ -134,15 +134,15 @@ struct ConstView {
   /* ---- RMSNorm over C (Llama; Hugging Face LlamaRMSNorm) ----------------------------------- */ \
   /* y[N,C] = (x · rstd) · g[C], rstd = 1 / √(mean(x²) + eps) (eps inside the root); saves         \
      rstd[N] for backward. */                                                                      \
-  OP(void, rmsnorm_forward,                                                                        \
-     (View y, float* rstd, ConstView x, ConstView g, int n, int c, float eps),                     \
-     (y, rstd, x, g, n, c, eps))                                                                   \
+  LAUNCHED(void, rmsnorm_forward,                                                                  \
+           (View y, float* rstd, ConstView x, ConstView g, int n, int c, float eps),               \
+           (y, rstd, x, g, n, c, eps))                                                             \
   /* dx[N,C] = residual + rstd · (dŷ - x̂ · mean(dŷ · x̂)), x̂ = x · rstd, dŷ = dy · g; residual    \
      may be null (then dx is not read); dx may alias residual or dy, as layernorm's dgrad. */      \
-  OP(void, rmsnorm_backward_input,                                                                 \
-     (View dx, ConstView dy, ConstView x, const float* rstd, ConstView g, int n, int c,            \
-      ConstView residual),                                                                         \
-     (dx, dy, x, rstd, g, n, c, residual))                                                         \
+  LAUNCHED(void, rmsnorm_backward_input,                                                           \
+           (View dx, ConstView dy, ConstView x, const float* rstd, ConstView g, int n, int c,      \
+            ConstView residual),                                                                   \
+           (dx, dy, x, rstd, g, n, c, residual))                                                   \
   /* dg[C] += Σ_rows dy · x̂. */                                                                    \
   OP(void, rmsnorm_backward_weight,                                                                \
      (float* dg, ConstView dy, ConstView x, const float* rstd, int n, int c),                      \
@@ -162,11 +162,12 @@ struct ConstView {
                                                                                                    \
   /* ---- SwiGLU (Llama MLP): y = silu(gate) · up, silu(x) = x · sigmoid(x) ------------------- */ \
   /* y[n] from gate[n], up[n]; y may alias neither. */                                             \
-  OP(void, swiglu_forward, (View y, ConstView gate, ConstView up, size_t n), (y, gate, up, n))     \
+  LAUNCHED(void, swiglu_forward, (View y, ConstView gate, ConstView up, size_t n),                 \
+           (y, gate, up, n))                                                                       \
   /* dgate[n] = dy · up · silu'(gate), dup[n] = dy · silu(gate) (both overwritten). */             \
-  OP(void, swiglu_backward_input,                                                                  \
-     (View dgate, View dup, ConstView dy, ConstView gate, ConstView up, size_t n),                 \
-     (dgate, dup, dy, gate, up, n))                                                                \
+  LAUNCHED(void, swiglu_backward_input,                                                            \
+           (View dgate, View dup, ConstView dy, ConstView gate, ConstView up, size_t n),           \
+           (dgate, dup, dy, gate, up, n))                                                          \
                                                                                                    \
   /* ---- GELU, tanh approximation (GPT-2) ---------------------------------------------------- */ \
   /* y[n] = 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))); y may alias x. */                          \

@@ -337,8 +337,6 @@ void validate(const Config& c) {
   const auto& t = c.training;
   require(c.device == "cpu" || c.device == "cuda", c, "device", "expected cpu or cuda, got '" + c.device + "'");
   require(m.arch == "gpt2" || m.arch == "llama", c, "model.arch", "expected gpt2 or llama, got '" + m.arch + "'");
-  require(m.arch != "llama" || c.device == "cpu", c, "model.arch",
-          "llama runs on device: cpu only for now (its RMSNorm, rotary and SwiGLU kernels are not written for cuda yet)");
   require_range(c, "model.n_layer", m.n_layer, 1, kMaxLayers);
   require_range(c, "model.n_head", m.n_head, 1, kMaxWidth);
   require_range(c, "model.d_model", m.d_model, 1, kMaxWidth);
@@ -362,6 +360,10 @@ void validate(const Config& c) {
           cat("cudnn needs a head size d_model/n_head that is a multiple of 8 and at most 128, got ",
               m.d_model / m.n_head));
   validate_llama_keys(c);
+  // cuDNN's fused attention is wired for multi-head attention only (backend/cuda/cudnn_attention.h).
+  require(m.attention != "cudnn" || m.kv_heads() == m.n_head, c, "model.attention",
+          cat("cudnn runs multi-head attention only, got n_kv_head ", m.kv_heads(), " < n_head ", m.n_head,
+              "; expected flash or naive"));
   require_range(c, "parallel.pp", p.pp, 1, kMaxWorldSize);
   require_range(c, "parallel.tp", p.tp, 1, kMaxWorldSize);
   require_range(c, "parallel.dp", p.dp, 1, kMaxWorldSize);

@@ -158,48 +158,70 @@ void CudaOps::linear_backward_weight(float* dw, float* db, ConstView dy, ConstVi
 }
 
 // ---- causal self-attention (the pipeline of kernels/attention.cuh) --------------------------
+// Grouped-query: the G = NH/NKV query heads of key/value head kv are heads kv·G .. kv·G+G-1,
+// adjacent in [B,NH,T,HD], so each GEMM is one strided batch over the B·NKV groups of a
+// [G·T, ·] matrix of the group's query rows against the group's [T,HD] k or v; dk and dv sum
+// over the group's heads in the GEMM's k loop. Multi-head attention is the case G = 1.
 // With bf16 storage every GEMM output (scores, y, dprobs, dv, dq, dk) is rounded to bf16
 // once, and probs are kept in bf16 for backward.
 
 void CudaOps::attention_forward(View out, View probs, ConstView qkv, int b, int t, int nh, int hd) {
-  dispatch("attention_forward", [&]<typename T>(T* out, T* probs, const T* qkv) {
-    const int bh = b * nh;
-    const long long head = (long long)t * hd, square = (long long)t * t;  // per-head strides
-    const size_t e = padded<T>(size_t(bh) * head);                       // elements of q (and k, v, y)
-    auto* ws = static_cast<T*>(attention_workspace_.reserve(4 * e * sizeof(T)));
-    T *q = ws, *k = ws + e, *v = ws + 2 * e, *y = ws + 3 * e;  // each [B,NH,T,HD]
-    launch_attention_permute(ctx(), q, k, v, qkv, b, t, nh, hd);
-    // scores[BH,T,T] = q kᵀ, into probs; the softmax then works in place.
-    gemm_batched("attention q·kᵀ", false, true, t, t, hd, q, hd, head, k, hd, head, probs, t, square, bh);
-    launch_attention_softmax_forward(ctx(), probs, probs, bh, t, 1.0f / std::sqrt(float(hd)));
-    // y[BH,T,HD] = probs v
-    gemm_batched("attention probs·v", false, false, t, hd, t, probs, t, square, v, hd, head, y, hd, head, bh);
-    launch_attention_unpermute(ctx(), out, y, b, t, nh, hd);
-  }, out, probs, qkv);
+  gqa_attention_forward(out, probs, qkv, b, t, nh, nh, hd);
 }
 
 void CudaOps::attention_backward_input(View dqkv, ConstView dout, ConstView qkv, ConstView probs, int b, int t,
                                        int nh, int hd) {
+  gqa_attention_backward_input(dqkv, dout, qkv, probs, b, t, nh, nh, hd);
+}
+
+void CudaOps::gqa_attention_forward(View out, View probs, ConstView qkv, int b, int t, int nh, int nkv, int hd) {
+  check_gqa_heads("gqa_attention_forward", nh, nkv);
+  dispatch("attention_forward", [&]<typename T>(T* out, T* probs, const T* qkv) {
+    const int groups = b * nkv, g = nh / nkv;                                // GEMM batch, heads per group
+    const long long head = (long long)t * hd, square = (long long)t * t;     // per-head strides
+    const size_t eq = padded<T>(size_t(b) * nh * head), ekv = padded<T>(size_t(groups) * head);
+    auto* ws = static_cast<T*>(attention_workspace_.reserve((2 * eq + 2 * ekv) * sizeof(T)));
+    T *q = ws, *y = ws + eq;                        // [B,NH,T,HD]
+    T *k = ws + 2 * eq, *v = ws + 2 * eq + ekv;     // [B,NKV,T,HD]
+    launch_attention_permute(ctx(), q, k, v, qkv, b, t, nh, nkv, hd);
+    // scores[B,NH,T,T] = q kᵀ, per group [G·T,HD]·[T,HD]ᵀ, into probs; the softmax then works in place.
+    gemm_batched("attention q·kᵀ", false, true, g * t, t, hd, q, hd, g * head, k, hd, head, probs, t, g * square,
+                 groups);
+    launch_attention_softmax_forward(ctx(), probs, probs, b * nh, t, 1.0f / std::sqrt(float(hd)));
+    // y[B,NH,T,HD] = probs v, per group [G·T,T]·[T,HD]
+    gemm_batched("attention probs·v", false, false, g * t, hd, t, probs, t, g * square, v, hd, head, y, hd,
+                 g * head, groups);
+    launch_attention_unpermute(ctx(), out, y, b, t, nh, hd);
+  }, out, probs, qkv);
+}
+
+void CudaOps::gqa_attention_backward_input(View dqkv, ConstView dout, ConstView qkv, ConstView probs, int b, int t,
+                                           int nh, int nkv, int hd) {
+  check_gqa_heads("gqa_attention_backward_input", nh, nkv);
   dispatch("attention_backward_input", [&]<typename T>(T* dqkv, const T* dout, const T* qkv, const T* probs) {
-    const int bh = b * nh;
+    const int groups = b * nkv, g = nh / nkv;
     const long long head = (long long)t * hd, square = (long long)t * t;
-    const size_t e = padded<T>(size_t(bh) * head), s = padded<T>(size_t(bh) * square);
-    auto* ws = static_cast<T*>(attention_workspace_.reserve((7 * e + s) * sizeof(T)));
-    T *q = ws, *k = ws + e, *v = ws + 2 * e;           // [B,NH,T,HD], re-derived from qkv
-    T* dy = ws + 3 * e;                                // [B,NH,T,HD]
-    T *dq = ws + 4 * e, *dk = ws + 5 * e, *dv = ws + 6 * e;
-    T* dprobs = ws + 7 * e;                            // [B,NH,T,T], then dscores in place
-    launch_attention_permute(ctx(), q, k, v, qkv, b, t, nh, hd);
+    const size_t eq = padded<T>(size_t(b) * nh * head), ekv = padded<T>(size_t(groups) * head);
+    const size_t s = padded<T>(size_t(b) * nh * square);
+    auto* ws = static_cast<T*>(attention_workspace_.reserve((3 * eq + 4 * ekv + s) * sizeof(T)));
+    T *q = ws, *dy = ws + eq, *dq = ws + 2 * eq;                        // [B,NH,T,HD]
+    T *k = ws + 3 * eq, *v = k + ekv, *dk = k + 2 * ekv, *dv = k + 3 * ekv;  // [B,NKV,T,HD]
+    T* dprobs = k + 4 * ekv;  // [B,NH,T,T], then dscores in place
+    launch_attention_permute(ctx(), q, k, v, qkv, b, t, nh, nkv, hd);
     launch_attention_unpermute_backward(ctx(), dy, dout, b, t, nh, hd);
-    // dprobs = dy vᵀ;  dv = probsᵀ dy
-    gemm_batched("attention dy·vᵀ", false, true, t, t, hd, dy, hd, head, v, hd, head, dprobs, t, square, bh);
-    gemm_batched("attention probsᵀ·dy", true, false, t, hd, t, probs, t, square, dy, hd, head, dv, hd, head, bh);
+    // dprobs = dy vᵀ (per group [G·T,HD]·[T,HD]ᵀ);  dv = probsᵀ dy ([G·T,T]ᵀ·[G·T,HD]: Σ over the group)
+    gemm_batched("attention dy·vᵀ", false, true, g * t, t, hd, dy, hd, g * head, v, hd, head, dprobs, t,
+                 g * square, groups);
+    gemm_batched("attention probsᵀ·dy", true, false, t, hd, g * t, probs, t, g * square, dy, hd, g * head, dv, hd,
+                 head, groups);
     // dscores = softmax backward, with the 1/√HD of the forward folded in
-    launch_attention_softmax_backward(ctx(), dprobs, dprobs, probs, bh, t, 1.0f / std::sqrt(float(hd)));
-    // dq = dscores k;  dk = dscoresᵀ q
-    gemm_batched("attention dscores·k", false, false, t, hd, t, dprobs, t, square, k, hd, head, dq, hd, head, bh);
-    gemm_batched("attention dscoresᵀ·q", true, false, t, hd, t, dprobs, t, square, q, hd, head, dk, hd, head, bh);
-    launch_attention_permute_backward(ctx(), dqkv, dq, dk, dv, b, t, nh, hd);
+    launch_attention_softmax_backward(ctx(), dprobs, dprobs, probs, b * nh, t, 1.0f / std::sqrt(float(hd)));
+    // dq = dscores k (per group [G·T,T]·[T,HD]);  dk = dscoresᵀ q ([G·T,T]ᵀ·[G·T,HD]: Σ over the group)
+    gemm_batched("attention dscores·k", false, false, g * t, hd, t, dprobs, t, g * square, k, hd, head, dq, hd,
+                 g * head, groups);
+    gemm_batched("attention dscoresᵀ·q", true, false, t, hd, g * t, dprobs, t, g * square, q, hd, g * head, dk, hd,
+                 head, groups);
+    launch_attention_permute_backward(ctx(), dqkv, dq, dk, dv, b, t, nh, nkv, hd);
   }, dqkv, dout, qkv, probs);
 }
 

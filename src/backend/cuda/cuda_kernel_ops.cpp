@@ -1,6 +1,6 @@
-// CudaOps: the ops that are kernel launches (layernorm, residual + layernorm, GELU, elementwise, embedding,
-// cross-entropy). The launchers are templates over the storage type T, so each op is one
-// call at the T of its views (dispatch(), cuda_ops.h).
+// CudaOps: the ops that are kernel launches (layernorm, residual + layernorm, RMSNorm, rotary
+// embedding, SwiGLU, GELU, elementwise, embedding, cross-entropy). The launchers are templates
+// over the storage type T, so each op is one call at the T of its views (dispatch(), cuda_ops.h).
 #include "backend/cuda/cuda_ops.h"
 #include "cross_entropy.cuh"
 #include "elementwise.cuh"
@@ -8,6 +8,9 @@
 #include "gelu.cuh"
 #include "layernorm.cuh"
 #include "residual_layernorm.cuh"
+#include "rmsnorm.cuh"
+#include "rotary.cuh"
+#include "swiglu.cuh"
 
 namespace pptrain::cuda {
 
@@ -28,7 +31,7 @@ PPTRAIN_OPS(PPTRAIN_NO_BODY, PPTRAIN_LAUNCH_BODY)
 #undef PPTRAIN_NO_BODY
 #undef PPTRAIN_EXPAND
 
-// ---- layernorm weight gradient: the launcher needs a workspace ---------------------------------
+// ---- the launchers that need a workspace ------------------------------------------------------
 
 void CudaOps::layernorm_backward_weight(float* dg, float* db, ConstView dy, ConstView x, const float* mean,
                                         const float* rstd, int n, int c) {
@@ -37,6 +40,26 @@ void CudaOps::layernorm_backward_weight(float* dg, float* db, ConstView dy, Cons
   dispatch("layernorm_backward_weight",
            [&](auto dy, auto x) { launch_layernorm_backward_weight(ctx(), dg, db, dy, x, mean, rstd, ws, n, c); },
            dy, x);
+}
+
+void CudaOps::rmsnorm_backward_weight(float* dg, ConstView dy, ConstView x, const float* rstd, int n, int c) {
+  // dg[C] += Σ_rows dy · x̂
+  auto* ws = static_cast<float*>(column_workspace_.reserve(rmsnorm_backward_weight_workspace_bytes(n, c)));
+  dispatch("rmsnorm_backward_weight",
+           [&](auto dy, auto x) { launch_rmsnorm_backward_weight(ctx(), dg, dy, x, rstd, ws, n, c); }, dy, x);
+}
+
+void CudaOps::rotary_forward(View qkv, int b, int t, int nh, int nkv, int hd, float theta) {
+  // qkv[B,T,(NH + 2·NKV)·HD] in place; the workspace takes the cos/sin table [2][T][HD/2]
+  auto* table = static_cast<float*>(rotary_workspace_.reserve(rotary_table_bytes(t, hd)));
+  dispatch("rotary_forward", [&](auto qkv) { launch_rotary_forward(ctx(), qkv, table, b, t, nh, nkv, hd, theta); },
+           qkv);
+}
+
+void CudaOps::rotary_backward_input(View dqkv, int b, int t, int nh, int nkv, int hd, float theta) {
+  auto* table = static_cast<float*>(rotary_workspace_.reserve(rotary_table_bytes(t, hd)));
+  dispatch("rotary_backward_input",
+           [&](auto dqkv) { launch_rotary_backward_input(ctx(), dqkv, table, b, t, nh, nkv, hd, theta); }, dqkv);
 }
 
 }  // namespace pptrain::cuda

@@ -11,7 +11,8 @@
 // type T (float or kernels::bf16) as the kernels are: dispatch() below picks T from the
 // call's views and hands them on as T* / const T*. The LAUNCHED ops' bodies are generated
 // (cuda_kernel_ops.cpp); the others are in cuda_gemm.cpp (linear, attention),
-// cuda_kernel_ops.cpp (layernorm wgrad) and cuda_ops.cpp (cast, loss sum, optimizer).
+// cuda_flash_attention.cpp (fused attention), cuda_kernel_ops.cpp (norm wgrads, rotary) and
+// cuda_ops.cpp (cast, loss sum, optimizer).
 //
 // Built twice: with the CUDA toolkit (PPTRAIN_WITH_CUDA), and against the emulated
 // runtime/cuBLAS/cuBLASLt of emu/ with the kernels under the SIMT emulator
@@ -67,6 +68,21 @@ decltype(auto) dispatch(const char* op, F&& f, Args... args) {
   return f(kernel_arg<float>(args)...);
 }
 
+// Grouped-query attention's head counts: NKV ≥ 1 key/value heads dividing the NH query heads
+// (config validation guarantees it for a run; a direct call with others fails with one line).
+inline void check_gqa_heads(const char* op, int nh, int nkv) {
+  if (nkv < 1 || nh % nkv != 0)
+    fail("backend 'cuda': ", op, ": ", nkv, " key/value heads do not divide ", nh, " query heads evenly");
+}
+
+// cuDNN's fused attention is wired for multi-head attention only (cudnn_attention.h); config
+// validation refuses model.attention: cudnn with n_kv_head < n_head.
+inline void check_cudnn_heads(int nh, int nkv) {
+  if (nkv != nh)
+    fail("backend 'cuda': model.attention: cudnn runs multi-head attention only (n_kv_head ", nkv,
+         " != n_head ", nh, "); expected flash or naive");
+}
+
 class CudaOps final : public Ops {
  public:
   // cudnn_attention: flash_attention_* run cuDNN's fused attention (model.attention: cudnn);
@@ -107,6 +123,7 @@ class CudaOps final : public Ops {
   CachingAllocator allocator_;
   Workspace column_workspace_;     // partial column sums (bias, layernorm weight gradients)
   Workspace attention_workspace_;  // per-head q, k, v, outputs and score gradients
+  Workspace rotary_workspace_;     // the rotary embedding's cos/sin table
   Workspace reduce_workspace_;     // a double result + its partial sums (loss, Σ x²)
   // model.attention: cudnn only (else null); after the allocator it takes its workspace
   // from, so it is destroyed first.
