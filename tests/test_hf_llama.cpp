@@ -293,6 +293,19 @@ TEST(HfLlamaImport, BaseModelNamesTiedCopyAndRotaryBuffersAreAccepted) {
   EXPECT_NE(error.find("tensor lm_head.weight differs from embed_tokens.weight"), std::string::npos) << error;
 }
 
+// No Llama tensor depends on seq_len: an import (seq_len = max_position_embeddings) loads
+// into a model of another length, as training shorter or longer than the original does.
+TEST(HfLlamaImport, TheImportLoadsAtAnotherSeqLen) {
+  TempDir tmp;
+  const HfLlama hf(42, false, false);
+  hf.write_dir(tmp.file("d"), "F32");
+  import_hf(tmp.file("d"), tmp.file("d.h5"));
+  ModelConfig longer = hf.m;
+  longer.seq_len = 3 * hf.m.seq_len;
+  Model model(longer, 1);
+  EXPECT_EQ(error_of([&] { load_weights(model, longer, tmp.file("d.h5")); }), "(no error)");
+}
+
 // Without num_key_value_heads, max_position_embeddings, rms_norm_eps, rope_theta and
 // tie_word_embeddings, LlamaConfig's defaults hold: multi-head attention, 2048, 1e-6,
 // 10000, untied.
