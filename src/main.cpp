@@ -23,7 +23,7 @@ const char* kUsage =
     "  schedule --schedule NAME --pp P --microbatches M   show, check and simulate a schedule\n"
     "  inspect [--verify] FILE.h5|DIR         attributes, config and tensors of a checkpoint\n"
     "  import-llmc MODEL.bin OUT.h5           convert an llm.c GPT-2 model file to a checkpoint\n"
-    "  import-hf DIR OUT.h5                   convert a Hugging Face GPT-2 (config.json + safetensors)\n"
+    "  import-hf DIR OUT.h5                   convert a Hugging Face GPT-2 or Llama (config.json + safetensors)\n"
     "  export-hf CKPT.h5 DIR [--dtype fp32|bf16] [--max-shard-bytes N]\n"
     "                                         write a checkpoint as a Hugging Face model directory\n"
     "  --version                              version and compiled-in backends\n"

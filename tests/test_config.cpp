@@ -7,6 +7,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "job/memory_estimate.h"
 #include "support/test_util.h"
 
 using namespace pptrain;
@@ -319,6 +320,30 @@ TEST(Config, ShippedConfigsLoad) {
   for (const char* name : {"configs/demo.yaml", "configs/reference.yaml", "configs/gpt2_124m_gpu.yaml",
                            "configs/gpt2_1558m_t4096.yaml", "configs/llama_tiny.yaml"})
     EXPECT_NO_THROW(load_config(name)) << name;
+}
+
+// The Llama configs for GPU clusters: the parameters of Llama 3 8B and Llama 3.2 1B (as
+// transformers counts them) and the number of ranks their comments lay out, checked with
+// device cpu and fp32, which every build takes. As written (cuda, bf16) they load too,
+// unless this build runs llama on cpu only (then that is the one refusal).
+TEST(Config, LlamaGpuConfigsHaveLlama3ShapesAndTheirLayouts) {
+  struct Case {
+    const char* file;
+    int ranks;
+    double parameters;
+  };
+  for (const Case& c : {Case{"configs/llama3_8b_gpu.yaml", 16, 8030261248.0},
+                        Case{"configs/llama3_1b_gpu.yaml", 8, 1235814400.0}}) {
+    const Config cfg = load_config(c.file, {"device=cpu", "training.precision=fp32"});
+    EXPECT_EQ(cfg.parallel.dp * cfg.parallel.pp * cfg.parallel.tp, c.ranks) << c.file;
+    EXPECT_EQ(global_parameter_count(cfg.model), c.parameters) << c.file;
+    EXPECT_EQ(cfg.model.seq_len, 8192) << c.file;
+    try {
+      load_config(c.file);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("llama runs on device: cpu only"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // A FIFO or a directory given as the config (or a FIFO as a token shard) ends the run at

@@ -1,5 +1,6 @@
-// Hugging Face interop (`pptrain import-hf`, `pptrain export-hf`): a tiny GPT2LMHeadModel
-// the test writes itself in the safetensors layout (its own serializer, HF names and
+// Hugging Face interop (`pptrain import-hf`, `pptrain export-hf`) and safetensors, with
+// GPT-2 (LlamaForCausalLM: tests/test_hf_llama.cpp): a tiny GPT2LMHeadModel the test
+// writes itself in the safetensors layout (its own serializer, HF names and
 // Conv1D [in, out] weights; fp32 and bf16, one file and shards with an index) imports to
 // the loss of the same weights set in memory and of an independent double-precision
 // forward written from HF's layout; export -> import gives back every tensor bitwise;
@@ -22,6 +23,7 @@
 #include "core/bf16.h"
 #include "support/checkpoint_model.h"
 #include "support/checkpoint_util.h"
+#include "support/hf_files.h"
 #include "support/test_util.h"
 
 using namespace pptrain;
@@ -29,52 +31,6 @@ using namespace pptrain::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-// ---- the test's own safetensors serializer ---------------------------------------------
-
-struct StEntry {
-  std::string name, dtype;
-  std::vector<int64_t> shape;
-  std::string data;             // raw little-endian bytes
-  uint64_t begin = 0, end = 0;  // data_offsets, as written into the header
-};
-
-// Offsets back to back, in order.
-void lay_out(std::vector<StEntry>& entries) {
-  uint64_t at = 0;
-  for (StEntry& e : entries) {
-    e.begin = at;
-    e.end = at += e.data.size();
-  }
-}
-
-std::string header_of(const std::vector<StEntry>& entries) {
-  std::string h = R"({"__metadata__":{"format":"pt"})";
-  for (const StEntry& e : entries) {
-    std::string dims;
-    for (int64_t d : e.shape) {
-      if (!dims.empty()) dims += ',';
-      dims += std::to_string(d);
-    }
-    h += ",\"" + e.name + "\":{\"dtype\":\"" + e.dtype + "\",\"shape\":[" + dims + "],\"data_offsets\":[" +
-         std::to_string(e.begin) + "," + std::to_string(e.end) + "]}";
-  }
-  return h + "}";
-}
-
-// 8-byte little-endian length, header, data.
-std::string file_bytes(const std::string& header, const std::string& data, uint64_t length = UINT64_MAX) {
-  if (length == UINT64_MAX) length = header.size();
-  return std::string(reinterpret_cast<const char*>(&length), 8) + header + data;
-}
-
-std::string serialize(const std::vector<StEntry>& entries) {
-  std::string data;
-  for (const StEntry& e : entries) data += e.data;
-  return file_bytes(header_of(entries), data);
-}
-
-float bf16_round(float x) { return bfloat16::from_float(x).to_float(); }
 
 // ---- a tiny GPT-2 in HF's layout ---------------------------------------------------------
 
@@ -95,17 +51,13 @@ constexpr const char* kConfigJson = R"({
   "vocab_size": 11
 })";
 
-// A key of `c` (kConfigJson) with another value.
-std::string config_with(const std::string& key, const std::string& value, std::string c = kConfigJson) {
-  const size_t at = c.find("\"" + key + "\": ") + key.size() + 4;
-  const size_t end = c.find_first_of(",\n", at);
-  return c.replace(at, end - at, value);
+// A key of kConfigJson with another value.
+std::string gpt2_config_with(const std::string& key, const std::string& value) {
+  return config_with(key, value, kConfigJson);
 }
 
-struct HfGpt2 {
+struct HfGpt2 : HfWeights {
   ModelConfig m = tiny_model();  // L 2, NH 2, C 8, T 5, V 11
-  std::vector<std::pair<std::string, std::vector<int64_t>>> order;  // HF names, HF shapes
-  std::map<std::string, std::vector<float>> w;                      // HF layout
 
   // Random weights; with `bf16` already rounded to bf16, so a BF16 file holds them exactly.
   HfGpt2(uint32_t seed, bool bf16) {
@@ -122,65 +74,13 @@ struct HfGpt2 {
     }
     order.push_back({"transformer.ln_f.weight", {C}});
     order.push_back({"transformer.ln_f.bias", {C}});
-    std::mt19937 gen(seed);
-    std::normal_distribution<float> noise(0.0f, 0.3f);
-    for (const auto& [name, shape] : order) {
-      int64_t n = 1;
-      for (int64_t d : shape) n *= d;
-      const bool gain = name.find("ln_") != std::string::npos && name.ends_with(".weight");
-      std::vector<float>& v = w[name];
-      for (int64_t i = 0; i < n; ++i) v.push_back((gain ? 1.0f : 0.0f) + noise(gen));
-      if (bf16)
-        for (float& x : v) x = bf16_round(x);
-    }
+    randomise(seed, bf16,
+              [](const std::string& name) { return name.find("ln_") != std::string::npos && name.ends_with(".weight"); });
   }
 
-  std::vector<StEntry> entries(const std::string& dtype) const {
-    std::vector<StEntry> out;
-    for (const auto& [name, shape] : order) {
-      const std::vector<float>& v = w.at(name);
-      std::string bytes;
-      for (float x : v) {
-        uint32_t bits;
-        std::memcpy(&bits, &x, 4);
-        if (dtype == "BF16") {
-          const uint16_t top = uint16_t(bits >> 16);  // exact: the values are bf16 already
-          bytes.append(reinterpret_cast<const char*>(&top), 2);
-        } else {
-          bytes.append(reinterpret_cast<const char*>(&bits), 4);
-        }
-      }
-      out.push_back({name, dtype, shape, bytes});
-    }
-    lay_out(out);
-    return out;
-  }
-
-  // DIR/config.json and the weights, in one file or `shards` files with an index.
   void write_dir(const std::string& dir, const std::string& dtype, int shards = 1,
                  const std::string& config = kConfigJson) const {
-    fs::create_directories(dir);
-    write_file(dir + "/config.json", config);
-    std::vector<StEntry> all = entries(dtype);
-    if (shards == 1) {
-      write_file(dir + "/model.safetensors", serialize(all));
-      return;
-    }
-    std::string weight_map;
-    const size_t per = (all.size() + shards - 1) / shards;
-    for (int s = 0; s < shards; ++s) {
-      std::vector<StEntry> part(all.begin() + std::min(all.size(), s * per),
-                                all.begin() + std::min(all.size(), (s + 1) * per));
-      lay_out(part);
-      const std::string file = "model-0000" + std::to_string(s + 1) + "-of-0000" + std::to_string(shards) + ".safetensors";
-      write_file(dir + "/" + file, serialize(part));
-      for (const StEntry& e : part) {
-        if (!weight_map.empty()) weight_map += ',';
-        weight_map += "\"" + e.name + "\":\"" + file + "\"";
-      }
-    }
-    write_file(dir + "/model.safetensors.index.json",
-               R"({"metadata":{"total_size":0},"weight_map":{)" + weight_map + "}}");
+    HfWeights::write_dir(dir, dtype, shards, config);
   }
 
   // The same weights set into a pptrain model: Conv1D weights [in, out] transposed to [out, in].
@@ -283,43 +183,6 @@ struct HfGpt2 {
     return loss / T;
   }
 };
-
-// The imported checkpoint and the in-memory weights give the same loss, bitwise, and
-// both the reference's to double-precision rounding.
-void expect_same_loss(const HfGpt2& hf, const std::string& checkpoint, const std::string& what) {
-  Model imported(hf.m, 1), in_memory(hf.m, 2);
-  load_weights(imported, hf.m, checkpoint);
-  hf.set_into(*in_memory.params);
-  for (uint32_t seed : {1u, 2u}) {
-    std::mt19937 gen(seed);
-    std::vector<int32_t> tokens(hf.m.seq_len), targets(hf.m.seq_len);
-    for (int t = 0; t < hf.m.seq_len; ++t)
-      tokens[t] = int32_t(gen() % hf.m.vocab_size), targets[t] = int32_t(gen() % hf.m.vocab_size);
-    const double a = imported.loss(tokens, targets), b = in_memory.loss(tokens, targets);
-    const double ref = hf.reference_loss(tokens, targets);
-    EXPECT_EQ(a, b) << what << ", seed " << seed;
-    EXPECT_NEAR(a, ref, 1e-5 * ref) << what << ", seed " << seed;
-  }
-}
-
-std::vector<std::string> model_datasets(const ModelConfig& m) {
-  Model model(m, 1);
-  std::vector<std::string> names;
-  for (const auto& [name, p] : model.params->all()) names.push_back(name);
-  return names;
-}
-
-// `pptrain import-hf DIR OUT` fails with one line (an error containing `expected`), a
-// non-zero exit, and writes nothing.
-void expect_refused(const std::string& dir, const std::string& expected) {
-  const std::string out = dir + "/../refused.h5";
-  CommandResult r = run_command("timeout 20 " + pptrain_bin() + " import-hf " + dir + " " + out, 60);
-  EXPECT_TRUE(r.exit_code != 0 && r.exit_code != 124) << r.exit_code << r.output;
-  EXPECT_EQ(count_occurrences(r.output, "\n"), 1) << r.output;
-  EXPECT_EQ(r.output.rfind("error: ", 0), 0u) << r.output;
-  EXPECT_NE(r.output.find(expected), std::string::npos) << "expected '" << expected << "' in: " << r.output;
-  EXPECT_FALSE(fs::exists(out) || fs::exists(out + ".tmp")) << r.output;
-}
 
 }  // namespace
 
@@ -578,21 +441,22 @@ TEST(HfImport, EveryOtherInconsistencyIsNamed) {
     write_file(cdir + "/config.json", config);
     return error_of([&] { read_hf_config(cdir); });
   };
-  EXPECT_NE(config_error(config_with("activation_function", "\"relu\"")).find(
+  EXPECT_NE(config_error(gpt2_config_with("activation_function", "\"relu\"")).find(
                 "activation_function is \"relu\", but pptrain's MLP computes the tanh GELU"),
             std::string::npos);
-  EXPECT_NE(config_error(config_with("n_inner", "64")).find("n_inner is 64, but pptrain's MLP is 4 x n_embd = 32"),
+  EXPECT_NE(config_error(gpt2_config_with("n_inner", "64")).find("n_inner is 64, but pptrain's MLP is 4 x n_embd = 32"),
             std::string::npos);
-  EXPECT_NE(config_error(config_with("n_head", "3")).find("n_embd 8 is not a multiple of n_head 3"), std::string::npos);
-  EXPECT_NE(config_error(config_with("n_layer", "\"2\"")).find("n_layer is \"2\", expected an integer in [1, "),
+  EXPECT_NE(config_error(gpt2_config_with("n_head", "3")).find("n_embd 8 is not a multiple of n_head 3"), std::string::npos);
+  EXPECT_NE(config_error(gpt2_config_with("n_layer", "\"2\"")).find("n_layer is \"2\", expected an integer in [1, "),
             std::string::npos);
-  EXPECT_NE(config_error(config_with("scale_attn_by_inverse_layer_idx", "true")).find("scale_attn_by_inverse_layer_idx"),
+  EXPECT_NE(config_error(gpt2_config_with("scale_attn_by_inverse_layer_idx", "true")).find("scale_attn_by_inverse_layer_idx"),
             std::string::npos);
-  EXPECT_NE(config_error(config_with("layer_norm_epsilon", "1e-06")).find(
+  EXPECT_NE(config_error(gpt2_config_with("layer_norm_epsilon", "1e-06")).find(
                 "config.json: layer_norm_epsilon is 1e-06, but pptrain's LayerNorm uses 1e-05"),
             std::string::npos);
-  EXPECT_NE(config_error(config_with("architectures", "[\"LlamaForCausalLM\"]", config_with("model_type", "\"llama\"")))
-                .find("config.json: architectures [\"LlamaForCausalLM\"], model_type \"llama\": pptrain imports GPT2LMHeadModel"),
+  EXPECT_NE(config_error(config_with("architectures", "[\"Gpt2Foo\"]", gpt2_config_with("model_type", "\"foo\"")))
+                .find("config.json: architectures [\"Gpt2Foo\"], model_type \"foo\": pptrain imports GPT2LMHeadModel, "
+                      "LlamaForCausalLM"),
             std::string::npos);
   EXPECT_EQ(config_error(kConfigJson), "(no error)");
 

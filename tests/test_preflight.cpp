@@ -15,6 +15,7 @@
 #include "pipeline/registry.h"
 #include "pipeline/simulate.h"
 #include "support/mpi_programs.h"
+#include "support/single_rank_model.h"
 #include "support/test_util.h"
 
 using namespace pptrain;
@@ -28,6 +29,11 @@ size_t count(const std::string& text, const std::string& what) {
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
 }
+
+// c.yaml's model as a Llama: grouped-query attention (4 heads, 2 key/value heads of 4),
+// SwiGLU 48 wide, its own LM head.
+const std::vector<std::string> kLlama = {"model.arch=llama", "model.n_head=4", "model.n_kv_head=2",
+                                         "model.ffn_hidden=48"};
 
 class Preflight : public ::testing::Test {
  protected:
@@ -135,17 +141,45 @@ TEST(CheckpointSpace, CountsTheFilesThatCoexist) {
   EXPECT_EQ(checkpoint_space_needed(cfg, 0), one);
 }
 
-// The prediction for a file bounds a real checkpoint of that model from above.
+// The prediction for a file bounds a real checkpoint of that model from above (and its
+// tensors' bytes from below), for gpt2 and llama.
 TEST_F(Preflight, CheckpointPredictionBoundsARealFile) {
-  TempDir out;
-  const std::string ck = out.file("ck");
-  auto r = run_command(pptrain_bin() + " train " + dir_->file("c.yaml") + " checkpoint.dir=" + ck, 60);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  Config cfg = load_config(dir_->file("c.yaml"), {"checkpoint.dir=" + ck});
-  const double file = double(fs::file_size(ck + "/step_00000002.h5"));
-  EXPECT_GE(file, checkpoint_tensor_bytes(cfg.model));
-  // one file's prediction: what one more file needs next to an existing one
-  EXPECT_LE(file, checkpoint_space_needed(cfg, 1)) << "an HDF5 file larger than its allowance";
+  for (const std::vector<std::string>& model : {std::vector<std::string>{}, kLlama}) {
+    TempDir out;
+    const std::string ck = out.file("ck");
+    std::string overrides;
+    for (const std::string& o : model) overrides += " " + o;
+    auto r = run_command(pptrain_bin() + " train " + dir_->file("c.yaml") + " checkpoint.dir=" + ck + overrides, 60);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::vector<std::string> all = model;
+    all.push_back("checkpoint.dir=" + ck);
+    Config cfg = load_config(dir_->file("c.yaml"), all);
+    const double file = double(fs::file_size(ck + "/step_00000002.h5"));
+    EXPECT_GE(file, checkpoint_tensor_bytes(cfg.model)) << overrides;
+    // one file's prediction: what one more file needs next to an existing one
+    EXPECT_LE(file, checkpoint_space_needed(cfg, 1)) << "an HDF5 file larger than its allowance" << overrides;
+  }
+}
+
+// The parameter count is the elements the model allocates (tp = 1: no padding), gpt2 and
+// llama, tied and untied, multi-head and grouped-query attention.
+TEST(MemoryEstimate, ParameterCountIsWhatTheModelHolds) {
+  const char* models[] = {
+      "model: {n_layer: 2, n_head: 2, d_model: 16, seq_len: 8, vocab_size: 16}",
+      "model: {n_layer: 2, n_head: 2, d_model: 16, seq_len: 8, vocab_size: 16, tie_embeddings: false}",
+      "model: {arch: llama, n_layer: 3, n_head: 4, n_kv_head: 2, d_model: 16, ffn_hidden: 40, seq_len: 8, "
+      "vocab_size: 16}",
+      "model: {arch: llama, n_layer: 2, n_head: 4, d_model: 16, seq_len: 8, vocab_size: 16, tie_embeddings: true}",
+  };
+  for (const char* yaml : models) {
+    const Config cfg = parse_config(yaml, "m.yaml");
+    SingleRankModel model(cfg.model, 1, 1);
+    double held = 0;
+    for (const auto& [name, p] : model.params->all()) held += double(p->numel());
+    EXPECT_EQ(global_parameter_count(cfg.model), held) << yaml;
+    const std::vector<StageSpec> one_stage = {StageSpec{0, 0, cfg.model.n_layer, true, true}};
+    EXPECT_EQ(rank_parameter_count(cfg, one_stage, 0), held) << yaml;
+  }
 }
 
 // ---- memory -------------------------------------------------------------------------------
@@ -215,6 +249,8 @@ TEST_F(Preflight, MemoryPredictionEqualsWhatTheJobAllocates) {
   // The emulated cuda backend on one rank only: NcclComm needs the cuda backend itself,
   // not the counting wrapper around it.
   const std::string bf16 = "device=cuda training.precision=bf16";
+  std::string llama;  // GQA (2 kv heads for 4), its own LM head
+  for (const std::string& o : kLlama) llama += o + " ";
   const Case cases[] = {
       {1, "device=cuda", true},
       {1, bf16, true},
@@ -235,6 +271,11 @@ TEST_F(Preflight, MemoryPredictionEqualsWhatTheJobAllocates) {
       {2, "parallel.pp=2 parallel.schedule=zbv parallel.stages_per_rank=2 parallel.layers_per_stage=[0,1,1,0]"},
       {2, "parallel.tp=2"},
       {2, "parallel.dp=2"},
+      {1, llama},
+      {1, llama + "model.attention=flash training.eval_every=1"},
+      {2, llama + "parallel.pp=2 parallel.schedule=zbv parallel.stages_per_rank=2 model.n_layer=4"},
+      {2, llama + "parallel.pp=2 parallel.layers_per_stage=[2,0] model.tie_embeddings=true"},
+      {2, llama + "parallel.tp=2"},
   };
   const std::regex line(R"(rank (\d+) peak (\d+) predicted (\d+) slack (\d+))");
   for (const Case& c : cases) {

@@ -7,6 +7,8 @@
 //   data/fortunes        the demo's corpus, which `make run` prepares
 //   my.yaml     "a config of yours": the README's own config example
 //   gpt2_124M.bin        "an llm.c model": a small file in llm.c's format
+//   tiny-llama/          "a LlamaForCausalLM directory" of configs/llama_tiny.yaml's shape:
+//                        one step of that config, exported by pptrain export-hf
 // with the switches the README gives for mpirun as root on a small machine exported
 // (OMPI_ALLOW_RUN_AS_ROOT..., oversubscription; OMP_NUM_THREADS=1 under mpirun).
 // Not run here: `make ...` (the entry points: .ci/run runs `make test`, and
@@ -117,8 +119,13 @@ void prepare_reader_directory(const TempDir& dir, const std::string& config_exam
     write_file(dir.file("fortunes.txt"), some_text("fortunes", 800));
     corpus = dir.file("fortunes.txt");
   }
-  CommandResult r = run_command(fs::absolute(pptrain_bin()).string() + " prepare-data --text " + corpus +
-                                " --out " + dir.file("data/fortunes"), 60);
+  const std::string pptrain = fs::absolute(pptrain_bin()).string();
+  CommandResult r = run_command(pptrain + " prepare-data --text " + corpus + " --out " + dir.file("data/fortunes"), 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_command("cd " + dir.path() + " && " + pptrain + " train configs/llama_tiny.yaml training.steps=1 " +
+                      "training.eval_every=0 logging.sample_tokens=0 checkpoint.dir=" + dir.file("llama-init") + " && " +
+                      pptrain + " export-hf " + dir.file("llama-init/step_00000001.h5") + " " + dir.file("tiny-llama"),
+                  120);
   ASSERT_EQ(r.exit_code, 0) << r.output;
 }
 

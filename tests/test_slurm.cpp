@@ -143,6 +143,40 @@ TEST_P(SbatchScript, RequestsGpusExactlyWhenMeantForGpus) {
 INSTANTIATE_TEST_SUITE_P(Scripts, SbatchScript, ::testing::ValuesIn(kScripts),
                          [](const auto& info) { return std::string(info.param); });
 
+// slurm/llama3_8b.sbatch: while the checkpoint folder holds no checkpoint, HF_MODEL is
+// imported once (one task) and training resumes from the import; then from the folder.
+TEST(Llama3Sbatch, ImportsOnceThenTrainsFromTheImportThenFromItsCheckpoints) {
+  TempDir dir;
+  const std::string bin = dir.file("bin");
+  std::filesystem::create_directories(bin);
+  write_file(bin + "/srun", "#!/bin/sh\necho srun \"$@\"\n");
+  std::filesystem::permissions(bin + "/srun", std::filesystem::perms::owner_all);
+  auto run = [&](const std::string& env) {
+    return run_command("env -u CONFIG -u PPTRAIN_BIN -u SLURM_CPUS_PER_TASK -u HF_MODEL PATH=" + bin + ":$PATH " +
+                           env + " bash slurm/llama3_8b.sbatch training.steps=2",
+                       30);
+  };
+  const std::string ck = dir.file("ck"), imported = ck + ".imported.h5";
+  const std::string import = "srun --mpi=pmix --nodes=1 --ntasks=1 --kill-on-bad-exit=1 build/pptrain import-hf "
+                             "/models/llama " + imported + "\n";
+  const std::string train = "--distribution=block build/pptrain train configs/llama3_8b_gpu.yaml checkpoint.dir=" + ck;
+  CommandResult r = run("HF_MODEL=/models/llama CKPT_DIR=" + ck + "/");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, import)) << r.output;
+  EXPECT_TRUE(contains(r.output, train + " checkpoint.resume=" + imported + " training.steps=2\n")) << r.output;
+
+  write_file(imported, "");  // imported: not again
+  r = run("HF_MODEL=/models/llama CKPT_DIR=" + ck);
+  EXPECT_FALSE(contains(r.output, "import-hf")) << r.output;
+  EXPECT_TRUE(contains(r.output, train + " checkpoint.resume=" + imported + " training.steps=2\n")) << r.output;
+
+  std::filesystem::create_directories(ck);
+  write_file(ck + "/latest", "step_00000100.h5\n");  // a checkpoint: resume: auto takes it
+  r = run("HF_MODEL=/models/llama CKPT_DIR=" + ck);
+  EXPECT_FALSE(contains(r.output, "import-hf")) << r.output;
+  EXPECT_TRUE(contains(r.output, train + " training.steps=2\n")) << r.output;
+}
+
 // --- With Slurm ---------------------------------------------------------------------------
 
 TEST(SlurmCluster, RunsTwoRankMpiJobUnderSrunAndStopsItsDaemons) {

@@ -23,7 +23,8 @@ std::string check_file_on_rank0(const std::string& path, const IoGroup& io) {
 }
 
 // The model section of the config stored in the file, against the job's: the keys that
-// shape the tensors (rope_theta and norm_eps may change, as when a context is extended).
+// shape the tensors (rope_theta and norm_eps may change, as when a context is extended;
+// so may a llama's seq_len, which no tensor depends on, unlike gpt2's wpe [T, C]).
 std::string compare_models(const Config& job, const CheckpointMeta& meta, const std::string& path) {
   Config stored;
   try {
@@ -40,7 +41,7 @@ std::string compare_models(const Config& job, const CheckpointMeta& meta, const 
   };
   for (const std::string& e :
        {differs("arch", a.arch, b.arch), differs("n_layer", a.n_layer, b.n_layer), differs("n_head", a.n_head, b.n_head),
-        differs("d_model", a.d_model, b.d_model), differs("seq_len", a.seq_len, b.seq_len),
+        differs("d_model", a.d_model, b.d_model), b.llama() ? "" : differs("seq_len", a.seq_len, b.seq_len),
         differs("vocab_size", a.vocab_size, b.vocab_size),
         differs("tie_embeddings", a.tie_embeddings, b.tie_embeddings),
         differs("n_kv_head", a.kv_heads(), b.kv_heads()), differs("ffn_hidden", a.mlp_hidden(), b.mlp_hidden())})

@@ -1,16 +1,19 @@
 #include "checkpoint/hf_arch.h"
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace pptrain {
 
-std::vector<int64_t> HfTensor::hf_shape() const {
-  if (layout == HfLayout::Conv1D) return {shape[1], shape[0]};
-  return shape;
+std::vector<HfPart> HfTensor::hf_parts() const {
+  if (layout == HfLayout::RowStack) return stack;
+  if (layout == HfLayout::Conv1D) return {{hf_name, {shape[1], shape[0]}}};
+  return {{hf_name, shape}};
 }
 
 const std::vector<HfArchitecture>& hf_architectures() {
-  static const std::vector<HfArchitecture> all = {hf_gpt2()};
+  static const std::vector<HfArchitecture> all = {hf_gpt2(), hf_llama()};
   return all;
 }
 
@@ -65,13 +68,38 @@ std::optional<YAML::Node> hf_config_value(const YAML::Node& config, const std::s
 }
 
 int64_t hf_config_int(const YAML::Node& config, const std::string& key, int64_t min, int64_t max,
-                      const std::string& where) {
+                      const std::string& where, std::optional<int64_t> fallback) {
   const auto n = hf_config_value(config, key, where);
   const std::string expected = cat("expected an integer in [", min, ", ", max, "]");
+  if (fallback && (!n || json::is_null(*n))) return *fallback;
   if (!n) fail(where, ": ", key, " is missing (", expected, ")");
   const auto v = json::as_uint(*n);
   if (!v || *v > uint64_t(max) || int64_t(*v) < min) fail(where, ": ", key, " is ", json::describe(*n), ", ", expected);
   return int64_t(*v);
+}
+
+double hf_config_number(const YAML::Node& config, const std::string& key, double min_exclusive, double max,
+                        double fallback, const std::string& where) {
+  const auto n = hf_config_value(config, key, where);
+  if (!n) return fallback;
+  const auto v = json::as_number(*n);
+  if (!v || !(*v > min_exclusive && *v <= max))
+    fail(where, ": ", key, " is ", json::describe(*n), ", expected a number in (", json::number(min_exclusive), ", ",
+         json::number(max), "]");
+  return *v;
+}
+
+bool hf_config_bool(const YAML::Node& config, const std::string& key, bool fallback, const std::string& where) {
+  const auto n = hf_config_value(config, key, where);
+  if (!n) return fallback;
+  const auto v = json::as_bool(*n);
+  if (!v) fail(where, ": ", key, " is ", json::describe(*n), ", expected true or false");
+  return *v;
+}
+
+std::string hf_number(double x) {
+  if (x == std::floor(x) && std::fabs(x) < 1e15) return cat(int64_t(x), ".0");
+  return json::number(x);
 }
 
 void hf_config_require(const YAML::Node& config, const std::string& key, const std::vector<std::string>& allowed,

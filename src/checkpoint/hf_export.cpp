@@ -22,6 +22,12 @@ void write_text(const std::string& path, const std::string& text) {
   if (!out) fail(path, ": write failed (", std::strerror(errno), ")");
 }
 
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 // DIR without trailing slashes, so DIR.tmp is its sibling.
 std::string without_trailing_slash(std::string dir) {
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
@@ -60,18 +66,34 @@ HfExportResult export_hf(const std::string& checkpoint, const std::string& dir_i
     values[size_t(i)].assign(host, host + shards[size_t(i)].local_numel());
   }, cfg, false, io);
 
-  // The HF files, into DIR.tmp.
+  // The HF files, into DIR.tmp: one tensor per HF part (a RowStack's parts each), taken
+  // from pptrain's tensors[source.tensor] at element source.offset.
+  struct Source {
+    size_t tensor;
+    int64_t offset;
+  };
   std::vector<StTensorSpec> specs;
-  for (const HfTensor& t : tensors) specs.push_back({t.hf_name, options.dtype, t.hf_shape()});
-  auto hf_values = [&](size_t i, float* out) {
-    const std::vector<float>& v = values[i];
-    if (tensors[i].layout == HfLayout::Same) {
-      std::copy(v.begin(), v.end(), out);
+  std::vector<Source> sources;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    int64_t offset = 0;
+    for (const HfPart& part : tensors[i].hf_parts()) {
+      specs.push_back({part.hf_name, options.dtype, part.hf_shape});
+      sources.push_back({i, offset});
+      offset += numel(part.hf_shape);
+    }
+  }
+  auto hf_values = [&](size_t s, float* out) {
+    const HfTensor& t = tensors[sources[s].tensor];
+    const std::vector<float>& v = values[sources[s].tensor];
+    if (t.layout == HfLayout::Conv1D) {
+      const int64_t rows = t.shape[0], cols = t.shape[1];  // pptrain's [out, in]
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = v[size_t(r * cols + c)];
       return;
     }
-    const int64_t rows = tensors[i].shape[0], cols = tensors[i].shape[1];  // pptrain's [out, in]
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = v[size_t(r * cols + c)];
+    // Same, RowStack: the part's elements as they are.
+    const float* from = v.data() + sources[s].offset;
+    std::copy(from, from + numel(specs[s].shape), out);
   };
   try {
     fs::create_directories(tmp);

@@ -121,7 +121,9 @@ HfArchitecture hf_gpt2() {
   a.model_type = "gpt2";
   a.arch = "gpt2";
   a.base_prefix = "transformer.";
-  a.tied = {{"lm_head.weight", "transformer.wte.weight"}};
+  a.tied = [](const ModelConfig&) {
+    return std::vector<std::pair<std::string, std::string>>{{"lm_head.weight", "transformer.wte.weight"}};
+  };
   a.ignored_suffixes = {".attn.bias", ".attn.masked_bias"};
   a.read_config = gpt2_read_config;
   a.write_config = gpt2_write_config;

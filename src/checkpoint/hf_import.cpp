@@ -85,6 +85,15 @@ std::pair<const HfArchitecture*, ModelConfig> read_hf_config(const std::string& 
   return {&arch, cfg.model};
 }
 
+std::string hf_model_section(const ModelConfig& m) {
+  std::string s = cat("{arch: ", m.arch, ", n_layer: ", m.n_layer, ", n_head: ", m.n_head, ", d_model: ", m.d_model,
+                      ", seq_len: ", m.seq_len, ", vocab_size: ", m.vocab_size);
+  if (m.llama())
+    s += cat(", n_kv_head: ", m.kv_heads(), ", ffn_hidden: ", m.mlp_hidden(), ", rope_theta: ", hf_number(m.rope_theta),
+             ", norm_eps: ", hf_number(m.norm_eps), ", tie_embeddings: ", m.tie_embeddings ? "true" : "false");
+  return s + "}";
+}
+
 HfImportResult import_hf(const std::string& dir, const std::string& out_path) {
   HfImportResult result;
   auto [arch, model] = read_hf_config(dir);
@@ -96,18 +105,21 @@ HfImportResult import_hf(const std::string& dir, const std::string& out_path) {
   const std::string needed_by = cat(arch->hf_class, " with n_layer ", model.n_layer, ", d_model ", model.d_model,
                                     ", vocab_size ", model.vocab_size, ", seq_len ", model.seq_len);
 
-  // Every tensor the model needs, checked before anything is written.
+  // Every tensor the model needs, checked before anything is written: found[i] holds the
+  // HF tensors pptrain's tensors[i] is made of (one, or the parts of a RowStack).
   const std::vector<HfTensor> tensors = arch->tensors(model);
-  std::vector<SafetensorsDir::Found> found;
+  std::vector<std::vector<SafetensorsDir::Found>> found(tensors.size());
   std::set<std::string> known, dtypes;
-  for (const HfTensor& t : tensors) {
-    found.push_back(checked_tensor(st, names(t.hf_name), t.hf_shape(), needed_by));
-    known.insert(names(t.hf_name));
-    dtypes.insert(found.back().tensor->dtype);
-    result.parameters += numel(t.shape);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    for (const HfPart& part : tensors[i].hf_parts()) {
+      found[i].push_back(checked_tensor(st, names(part.hf_name), part.hf_shape, needed_by));
+      known.insert(names(part.hf_name));
+      dtypes.insert(found[i].back().tensor->dtype);
+    }
+    result.parameters += numel(tensors[i].shape);
   }
   // Tied copies, when present, equal what they are tied to.
-  for (const auto& [copy, original] : arch->tied) {
+  for (const auto& [copy, original] : arch->tied(model)) {
     known.insert(names(copy));
     if (!st.find(names(copy)).tensor) continue;
     const SafetensorsDir::Found a = st.find(names(original));
@@ -133,15 +145,20 @@ HfImportResult import_hf(const std::string& dir, const std::string& out_path) {
   std::vector<float> hf;  // [in, out] of a Conv1D weight
   auto values = [&](int i, float* out) {
     const HfTensor& t = tensors[size_t(i)];
-    if (t.layout == HfLayout::Same) {
-      found[size_t(i)].file->read(*found[size_t(i)].tensor, out);
+    const std::vector<SafetensorsDir::Found>& parts = found[size_t(i)];
+    if (t.layout == HfLayout::Conv1D) {
+      hf.resize(size_t(numel(t.shape)));
+      parts[0].file->read(*parts[0].tensor, hf.data());
+      const int64_t rows = t.shape[0], cols = t.shape[1];  // pptrain's [out, in]
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = hf[size_t(c * rows + r)];
       return;
     }
-    hf.resize(size_t(numel(t.shape)));
-    found[size_t(i)].file->read(*found[size_t(i)].tensor, hf.data());
-    const int64_t rows = t.shape[0], cols = t.shape[1];  // pptrain's [out, in]
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = hf[size_t(c * rows + r)];
+    // Same, RowStack: the parts' elements one after another.
+    for (const SafetensorsDir::Found& part : parts) {
+      part.file->read(*part.tensor, out);
+      out += part.tensor->numel;
+    }
   };
   write_weights_checkpoint(out_path, model, (fs::path(dir) / "config.json").string(), weights, values,
                            "import-hf " + dir);

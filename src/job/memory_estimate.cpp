@@ -20,11 +20,18 @@ constexpr double kCublasLtWorkspace = 32 << 20;  // backend/cuda/cuda_lt_gemm.h
 // N = B·T rows of a microbatch, without ModelDims::rows()'s int overflow for absurd batches.
 double rows(const ModelDims& d) { return double(d.batch) * d.seq_len; }
 
-// Elements of one block's parameters on one tp rank (C = d_model, tp divides C, 4C and the
-// heads): ln_1, ln_2 (weight, bias) replicated; qkv [3C/tp, C] + bias [3C/tp]; attention
-// proj [C, C/tp] + replicated bias [C]; fc [4C/tp, C] + bias [4C/tp]; mlp proj [C, 4C/tp]
-// + replicated bias [C].
-double block_parameter_count(double c, double tp) {
+// Elements of one block's parameters on one tp rank. GPT-2 (C = d_model, tp divides C, 4C
+// and the heads): ln_1, ln_2 (weight, bias) replicated; qkv [3C/tp, C] + bias [3C/tp];
+// attention proj [C, C/tp] + replicated bias [C]; fc [4C/tp, C] + bias [4C/tp]; mlp proj
+// [C, 4C/tp] + replicated bias [C]. Llama (no biases; HD = C/NH, F = ffn_hidden, tp divides
+// the kv heads and F): ln_1, ln_2 [C] replicated; qkv [(NH + 2·NKV)·HD/tp, C]; proj
+// [C, C/tp]; gate, up [F/tp, C]; down [C, F/tp].
+double block_parameter_count(const ModelConfig& m, double tp) {
+  const double c = m.d_model;
+  if (m.llama()) {
+    const double qkv_rows = (double(m.n_head) + 2.0 * m.kv_heads()) * (c / m.n_head), f = m.mlp_hidden();
+    return 2 * c + qkv_rows / tp * c + c * (c / tp) + 3 * (f / tp) * c;
+  }
   const double norms = 4 * c;
   const double qkv = 3 * c / tp * c + 3 * c / tp;
   const double proj = c * (c / tp) + c;
@@ -33,17 +40,27 @@ double block_parameter_count(double c, double tp) {
   return norms + qkv + proj + fc + fc2;
 }
 
-// One block's slot: the buffers Block<T>::for_each_buffer lists (N = B·T rows, CL = C/tp,
-// HL = 4C/tp, NHL = heads/tp): in the storage type ln1, x2, ln2, dln2, dx2, dln1 [N,C];
-// qkv, dqkv [N,3CL]; attn, dattn [N,CL]; fc1, gelu, dfc1 [N,HL]; naive attention's
-// probabilities [B,NHL,T,T]; in fp32 the two layernorms' mean and rstd [N] and fused
-// attention's lse and delta [B,NHL,T].
+// The attention core's part of a block's slot: naive attention's probabilities
+// [B,NHL,T,T] in the storage type, or fused attention's lse and delta [B,NHL,T] in fp32.
+double attention_slot_bytes(const ModelDims& d, double s) {
+  const double t = d.seq_len, heads = double(d.batch) * d.local_heads();
+  return d.fused_attention ? kFp32 * 2 * heads * t : s * heads * t * t;
+}
+
+// One block's slot (N = B·T rows, CL = C/tp, NHL = heads/tp). GPT-2, the buffers
+// Block<T>::for_each_buffer lists (HL = 4C/tp): in the storage type ln1, x2, ln2, dln2,
+// dx2, dln1 [N,C]; qkv, dqkv [N,3CL]; attn, dattn [N,CL]; fc1, gelu, dfc1 [N,HL]; in fp32
+// the two layernorms' mean and rstd [N]. Llama, LlamaBlock<T>::for_each_buffer's (HL =
+// F/tp, QL = (NHL + 2·KVL)·HD): ln1, x2, ln2, dln2, dx2, dln1 [N,C]; qkv, dqkv [N,QL];
+// attn, dattn [N,CL]; gate, up, act, dgate, dup, dact [N,HL]; in fp32 the two RMSNorms'
+// rstd [N]. Both: the attention core's (attention_slot_bytes).
 double block_slot_bytes(const ModelDims& d, double s) {
   const double n = rows(d), c = d.d_model, cl = d.local_channels(), hl = d.local_hidden();
-  const double t = d.seq_len, heads = double(d.batch) * d.local_heads();
-  double bytes = s * n * (6 * c + 6 * cl + 2 * cl + 3 * hl) + kFp32 * 4 * n;
-  bytes += d.fused_attention ? kFp32 * 2 * heads * t : s * heads * t * t;
-  return bytes;
+  if (d.llama) {
+    const double ql = d.local_qkv();
+    return s * n * (6 * c + 2 * ql + 2 * cl + 6 * hl) + kFp32 * 2 * n + attention_slot_bytes(d, s);
+  }
+  return s * n * (6 * c + 6 * cl + 2 * cl + 3 * hl) + kFp32 * 4 * n + attention_slot_bytes(d, s);
 }
 
 // The head's slot without its logits: h, dh [N,C] in the storage type; mean, rstd [N] and
@@ -106,11 +123,11 @@ double MemoryEstimate::bytes_of(const std::string& prefix) const {
 
 double global_parameter_count(const ModelConfig& m) {
   const double c = m.d_model;
-  // wte [V,C], wpe [T,C], the blocks, ln_f [C] weight and bias; the LM head is tied to wte
-  // or has lm_head [V,C] of its own.
+  // wte [V,C], wpe [T,C] (gpt2), the blocks, ln_f [C] weight and bias (llama: weight); the
+  // LM head is tied to wte or has lm_head [V,C] of its own.
+  const double wpe = m.llama() ? 0 : double(m.seq_len) * c, ln_f = m.llama() ? c : 2 * c;
   const double head = m.tie_embeddings ? 0 : double(m.vocab_size) * c;
-  return double(m.vocab_size) * c + double(m.seq_len) * c + double(m.n_layer) * block_parameter_count(c, 1) +
-         2 * c + head;
+  return double(m.vocab_size) * c + wpe + double(m.n_layer) * block_parameter_count(m, 1) + ln_f + head;
 }
 
 double rank_parameter_count(const Config& cfg, const std::vector<StageSpec>& my_stages, int tp_rank) {
@@ -119,9 +136,9 @@ double rank_parameter_count(const Config& cfg, const std::vector<StageSpec>& my_
   double count = 0;
   bool has_wte = false;
   for (const StageSpec& spec : my_stages) {
-    count += double(spec.num_blocks) * block_parameter_count(c, tp);
-    if (spec.has_embedding) count += double(d.seq_len) * c;  // wpe, replicated
-    if (spec.has_head) count += 2 * c;                          // ln_f
+    count += double(spec.num_blocks) * block_parameter_count(cfg.model, tp);
+    if (spec.has_embedding && !d.llama) count += double(d.seq_len) * c;  // wpe, replicated
+    if (spec.has_head) count += d.llama ? c : 2 * c;                       // ln_f
     has_wte = has_wte || spec.has_embedding || (spec.has_head && d.tie_embeddings);
     if (spec.has_head && !d.tie_embeddings) count += double(d.local_vocab()) * c;  // lm_head [Vp/tp, C]
   }

@@ -70,9 +70,12 @@ int checkpoint_saves(const Config& cfg) {
 }
 
 double checkpoint_file_bytes(const Config& cfg) {
-  // 12 tensors per block, and wte, wpe, ln_f weight and bias (and lm_head when untied); each
-  // as model, m and v.
-  const double datasets = 3.0 * (12.0 * cfg.model.n_layer + 4 + (cfg.model.tie_embeddings ? 0 : 1));
+  // Per block 12 tensors (gpt2) or 7 (llama: two norms, qkv, proj, gate, up, down); wte,
+  // ln_f weight and bias (llama: weight only), wpe (gpt2), lm_head when untied; each as
+  // model, m and v.
+  const ModelConfig& m = cfg.model;
+  const double per_block = m.llama() ? 7 : 12, others = m.llama() ? 2 : 4;
+  const double datasets = 3.0 * (per_block * m.n_layer + others + (m.tie_embeddings ? 0 : 1));
   return checkpoint_tensor_bytes(cfg.model) + datasets * kDatasetOverhead + kFileOverhead;
 }
 

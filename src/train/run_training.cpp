@@ -109,8 +109,11 @@ void write_trace(const std::string& path, const pipeline::ChromeTrace& trace, Co
 // The startup line (world rank 0): model, layout, schedule, backend and transport.
 void log_startup(Job& job) {
   const Config& cfg = job.config();
-  log::info("pptrain: ", cfg.model.n_layer, " layers, d_model ", cfg.model.d_model, ", ", cfg.model.n_head,
-            " heads, seq ", cfg.model.seq_len, ", vocab ", cfg.model.vocab_size, " | dp ", cfg.parallel.dp, " pp ",
+  const ModelConfig& m = cfg.model;
+  // llama: its key/value heads (grouped-query attention) and SwiGLU width.
+  const std::string llama = m.llama() ? cat(" (", m.kv_heads(), " kv), ffn ", m.mlp_hidden()) : "";
+  log::info("pptrain: ", m.arch, ", ", m.n_layer, " layers, d_model ", m.d_model, ", ", m.n_head, " heads", llama,
+            ", seq ", m.seq_len, ", vocab ", m.vocab_size, " | dp ", cfg.parallel.dp, " pp ",
             cfg.parallel.pp, " tp ", cfg.parallel.tp, " | schedule ", cfg.parallel.schedule, ", ",
             cfg.parallel.microbatches, " microbatches, blocks per stage ", blocks_text(blocks_per_stage(cfg)),
             " | backend ", job.ops().name(), " ", cfg.training.precision, " | comm ", job.transport(), " | attention ",
