@@ -246,11 +246,13 @@ int CheckpointManager::resume(ParamStore& params, OptimizerState& optimizer) {
   std::vector<ShardedTensor> tensors = sharded_tensors(params);
   std::vector<Param*> by_index;
   for (auto& [name, p] : params.all()) by_index.push_back(p.get());
+  // The reader gives each tensor's whole local shard; a ZeRO-1 state keeps its range of it.
   auto upload = [&](Section s, int i, const float* host) {
     Param& p = *by_index[i];
+    const std::string& name = p.spec.name;
     if (s == Section::Model) p.set_masters(host);
-    else if (s == Section::OptimM) optimizer.m(p.spec.name).upload(host);
-    else optimizer.v(p.spec.name).upload(host);
+    else if (s == Section::OptimM) optimizer.upload_local(name, optimizer.m(name), host);
+    else optimizer.upload_local(name, optimizer.v(name), host);
   };
   const CheckpointMeta meta = read_checkpoint_file(path, tensors, upload, cfg_, true, io_);
   if (!meta.has_optimizer_state) optimizer.zero();
@@ -341,11 +343,21 @@ std::string CheckpointManager::save(ParamStore& params, OptimizerState& optimize
   std::vector<ShardedTensor> tensors = sharded_tensors(params);
   std::vector<Param*> by_index;
   for (auto& [name, p] : params.all()) by_index.push_back(p.get());
+  // ZeRO-1: each dp rank writes the part of every tensor in its range (moments and masters
+  // alike), the copies that count once only (Param::primary), so the ranks' parts tile each
+  // dataset and saving gets faster with dp. Otherwise each distinct shard is written by
+  // the lowest rank holding it (build_global_table).
+  if (optimizer.sharded())
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const Param& p = *by_index[i];
+      tensors[i].slabs = p.primary ? slabs_in_range(p, optimizer.range(p.spec.name)) : std::vector<Slab>{};
+    }
   auto download = [&](Section s, int i, float* host) {
     Param& p = *by_index[i];
+    const std::string& name = p.spec.name;
     if (s == Section::Model) p.value.download(host);
-    else if (s == Section::OptimM) optimizer.m(p.spec.name).download(host);
-    else optimizer.v(p.spec.name).download(host);
+    else if (s == Section::OptimM) optimizer.download_local(name, optimizer.m(name), host);
+    else optimizer.download_local(name, optimizer.v(name), host);
   };
   // Saving without a resume() (tools, tests): a fresh line, and nothing in the directory
   // is taken for an abandoned branch.

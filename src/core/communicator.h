@@ -29,6 +29,15 @@ class Communicator {
   virtual void allreduce(double* data, size_t n, ReduceOp op) = 0;  // in place, host memory
   // In place; bf16 activations of tensor-parallel layers (training.precision: bf16).
   virtual void allreduce(bfloat16* data, size_t n, ReduceOp op) = 0;
+  // Reduce-scatter over the group: send is [size · count]; rank r receives in recv[count]
+  // the reduction of every rank's send[r · count, (r + 1) · count). recv may be
+  // send + rank() · count (in place: the other parts of send are left as they were);
+  // otherwise the two must not overlap. ZeRO-1 sums the gradient arena this way.
+  virtual void reduce_scatter(const float* send, float* recv, size_t count, ReduceOp op) = 0;
+  // All-gather in place: data is [size · count]; rank r's data[r · count, (r + 1) · count)
+  // ends up in the same place on every rank (bits copied, no arithmetic).
+  virtual void allgather(float* data, size_t count) = 0;
+  virtual void allgather(bfloat16* data, size_t count) = 0;
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
   // Point-to-point transfers move bytes (activations of either precision); the buffer
@@ -45,6 +54,10 @@ class LocalComm final : public Communicator {
   void allreduce(float*, size_t, ReduceOp) override {}
   void allreduce(double*, size_t, ReduceOp) override {}
   void allreduce(bfloat16*, size_t, ReduceOp) override {}
+  // In place only: a group of one has nothing to move (and no way to copy backend memory).
+  void reduce_scatter(const float* send, float* recv, size_t count, ReduceOp op) override;
+  void allgather(float*, size_t) override {}
+  void allgather(bfloat16*, size_t) override {}
   void broadcast(void*, size_t, int) override {}
   void barrier() override {}
   std::unique_ptr<Request> isend(const void*, size_t, int, int) override;

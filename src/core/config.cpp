@@ -113,6 +113,7 @@ std::map<std::string, Section> schema(Config& c) {
   p["stages_per_rank"] = int_field(&c.parallel.stages_per_rank);
   p["layers_per_stage"] = layers_field(&c.parallel.layers_per_stage);
   p["profile"] = string_field(&c.parallel.profile);
+  p["zero"] = int_field(&c.parallel.zero);
   auto& t = s["training"];
   t["steps"] = int_field(&c.training.steps);
   t["micro_batch_size"] = int_field(&c.training.micro_batch_size);
@@ -369,6 +370,9 @@ void validate(const Config& c) {
   require_range(c, "parallel.dp", p.dp, 1, kMaxWorldSize);
   require_range(c, "parallel.microbatches", p.microbatches, 1, kMaxMicrobatches);
   require_range(c, "parallel.stages_per_rank", p.stages_per_rank, 1, kMaxStagesPerRank);
+  require(p.zero == 0 || p.zero == 1, c, "parallel.zero",
+          cat("expected 0 or 1 (1: AdamW moments sharded over the dp ranks; with dp 1 it changes nothing), got ",
+              p.zero));
   require(m.n_head % p.tp == 0, c, "parallel.tp",
           cat("tp ", p.tp, " must divide model.n_head ", m.n_head));
   require(m.kv_heads() % p.tp == 0, c, "parallel.tp",

@@ -54,6 +54,10 @@ struct ParallelConfig {
   // Measured costs for the planner (partition/auto_layout.h): "" none (layers_per_stage
   // auto balances FLOPs), "measure" (timed at start-up), or a cost file of pptrain profile.
   std::string profile;
+  // ZeRO stage 1: 1 shards the AdamW moments over the dp group (each dp rank updates one
+  // 1/dp range of the flattened parameters: reduce-scatter, sharded update, all-gather);
+  // 0 keeps full moments on every replica. With dp 1 it changes nothing.
+  int zero = 0;
 };
 
 struct TrainingConfig {

@@ -71,6 +71,11 @@ Job::Job(const Config& cfg, const Faults& faults, std::unique_ptr<Ops> ops, JobP
     stages_.push_back(make_stage(*params_, dims, spec, *par_.tp_comm, cfg.precision(), faults_));
     if (spec.has_head) stages_.back()->set_loss_scale(float(1.0 / global_tokens));
   }
+  for (auto& [name, p] : params_->all())
+    p->primary = !(p->replicated_over_tp && par_.tp_rank != 0) && !(name == "wte.weight" && !holds_stage(0));
+  // One arena for the masters and one for the gradients, split into dp equal ranges: one
+  // all-reduce (zero: 0) or reduce-scatter and all-gather (zero: 1) per step over the dp group.
+  params_->flatten(cfg.parallel.dp);
 }
 
 Job::~Job() = default;

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "model/param.h"
 #include "partition/partition.h"
 #include "pipeline/generators.h"
 
@@ -146,6 +147,31 @@ double rank_parameter_count(const Config& cfg, const std::vector<StageSpec>& my_
   return count;
 }
 
+std::vector<size_t> rank_tensor_numels(const Config& cfg, const std::vector<StageSpec>& my_stages, int tp_rank) {
+  const ModelDims d = ModelDims::from(cfg.model, cfg.training.micro_batch_size, cfg.parallel.tp, tp_rank);
+  const size_t c = size_t(d.d_model), tp = size_t(d.tp), vocab = size_t(d.local_vocab());
+  std::vector<size_t> n;
+  bool has_wte = false;
+  for (const StageSpec& spec : my_stages) {
+    for (int b = 0; b < spec.num_blocks; ++b) {
+      if (d.llama) {
+        const size_t qkv_rows = (size_t(cfg.model.n_head) + 2 * size_t(cfg.model.kv_heads())) * (c / cfg.model.n_head);
+        const size_t f = size_t(cfg.model.mlp_hidden());
+        n.insert(n.end(), {c, qkv_rows / tp * c, c * (c / tp), c, f / tp * c, f / tp * c, c * (f / tp)});
+      } else {
+        n.insert(n.end(), {c, c, 3 * c / tp * c, 3 * c / tp, c * (c / tp), c, c, c, 4 * c / tp * c, 4 * c / tp,
+                           c * (4 * c / tp), c});
+      }
+    }
+    if (spec.has_embedding && !d.llama) n.push_back(size_t(d.seq_len) * c);  // wpe
+    if (spec.has_head) n.insert(n.end(), d.llama ? 1 : 2, c);                 // ln_f
+    if (spec.has_head && !d.tie_embeddings) n.push_back(vocab * c);          // lm_head
+    has_wte = has_wte || spec.has_embedding || (spec.has_head && d.tie_embeddings);
+  }
+  if (has_wte) n.push_back(vocab * c);
+  return n;
+}
+
 double checkpoint_tensor_bytes(const ModelConfig& m) { return 3 * kFp32 * global_parameter_count(m); }
 
 StageSlotBytes stage_slot_bytes(const ModelDims& d, const StageSpec& spec, Precision precision) {
@@ -219,13 +245,20 @@ MemoryEstimate estimate_rank_memory(const Config& cfg, const pipeline::Schedule&
     most_live = std::max({most_live, io, kept});
   }
 
+  // Masters and gradients live in two arenas padded to dp equal ranges (ParamStore::flatten);
+  // ZeRO-1 keeps the moments of one range: 8/dp bytes per parameter instead of 8.
+  const FlatLayout arena = flat_layout_of(rank_tensor_numels(cfg, mine, tp_rank), cfg.parallel.dp);
+  const bool zero = cfg.parallel.zero == 1 && cfg.parallel.dp > 1;
+  const double moments = zero ? 2 * kFp32 * double(arena.shard_size) : 2 * kFp32 * p;
   MemoryEstimate e;
-  e.items.push_back({"parameters (fp32)", kFp32 * p});
-  e.items.push_back({"gradients (fp32)", kFp32 * p});
-  e.items.push_back({"AdamW moments (fp32 m and v)", 2 * kFp32 * p});
+  e.items.push_back({"parameters (fp32 arena)", kFp32 * double(arena.total())});
+  e.items.push_back({"gradients (fp32 arena)", kFp32 * double(arena.total())});
+  e.items.push_back({zero ? "AdamW moments (fp32 m and v of the ZeRO-1 range)" : "AdamW moments (fp32 m and v)",
+                     moments});
   if (cfg.precision() == Precision::bf16) e.items.push_back({"bf16 weight copies", kBf16 * p});
   if (cfg.training.post_validation)
-    e.items.push_back({"post-validation backup (fp32 masters, gradients, m and v)", 4 * kFp32 * p});
+    e.items.push_back({"post-validation backup (fp32 masters, gradients, m and v)",
+                       2 * kFp32 * double(arena.total()) + moments});
   e.items.push_back({cat("activation slots (", most_live, " microbatch(es) of micro_batch_size ",
                          cfg.training.micro_batch_size, " live per stage at most)"),
                      slots});

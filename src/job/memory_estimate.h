@@ -54,6 +54,9 @@ double global_parameter_count(const ModelConfig& m);
 
 // Elements this rank holds: its tp shard of every parameter of its stages.
 double rank_parameter_count(const Config& cfg, const std::vector<StageSpec>& my_stages, int tp_rank);
+// The local element counts of the tensors those stages hold on tp rank `tp_rank` (any
+// order), from which the parameter arenas are laid out (model/param.h, flat_layout_of).
+std::vector<size_t> rank_tensor_numels(const Config& cfg, const std::vector<StageSpec>& my_stages, int tp_rank);
 
 // Bytes of one checkpoint file's tensors: fp32 parameters and the two fp32 AdamW moments.
 double checkpoint_tensor_bytes(const ModelConfig& m);

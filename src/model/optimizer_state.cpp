@@ -1,17 +1,78 @@
 #include "model/optimizer_state.h"
 
+#include <algorithm>
+
+#include "core/error.h"
+
 namespace pptrain {
 
 OptimizerState::OptimizerState(ParamStore& params) {
-  for (auto& [name, p] : params.all())
-    moments_[name] = Moments{Buffer<float>(params.ops(), p->numel()), Buffer<float>(params.ops(), p->numel())};
+  for (auto& [name, p] : params.all()) {
+    const size_t n = p->numel();
+    moments_[name] = Moments{Buffer<float>(params.ops(), n), Buffer<float>(params.ops(), n), LocalRange{0, n}};
+    numel_[name] = n;
+    bytes_ += 2 * n * sizeof(float);
+  }
+  zero();
+}
+
+OptimizerState::OptimizerState(ParamStore& params, int shard) : sharded_(true) {
+  PPTRAIN_CHECK(params.flat(), "a sharded optimizer state needs the flattened parameters (ParamStore::flatten)");
+  const FlatLayout& layout = params.flat_layout();
+  PPTRAIN_CHECK(shard >= 0 && shard < layout.shards, "optimizer shard ", shard, " of ", layout.shards);
+  Ops& ops = params.ops();
+  const size_t lo = size_t(shard) * layout.shard_size, hi = lo + layout.shard_size;
+  m_arena_ = Buffer<float>(ops, layout.shard_size);
+  v_arena_ = Buffer<float>(ops, layout.shard_size);
+  bytes_ = 2 * layout.shard_size * sizeof(float);
+  for (auto& [name, p] : params.all()) {
+    const LocalRange r = local_range_in(*p, lo, hi);
+    // The part's place in the shard: its flat position less the shard's start.
+    const size_t at = r.empty() ? 0 : p->flat_offset + r.begin - lo;
+    moments_[name] = Moments{Buffer<float>::view(ops, m_arena_.data() + at, r.size()),
+                             Buffer<float>::view(ops, v_arena_.data() + at, r.size()), r};
+    numel_[name] = p->numel();
+  }
+  zero();
 }
 
 void OptimizerState::zero() {
+  if (sharded_) {
+    m_arena_.zero();
+    v_arena_.zero();
+    return;
+  }
   for (auto& [name, s] : moments_) {
     s.m.zero();
     s.v.zero();
   }
+}
+
+void OptimizerState::copy_from(const OptimizerState& other, Ops& ops) {
+  PPTRAIN_CHECK(sharded_ == other.sharded_ && bytes_ == other.bytes_ && moments_.size() == other.moments_.size(),
+                "OptimizerState::copy_from: states of different forms");
+  auto copy = [&](Buffer<float>& to, const Buffer<float>& from) {
+    if (!to.empty()) ops.copy(to.data(), from.data(), to.size() * sizeof(float));
+  };
+  if (sharded_) {
+    copy(m_arena_, other.m_arena_);
+    copy(v_arena_, other.v_arena_);
+    return;
+  }
+  for (auto& [name, s] : moments_) {
+    copy(s.m, other.moments_.at(name).m);
+    copy(s.v, other.moments_.at(name).v);
+  }
+}
+
+void OptimizerState::download_local(const std::string& name, const Buffer<float>& moment, float* host) const {
+  const LocalRange r = range(name);
+  std::fill(host, host + numel_.at(name), 0.0f);
+  moment.download(host + r.begin);
+}
+
+void OptimizerState::upload_local(const std::string& name, Buffer<float>& moment, const float* host) const {
+  moment.upload(host + range(name).begin);
 }
 
 }  // namespace pptrain

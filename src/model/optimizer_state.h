@@ -1,8 +1,16 @@
-// OptimizerState: the AdamW moments of every parameter shard one rank holds, by parameter
-// name: m (first moment) and v (second moment), fp32, each the shape of its parameter's
-// local shard, zero at the start. The optimizer (train/adamw.h) updates them; checkpoints
-// write and read them. It sits beside the parameters so that checkpoints need nothing
-// from the training loop.
+// OptimizerState: the AdamW moments one rank holds, by parameter name: m (first moment)
+// and v (second moment), fp32, zero at the start. The optimizer (train/adamw.h) updates
+// them; checkpoints write and read them. It sits beside the parameters so that checkpoints
+// need nothing from the training loop.
+//
+// Two forms:
+//  - full: every parameter's moments, each the shape of its local shard [numel];
+//  - ZeRO-1 shard (parallel.zero: 1): the moments of one 1/dp range of the flattened
+//    parameters only (ParamStore::flatten): two arenas of flat_layout().shard_size elements,
+//    each parameter's m(name) / v(name) a view of the part of its local shard inside the
+//    range, range(name) saying which elements of the local shard that is (often empty).
+// Checkpoints exchange a parameter's moments as its whole local shard on the host
+// (download_local / upload_local), whichever form holds them.
 #pragma once
 #include <map>
 #include <string>
@@ -14,17 +22,38 @@ namespace pptrain {
 
 class OptimizerState {
  public:
-  // Zero moments for every parameter of `params` (all its parameters must exist).
+  // Full: zero moments for every parameter of `params` (all its parameters must exist).
   explicit OptimizerState(ParamStore& params);
-  Buffer<float>& m(const std::string& name) { return moments_.at(name).m; }
-  Buffer<float>& v(const std::string& name) { return moments_.at(name).v; }
+  // ZeRO-1: the moments of shard `shard` of the flattened `params` only.
+  OptimizerState(ParamStore& params, int shard);
+
+  Buffer<float>& m(const std::string& name) { return moments_.at(name).m; }  // [range(name).size()]
+  Buffer<float>& v(const std::string& name) { return moments_.at(name).v; }  // [range(name).size()]
+  // The elements of the parameter's local shard whose moments are held: all when full.
+  LocalRange range(const std::string& name) const { return moments_.at(name).range; }
+  bool sharded() const { return sharded_; }
+  // Bytes of moments this rank holds (both moments, with the shard's padding).
+  size_t bytes() const { return bytes_; }
   void zero();
+  // Copies every moment of `other`, a state of the same form over the same parameters
+  // (backend to backend; post-validation's backup).
+  void copy_from(const OptimizerState& other, Ops& ops);
+
+  // Host copies over the parameter's whole local shard, host[numel]: download_local writes
+  // zeros outside range(name); upload_local keeps only range(name) of it.
+  void download_local(const std::string& name, const Buffer<float>& moment, float* host) const;
+  void upload_local(const std::string& name, Buffer<float>& moment, const float* host) const;
 
  private:
   struct Moments {
-    Buffer<float> m, v;  // [numel of the local shard]
+    Buffer<float> m, v;  // [range.size()]
+    LocalRange range;
   };
   std::map<std::string, Moments> moments_;
+  std::map<std::string, size_t> numel_;  // of each parameter's local shard
+  Buffer<float> m_arena_, v_arena_;       // ZeRO-1: [shard_size] each
+  bool sharded_ = false;
+  size_t bytes_ = 0;
 };
 
 }  // namespace pptrain

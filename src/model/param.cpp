@@ -1,5 +1,7 @@
 #include "model/param.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/rng.h"
 
@@ -75,12 +77,91 @@ std::vector<float> initial_values(const Param& p, uint64_t seed) {
   return v;
 }
 
+namespace {
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+}  // namespace
+
+FlatLayout flat_layout_of(const std::vector<size_t>& numels, int shards) {
+  PPTRAIN_CHECK(shards >= 1, "flat layout over ", shards, " shards");
+  FlatLayout l;
+  l.shards = shards;
+  for (size_t n : numels) l.used += round_up(n, kFlatAlign);
+  l.shard_size = round_up((l.used + size_t(shards) - 1) / size_t(shards), kFlatAlign);
+  return l;
+}
+
+LocalRange local_range_in(const Param& p, size_t lo, size_t hi) {
+  LocalRange r;
+  const size_t first = p.flat_offset, last = p.flat_offset + p.numel();
+  if (hi <= first || lo >= last) return r;
+  r.begin = std::max(lo, first) - first;
+  r.end = std::min(hi, last) - first;
+  return r;
+}
+
+std::vector<Slab> slabs_in_range(const Param& p, LocalRange r) {
+  std::vector<Slab> out;
+  if (r.empty()) return out;
+  const int64_t cols = p.local_cols, begin = int64_t(r.begin), last = int64_t(r.end) - 1;
+  const int64_t r0 = begin / cols, c0 = begin % cols, r1 = last / cols, c1 = last % cols;
+  struct Rect { int64_t row, col, rows, cols; };  // in the local tensor
+  std::vector<Rect> rects;
+  if (r0 == r1) {
+    rects.push_back({r0, c0, 1, c1 - c0 + 1});
+  } else {
+    rects.push_back({r0, c0, 1, cols - c0});
+    if (r1 > r0 + 1) rects.push_back({r0 + 1, 0, r1 - r0 - 1, cols});
+    rects.push_back({r1, 0, 1, c1 + 1});
+  }
+  for (const Rect& a : rects)
+    for (const Slab& s : p.slabs) {
+      const int64_t row = std::max(a.row, s.local_row), row_end = std::min(a.row + a.rows, s.local_row + s.rows);
+      const int64_t col = std::max(a.col, s.local_col), col_end = std::min(a.col + a.cols, s.local_col + s.cols);
+      if (row >= row_end || col >= col_end) continue;
+      out.push_back({s.global_row + row - s.local_row, s.global_col + col - s.local_col, row, col, row_end - row,
+                     col_end - col});
+    }
+  return out;
+}
+
+void ParamStore::flatten(int shards) {
+  PPTRAIN_CHECK(!flat(), "ParamStore::flatten called twice");
+  std::vector<size_t> numels;
+  for (auto& [name, p] : params_) numels.push_back(p->numel());
+  layout_ = flat_layout_of(numels, shards);
+  const size_t total = layout_.total();
+  // The gradients hold nothing yet (zeroed before every step): dropping them first keeps the
+  // peak at the unflattened store plus the values arena's padding.
+  for (auto& [name, p] : params_) p->grad.reset();
+  value_arena_ = Buffer<float>(ops_, total);
+  value_arena_.zero();
+  size_t offset = 0;
+  for (auto& [name, p] : params_) {
+    p->flat_offset = offset;
+    const size_t n = p->numel();
+    if (n) ops_.copy(value_arena_.data() + offset, p->value.data(), n * sizeof(float));
+    p->value = Buffer<float>::view(ops_, value_arena_.data() + offset, n);
+    offset += round_up(n, kFlatAlign);
+  }
+  grad_arena_ = Buffer<float>(ops_, total);
+  grad_arena_.zero();
+  for (auto& [name, p] : params_) p->grad = Buffer<float>::view(ops_, grad_arena_.data() + p->flat_offset, p->numel());
+}
+
+void ParamStore::swap_grad_arena(Buffer<float>& other) {
+  PPTRAIN_CHECK(flat() && other.size() == grad_arena_.size(), "ParamStore::swap_grad_arena: ", other.size(),
+                " elements for an arena of ", grad_arena_.size());
+  std::swap(grad_arena_, other);
+  for (auto& [name, p] : params_) p->grad = Buffer<float>::view(ops_, grad_arena_.data() + p->flat_offset, p->numel());
+}
+
 Param& ParamStore::get_or_create(const ParamSpec& spec) {
   auto it = params_.find(spec.name);
   if (it != params_.end()) {
     PPTRAIN_CHECK(it->second->spec.global_shape == spec.global_shape, spec.name);
     return *it->second;
   }
+  PPTRAIN_CHECK(!flat(), "parameter ", spec.name, " created after ParamStore::flatten");
   auto p = std::make_unique<Param>();
   p->spec = spec;
   shard_layout(spec, tp_, tp_rank_, *p);
@@ -99,6 +180,7 @@ Param* ParamStore::find(const std::string& name) {
 }
 
 void ParamStore::zero_grads() {
+  if (flat()) return grad_arena_.zero();
   for (auto& [name, p] : params_) p->grad.zero();
 }
 

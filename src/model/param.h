@@ -56,6 +56,13 @@ struct Param {
   Buffer<float> value;              // [local_rows, local_cols] fp32 master; written only through
                                     // set_masters / zero_masters / AdamW, which keep bf16_stale
   Buffer<float> grad;               // same shape, accumulated over microbatches (fp32)
+  // Once the store is flattened (ParamStore::flatten): value and grad are views of the
+  // store's two arenas at this element offset (a multiple of kFlatAlign).
+  size_t flat_offset = 0;
+  // This rank's copy is the one that counts when each global element must be counted once
+  // (gradient norm, ZeRO checkpoint writes): false for a tp-replicated tensor on tp rank > 0
+  // and for the tied embedding on a rank without stage 0 (set by the Job).
+  bool primary = true;
   Buffer<bfloat16> value_bf16;      // same shape: the bf16 copy bf16 layers compute with
   // The masters changed since value_bf16 was last rounded from them: set by whatever writes
   // `value` other than AdamW (initialisation, checkpoint loads, imports, tests), cleared by
@@ -94,6 +101,36 @@ void shard_layout(const ParamSpec& spec, int tp, int tp_rank, Param& out);
 // init_std · N(0,1) drawn from CounterRng(seed, name) at g, whatever the layout.
 std::vector<float> initial_values(const Param& p, uint64_t seed);
 
+// The flattened parameters of one rank (ParamStore::flatten): every parameter's masters
+// and gradients sit in two arenas, in name order, each tensor starting at a multiple of
+// kFlatAlign elements and taking round_up(numel, kFlatAlign); the total is padded to
+// `shards` equal ranges of shard_size elements (a multiple of kFlatAlign), so that shard
+// k of a dp group owns [k · shard_size, (k + 1) · shard_size). Padding stays zero. Every
+// dp replica holds the same stages and tp shard, hence the same layout.
+inline constexpr size_t kFlatAlign = 16;  // elements: 64-byte aligned tensors and shards
+struct FlatLayout {
+  int shards = 1;
+  size_t used = 0;        // sum of the tensors' aligned sizes
+  size_t shard_size = 0;  // elements per shard
+  size_t total() const { return shard_size * size_t(shards); }
+};
+// The layout for tensors of `numels` elements (any order) split into `shards` ranges.
+FlatLayout flat_layout_of(const std::vector<size_t>& numels, int shards);
+
+// The elements [begin, end) of a parameter's local shard (row-major [local_rows,
+// local_cols]) that fall inside the flat range [lo, hi) of the arena; empty when none.
+struct LocalRange {
+  size_t begin = 0, end = 0;
+  size_t size() const { return end - begin; }
+  bool empty() const { return end <= begin; }
+};
+LocalRange local_range_in(const Param& p, size_t lo, size_t hi);
+
+// Where the elements `r` of p's local shard sit in the global tensor: a contiguous run of
+// the row-major local tensor is at most three rectangles (a partial first row, whole rows,
+// a partial last row), each intersected with p's slabs (padding rows belong to none).
+std::vector<Slab> slabs_in_range(const Param& p, LocalRange r);
+
 // The parameters one rank holds, by name. Layers that share a tensor (the token embedding
 // and the tied LM head on the same rank) get the same Param.
 class ParamStore {
@@ -103,6 +140,18 @@ class ParamStore {
   Param* find(const std::string& name);
   const std::map<std::string, std::unique_ptr<Param>>& all() const { return params_; }
   void zero_grads();
+  // Moves every parameter's masters and gradients into two arenas (FlatLayout over
+  // `shards` ranges), each Param's value and grad becoming a view; the values are kept.
+  // Called once, after every parameter exists (Job, after the stages are built). Peak
+  // memory is that of the unflattened store plus one arena's padding.
+  void flatten(int shards);
+  bool flat() const { return !value_arena_.empty(); }
+  const FlatLayout& flat_layout() const { return layout_; }
+  float* value_arena() { return value_arena_.data(); }  // [flat_layout().total()]
+  float* grad_arena() { return grad_arena_.data(); }    // [flat_layout().total()]
+  // Exchanges the gradient arena with `other` ([flat_layout().total()]) and points every
+  // Param::grad into the new one (post-validation keeps a step's gradients this way).
+  void swap_grad_arena(Buffer<float>& other);
   // Rounds every fp32 master into its bf16 copy (allocated on first use) and clears
   // bf16_stale.
   void refresh_bf16();
@@ -117,6 +166,8 @@ class ParamStore {
   int tp_, tp_rank_;
   uint64_t seed_;
   std::map<std::string, std::unique_ptr<Param>> params_;
+  FlatLayout layout_;
+  Buffer<float> value_arena_, grad_arena_;  // [layout_.total()] each, once flattened
 };
 
 }  // namespace pptrain

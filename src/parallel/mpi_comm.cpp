@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <thread>
 #include <utility>
 
@@ -228,6 +229,38 @@ void MpiComm::allreduce(bfloat16* data, size_t n, ReduceOp op) {
   for (size_t i = 0; i < n; ++i) wide[i] = data[i].to_float();
   allreduce_impl(wide.data(), n, MPI_FLOAT, op);
   for (size_t i = 0; i < n; ++i) data[i] = bfloat16::from_float(wide[i]);
+}
+
+void MpiComm::check_collective_count(size_t count, const char* call) const {
+  if (count > max_count_)
+    fail(call, " on ", where(), ": ", count, " elements per rank, more than one MPI call moves (", max_count_, ")");
+}
+
+void MpiComm::reduce_scatter(const float* send, float* recv, size_t count, ReduceOp op) {
+  if (count == 0) return;
+  check_collective_count(count, "reduce_scatter");
+  if (recv == send + size_t(rank_) * count) {
+    std::vector<float> mine(count);  // [count]: MPI may not write where it reads
+    check_mpi(MPI_Reduce_scatter_block(send, mine.data(), int(count), MPI_FLOAT, to_mpi(op), comm_),
+              "MPI_Reduce_scatter_block", where());
+    std::copy(mine.begin(), mine.end(), recv);
+    return;
+  }
+  check_mpi(MPI_Reduce_scatter_block(send, recv, int(count), MPI_FLOAT, to_mpi(op), comm_),
+            "MPI_Reduce_scatter_block", where());
+}
+
+void MpiComm::allgather_impl(void* data, size_t count, MPI_Datatype type) {
+  if (count == 0) return;
+  check_collective_count(count, "allgather");
+  check_mpi(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, int(count), type, comm_), "MPI_Allgather",
+            where());
+}
+
+void MpiComm::allgather(float* data, size_t count) { allgather_impl(data, count, MPI_FLOAT); }
+void MpiComm::allgather(bfloat16* data, size_t count) {
+  static_assert(sizeof(bfloat16) == sizeof(uint16_t));
+  allgather_impl(data, count, MPI_UINT16_T);
 }
 
 void MpiComm::broadcast(void* data, size_t bytes, int root) {

@@ -71,6 +71,12 @@ class MpiComm final : public Communicator {
   void allreduce(double* data, size_t n, ReduceOp op) override;  // data: [n], in place
   // MPI has no bf16 type: the values are widened to fp32, reduced, and rounded once.
   void allreduce(bfloat16* data, size_t n, ReduceOp op) override;
+  // send: [size · count], recv: [count] (MPI_Reduce_scatter_block; in place through a
+  // host copy of the received part, since MPI's in-place form writes at the front).
+  void reduce_scatter(const float* send, float* recv, size_t count, ReduceOp op) override;
+  // data: [size · count], in place (MPI_Allgather with MPI_IN_PLACE; bf16 as 16-bit words).
+  void allgather(float* data, size_t count) override;
+  void allgather(bfloat16* data, size_t count) override;
   void broadcast(void* data, size_t bytes, int root) override;   // data: [bytes]
   void barrier() override;
   // data: [bytes]; must stay valid until the request completes. Messages between one
@@ -100,6 +106,10 @@ class MpiComm final : public Communicator {
  private:
   template <typename T>
   void allreduce_impl(T* data, size_t n, MPI_Datatype type, ReduceOp op);
+  void allgather_impl(void* data, size_t count, MPI_Datatype type);
+  // Throws unless count elements fit one MPI call (reduce-scatter and all-gather are not
+  // split: their parts interleave over the ranks).
+  void check_collective_count(size_t count, const char* call) const;
   std::unique_ptr<Request> post(char* data, size_t bytes, int peer, int tag, bool is_send);
   // Throws unless 0 <= peer < size(); `role` names it in the message ("peer", "root").
   void check_peer(int peer, const char* call, const char* role = "peer") const;

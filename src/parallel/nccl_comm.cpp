@@ -63,6 +63,21 @@ void NcclComm::allreduce(bfloat16* data, size_t n, ReduceOp op) {
   check(ncclAllReduce(data, data, n, ncclBfloat16, to_nccl(op), comm_, compute_), "ncclAllReduce");
 }
 
+void NcclComm::reduce_scatter(const float* send, float* recv, size_t count, ReduceOp op) {
+  if (count == 0) return;
+  check(ncclReduceScatter(send, recv, count, ncclFloat, to_nccl(op), comm_, compute_), "ncclReduceScatter");
+}
+
+void NcclComm::allgather(float* data, size_t count) {
+  if (count == 0 || size() == 1) return;
+  check(ncclAllGather(data + size_t(rank()) * count, data, count, ncclFloat, comm_, compute_), "ncclAllGather");
+}
+
+void NcclComm::allgather(bfloat16* data, size_t count) {
+  if (count == 0 || size() == 1) return;
+  check(ncclAllGather(data + size_t(rank()) * count, data, count, ncclBfloat16, comm_, compute_), "ncclAllGather");
+}
+
 void NcclComm::allreduce(double* data, size_t n, ReduceOp op) {
   PPTRAIN_CUDA_CHECK(cudaStreamSynchronize(compute_));
   group_.allreduce(data, n, op);

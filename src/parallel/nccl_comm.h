@@ -45,6 +45,12 @@ class NcclComm final : public Communicator {
   void allreduce(float* data, size_t n, ReduceOp op) override;   // device data[n], in place
   void allreduce(double* data, size_t n, ReduceOp op) override;  // host data[n], in place
   void allreduce(bfloat16* data, size_t n, ReduceOp op) override;  // device data[n], in place
+  // Device data on the compute stream, like allreduce(float*): send[size · count] ->
+  // recv[count] (ncclReduceScatter; in place when recv = send + rank · count), and the
+  // in-place all-gather of data[size · count] (ncclAllGather).
+  void reduce_scatter(const float* send, float* recv, size_t count, ReduceOp op) override;
+  void allgather(float* data, size_t count) override;
+  void allgather(bfloat16* data, size_t count) override;
   void broadcast(void* data, size_t bytes, int root) override;   // host data[bytes]
   void barrier() override;
   std::unique_ptr<Request> isend(const void* data, size_t bytes, int peer, int tag) override;  // device

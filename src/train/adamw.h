@@ -1,7 +1,14 @@
 // AdamW over the parameters one rank holds, with the fp32 moments of OptimizerState.
 // Weight decay applies to matrices (ParamSpec::weight_decay), not to biases and
 // layernorm gains, as in GPT-2 training.
+//
+// Full state: every element of every parameter is updated. ZeRO-1 (a sharded state,
+// parallel.zero: 1): only the elements of the rank's 1/dp range of the flattened parameters
+// (OptimizerState::range), from the gradients the reduce-scatter summed there; the trainer
+// then all-gathers the masters.
 #pragma once
+#include <memory>
+
 #include "core/config.h"
 #include "model/optimizer_state.h"
 #include "model/param.h"
@@ -10,19 +17,23 @@ namespace pptrain {
 
 class AdamW {
  public:
+  // Full moments for every parameter.
   AdamW(ParamStore& params, const TrainingConfig& cfg);
-  // One update of every parameter from its accumulated gradient times `grad_scale` (the
-  // clip factor, 1 when not clipping; the gradients themselves are left as they are); `t`
-  // is the 1-based step. A parameter with a bf16 working copy gets it rewritten from the
-  // updated master in the same pass, and its bf16_stale cleared.
+  // ZeRO-1: moments for shard `shard` of the flattened `params` only.
+  AdamW(ParamStore& params, const TrainingConfig& cfg, int shard);
+  // One update of every parameter element whose moments this rank holds, from its
+  // accumulated gradient times `grad_scale` (the clip factor, 1 when not clipping; the
+  // gradients themselves are left as they are); `t` is the 1-based step. The bf16 working
+  // copy, where a parameter has one, gets the updated elements rewritten in the same pass;
+  // bf16_stale is cleared when that is the whole parameter.
   void step(double lr, int t, float grad_scale = 1.0f);
   // The moments (checkpoints write and read them).
-  OptimizerState& state() { return state_; }
+  OptimizerState& state() { return *state_; }
 
  private:
   ParamStore& params_;
   TrainingConfig cfg_;
-  OptimizerState state_;
+  std::unique_ptr<OptimizerState> state_;
 };
 
 }  // namespace pptrain

@@ -171,6 +171,7 @@ class StepResults {
   double tokens_per_step() const { return double(cfg_.global_batch_sequences()) * cfg_.model.seq_len; }
 
   void dump_and_evaluate(int step, double loss, bool final) {
+    if (!hooks_.dump_dir.empty()) trainer_.gather_gradients();  // ZeRO-1: every range's sums
     if (!hooks_.dump_dir.empty() && job_.parallel().dp_rank == 0)
       write_param_dump(cat(hooks_.dump_dir, "/step", step, ".rank", job_.world().rank(), ".bin"), loss,
                        trainer_.params());

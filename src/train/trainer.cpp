@@ -44,8 +44,11 @@ Trainer::Trainer(Job& job)
   eval_exec_ = std::make_unique<PipelineExecutor>(ops_, mine, eval_schedule_, par_.pp_rank, *par_.pp_comm);
   TrainingConfig optim = cfg_.training;
   if (faults_.find("skip_weight_decay")) optim.weight_decay = 0.0;
-  optimizer_ = std::make_unique<AdamW>(job.params(), optim);
-  if (cfg_.training.post_validation) backup_ = std::make_unique<UpdateBackup>(job.params(), optimizer_->state());
+  // ZeRO-1 shards the moments over the dp ranks; with one replica there is nothing to shard.
+  const int shard = zero() ? par_.dp_rank : -1;
+  optimizer_ = zero() ? std::make_unique<AdamW>(job.params(), optim, shard) : std::make_unique<AdamW>(job.params(), optim);
+  if (cfg_.training.post_validation)
+    backup_ = std::make_unique<UpdateBackup>(job.params(), optimizer_->state(), shard);
 
   const int m = pc.microbatches, bt = cfg_.training.micro_batch_size * cfg_.model.seq_len;  // B·T tokens
   for (int i = 0; i < m; ++i) {
@@ -119,9 +122,34 @@ void Trainer::reduce_gradients() {
   waiting_for("the all-reduce of the gradients over the embedding and dp groups");
   if (Param* wte = job_.params().find("wte.weight"); wte && par_.embedding_comm && par_.embedding_comm->size() > 1)
     par_.embedding_comm->allreduce(wte->grad.data(), wte->numel(), ReduceOp::Sum);
-  if (par_.dp > 1)
-    for (auto& [name, p] : job_.params().all()) par_.dp_comm->allreduce(p->grad.data(), p->numel(), ReduceOp::Sum);
+  // The gradient arena in one collective: all-reduced (every replica holds the sum), or
+  // under ZeRO-1 reduce-scattered (each dp rank holds the sum of its own range only).
+  ParamStore& params = job_.params();
+  const FlatLayout& layout = params.flat_layout();
+  if (zero()) {
+    float* arena = params.grad_arena();
+    par_.dp_comm->reduce_scatter(arena, arena + size_t(par_.dp_rank) * layout.shard_size, layout.shard_size,
+                                 ReduceOp::Sum);
+  } else if (par_.dp > 1) {
+    par_.dp_comm->allreduce(params.grad_arena(), layout.total(), ReduceOp::Sum);
+  }
   tick();
+}
+
+void Trainer::gather_gradients() {
+  if (!zero()) return;
+  waiting_for("the all-gather of the gradients over the dp group");
+  par_.dp_comm->allgather(job_.params().grad_arena(), job_.params().flat_layout().shard_size);
+  tick();
+}
+
+std::vector<std::pair<Param*, LocalRange>> Trainer::summed_gradients() {
+  std::vector<std::pair<Param*, LocalRange>> out;
+  for (auto& [name, p] : job_.params().all()) {
+    const LocalRange r = zero() ? optimizer_->state().range(name) : LocalRange{0, p->numel()};
+    if (!r.empty()) out.emplace_back(p.get(), r);
+  }
+  return out;
 }
 
 StepContribution Trainer::contribution(double bubble) {
@@ -132,14 +160,12 @@ StepContribution Trainer::contribution(double bubble) {
   for (int i = 0; i < kStopSignalCount; ++i)
     mine.stop_requests[i] = StopSignals::received() == StopSignals::kSignals[i] ? 1.0 : 0.0;
   // Each element of the global model counted once: dp replica 0 only (the replicas hold the
-  // same summed gradients), tp-replicated tensors on tp rank 0 only, the tied embedding only
-  // on the rank of stage 0.
-  if (par_.dp_rank != 0) return mine;
-  for (auto& [name, p] : job_.params().all()) {
-    if (p->replicated_over_tp && par_.tp_rank != 0) continue;
-    if (name == "wte.weight" && !job_.holds_stage(0)) continue;
-    mine.sum_squares += ops_.sum_squares(p->grad.data(), p->numel());
-  }
+  // same summed gradients; under ZeRO-1 each dp rank its own range, the only part it holds
+  // summed), tp-replicated tensors on tp rank 0 only, the tied embedding only on the rank of
+  // stage 0 (Param::primary).
+  if (par_.dp_rank != 0 && !zero()) return mine;
+  for (auto& [p, r] : summed_gradients())
+    if (p->primary) mine.sum_squares += ops_.sum_squares(p->grad.data() + r.begin, r.size());
   return mine;
 }
 
@@ -148,11 +174,13 @@ std::string Trainer::first_nonfinite_gradient() {
   // (sum_squares accumulates in double, so it is non-finite exactly when an element is).
   int first = INT_MAX;
   std::string name;
-  for (auto& [n, p] : job_.params().all()) {
-    const int order = layer_order(n, cfg_.model.n_layer);
-    if (order < first && !std::isfinite(ops_.sum_squares(p->grad.data(), p->numel()))) {
+  // Under ZeRO-1 the summed part of each tensor is the rank's range; the dp ranks together
+  // scan every element.
+  for (auto& [p, r] : summed_gradients()) {
+    const int order = layer_order(p->spec.name, cfg_.model.n_layer);
+    if (order < first && !std::isfinite(ops_.sum_squares(p->grad.data() + r.begin, r.size()))) {
       first = order;
-      name = n;
+      name = p->spec.name;
     }
   }
   // Agreement: the smallest layer position over the world, then the lowest world rank
@@ -233,6 +261,30 @@ void Trainer::update(double lr, int step, float clip_scale) {
   // gradients stay unclipped (parameter dumps show them so).
   optimizer_->step(lr, step, clip_scale);
   if (faults_.find("repeat_update")) optimizer_->step(lr, step, clip_scale);
+  if (zero()) gather_masters();
+}
+
+void Trainer::gather_masters() {
+  // Each dp rank updated its range; after the gather every rank holds the whole step.
+  ParamStore& params = job_.params();
+  const FlatLayout& layout = params.flat_layout();
+  std::optional<Buffer<float>> stale;  // planted fault zero_keep_stale: the masters before the gather
+  if (faults_.find("zero_keep_stale")) {
+    stale.emplace(ops_, layout.total());
+    ops_.copy(stale->data(), params.value_arena(), layout.total() * sizeof(float));
+  }
+  waiting_for("the all-gather of the masters over the dp group");
+  par_.dp_comm->allgather(params.value_arena(), layout.shard_size);
+  tick();
+  if (stale) {
+    const size_t lo = size_t(par_.dp_rank) * layout.shard_size, hi = lo + layout.shard_size;
+    ops_.copy(params.value_arena(), stale->data(), lo * sizeof(float));
+    ops_.copy(params.value_arena() + hi, stale->data() + hi, (layout.total() - hi) * sizeof(float));
+  }
+  // AdamW rewrote the bf16 copy of the range only: the rest is rounded from the gathered
+  // masters by the refresh before the next step or evaluation.
+  for (auto& [name, p] : params.all())
+    if (optimizer_->state().range(name).size() != p->numel()) p->bf16_stale = true;
 }
 
 void Trainer::end_step(StepResult& r, double reduce_start_us) {

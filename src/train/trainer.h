@@ -4,13 +4,17 @@
 //   2. run the lowered pipeline program (forward, dgrad, wgrad, transfers);
 //   3. sum the tied-embedding gradient over the embedding group (first and last stage);
 //   4. sum gradients over the dp group (the loss is pre-scaled by 1/tokens of the global
-//      batch, so the sum is the mean-loss gradient);
+//      batch, so the sum is the mean-loss gradient): one all-reduce of the gradient arena
+//      (ParamStore::flatten), or under ZeRO-1 (parallel.zero: 1) a reduce-scatter that
+//      leaves each dp rank the sum over its 1/dp range;
 //   5. the step reduction (train/step_reduction.h): loss, global gradient norm (each
 //      element counted once), bubble and stop requests, one gather over the world folded
 //      the same way on every rank;
 //   6. AdamW on the fp32 masters with the clip factor applied as it reads the gradients
 //      (under bf16 it also writes the bf16 copies the layers compute with; masters written
-//      otherwise are re-rounded before the next step).
+//      otherwise are re-rounded before the next step). ZeRO-1: AdamW updates the rank's
+//      range only (its moments exist for that range only), then the masters are
+//      all-gathered over the dp group.
 // A step whose loss or gradient norm is not finite is never applied: training.on_nonfinite
 // stop throws (naming the step and the first tensor with a non-finite gradient), skip
 // drops the update (the data position advances) up to training.max_skipped in a row.
@@ -102,6 +106,12 @@ class Trainer {
   const ParallelContext& parallel() const { return par_; }
   ParamStore& params() { return job_.params(); }
   AdamW& optimizer() { return *optimizer_; }
+  // parallel.zero: 1 with dp > 1: the moments are sharded over the dp ranks.
+  bool zero() const { return cfg_.parallel.zero == 1 && par_.dp > 1; }
+  // ZeRO-1 leaves each dp rank the summed gradients of its own range only; this all-gathers
+  // the rest (collective over the dp group; for parameter dumps, which show every summed
+  // gradient). Nothing to do otherwise.
+  void gather_gradients();
   // The measured actions of the last train_step call and its wall time.
   const Timeline& timeline() const { return timeline_; }
   double timeline_ms() const { return timeline_ms_; }
@@ -125,6 +135,11 @@ class Trainer {
   double run_pipeline(double start_us);
   void plant_gradient_faults();
   void reduce_gradients();
+  // ZeRO-1: the all-gather of the masters after the sharded update.
+  void gather_masters();
+  // The parameters whose summed gradients this rank holds, with the part of each that is
+  // summed: every element (dp all-reduce), or under ZeRO-1 the part inside the rank's range.
+  std::vector<std::pair<Param*, LocalRange>> summed_gradients();
   // This rank's part of the step reduction, by the counting rules of step_reduction.h.
   StepContribution contribution(double bubble);
   StepResult next_result() const;  // step and lr of the step about to be taken

@@ -1,48 +1,38 @@
 #include "train/update_backup.h"
 
-#include <utility>
+#include "core/error.h"
 
 namespace pptrain {
-
-UpdateBackup::UpdateBackup(ParamStore& params, OptimizerState& state) : params_(params), state_(state) {
-  Ops& ops = params.ops();
-  for (const auto& [name, p] : params.all()) {
-    const size_t n = p->numel();
-    saved_.emplace(name, Saved{Buffer<float>(ops, n), Buffer<float>(ops, n), Buffer<float>(ops, n),
-                               Buffer<float>(ops, n)});
-  }
-}
-
 namespace {
-void copy(Ops& ops, Buffer<float>& to, const Buffer<float>& from) {
-  if (!to.empty()) ops.copy(to.data(), from.data(), to.size() * sizeof(float));
+
+ParamStore& flat(ParamStore& params) {
+  PPTRAIN_CHECK(params.flat(), "post-validation needs the flattened parameters (ParamStore::flatten)");
+  return params;
 }
+
 }  // namespace
+
+UpdateBackup::UpdateBackup(ParamStore& params, OptimizerState& state, int shard)
+    : params_(flat(params)),
+      state_(state),
+      value_(params.ops(), params.flat_layout().total()),
+      grad_(params.ops(), params.flat_layout().total()),
+      saved_state_(shard < 0 ? OptimizerState(params) : OptimizerState(params, shard)) {
+  grad_.zero();
+}
 
 void UpdateBackup::save() {
   Ops& ops = params_.ops();
-  for (auto& [name, s] : saved_) {
-    Param& p = *params_.all().at(name);
-    copy(ops, s.value, p.value);
-    copy(ops, s.m, state_.m(name));
-    copy(ops, s.v, state_.v(name));
-  }
-}
-
-void UpdateBackup::take_gradients() {
-  for (auto& [name, s] : saved_) std::swap(s.grad, params_.all().at(name)->grad);
+  ops.copy(value_.data(), params_.value_arena(), value_.size() * sizeof(float));
+  saved_state_.copy_from(state_, ops);
 }
 
 void UpdateBackup::restore() {
   Ops& ops = params_.ops();
-  for (auto& [name, s] : saved_) {
-    Param& p = *params_.all().at(name);
-    copy(ops, p.value, s.value);
-    p.bf16_stale = true;
-    std::swap(p.grad, s.grad);
-    copy(ops, state_.m(name), s.m);
-    copy(ops, state_.v(name), s.v);
-  }
+  ops.copy(params_.value_arena(), value_.data(), value_.size() * sizeof(float));
+  for (auto& [name, p] : params_.all()) p->bf16_stale = true;
+  params_.swap_grad_arena(grad_);
+  state_.copy_from(saved_state_, ops);
 }
 
 }  // namespace pptrain

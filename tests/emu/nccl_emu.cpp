@@ -341,6 +341,48 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
   return ncclSuccess;
 }
 
+ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t type,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  const char* call = "ncclReduceScatter";
+  if (ncclResult_t r = check_comm(comm, call); r != ncclSuccess) return r;
+  const MPI_Op mop = mpi_op(op);
+  if (type != ncclFloat32) return warn(ncclInvalidArgument, call, ": data type ", int(type), " is not emulated");
+  if (mop == MPI_OP_NULL) return warn(ncclInvalidArgument, call, ": reduction ", int(op), " is not emulated");
+  if (recvcount == 0) return ncclSuccess;
+  if (!sendbuff || !recvbuff) return warn(ncclInvalidArgument, call, ": null buffer");
+  if (recvcount > size_t(INT_MAX)) return warn(ncclInvalidArgument, call, ": ", recvcount, " elements per rank");
+  if (cudaError_t err = cudaStreamSynchronize(stream); err != cudaSuccess)
+    return warn(ncclUnhandledCudaError, call, ": cudaStreamSynchronize: ", cudaGetErrorString(err));
+  // MPI may not receive where it reads: the part lands in a temporary first.
+  std::vector<float> part(recvcount);  // [recvcount]
+  if (int rc = MPI_Reduce_scatter_block(sendbuff, part.data(), int(recvcount), MPI_FLOAT, mop, comm->comm);
+      rc != MPI_SUCCESS)
+    return warn(ncclSystemError, call, ": MPI_Reduce_scatter_block failed: ", mpi_error(rc));
+  std::memcpy(recvbuff, part.data(), recvcount * sizeof(float));
+  return ncclSuccess;
+}
+
+ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t type,
+                           ncclComm_t comm, cudaStream_t stream) {
+  const char* call = "ncclAllGather";
+  if (ncclResult_t r = check_comm(comm, call); r != ncclSuccess) return r;
+  const size_t elem = type_size(type);
+  if (elem == 0) return warn(ncclInvalidArgument, call, ": invalid data type ", int(type));
+  if (sendcount == 0) return ncclSuccess;
+  if (!sendbuff || !recvbuff) return warn(ncclInvalidArgument, call, ": null buffer");
+  if (sendcount * elem > size_t(INT_MAX)) return warn(ncclInvalidArgument, call, ": ", sendcount, " elements per rank");
+  if (cudaError_t err = cudaStreamSynchronize(stream); err != cudaSuccess)
+    return warn(ncclUnhandledCudaError, call, ": cudaStreamSynchronize: ", cudaGetErrorString(err));
+  // Bytes: an all-gather copies, whatever the type.
+  const int bytes = int(sendcount * elem);
+  char* out = static_cast<char*>(recvbuff);
+  const bool in_place = sendbuff == out + size_t(comm->rank) * bytes;
+  if (int rc = MPI_Allgather(in_place ? MPI_IN_PLACE : sendbuff, bytes, MPI_BYTE, out, bytes, MPI_BYTE, comm->comm);
+      rc != MPI_SUCCESS)
+    return warn(ncclSystemError, call, ": MPI_Allgather failed: ", mpi_error(rc));
+  return ncclSuccess;
+}
+
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                       cudaStream_t stream) {
   return post_transfer(const_cast<void*>(sendbuff), count, type, peer, comm, stream, true);

@@ -15,6 +15,11 @@
 //    (kInitTimeoutSeconds in nccl_emu.cpp) instead of a hang.
 //  - ncclAllReduce is synchronous MPI_Allreduce (bf16 widened to fp32, reduced and rounded
 //    once, as MpiComm does), after the stream's queued work.
+//  - ncclReduceScatter is synchronous MPI_Reduce_scatter_block (in place, recvbuff =
+//    sendbuff + rank · recvcount, through a temporary, as NCCL allows it); ncclAllGather is
+//    synchronous MPI_Allgather (in place, sendbuff = recvbuff + rank · sendcount, with
+//    MPI_IN_PLACE; out of place otherwise), bf16 moved as 16-bit words. Both after the
+//    stream's queued work, like ncclAllReduce.
 //  - ncclSend/ncclRecv post MPI_Isend/MPI_Irecv of count x type-size bytes with one tag on
 //    the communicator's own MPI communicator (so a pair's messages match in posting order,
 //    as in NCCL) and queue the request as work of the stream (cuda_runtime_emu.h): events
@@ -70,6 +75,10 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+                           ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                       cudaStream_t stream);
 ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
