@@ -271,6 +271,8 @@ TEST_F(Preflight, MemoryPredictionEqualsWhatTheJobAllocates) {
       {2, "parallel.pp=2 parallel.schedule=zbv parallel.stages_per_rank=2 parallel.layers_per_stage=[0,1,1,0]"},
       {2, "parallel.tp=2"},
       {2, "parallel.dp=2"},
+      {2, "parallel.dp=2 parallel.zero=1"},  // moments of one 1/dp range of the arena
+      {2, "parallel.dp=2 parallel.zero=1 training.post_validation=true"},
       {1, llama},
       {1, llama + "model.attention=flash training.eval_every=1"},
       {2, llama + "parallel.pp=2 parallel.schedule=zbv parallel.stages_per_rank=2 model.n_layer=4"},

@@ -1,11 +1,13 @@
 // MpiComm collectives on any number of ranks: allreduce (float, double and bf16, Sum and Max,
 // whole and chunked), broadcast from every root (whole and chunked), barrier, allgather
-// (blocking, and non-blocking across other traffic), and a split communicator. Prints "collectives ok rank R" on success.
+// (blocking, and non-blocking across other traffic), reduce-scatter (out of place and in
+// place) and the in-place all-gather (fp32, bf16), and a split communicator. Prints "collectives ok rank R" on success.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "parallel/mpi_comm.h"
+#include "support/collective_checks.h"
 #include "support/mpi_program.h"
 
 using namespace pptrain;
@@ -141,6 +143,9 @@ int main(int argc, char** argv) {
     check_broadcast(world, 4096);
     check_allgather(world, 6);
     check_allgather(world, 0);
+    mpi_test::check_reduce_scatter(world, 5);
+    mpi_test::check_reduce_scatter(world, 0);
+    mpi_test::check_allgather_in_place(world, 7);
     world.barrier();
 
     // Chunking: with at most 3 elements (or bytes) per MPI call the results must not
@@ -168,6 +173,8 @@ int main(int argc, char** argv) {
       MPI_EXPECT(half.world_rank_of(q) == 2 * q + world.rank() % 2, "world_rank_of(", q, ")");
     check_allreduce_float(half, 5);
     check_broadcast(half, 8);
+    mpi_test::check_reduce_scatter(half, 3);
+    mpi_test::check_allgather_in_place(half, 2);
 
     // Moving an owned communicator transfers the handle; only the last owner frees it.
     MpiComm moved = std::move(half);

@@ -13,6 +13,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "parallel/nccl_comm.h"
+#include "support/collective_checks.h"
 #include "support/mpi_program.h"
 
 using namespace pptrain;
@@ -136,6 +137,8 @@ int main(int argc, char** argv) {
     }
     ring(world, nccl);
     allreduce(nccl);
+    mpi_test::check_reduce_scatter(nccl, 6);
+    mpi_test::check_allgather_in_place(nccl, 5);
     // Groups that only some ranks create, in a different order on different ranks: the
     // first and last rank (like the embedding group of a deep pipeline), and the pairs
     // {0,1}, {2,3}, ... created after it by its members and before it by the others.
