@@ -45,6 +45,8 @@ Trainer::Trainer(Job& job)
   TrainingConfig optim = cfg_.training;
   if (faults_.find("skip_weight_decay")) optim.weight_decay = 0.0;
   // ZeRO-1 shards the moments over the dp ranks; with one replica there is nothing to shard.
+  if (pc.zero == 1 && pc.dp == 1 && job.world().rank() == 0)
+    log::info("parallel.zero: 1 with dp 1 changes nothing (the one replica holds every moment)");
   const int shard = zero() ? par_.dp_rank : -1;
   optimizer_ = zero() ? std::make_unique<AdamW>(job.params(), optim, shard) : std::make_unique<AdamW>(job.params(), optim);
   if (cfg_.training.post_validation)
