@@ -29,9 +29,6 @@ const FaultKind kFaultKinds[] = {
      "this rank skips the W (weight-gradient pass) of that microbatch, losing its contribution"},
     {"skip_weight_decay", "", false, "AdamW on this rank applies no weight decay"},
     {"repeat_update", "", false, "AdamW on this rank applies every update twice"},
-    {"zero_keep_stale", "", false,
-     "under ZeRO-1 this rank takes part in the all-gather of the masters but keeps its own stale values "
-     "outside its range"},
     {"refresh_bf16", "", false,
      "this rank re-rounds every bf16 working copy from the fp32 masters before each step (a test hook: the "
      "copies AdamW writes must equal these bit for bit, so it changes nothing)"},
@@ -44,6 +41,9 @@ const FaultKind kFaultKinds[] = {
      "at the step given as the value (1-based) this rank's gradient of the tensor becomes NaN before the "
      "gradient reductions"},
     {"freeze", "STEP", false, "this rank stops itself with SIGSTOP at the start of that step (1-based)"},
+    {"zero_keep_stale", "", false,
+     "under ZeRO-1 this rank takes part in the all-gather of the masters but keeps its own stale values "
+     "outside its range"},
 };
 
 const FaultKind* kind_of(const std::string& name) {
