@@ -290,6 +290,16 @@ TEST_F(ZeroTraining, PlantedStaleMastersAreCaught) {
   std::cout << "planted zero_keep_stale: " << v.summary() << "\n";
 }
 
+TEST_F(ZeroTraining, NonFiniteGradientIsNamedFromTheRanges) {
+  // Each dp rank scans the summed part of its range; together they name the tensor.
+  const std::string cmd = "PPTRAIN_FAULTS=nan_grad:h.2.mlp.fc.weight:2 " + mpirun(2) + pptrain_bin() + " train " +
+                          dir_->file("model.yaml") + " parallel.dp=2 parallel.microbatches=4 parallel.zero=1";
+  const auto r = run_command(cmd, 60);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("step 2: loss"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("first non-finite gradient: h.2.mlp.fc.weight;"), std::string::npos) << r.output;
+}
+
 TEST_F(ZeroTraining, CheckpointsMoveBetweenZeroAndFullMoments) {
   // Saved under zero: 1 (each dp rank writes its ranges of /model and /optim), resumed
   // under zero: 0 on pp 2 and under zero: 1 on dp 2 x tp 2; and saved under zero: 0 on
