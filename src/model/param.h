@@ -143,7 +143,7 @@ class ParamStore {
   // Moves every parameter's masters and gradients into two arenas (FlatLayout over
   // `shards` ranges), each Param's value and grad becoming a view; the values are kept.
   // Called once, after every parameter exists (Job, after the stages are built). Peak
-  // memory is that of the unflattened store plus one arena's padding.
+  // memory is that of the unflattened store plus the two arenas' padding.
   void flatten(int shards);
   bool flat() const { return !value_arena_.empty(); }
   const FlatLayout& flat_layout() const { return layout_; }
