@@ -131,7 +131,7 @@ double global_parameter_count(const ModelConfig& m) {
 }
 
 double rank_parameter_count(const Config& cfg, const std::vector<StageSpec>& my_stages, int tp_rank) {
-  const ModelDims d = ModelDims::from(cfg.model, cfg.training.micro_batch_size, cfg.parallel.tp, tp_rank);
+  const ModelDims d = ModelDims::from(cfg, cfg.parallel.tp, tp_rank);
   const double c = d.d_model, tp = d.tp;
   double count = 0;
   bool has_wte = false;
@@ -204,7 +204,7 @@ LivePeaks peak_live_microbatches(const pipeline::Schedule& schedule, int pp_rank
 
 MemoryEstimate estimate_rank_memory(const Config& cfg, const pipeline::Schedule& schedule, int pp_rank, int tp_rank) {
   const std::vector<StageSpec> mine = stages_of(cfg, schedule, pp_rank);
-  const ModelDims dims = ModelDims::from(cfg.model, cfg.training.micro_batch_size, cfg.parallel.tp, tp_rank);
+  const ModelDims dims = ModelDims::from(cfg, cfg.parallel.tp, tp_rank);
   const double p = rank_parameter_count(cfg, mine, tp_rank);
   const LivePeaks pools = pool_sizes(cfg, schedule, pp_rank);
 

@@ -60,7 +60,7 @@ Buffer<int32_t> random_ids(Ops& ops, size_t n, int vocab, uint64_t stream) {
 LayerCost profile_stage(const Config& cfg, Ops& ops, const StageSpec& spec, const ProfileOptions& opts,
                         Communicator& tp) {
   PPTRAIN_CHECK(opts.repeats >= 1 && opts.warmup >= 0, "repeats ", opts.repeats, ", warmup ", opts.warmup);
-  const ModelDims dims = ModelDims::from(cfg.model, cfg.training.micro_batch_size, tp.size(), tp.rank());
+  const ModelDims dims = ModelDims::from(cfg, tp.size(), tp.rank());
   const Precision precision = cfg.precision();
   ParamStore params(ops, tp.size(), tp.rank(), cfg.training.seed);
   std::unique_ptr<Stage> stage = make_stage(params, dims, spec, tp, precision);
