@@ -229,6 +229,11 @@ TEST_F(RecomputeTrain, PlantedStaleScratchIsRejected) {
   train(2, "planted_full", zbv + "training.recompute=full", "PPTRAIN_FAULTS=skip_recompute@1 ");
   const Verdict v = compare_exact(dumps("planted_full", 2, 1), dumps("planted_none", 2, 1));
   EXPECT_FALSE(v.passed()) << "skip_recompute on rank 1 went unseen";
+  // On one rank of a tp group: it still joins the recompute's all-reduce (no hang), and is seen.
+  train(2, "planted_tp_none", "parallel.tp=2 training.recompute=none");
+  train(2, "planted_tp_full", "parallel.tp=2 training.recompute=full", "PPTRAIN_FAULTS=skip_recompute@1 ");
+  const Verdict tp = compare_exact(dumps("planted_tp_full", 2, 1), dumps("planted_tp_none", 2, 1));
+  EXPECT_FALSE(tp.passed()) << "skip_recompute on tp rank 1 went unseen";
 }
 
 TEST_F(RecomputeTrain, BadValueIsOneLine) {

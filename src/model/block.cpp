@@ -36,9 +36,10 @@ Block<T>::Block(ParamStore& p, const ModelDims& d, int i, Communicator& tp, cons
       fc2_b_(p.get_or_create(spec(cat("h.", i, ".mlp.proj.bias"), {d.d_model}, Shard::Replicated, Init::Zeros))) {
   for (const Fault* f : faults.find_all("skip_tp_allreduce"))  // target row or col (checked by the parser)
     (f->target == "row" ? keep_row_partial_ : keep_col_partial_) = true;
-  if (keep_row_partial_ || keep_col_partial_) fault_scratch_ = Buffer<T>(ops_, size_t(d.rows()) * d.d_model);
-  scratch_ = share_scratch_with ? share_scratch_with->scratch_ : std::make_shared<SharedScratch<Slot>>();
   skip_recompute_ = faults.find("skip_recompute") != nullptr;
+  if (keep_row_partial_ || keep_col_partial_ || skip_recompute_)
+    fault_scratch_ = Buffer<T>(ops_, size_t(d.rows()) * d.d_model);
+  scratch_ = share_scratch_with ? share_scratch_with->scratch_ : std::make_shared<SharedScratch<Slot>>();
 }
 
 template <typename T>
@@ -186,7 +187,9 @@ void Block<T>::backward_input(int mb, const T* dy, T* dx) {
   s.dy = dy;
   const View v = view(&s, parts);
   if (skip_recompute_) {
-    // planted fault: I reads whatever the scratch and the slot hold from earlier passes
+    // planted fault: I reads whatever the scratch and the slot hold from earlier passes;
+    // this rank still joins the recompute's all-reduce, so the rest of the tp group does not hang
+    if (placement_.at_input != 0 && dims_.tp > 1) tp_.allreduce(fault_scratch_.data(), size_t(n) * c, ReduceOp::Sum);
   } else if (placement_.at_input != 0) {
     run_forward(v, s.x, nullptr);
   } else if (placement_.scratch & kProbsPart) {

@@ -112,7 +112,7 @@ class Block final : public Layer<T> {
   std::shared_ptr<SharedScratch<Slot>> scratch_;
   bool skip_recompute_ = false;                                // the planted fault skip_recompute
   bool keep_row_partial_ = false, keep_col_partial_ = false;  // skip_tp_allreduce:row / :col
-  Buffer<T> fault_scratch_;                                    // [N,C], only with one of them
+  Buffer<T> fault_scratch_;                                    // [N,C], only with one of these faults
 };
 
 }  // namespace pptrain

@@ -35,7 +35,9 @@ LlamaBlock<T>::LlamaBlock(ParamStore& p, const ModelDims& d, int i, Communicator
       up_w_(p.get_or_create(matrix(cat("h.", i, ".mlp.up.weight"), d.ffn_hidden, d.d_model, Shard::Rows))),
       down_w_(p.get_or_create(matrix(cat("h.", i, ".mlp.down.weight"), d.d_model, d.ffn_hidden, Shard::Cols))),
       scratch_(share_scratch_with ? share_scratch_with->scratch_ : std::make_shared<SharedScratch<Slot>>()),
-      skip_recompute_(faults.find("skip_recompute") != nullptr) {}
+      skip_recompute_(faults.find("skip_recompute") != nullptr) {
+  if (skip_recompute_) fault_scratch_ = Buffer<T>(ops_, size_t(d.rows()) * d.d_model);
+}
 
 template <typename T>
 void LlamaBlock<T>::tp_sum(T* x, size_t n) {
@@ -182,7 +184,9 @@ void LlamaBlock<T>::backward_input(int mb, const T* dy, T* dx) {
   s.dy = dy;
   const View v = view(&s, parts);
   if (skip_recompute_) {
-    // planted fault: I reads whatever the scratch and the slot hold from earlier passes
+    // planted fault: I reads whatever the scratch and the slot hold from earlier passes;
+    // this rank still joins the recompute's all-reduce, so the rest of the tp group does not hang
+    if (placement_.at_input != 0 && dims_.tp > 1) tp_.allreduce(fault_scratch_.data(), size_t(n) * c, ReduceOp::Sum);
   } else if (placement_.at_input != 0) {
     run_forward(v, s.x, nullptr);
   } else if (placement_.scratch & kProbsPart) {

@@ -106,6 +106,7 @@ class LlamaBlock final : public Layer<T> {
   std::map<int, const T*> inputs_;  // x of the microbatches F ran and I did not yet (slot taken by I)
   std::shared_ptr<SharedScratch<Slot>> scratch_;
   bool skip_recompute_ = false;     // the planted fault skip_recompute
+  Buffer<T> fault_scratch_;         // [N,C], only with it
 };
 
 // The specs of block `i`'s parameters (the names above), for checkpoints and tests.
