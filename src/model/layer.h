@@ -1,7 +1,8 @@
 // The layer contract (DESIGN.md): forward, backward_input (dgrad, "I") and
 // backward_weight (wgrad, "W") over one microbatch. Forward saves what backward needs in
 // the microbatch's slot; I keeps what W needs; W accumulates parameter gradients and
-// frees the slot. Activations are [N, C] with N = B·T rows of one microbatch. Pointers
+// frees the slot. Under training.recompute a block saves less at F and recomputes the
+// rest at the start of I (BlockSlotPlacement below). Activations are [N, C] with N = B·T rows of one microbatch. Pointers
 // handed to a layer (its input x and output gradient dy) stay valid until its W ran.
 // T is the storage type of activations and of the weights the layer computes with: float,
 // or bfloat16 under `training.precision: bf16` (fp32 master weights and gradients either way).
