@@ -278,6 +278,16 @@ TEST_F(Preflight, MemoryPredictionEqualsWhatTheJobAllocates) {
       {2, llama + "parallel.pp=2 parallel.schedule=zbv parallel.stages_per_rank=2 model.n_layer=4"},
       {2, llama + "parallel.pp=2 parallel.layers_per_stage=[2,0] model.tie_embeddings=true"},
       {2, llama + "parallel.tp=2"},
+      // training.recompute: full's block slots live from I to W, the stage's scratch once.
+      {1, "training.recompute=attention"},
+      {1, "training.recompute=full training.eval_every=1"},
+      {1, bf16 + " training.recompute=full", true},
+      {1, bf16 + " training.recompute=attention training.eval_every=1", true},
+      {2, "parallel.pp=2 parallel.schedule=zbv parallel.stages_per_rank=2 model.n_layer=4 training.recompute=full"},
+      {2, "parallel.pp=2 parallel.schedule=zb-h2 parallel.microbatches=6 training.recompute=attention"},
+      {2, "parallel.tp=2 training.recompute=full"},
+      {2, llama + "parallel.pp=2 parallel.schedule=zbv parallel.stages_per_rank=2 model.n_layer=4"
+          " training.recompute=full"},
   };
   const std::regex line(R"(rank (\d+) peak (\d+) predicted (\d+) slack (\d+))");
   for (const Case& c : cases) {

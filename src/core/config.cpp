@@ -132,6 +132,7 @@ std::map<std::string, Section> schema(Config& c) {
   t["on_nonfinite"] = string_field(&c.training.on_nonfinite);
   t["max_skipped"] = int_field(&c.training.max_skipped);
   t["post_validation"] = bool_field(&c.training.post_validation);
+  t["recompute"] = string_field(&c.training.recompute);
   auto& d = s["data"];
   d["train"] = string_field(&c.data.train);
   d["val"] = string_field(&c.data.val);
@@ -428,6 +429,8 @@ void validate(const Config& c) {
   require(t.on_nonfinite == "stop" || t.on_nonfinite == "skip", c, "training.on_nonfinite",
           "expected stop or skip, got '" + t.on_nonfinite + "'");
   require_range(c, "training.max_skipped", t.max_skipped, 1, INT32_MAX);
+  require(t.recompute == "none" || t.recompute == "attention" || t.recompute == "full", c, "training.recompute",
+          "expected none, attention or full, got '" + t.recompute + "'");
   require_range(c, "checkpoint.every", c.checkpoint.every, 0, INT32_MAX);
   require_range(c, "checkpoint.keep_last", c.checkpoint.keep_last, 1, INT32_MAX);
   require(!c.checkpoint.resume.empty(), c, "checkpoint.resume", "expected auto, none or a path");

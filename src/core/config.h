@@ -86,6 +86,11 @@ struct TrainingConfig {
   // during the next step and roll the rare failing step back exactly. Costs a backup of
   // masters, gradients and moments: 16 bytes per parameter element on the rank.
   bool post_validation = false;
+  // Activation recomputation (model/dims.h): none keeps every block's activations from F
+  // to W; attention drops naive attention's probabilities [B,NH,T,T] after F and recomputes
+  // them at the start of I; full keeps only each block's input after F and re-runs the
+  // block's forward at the start of I (one more forward per block).
+  std::string recompute = "none";      // none | attention | full
 };
 
 struct DataConfig {

@@ -25,6 +25,9 @@ const FaultKind kFaultKinds[] = {
      "this rank keeps its partial sum instead of the all-reduced one: row = the output of the row-parallel "
      "layers (attention and MLP projections, forward), col = the input gradient of the column-parallel layers "
      "(QKV and MLP fc, dgrad)"},
+    {"skip_recompute", "", false,
+     "under training.recompute this rank's blocks skip the forward they re-run at the start of I, so I reads "
+     "what earlier passes left in the recompute scratch"},
     {"drop_microbatch", "MICROBATCH", false,
      "this rank skips the W (weight-gradient pass) of that microbatch, losing its contribution"},
     {"skip_weight_decay", "", false, "AdamW on this rank applies no weight decay"},

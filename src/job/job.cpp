@@ -4,6 +4,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "model/dims.h"
 #include "parallel/nccl.h"
 #include "partition/partition.h"
@@ -61,7 +62,10 @@ Job::Job(const Config& cfg, const Faults& faults, std::unique_ptr<Ops> ops, JobP
     use_nccl(grid_.embedding_comm(), par_.embedding_comm);
   }
 
-  const ModelDims dims = ModelDims::from(cfg.model, cfg.training.micro_batch_size, par_.tp, par_.tp_rank);
+  const ModelDims dims = ModelDims::from(cfg, par_.tp, par_.tp_rank);
+  if (cfg.training.recompute == "attention" && dims.fused_attention)
+    log::info("training.recompute: attention does nothing with model.attention: ", cfg.model.attention,
+              " (fused attention keeps no probabilities; it recomputes them in I already)");
   params_ = std::make_unique<ParamStore>(*ops_, par_.tp, par_.tp_rank, cfg.training.seed);
   // The head scales the loss by 1/(tokens of the global batch), so gradients are plain
   // sums over microbatches and DP replicas (DESIGN.md, the layer contract).

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "model/layer.h"
 #include "model/param.h"
 #include "partition/partition.h"
 #include "pipeline/generators.h"
@@ -41,27 +42,54 @@ double block_parameter_count(const ModelConfig& m, double tp) {
   return norms + qkv + proj + fc + fc2;
 }
 
-// The attention core's part of a block's slot: naive attention's probabilities
-// [B,NHL,T,T] in the storage type, or fused attention's lse and delta [B,NHL,T] in fp32.
-double attention_slot_bytes(const ModelDims& d, double s) {
+// A block's buffers by part (model/layer.h's BlockSlotPart: who reads them after F), as
+// Block<T>::for_each_buffer and LlamaBlock<T>::for_each_buffer list them (N = B·T rows,
+// CL = C/tp, NHL = heads/tp, HL = MLP width/tp, QL = (NHL + 2·KVL)·HD; s the storage
+// type's bytes, statistics in fp32):
+//   forward    GPT-2: ln1, x2, ln2 [N,C]; attn [N,CL]; gelu [N,HL]; ln_1's and ln_2's mean
+//              and rstd [N]. Llama: ln1, x2, ln2 [N,C]; attn [N,CL]; act [N,HL]; two rstd [N]
+//   gradients  GPT-2: dln2, dx2, dln1 [N,C]; dqkv [N,3CL]; dfc1 [N,HL]. Llama: dln2, dx2,
+//              dln1 [N,C]; dqkv [N,QL]; dgate, dup [N,HL]
+//   transient  GPT-2: qkv [N,3CL]; fc1 [N,HL]; dattn [N,CL]. Llama: qkv [N,QL]; gate, up,
+//              dact [N,HL]; dattn [N,CL]. Both, fused attention only: lse, delta [B,NHL,T] fp32
+//   probs      naive attention only: [B,NHL,T,T]
+struct BlockPartBytes {
+  double forward = 0, gradients = 0, transient = 0, probs = 0;
+};
+BlockPartBytes block_part_bytes(const ModelDims& d, double s) {
+  const double n = rows(d), c = d.d_model, cl = d.local_channels(), hl = d.local_hidden();
   const double t = d.seq_len, heads = double(d.batch) * d.local_heads();
-  return d.fused_attention ? kFp32 * 2 * heads * t : s * heads * t * t;
+  const double qkv = d.llama ? double(d.local_qkv()) : 3 * cl;
+  BlockPartBytes b;
+  if (d.llama) {
+    b.forward = s * n * (3 * c + cl + hl) + kFp32 * 2 * n;
+    b.gradients = s * n * (3 * c + qkv + 2 * hl);
+    b.transient = s * n * (qkv + 3 * hl + cl);
+  } else {
+    b.forward = s * n * (3 * c + cl + hl) + kFp32 * 4 * n;
+    b.gradients = s * n * (3 * c + qkv + hl);
+    b.transient = s * n * (qkv + hl + cl);
+  }
+  if (d.fused_attention)
+    b.transient += kFp32 * 2 * heads * t;
+  else
+    b.probs = s * heads * t * t;
+  return b;
 }
 
-// One block's slot (N = B·T rows, CL = C/tp, NHL = heads/tp). GPT-2, the buffers
-// Block<T>::for_each_buffer lists (HL = 4C/tp): in the storage type ln1, x2, ln2, dln2,
-// dx2, dln1 [N,C]; qkv, dqkv [N,3CL]; attn, dattn [N,CL]; fc1, gelu, dfc1 [N,HL]; in fp32
-// the two layernorms' mean and rstd [N]. Llama, LlamaBlock<T>::for_each_buffer's (HL =
-// F/tp, QL = (NHL + 2·KVL)·HD): ln1, x2, ln2, dln2, dx2, dln1 [N,C]; qkv, dqkv [N,QL];
-// attn, dattn [N,CL]; gate, up, act, dgate, dup, dact [N,HL]; in fp32 the two RMSNorms'
-// rstd [N]. Both: the attention core's (attention_slot_bytes).
-double block_slot_bytes(const ModelDims& d, double s) {
-  const double n = rows(d), c = d.d_model, cl = d.local_channels(), hl = d.local_hidden();
-  if (d.llama) {
-    const double ql = d.local_qkv();
-    return s * n * (6 * c + 2 * ql + 2 * cl + 6 * hl) + kFp32 * 2 * n + attention_slot_bytes(d, s);
-  }
-  return s * n * (6 * c + 6 * cl + 2 * cl + 3 * hl) + kFp32 * 4 * n + attention_slot_bytes(d, s);
+// One block's bytes where training.recompute places them (model/layer.h's
+// block_slot_placement): per microbatch from F, per microbatch from I, and the scratch.
+struct BlockBytes {
+  double from_forward = 0, from_input = 0, scratch = 0;
+};
+BlockBytes block_bytes(const ModelDims& d, double s) {
+  const BlockPartBytes p = block_part_bytes(d, s);
+  const BlockSlotPlacement placement = block_slot_placement(d.recompute);
+  auto sum = [&p](unsigned parts) {
+    return (parts & kForwardPart ? p.forward : 0) + (parts & kGradientPart ? p.gradients : 0) +
+           (parts & kTransientPart ? p.transient : 0) + (parts & kProbsPart ? p.probs : 0);
+  };
+  return {sum(placement.at_forward), sum(placement.at_input), sum(placement.scratch)};
 }
 
 // The head's slot without its logits: h, dh [N,C] in the storage type; mean, rstd [N] and
@@ -132,7 +160,7 @@ double global_parameter_count(const ModelConfig& m) {
 }
 
 double rank_parameter_count(const Config& cfg, const std::vector<StageSpec>& my_stages, int tp_rank) {
-  const ModelDims d = ModelDims::from(cfg.model, cfg.training.micro_batch_size, cfg.parallel.tp, tp_rank);
+  const ModelDims d = ModelDims::from(cfg, cfg.parallel.tp, tp_rank);
   const double c = d.d_model, tp = d.tp;
   double count = 0;
   bool has_wte = false;
@@ -181,7 +209,10 @@ StageSlotBytes stage_slot_bytes(const ModelDims& d, const StageSpec& spec, Preci
   // ends the embedding (tokens in) and the head (loss out) do not need.
   const double layers = double(spec.num_blocks) + spec.has_embedding + spec.has_head;
   out.io = 2 * (layers + 1 - spec.has_embedding - spec.has_head) * nc * s;
-  out.layers = double(spec.num_blocks) * block_slot_bytes(d, s);
+  const BlockBytes block = block_bytes(d, s);
+  out.layers = double(spec.num_blocks) * block.from_forward;
+  out.layers_from_input = double(spec.num_blocks) * block.from_input;
+  out.scratch = spec.num_blocks > 0 ? block.scratch : 0;  // one, shared by the stage's blocks
   if (spec.has_head) {
     out.logits = s * rows(d) * d.local_vocab();
     out.layers += head_slot_bytes_without_logits(d, s) + out.logits;
@@ -204,7 +235,7 @@ LivePeaks peak_live_microbatches(const pipeline::Schedule& schedule, int pp_rank
       if (held.erase({stage, mb})) --live[stage];
     }
   };
-  Pool io{{}, std::vector<int>(stages), std::vector<int>(stages)}, layers = io;
+  Pool io{{}, std::vector<int>(stages), std::vector<int>(stages)}, layers = io, after_input = io;
   std::vector<int> sends(stages, 0);
   for (const pipeline::Action& a : schedule.program[pp_rank]) {
     switch (a.op) {
@@ -215,22 +246,26 @@ LivePeaks peak_live_microbatches(const pipeline::Schedule& schedule, int pp_rank
         // The executor hands the output over to the next stage's input when it sits here too.
         if (a.stage + 1 < int(stages) && schedule.rank_of(a.stage + 1) == pp_rank) io.take(a.stage + 1, a.microbatch);
         break;
-      case Op::B:
+      case Op::I: after_input.take(a.stage, a.microbatch); break;
+      case Op::B:  // I and W in one: its slots from I are live for a moment
+        after_input.take(a.stage, a.microbatch);
+        [[fallthrough]];
       case Op::W:
         io.free(a.stage, a.microbatch);
         layers.free(a.stage, a.microbatch);
+        after_input.free(a.stage, a.microbatch);
         break;
       case Op::SEND_F:
       case Op::SEND_B: sends[a.stage] = 1; break;
-      default: break;  // I keeps the slots; RECV_B uses the slots already taken
+      default: break;  // RECV_B uses the slots already taken
     }
   }
-  return {io.peak, layers.peak, sends};
+  return {io.peak, layers.peak, after_input.peak, sends};
 }
 
 MemoryEstimate estimate_rank_memory(const Config& cfg, const pipeline::Schedule& schedule, int pp_rank, int tp_rank) {
   const std::vector<StageSpec> mine = stages_of(cfg, schedule, pp_rank);
-  const ModelDims dims = ModelDims::from(cfg.model, cfg.training.micro_batch_size, cfg.parallel.tp, tp_rank);
+  const ModelDims dims = ModelDims::from(cfg, cfg.parallel.tp, tp_rank);
   const double p = rank_parameter_count(cfg, mine, tp_rank);
   const LivePeaks pools = pool_sizes(cfg, schedule, pp_rank);
 
@@ -239,10 +274,11 @@ MemoryEstimate estimate_rank_memory(const Config& cfg, const pipeline::Schedule&
   for (const StageSpec& spec : mine) {
     const StageSlotBytes slot = stage_slot_bytes(dims, spec, cfg.precision());
     const int io = pools.io[spec.index], kept = pools.layers[spec.index];
-    slots += io * slot.io + kept * (slot.layers - slot.logits);
+    slots += io * slot.io + kept * (slot.layers - slot.logits) +
+             pools.after_input[spec.index] * slot.layers_from_input + slot.scratch;
     pending += pools.sends[spec.index] * slot.io;
     logits += kept * slot.logits;
-    most_live = std::max({most_live, io, kept});
+    most_live = std::max({most_live, io, kept, pools.after_input[spec.index]});
   }
 
   // Masters and gradients live in two arenas padded to dp equal ranges (ParamStore::flatten);

@@ -9,7 +9,9 @@
 //   backup            16·P under training.post_validation (train/update_backup.h)
 //   activation slots  per stage, the buffers one microbatch keeps until its W (the stage's
 //                     [N,C] inputs/outputs and their gradients, every block's slot, the
-//                     head's) times the most microbatches ever live in that pool: slot
+//                     head's; under training.recompute: full the blocks' slots are taken
+//                     by I, not F, and counted with the peak between I and W; the blocks'
+//                     shared recompute scratch once) times the most microbatches ever live in that pool: slot
 //                     pools keep freed slots for reuse, so a pool holds its peak live count
 //                     for the rest of the run. The peaks are read off the lowered program
 //                     (and off the forward-only evaluation program, which keeps all m
@@ -63,10 +65,12 @@ double checkpoint_tensor_bytes(const ModelConfig& m);
 
 // Bytes one microbatch keeps on `spec`'s stage, storage type `precision`, in the two pools
 // that hold them: the stage's own [N,C] inputs/outputs and their gradients (`io`), and the
-// slots of its layers (`layers`: every block's, the head's); `logits` is the head's
-// [N,VL] part of `layers`.
+// slots of its layers taken by F (`layers`: every block's, the head's) and taken by I
+// (`layers_from_input`: the blocks' under training.recompute: full); `logits` is the head's
+// [N,VL] part of `layers`. `scratch`: bytes held once, not per microbatch (the recompute
+// scratch the stage's blocks share).
 struct StageSlotBytes {
-  double io = 0, layers = 0, logits = 0;
+  double io = 0, layers = 0, logits = 0, layers_from_input = 0, scratch = 0;
 };
 StageSlotBytes stage_slot_bytes(const ModelDims& dims, const StageSpec& spec, Precision precision);
 
@@ -76,9 +80,10 @@ StageSlotBytes stage_slot_bytes(const ModelDims& dims, const StageSpec& spec, Pr
 // previous stage's F on the same rank hands its output over, or its own F) until its W or
 // B; in its layers' pools from its F until its W or B. `sends`: the stage sends to another
 // rank (SEND_F or SEND_B), so the executor may keep a microbatch's io buffers past its W
-// until the send completed.
+// until the send completed. `after_input`: the layer slots taken by I (or B) and freed by W
+// (or B): training.recompute: full's.
 struct LivePeaks {
-  std::vector<int> io, layers, sends;
+  std::vector<int> io, layers, after_input, sends;
 };
 LivePeaks peak_live_microbatches(const pipeline::Schedule& schedule, int pp_rank);
 

@@ -14,8 +14,9 @@ ParamSpec spec(const std::string& name, std::vector<int64_t> shape, Shard shard,
 }  // namespace
 
 template <typename T>
-Block<T>::Block(ParamStore& p, const ModelDims& d, int i, Communicator& tp, const Faults& faults)
-    : ops_(p.ops()), dims_(d), tp_(tp),
+Block<T>::Block(ParamStore& p, const ModelDims& d, int i, Communicator& tp, const Faults& faults,
+                const Block* share_scratch_with)
+    : ops_(p.ops()), dims_(d), placement_(block_slot_placement(d.recompute)), tp_(tp),
       ln1_w_(p.get_or_create(spec(cat("h.", i, ".ln_1.weight"), {d.d_model}, Shard::Replicated, Init::Ones))),
       ln1_b_(p.get_or_create(spec(cat("h.", i, ".ln_1.bias"), {d.d_model}, Shard::Replicated, Init::Zeros))),
       qkv_w_(p.get_or_create(spec(cat("h.", i, ".attn.qkv.weight"), {3 * d.d_model, d.d_model}, Shard::Rows3,
@@ -35,7 +36,10 @@ Block<T>::Block(ParamStore& p, const ModelDims& d, int i, Communicator& tp, cons
       fc2_b_(p.get_or_create(spec(cat("h.", i, ".mlp.proj.bias"), {d.d_model}, Shard::Replicated, Init::Zeros))) {
   for (const Fault* f : faults.find_all("skip_tp_allreduce"))  // target row or col (checked by the parser)
     (f->target == "row" ? keep_row_partial_ : keep_col_partial_) = true;
-  if (keep_row_partial_ || keep_col_partial_) fault_scratch_ = Buffer<T>(ops_, size_t(d.rows()) * d.d_model);
+  skip_recompute_ = faults.find("skip_recompute") != nullptr;
+  if (keep_row_partial_ || keep_col_partial_ || skip_recompute_)
+    fault_scratch_ = Buffer<T>(ops_, size_t(d.rows()) * d.d_model);
+  scratch_ = share_scratch_with ? share_scratch_with->scratch_ : std::make_shared<SharedScratch<Slot>>();
 }
 
 template <typename T>
@@ -51,111 +55,163 @@ void Block<T>::tp_sum(T* x, size_t n, bool keep_partial) {
 
 template <typename T>
 template <typename Visit>
-void Block<T>::for_each_buffer(Slot& s, Visit&& visit) const {
+void Block<T>::for_each_buffer(Slot& s, unsigned parts, Visit&& visit) const {
   const size_t n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), hl = dims_.local_hidden();
   const size_t t = dims_.seq_len;
-  visit(s.ln1, n * c);
-  visit(s.ln1_mean, n);
-  visit(s.ln1_rstd, n);
-  visit(s.qkv, n * 3 * cl);
   const size_t heads = size_t(dims_.batch) * dims_.local_heads();  // B·NHL
-  if (dims_.fused_attention) {
-    visit(s.lse, heads * t);
-    visit(s.delta, heads * t);
-  } else {
-    visit(s.probs, heads * t * t);
+  if (parts & kForwardPart) {
+    visit(s.f.ln1, n * c);
+    visit(s.f.ln1_mean, n);
+    visit(s.f.ln1_rstd, n);
+    visit(s.f.attn, n * cl);
+    visit(s.f.x2, n * c);
+    visit(s.f.ln2, n * c);
+    visit(s.f.ln2_mean, n);
+    visit(s.f.ln2_rstd, n);
+    visit(s.f.gelu, n * hl);
   }
-  visit(s.attn, n * cl);
-  visit(s.x2, n * c);
-  visit(s.ln2, n * c);
-  visit(s.ln2_mean, n);
-  visit(s.ln2_rstd, n);
-  visit(s.fc1, n * hl);
-  visit(s.gelu, n * hl);
-  visit(s.dfc1, n * hl);
-  visit(s.dln2, n * c);
-  visit(s.dx2, n * c);
-  visit(s.dqkv, n * 3 * cl);
-  visit(s.dln1, n * c);
-  visit(s.dattn, n * cl);
+  if (parts & kGradientPart) {
+    visit(s.g.dfc1, n * hl);
+    visit(s.g.dln2, n * c);
+    visit(s.g.dx2, n * c);
+    visit(s.g.dqkv, n * 3 * cl);
+    visit(s.g.dln1, n * c);
+  }
+  if (parts & kTransientPart) {
+    visit(s.t.qkv, n * 3 * cl);
+    visit(s.t.fc1, n * hl);
+    if (dims_.fused_attention) {
+      visit(s.t.lse, heads * t);
+      visit(s.t.delta, heads * t);
+    }
+    visit(s.t.dattn, n * cl);
+  }
+  if ((parts & kProbsPart) && !dims_.fused_attention) visit(s.probs, heads * t * t);
 }
 
 template <typename T>
-std::unique_ptr<typename Block<T>::Slot> Block<T>::make_slot() {
-  return allocate_slot<Slot>(ops_, [this](Slot& s, auto&& visit) { for_each_buffer(s, visit); });
+std::unique_ptr<typename Block<T>::Slot> Block<T>::make_slot(unsigned parts) {
+  return allocate_slot<Slot>(ops_, [this, parts](Slot& s, auto&& visit) { for_each_buffer(s, parts, visit); });
 }
 
 template <typename T>
-size_t Block<T>::slot_bytes() const {
-  return slot_bytes_of<Slot>([this](Slot& s, auto&& visit) { for_each_buffer(s, visit); });
+size_t Block<T>::bytes_of(unsigned parts) const {
+  return slot_bytes_of<Slot>([this, parts](Slot& s, auto&& visit) { for_each_buffer(s, parts, visit); });
 }
 
 template <typename T>
-void Block<T>::attention_forward(Slot& s) {
+typename Block<T>::Slot& Block<T>::scratch() {
+  if (!scratch_->slot) scratch_->slot = make_slot(placement_.scratch);
+  return *scratch_->slot;
+}
+
+template <typename T>
+typename Block<T>::View Block<T>::view(Slot* mb_slot, unsigned mb_parts) {
+  Slot& shared = scratch();
+  auto from = [&](unsigned part) -> Slot& { return mb_slot && (mb_parts & part) ? *mb_slot : shared; };
+  return {from(kForwardPart).f, from(kGradientPart).g, from(kTransientPart).t, from(kProbsPart).probs};
+}
+
+template <typename T>
+void Block<T>::attention_forward(const View& v) {
   const int b = dims_.batch, t = dims_.seq_len, nhl = dims_.local_heads(), hd = dims_.head_dim();
   if (dims_.fused_attention)
-    ops_.flash_attention_forward(s.attn.data(), s.lse.data(), s.qkv.data(), b, t, nhl, hd);
+    ops_.flash_attention_forward(v.f.attn.data(), v.t.lse.data(), v.t.qkv.data(), b, t, nhl, hd);
   else
-    ops_.attention_forward(s.attn.data(), s.probs.data(), s.qkv.data(), b, t, nhl, hd);
+    ops_.attention_forward(v.f.attn.data(), v.probs.data(), v.t.qkv.data(), b, t, nhl, hd);
 }
 
 template <typename T>
-void Block<T>::attention_backward_input(Slot& s, const T* dattn) {
+void Block<T>::attention_backward_input(const View& v, const T* dattn) {
   const int b = dims_.batch, t = dims_.seq_len, nhl = dims_.local_heads(), hd = dims_.head_dim();
-  if (dims_.fused_attention)  // recomputes the probabilities from qkv and lse; reads the output s.attn
-    ops_.flash_attention_backward_input(s.dqkv.data(), s.delta.data(), dattn, s.qkv.data(), s.attn.data(),
-                                        s.lse.data(), b, t, nhl, hd);
+  if (dims_.fused_attention)  // recomputes the probabilities from qkv and lse; reads the output attn
+    ops_.flash_attention_backward_input(v.g.dqkv.data(), v.t.delta.data(), dattn, v.t.qkv.data(), v.f.attn.data(),
+                                        v.t.lse.data(), b, t, nhl, hd);
   else
-    ops_.attention_backward_input(s.dqkv.data(), dattn, s.qkv.data(), s.probs.data(), b, t, nhl, hd);
+    ops_.attention_backward_input(v.g.dqkv.data(), dattn, v.t.qkv.data(), v.probs.data(), b, t, nhl, hd);
+}
+
+template <typename T>
+void Block<T>::run_forward(const View& v, const T* x, T* y) {
+  const int n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), hl = dims_.local_hidden();
+  // attention half
+  ops_.layernorm_forward(v.f.ln1.data(), v.f.ln1_mean.data(), v.f.ln1_rstd.data(), x, weights<T>(ln1_w_),
+                         weights<T>(ln1_b_), n, c);
+  ops_.linear_forward(v.t.qkv.data(), v.f.ln1.data(), weights<T>(qkv_w_), weights<T>(qkv_b_), n, c, 3 * cl);
+  attention_forward(v);
+  ops_.linear_forward(v.f.x2.data(), v.f.attn.data(), weights<T>(proj_w_), nullptr, n, cl, c);
+  tp_sum(v.f.x2.data(), size_t(n) * c, keep_row_partial_);
+  // x2 = (proj_out + proj_b) + x (in place) and ln2 = ln_2(x2) in one pass
+  ops_.residual_layernorm_forward(v.f.x2.data(), v.f.ln2.data(), v.f.ln2_mean.data(), v.f.ln2_rstd.data(),
+                                  v.f.x2.data(), weights<T>(proj_b_), x, weights<T>(ln2_w_), weights<T>(ln2_b_), n, c);
+  // MLP half: fc1 keeps the pre-activation for the GELU's backward, gelu its output for fc2's wgrad
+  ops_.linear_gelu_forward(v.f.gelu.data(), v.t.fc1.data(), v.f.ln2.data(), weights<T>(fc_w_), weights<T>(fc_b_), n,
+                           c, hl);
+  if (!y) return;  // recompute: the output is the stage's already
+  ops_.linear_forward(y, v.f.gelu.data(), weights<T>(fc2_w_), nullptr, n, hl, c);
+  tp_sum(y, size_t(n) * c, keep_row_partial_);
+  ops_.add_bias(y, weights<T>(fc2_b_), n, c);
+  ops_.add(y, y, v.f.x2.data(), size_t(n) * c);
 }
 
 template <typename T>
 void Block<T>::forward(int mb, const T* x, T* y, const MicrobatchData&) {
-  const int n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), hl = dims_.local_hidden();
-  Slot& s = slots_.acquire(mb, [this] { return make_slot(); });
+  if (placement_.at_forward == 0) {  // full recompute: everything in the scratch, I runs it again
+    PPTRAIN_CHECK(!inputs_.count(mb) && !slots_.holds(mb), "microbatch ", mb, " already ran forward");
+    inputs_[mb] = x;
+    run_forward(view(nullptr, 0), x, y);
+    return;
+  }
+  Slot& s = slots_.acquire(mb, [this] { return make_slot(placement_.at_forward); });
   s.x = x;
   s.dy = nullptr;
-  // attention half
-  ops_.layernorm_forward(s.ln1.data(), s.ln1_mean.data(), s.ln1_rstd.data(), x, weights<T>(ln1_w_),
-                         weights<T>(ln1_b_), n, c);
-  ops_.linear_forward(s.qkv.data(), s.ln1.data(), weights<T>(qkv_w_), weights<T>(qkv_b_), n, c, 3 * cl);
-  attention_forward(s);
-  ops_.linear_forward(s.x2.data(), s.attn.data(), weights<T>(proj_w_), nullptr, n, cl, c);
-  tp_sum(s.x2.data(), size_t(n) * c, keep_row_partial_);
-  // x2 = (proj_out + proj_b) + x (in place) and ln2 = ln_2(x2) in one pass
-  ops_.residual_layernorm_forward(s.x2.data(), s.ln2.data(), s.ln2_mean.data(), s.ln2_rstd.data(), s.x2.data(),
-                                  weights<T>(proj_b_), x, weights<T>(ln2_w_), weights<T>(ln2_b_), n, c);
-  // MLP half: fc1 keeps the pre-activation for the GELU's backward, gelu its output for fc2's wgrad
-  ops_.linear_gelu_forward(s.gelu.data(), s.fc1.data(), s.ln2.data(), weights<T>(fc_w_), weights<T>(fc_b_), n, c,
-                           hl);
-  ops_.linear_forward(y, s.gelu.data(), weights<T>(fc2_w_), nullptr, n, hl, c);
-  tp_sum(y, size_t(n) * c, keep_row_partial_);
-  ops_.add_bias(y, weights<T>(fc2_b_), n, c);
-  ops_.add(y, y, s.x2.data(), size_t(n) * c);
+  run_forward(view(&s, placement_.at_forward), x, y);
 }
 
 template <typename T>
 void Block<T>::backward_input(int mb, const T* dy, T* dx) {
   const int n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), hl = dims_.local_hidden();
-  Slot& s = slots_.get(mb);
+  Slot* slot = nullptr;
+  unsigned parts = placement_.at_forward;
+  if (placement_.at_input != 0) {  // full: this microbatch's slot starts here, filled by the forward again
+    auto it = inputs_.find(mb);
+    PPTRAIN_CHECK(it != inputs_.end(), "block I before F for microbatch ", mb);
+    parts = placement_.at_input;
+    slot = &slots_.acquire(mb, [this] { return make_slot(placement_.at_input); });
+    slot->x = it->second;
+    inputs_.erase(it);
+  } else {
+    slot = &slots_.get(mb);
+  }
+  Slot& s = *slot;
   s.dy = dy;
+  const View v = view(&s, parts);
+  if (skip_recompute_) {
+    // planted fault: I reads whatever the scratch and the slot hold from earlier passes;
+    // this rank still joins the recompute's all-reduce, so the rest of the tp group does not hang
+    if (placement_.at_input != 0 && dims_.tp > 1) tp_.allreduce(fault_scratch_.data(), size_t(n) * c, ReduceOp::Sum);
+  } else if (placement_.at_input != 0) {
+    run_forward(v, s.x, nullptr);
+  } else if (placement_.scratch & kProbsPart) {
+    attention_forward(v);  // the probabilities again (and the same attn over the kept one)
+  }
   // MLP half: dy flows both into the residual (dx2 = dy + ...) and into fc2; through the
   // GELU in the same op: dfc1 = (dy · fc2_w) ∘ gelu'(fc1), kept for fc1's wgrad.
-  ops_.linear_backward_input_dgelu(s.dfc1.data(), dy, weights<T>(fc2_w_), s.fc1.data(), n, hl, c);
-  ops_.linear_backward_input(s.dln2.data(), s.dfc1.data(), weights<T>(fc_w_), n, c, hl, false);
-  tp_sum(s.dln2.data(), size_t(n) * c, keep_col_partial_);
+  ops_.linear_backward_input_dgelu(v.g.dfc1.data(), dy, weights<T>(fc2_w_), v.t.fc1.data(), n, hl, c);
+  ops_.linear_backward_input(v.g.dln2.data(), v.g.dfc1.data(), weights<T>(fc_w_), n, c, hl, false);
+  tp_sum(v.g.dln2.data(), size_t(n) * c, keep_col_partial_);
   // dx2 = dy + ln_2'(dln2): the residual joins in the layernorm dgrad, no copy of dy
-  ops_.layernorm_backward_input(s.dx2.data(), s.dln2.data(), s.x2.data(), s.ln2_mean.data(),
-                                s.ln2_rstd.data(), weights<T>(ln2_w_), n, c, dy);
+  ops_.layernorm_backward_input(v.g.dx2.data(), v.g.dln2.data(), v.f.x2.data(), v.f.ln2_mean.data(),
+                                v.f.ln2_rstd.data(), weights<T>(ln2_w_), n, c, dy);
   // attention half
-  T* dattn = s.dattn.data();  // [N,CL]
-  ops_.linear_backward_input(dattn, s.dx2.data(), weights<T>(proj_w_), n, cl, c, false);
-  attention_backward_input(s, dattn);
-  ops_.linear_backward_input(s.dln1.data(), s.dqkv.data(), weights<T>(qkv_w_), n, c, 3 * cl, false);
-  tp_sum(s.dln1.data(), size_t(n) * c, keep_col_partial_);
+  T* dattn = v.t.dattn.data();  // [N,CL]
+  ops_.linear_backward_input(dattn, v.g.dx2.data(), weights<T>(proj_w_), n, cl, c, false);
+  attention_backward_input(v, dattn);
+  ops_.linear_backward_input(v.g.dln1.data(), v.g.dqkv.data(), weights<T>(qkv_w_), n, c, 3 * cl, false);
+  tp_sum(v.g.dln1.data(), size_t(n) * c, keep_col_partial_);
   // dx = dx2 + ln_1'(dln1)
-  ops_.layernorm_backward_input(dx, s.dln1.data(), s.x, s.ln1_mean.data(), s.ln1_rstd.data(),
-                                weights<T>(ln1_w_), n, c, s.dx2.data());
+  ops_.layernorm_backward_input(dx, v.g.dln1.data(), s.x, v.f.ln1_mean.data(), v.f.ln1_rstd.data(),
+                                weights<T>(ln1_w_), n, c, v.g.dx2.data());
 }
 
 template <typename T>
@@ -163,15 +219,24 @@ void Block<T>::backward_weight(int mb) {
   const int n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), hl = dims_.local_hidden();
   Slot& s = slots_.get(mb);
   PPTRAIN_CHECK(s.dy, "block W before I for microbatch ", mb);
-  ops_.linear_backward_weight(fc2_w_.grad.data(), fc2_b_.grad.data(), s.dy, s.gelu.data(), n, hl, c);
-  ops_.linear_backward_weight(fc_w_.grad.data(), fc_b_.grad.data(), s.dfc1.data(), s.ln2.data(), n, c, hl);
-  ops_.layernorm_backward_weight(ln2_w_.grad.data(), ln2_b_.grad.data(), s.dln2.data(), s.x2.data(),
-                                 s.ln2_mean.data(), s.ln2_rstd.data(), n, c);
-  ops_.linear_backward_weight(proj_w_.grad.data(), proj_b_.grad.data(), s.dx2.data(), s.attn.data(), n, cl, c);
-  ops_.linear_backward_weight(qkv_w_.grad.data(), qkv_b_.grad.data(), s.dqkv.data(), s.ln1.data(), n, c, 3 * cl);
-  ops_.layernorm_backward_weight(ln1_w_.grad.data(), ln1_b_.grad.data(), s.dln1.data(), s.x,
-                                 s.ln1_mean.data(), s.ln1_rstd.data(), n, c);
+  // W reads the forward and gradient parts only, both per microbatch in every placement.
+  const Forward& f = s.f;
+  const Gradients& g = s.g;
+  ops_.linear_backward_weight(fc2_w_.grad.data(), fc2_b_.grad.data(), s.dy, f.gelu.data(), n, hl, c);
+  ops_.linear_backward_weight(fc_w_.grad.data(), fc_b_.grad.data(), g.dfc1.data(), f.ln2.data(), n, c, hl);
+  ops_.layernorm_backward_weight(ln2_w_.grad.data(), ln2_b_.grad.data(), g.dln2.data(), f.x2.data(),
+                                 f.ln2_mean.data(), f.ln2_rstd.data(), n, c);
+  ops_.linear_backward_weight(proj_w_.grad.data(), proj_b_.grad.data(), g.dx2.data(), f.attn.data(), n, cl, c);
+  ops_.linear_backward_weight(qkv_w_.grad.data(), qkv_b_.grad.data(), g.dqkv.data(), f.ln1.data(), n, c, 3 * cl);
+  ops_.layernorm_backward_weight(ln1_w_.grad.data(), ln1_b_.grad.data(), g.dln1.data(), s.x, f.ln1_mean.data(),
+                                 f.ln1_rstd.data(), n, c);
   slots_.release(mb);
+}
+
+template <typename T>
+void Block<T>::discard(int mb) {
+  inputs_.erase(mb);
+  if (slots_.holds(mb)) slots_.release(mb);
 }
 
 template class Block<float>;

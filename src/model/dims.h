@@ -4,6 +4,9 @@
 
 namespace pptrain {
 
+// training.recompute: what a block keeps per microbatch between its passes (model/block.h).
+enum class Recompute { none, attention, full };
+
 struct ModelDims {
   int n_layer, n_head, d_model, seq_len, vocab_size;
   int batch;          // B: sequences per microbatch
@@ -22,6 +25,9 @@ struct ModelDims {
   int n_kv_head = 0;       // key/value heads (llama; n_head for gpt2)
   int ffn_hidden = 0;      // MLP width F (4C for gpt2)
   float rope_theta = 10000.0f, norm_eps = 1e-6f;
+  // training.recompute as the blocks apply it: attention with fused attention is none (the
+  // fused ops keep no probabilities to drop).
+  Recompute recompute = Recompute::none;
 
   int rows() const { return batch * seq_len; }              // N = B·T
   int head_dim() const { return d_model / n_head; }         // HD
@@ -45,6 +51,16 @@ struct ModelDims {
     return {m.n_layer,    m.n_head,      m.d_model,  m.seq_len,           m.vocab_size,
             batch,        tp,            tp_rank,    fused,               m.tie_embeddings,
             m.llama(),    m.kv_heads(),  m.mlp_hidden(), float(m.rope_theta), float(m.norm_eps)};
+  }
+  // A training job's dims: micro_batch_size sequences, training.recompute applied.
+  static ModelDims from(const Config& cfg, int tp, int tp_rank) {
+    ModelDims d = from(cfg.model, cfg.training.micro_batch_size, tp, tp_rank);
+    d.recompute = recompute_of(cfg.training.recompute, d.fused_attention);
+    return d;
+  }
+  static Recompute recompute_of(const std::string& key, bool fused_attention) {
+    if (key == "full") return Recompute::full;
+    return key == "attention" && !fused_attention ? Recompute::attention : Recompute::none;
   }
 };
 

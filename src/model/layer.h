@@ -1,7 +1,8 @@
 // The layer contract (DESIGN.md): forward, backward_input (dgrad, "I") and
 // backward_weight (wgrad, "W") over one microbatch. Forward saves what backward needs in
 // the microbatch's slot; I keeps what W needs; W accumulates parameter gradients and
-// frees the slot. Activations are [N, C] with N = B·T rows of one microbatch. Pointers
+// frees the slot. Under training.recompute a block saves less at F and recomputes the
+// rest at the start of I (BlockSlotPlacement below). Activations are [N, C] with N = B·T rows of one microbatch. Pointers
 // handed to a layer (its input x and output gradient dy) stay valid until its W ran.
 // T is the storage type of activations and of the weights the layer computes with: float,
 // or bfloat16 under `training.precision: bf16` (fp32 master weights and gradients either way).
@@ -14,6 +15,7 @@
 
 #include "backend/ops.h"
 #include "core/error.h"
+#include "model/dims.h"
 
 namespace pptrain {
 
@@ -38,6 +40,48 @@ class Layer {
   virtual void discard(int mb) = 0;
   // Bytes held per microbatch between F and W (for the memory report).
   virtual size_t slot_bytes() const = 0;
+  // Bytes held per microbatch between I and W: taken by I, freed by W (a block under
+  // training.recompute: full, whose I re-runs its forward into them).
+  virtual size_t slot_bytes_from_input() const { return 0; }
+  // Bytes held once, whatever the microbatches in flight: the scratch the blocks of a stage
+  // share under recompute (every block reports the one copy they share).
+  virtual size_t scratch_bytes() const { return 0; }
+};
+
+// A block's buffers fall in four parts by what reads them after F; training.recompute
+// decides where each part lives (BlockSlotPlacement).
+enum BlockSlotPart : unsigned {
+  kForwardPart = 1,    // F's tensors that W reads too (layer norm outputs and statistics, ...)
+  kGradientPart = 2,   // written by I, read by W (each linear layer's output gradient, ...)
+  kTransientPart = 4,  // read by I only: F's tensors W does not read, I's own gradients
+  kProbsPart = 8,      // naive attention's probabilities [B,NHL,T,T], read by I only
+};
+inline constexpr unsigned kAllBlockParts = kForwardPart | kGradientPart | kTransientPart | kProbsPart;
+
+// Where a block keeps each part: `at_forward` in a slot per microbatch taken by F, `at_input`
+// in one taken by I (both freed by W), `scratch` in one copy the stage's blocks share (they
+// run one after another, and nothing in it outlives the pass that writes it).
+//   none       every part per microbatch from F to W
+//   attention  the probabilities in the scratch: F writes them there, I recomputes them
+//   full       F runs entirely in the scratch (only its output, held by the stage, stays);
+//              I re-runs the forward into a slot of its own for what W reads, the rest
+//              (what only I reads) into the scratch
+struct BlockSlotPlacement {
+  unsigned at_forward = 0, at_input = 0, scratch = 0;
+};
+inline BlockSlotPlacement block_slot_placement(Recompute r) {
+  switch (r) {
+    case Recompute::attention: return {kForwardPart | kGradientPart | kTransientPart, 0, kProbsPart};
+    case Recompute::full: return {0, kForwardPart | kGradientPart, kForwardPart | kTransientPart | kProbsPart};
+    case Recompute::none: break;
+  }
+  return {kAllBlockParts, 0, 0};
+}
+
+// The scratch slot the blocks of one stage share (allocated by the first that needs it).
+template <typename Slot>
+struct SharedScratch {
+  std::unique_ptr<Slot> slot;
 };
 
 // A slot's buffers from one list: `for_each_buffer(slot, visit)` calls visit(buffer,
@@ -90,6 +134,7 @@ class SlotPool {
     live_.erase(it);
   }
   size_t live() const { return live_.size(); }
+  bool holds(int mb) const { return live_.count(mb) != 0; }
 
  private:
   std::map<int, std::unique_ptr<Slot>> live_;

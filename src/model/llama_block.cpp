@@ -24,15 +24,20 @@ ParamSpec llama_qkv_spec(const ModelDims& d, int i) {
 }
 
 template <typename T>
-LlamaBlock<T>::LlamaBlock(ParamStore& p, const ModelDims& d, int i, Communicator& tp)
-    : ops_(p.ops()), dims_(d), tp_(tp),
+LlamaBlock<T>::LlamaBlock(ParamStore& p, const ModelDims& d, int i, Communicator& tp, const Faults& faults,
+                          const LlamaBlock* share_scratch_with)
+    : ops_(p.ops()), dims_(d), placement_(block_slot_placement(d.recompute)), tp_(tp),
       ln1_w_(p.get_or_create(gain(cat("h.", i, ".ln_1.weight"), d.d_model))),
       qkv_w_(p.get_or_create(llama_qkv_spec(d, i))),
       proj_w_(p.get_or_create(matrix(cat("h.", i, ".attn.proj.weight"), d.d_model, d.d_model, Shard::Cols))),
       ln2_w_(p.get_or_create(gain(cat("h.", i, ".ln_2.weight"), d.d_model))),
       gate_w_(p.get_or_create(matrix(cat("h.", i, ".mlp.gate.weight"), d.ffn_hidden, d.d_model, Shard::Rows))),
       up_w_(p.get_or_create(matrix(cat("h.", i, ".mlp.up.weight"), d.ffn_hidden, d.d_model, Shard::Rows))),
-      down_w_(p.get_or_create(matrix(cat("h.", i, ".mlp.down.weight"), d.d_model, d.ffn_hidden, Shard::Cols))) {}
+      down_w_(p.get_or_create(matrix(cat("h.", i, ".mlp.down.weight"), d.d_model, d.ffn_hidden, Shard::Cols))),
+      scratch_(share_scratch_with ? share_scratch_with->scratch_ : std::make_shared<SharedScratch<Slot>>()),
+      skip_recompute_(faults.find("skip_recompute") != nullptr) {
+  if (skip_recompute_) fault_scratch_ = Buffer<T>(ops_, size_t(d.rows()) * d.d_model);
+}
 
 template <typename T>
 void LlamaBlock<T>::tp_sum(T* x, size_t n) {
@@ -41,118 +46,172 @@ void LlamaBlock<T>::tp_sum(T* x, size_t n) {
 
 template <typename T>
 template <typename Visit>
-void LlamaBlock<T>::for_each_buffer(Slot& s, Visit&& visit) const {
+void LlamaBlock<T>::for_each_buffer(Slot& s, unsigned parts, Visit&& visit) const {
   const size_t n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), ql = dims_.local_qkv();
   const size_t hl = dims_.local_hidden(), t = dims_.seq_len;
   const size_t heads = size_t(dims_.batch) * dims_.local_heads();  // B·NHL
-  visit(s.ln1, n * c);
-  visit(s.ln1_rstd, n);
-  visit(s.qkv, n * ql);
-  if (dims_.fused_attention) {
-    visit(s.lse, heads * t);
-    visit(s.delta, heads * t);
-  } else {
-    visit(s.probs, heads * t * t);
+  if (parts & kForwardPart) {
+    visit(s.f.ln1, n * c);
+    visit(s.f.ln1_rstd, n);
+    visit(s.f.attn, n * cl);
+    visit(s.f.x2, n * c);
+    visit(s.f.ln2, n * c);
+    visit(s.f.ln2_rstd, n);
+    visit(s.f.act, n * hl);
   }
-  visit(s.attn, n * cl);
-  visit(s.x2, n * c);
-  visit(s.ln2, n * c);
-  visit(s.ln2_rstd, n);
-  visit(s.gate, n * hl);
-  visit(s.up, n * hl);
-  visit(s.act, n * hl);
-  visit(s.dgate, n * hl);
-  visit(s.dup, n * hl);
-  visit(s.dln2, n * c);
-  visit(s.dx2, n * c);
-  visit(s.dqkv, n * ql);
-  visit(s.dln1, n * c);
-  visit(s.dact, n * hl);
-  visit(s.dattn, n * cl);
+  if (parts & kGradientPart) {
+    visit(s.g.dgate, n * hl);
+    visit(s.g.dup, n * hl);
+    visit(s.g.dln2, n * c);
+    visit(s.g.dx2, n * c);
+    visit(s.g.dqkv, n * ql);
+    visit(s.g.dln1, n * c);
+  }
+  if (parts & kTransientPart) {
+    visit(s.t.qkv, n * ql);
+    visit(s.t.gate, n * hl);
+    visit(s.t.up, n * hl);
+    if (dims_.fused_attention) {
+      visit(s.t.lse, heads * t);
+      visit(s.t.delta, heads * t);
+    }
+    visit(s.t.dact, n * hl);
+    visit(s.t.dattn, n * cl);
+  }
+  if ((parts & kProbsPart) && !dims_.fused_attention) visit(s.probs, heads * t * t);
 }
 
 template <typename T>
-std::unique_ptr<typename LlamaBlock<T>::Slot> LlamaBlock<T>::make_slot() {
-  return allocate_slot<Slot>(ops_, [this](Slot& s, auto&& visit) { for_each_buffer(s, visit); });
+std::unique_ptr<typename LlamaBlock<T>::Slot> LlamaBlock<T>::make_slot(unsigned parts) {
+  return allocate_slot<Slot>(ops_, [this, parts](Slot& s, auto&& visit) { for_each_buffer(s, parts, visit); });
 }
 
 template <typename T>
-size_t LlamaBlock<T>::slot_bytes() const {
-  return slot_bytes_of<Slot>([this](Slot& s, auto&& visit) { for_each_buffer(s, visit); });
+size_t LlamaBlock<T>::bytes_of(unsigned parts) const {
+  return slot_bytes_of<Slot>([this, parts](Slot& s, auto&& visit) { for_each_buffer(s, parts, visit); });
 }
 
 template <typename T>
-void LlamaBlock<T>::attention_forward(Slot& s) {
+typename LlamaBlock<T>::Slot& LlamaBlock<T>::scratch() {
+  if (!scratch_->slot) scratch_->slot = make_slot(placement_.scratch);
+  return *scratch_->slot;
+}
+
+template <typename T>
+typename LlamaBlock<T>::View LlamaBlock<T>::view(Slot* mb_slot, unsigned mb_parts) {
+  Slot& shared = scratch();
+  auto from = [&](unsigned part) -> Slot& { return mb_slot && (mb_parts & part) ? *mb_slot : shared; };
+  return {from(kForwardPart).f, from(kGradientPart).g, from(kTransientPart).t, from(kProbsPart).probs};
+}
+
+template <typename T>
+void LlamaBlock<T>::attention_forward(const View& v) {
   const int b = dims_.batch, t = dims_.seq_len, nhl = dims_.local_heads(), kvl = dims_.local_kv_heads();
   const int hd = dims_.head_dim();
   if (dims_.fused_attention)
-    ops_.gqa_flash_attention_forward(s.attn.data(), s.lse.data(), s.qkv.data(), b, t, nhl, kvl, hd);
+    ops_.gqa_flash_attention_forward(v.f.attn.data(), v.t.lse.data(), v.t.qkv.data(), b, t, nhl, kvl, hd);
   else
-    ops_.gqa_attention_forward(s.attn.data(), s.probs.data(), s.qkv.data(), b, t, nhl, kvl, hd);
+    ops_.gqa_attention_forward(v.f.attn.data(), v.probs.data(), v.t.qkv.data(), b, t, nhl, kvl, hd);
 }
 
 template <typename T>
-void LlamaBlock<T>::attention_backward_input(Slot& s, const T* dattn) {
+void LlamaBlock<T>::attention_backward_input(const View& v, const T* dattn) {
   const int b = dims_.batch, t = dims_.seq_len, nhl = dims_.local_heads(), kvl = dims_.local_kv_heads();
   const int hd = dims_.head_dim();
   if (dims_.fused_attention)
-    ops_.gqa_flash_attention_backward_input(s.dqkv.data(), s.delta.data(), dattn, s.qkv.data(), s.attn.data(),
-                                            s.lse.data(), b, t, nhl, kvl, hd);
+    ops_.gqa_flash_attention_backward_input(v.g.dqkv.data(), v.t.delta.data(), dattn, v.t.qkv.data(),
+                                            v.f.attn.data(), v.t.lse.data(), b, t, nhl, kvl, hd);
   else
-    ops_.gqa_attention_backward_input(s.dqkv.data(), dattn, s.qkv.data(), s.probs.data(), b, t, nhl, kvl, hd);
+    ops_.gqa_attention_backward_input(v.g.dqkv.data(), dattn, v.t.qkv.data(), v.probs.data(), b, t, nhl, kvl, hd);
+}
+
+template <typename T>
+void LlamaBlock<T>::run_forward(const View& v, const T* x, T* y) {
+  const int n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), ql = dims_.local_qkv();
+  const int hl = dims_.local_hidden();
+  const float eps = dims_.norm_eps;
+  // attention half
+  ops_.rmsnorm_forward(v.f.ln1.data(), v.f.ln1_rstd.data(), x, weights<T>(ln1_w_), n, c, eps);
+  ops_.linear_forward(v.t.qkv.data(), v.f.ln1.data(), weights<T>(qkv_w_), nullptr, n, c, ql);
+  ops_.rotary_forward(v.t.qkv.data(), dims_.batch, dims_.seq_len, dims_.local_heads(), dims_.local_kv_heads(),
+                      dims_.head_dim(), dims_.rope_theta);
+  attention_forward(v);
+  ops_.linear_forward(v.f.x2.data(), v.f.attn.data(), weights<T>(proj_w_), nullptr, n, cl, c);
+  tp_sum(v.f.x2.data(), size_t(n) * c);
+  ops_.add(v.f.x2.data(), v.f.x2.data(), x, size_t(n) * c);
+  // MLP half
+  ops_.rmsnorm_forward(v.f.ln2.data(), v.f.ln2_rstd.data(), v.f.x2.data(), weights<T>(ln2_w_), n, c, eps);
+  ops_.linear_forward(v.t.gate.data(), v.f.ln2.data(), weights<T>(gate_w_), nullptr, n, c, hl);
+  ops_.linear_forward(v.t.up.data(), v.f.ln2.data(), weights<T>(up_w_), nullptr, n, c, hl);
+  ops_.swiglu_forward(v.f.act.data(), v.t.gate.data(), v.t.up.data(), size_t(n) * hl);
+  if (!y) return;  // recompute: the output is the stage's already
+  ops_.linear_forward(y, v.f.act.data(), weights<T>(down_w_), nullptr, n, hl, c);
+  tp_sum(y, size_t(n) * c);
+  ops_.add(y, y, v.f.x2.data(), size_t(n) * c);
 }
 
 template <typename T>
 void LlamaBlock<T>::forward(int mb, const T* x, T* y, const MicrobatchData&) {
-  const int n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), ql = dims_.local_qkv();
-  const int hl = dims_.local_hidden();
-  const float eps = dims_.norm_eps;
-  Slot& s = slots_.acquire(mb, [this] { return make_slot(); });
+  if (placement_.at_forward == 0) {  // full recompute: everything in the scratch, I runs it again
+    PPTRAIN_CHECK(!inputs_.count(mb) && !slots_.holds(mb), "microbatch ", mb, " already ran forward");
+    inputs_[mb] = x;
+    run_forward(view(nullptr, 0), x, y);
+    return;
+  }
+  Slot& s = slots_.acquire(mb, [this] { return make_slot(placement_.at_forward); });
   s.x = x;
   s.dy = nullptr;
-  // attention half
-  ops_.rmsnorm_forward(s.ln1.data(), s.ln1_rstd.data(), x, weights<T>(ln1_w_), n, c, eps);
-  ops_.linear_forward(s.qkv.data(), s.ln1.data(), weights<T>(qkv_w_), nullptr, n, c, ql);
-  ops_.rotary_forward(s.qkv.data(), dims_.batch, dims_.seq_len, dims_.local_heads(), dims_.local_kv_heads(),
-                      dims_.head_dim(), dims_.rope_theta);
-  attention_forward(s);
-  ops_.linear_forward(s.x2.data(), s.attn.data(), weights<T>(proj_w_), nullptr, n, cl, c);
-  tp_sum(s.x2.data(), size_t(n) * c);
-  ops_.add(s.x2.data(), s.x2.data(), x, size_t(n) * c);
-  // MLP half
-  ops_.rmsnorm_forward(s.ln2.data(), s.ln2_rstd.data(), s.x2.data(), weights<T>(ln2_w_), n, c, eps);
-  ops_.linear_forward(s.gate.data(), s.ln2.data(), weights<T>(gate_w_), nullptr, n, c, hl);
-  ops_.linear_forward(s.up.data(), s.ln2.data(), weights<T>(up_w_), nullptr, n, c, hl);
-  ops_.swiglu_forward(s.act.data(), s.gate.data(), s.up.data(), size_t(n) * hl);
-  ops_.linear_forward(y, s.act.data(), weights<T>(down_w_), nullptr, n, hl, c);
-  tp_sum(y, size_t(n) * c);
-  ops_.add(y, y, s.x2.data(), size_t(n) * c);
+  run_forward(view(&s, placement_.at_forward), x, y);
 }
 
 template <typename T>
 void LlamaBlock<T>::backward_input(int mb, const T* dy, T* dx) {
   const int n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), ql = dims_.local_qkv();
   const int hl = dims_.local_hidden();
-  Slot& s = slots_.get(mb);
+  Slot* slot = nullptr;
+  unsigned parts = placement_.at_forward;
+  if (placement_.at_input != 0) {  // full: this microbatch's slot starts here, filled by the forward again
+    auto it = inputs_.find(mb);
+    PPTRAIN_CHECK(it != inputs_.end(), "block I before F for microbatch ", mb);
+    parts = placement_.at_input;
+    slot = &slots_.acquire(mb, [this] { return make_slot(placement_.at_input); });
+    slot->x = it->second;
+    inputs_.erase(it);
+  } else {
+    slot = &slots_.get(mb);
+  }
+  Slot& s = *slot;
   s.dy = dy;
+  const View v = view(&s, parts);
+  if (skip_recompute_) {
+    // planted fault: I reads whatever the scratch and the slot hold from earlier passes;
+    // this rank still joins the recompute's all-reduce, so the rest of the tp group does not hang
+    if (placement_.at_input != 0 && dims_.tp > 1) tp_.allreduce(fault_scratch_.data(), size_t(n) * c, ReduceOp::Sum);
+  } else if (placement_.at_input != 0) {
+    run_forward(v, s.x, nullptr);
+  } else if (placement_.scratch & kProbsPart) {
+    attention_forward(v);  // the probabilities again (and the same attn over the kept one)
+  }
   // MLP half: dy flows into the residual (dx2 = dy + ...) and into down
-  ops_.linear_backward_input(s.dact.data(), dy, weights<T>(down_w_), n, hl, c, false);
-  ops_.swiglu_backward_input(s.dgate.data(), s.dup.data(), s.dact.data(), s.gate.data(), s.up.data(), size_t(n) * hl);
-  ops_.linear_backward_input(s.dln2.data(), s.dgate.data(), weights<T>(gate_w_), n, c, hl, false);
-  ops_.linear_backward_input(s.dln2.data(), s.dup.data(), weights<T>(up_w_), n, c, hl, true);
-  tp_sum(s.dln2.data(), size_t(n) * c);
+  ops_.linear_backward_input(v.t.dact.data(), dy, weights<T>(down_w_), n, hl, c, false);
+  ops_.swiglu_backward_input(v.g.dgate.data(), v.g.dup.data(), v.t.dact.data(), v.t.gate.data(), v.t.up.data(),
+                             size_t(n) * hl);
+  ops_.linear_backward_input(v.g.dln2.data(), v.g.dgate.data(), weights<T>(gate_w_), n, c, hl, false);
+  ops_.linear_backward_input(v.g.dln2.data(), v.g.dup.data(), weights<T>(up_w_), n, c, hl, true);
+  tp_sum(v.g.dln2.data(), size_t(n) * c);
   // dx2 = dy + rmsnorm_2'(dln2): the residual joins in the norm's dgrad
-  ops_.rmsnorm_backward_input(s.dx2.data(), s.dln2.data(), s.x2.data(), s.ln2_rstd.data(), weights<T>(ln2_w_), n, c,
-                              dy);
+  ops_.rmsnorm_backward_input(v.g.dx2.data(), v.g.dln2.data(), v.f.x2.data(), v.f.ln2_rstd.data(),
+                              weights<T>(ln2_w_), n, c, dy);
   // attention half
-  ops_.linear_backward_input(s.dattn.data(), s.dx2.data(), weights<T>(proj_w_), n, cl, c, false);
-  attention_backward_input(s, s.dattn.data());
-  ops_.rotary_backward_input(s.dqkv.data(), dims_.batch, dims_.seq_len, dims_.local_heads(), dims_.local_kv_heads(),
-                             dims_.head_dim(), dims_.rope_theta);
-  ops_.linear_backward_input(s.dln1.data(), s.dqkv.data(), weights<T>(qkv_w_), n, c, ql, false);
-  tp_sum(s.dln1.data(), size_t(n) * c);
+  ops_.linear_backward_input(v.t.dattn.data(), v.g.dx2.data(), weights<T>(proj_w_), n, cl, c, false);
+  attention_backward_input(v, v.t.dattn.data());
+  ops_.rotary_backward_input(v.g.dqkv.data(), dims_.batch, dims_.seq_len, dims_.local_heads(),
+                             dims_.local_kv_heads(), dims_.head_dim(), dims_.rope_theta);
+  ops_.linear_backward_input(v.g.dln1.data(), v.g.dqkv.data(), weights<T>(qkv_w_), n, c, ql, false);
+  tp_sum(v.g.dln1.data(), size_t(n) * c);
   // dx = dx2 + rmsnorm_1'(dln1)
-  ops_.rmsnorm_backward_input(dx, s.dln1.data(), s.x, s.ln1_rstd.data(), weights<T>(ln1_w_), n, c, s.dx2.data());
+  ops_.rmsnorm_backward_input(dx, v.g.dln1.data(), s.x, v.f.ln1_rstd.data(), weights<T>(ln1_w_), n, c,
+                              v.g.dx2.data());
 }
 
 template <typename T>
@@ -161,14 +220,23 @@ void LlamaBlock<T>::backward_weight(int mb) {
   const int hl = dims_.local_hidden();
   Slot& s = slots_.get(mb);
   PPTRAIN_CHECK(s.dy, "block W before I for microbatch ", mb);
-  ops_.linear_backward_weight(down_w_.grad.data(), nullptr, s.dy, s.act.data(), n, hl, c);
-  ops_.linear_backward_weight(gate_w_.grad.data(), nullptr, s.dgate.data(), s.ln2.data(), n, c, hl);
-  ops_.linear_backward_weight(up_w_.grad.data(), nullptr, s.dup.data(), s.ln2.data(), n, c, hl);
-  ops_.rmsnorm_backward_weight(ln2_w_.grad.data(), s.dln2.data(), s.x2.data(), s.ln2_rstd.data(), n, c);
-  ops_.linear_backward_weight(proj_w_.grad.data(), nullptr, s.dx2.data(), s.attn.data(), n, cl, c);
-  ops_.linear_backward_weight(qkv_w_.grad.data(), nullptr, s.dqkv.data(), s.ln1.data(), n, c, ql);
-  ops_.rmsnorm_backward_weight(ln1_w_.grad.data(), s.dln1.data(), s.x, s.ln1_rstd.data(), n, c);
+  // W reads the forward and gradient parts only, both per microbatch in every placement.
+  const Forward& f = s.f;
+  const Gradients& g = s.g;
+  ops_.linear_backward_weight(down_w_.grad.data(), nullptr, s.dy, f.act.data(), n, hl, c);
+  ops_.linear_backward_weight(gate_w_.grad.data(), nullptr, g.dgate.data(), f.ln2.data(), n, c, hl);
+  ops_.linear_backward_weight(up_w_.grad.data(), nullptr, g.dup.data(), f.ln2.data(), n, c, hl);
+  ops_.rmsnorm_backward_weight(ln2_w_.grad.data(), g.dln2.data(), f.x2.data(), f.ln2_rstd.data(), n, c);
+  ops_.linear_backward_weight(proj_w_.grad.data(), nullptr, g.dx2.data(), f.attn.data(), n, cl, c);
+  ops_.linear_backward_weight(qkv_w_.grad.data(), nullptr, g.dqkv.data(), f.ln1.data(), n, c, ql);
+  ops_.rmsnorm_backward_weight(ln1_w_.grad.data(), g.dln1.data(), s.x, f.ln1_rstd.data(), n, c);
   slots_.release(mb);
+}
+
+template <typename T>
+void LlamaBlock<T>::discard(int mb) {
+  inputs_.erase(mb);
+  if (slots_.holds(mb)) slots_.release(mb);
 }
 
 template class LlamaBlock<float>;

@@ -16,62 +16,97 @@
 #pragma once
 #include "backend/buffer.h"
 #include "core/communicator.h"
+#include "core/faults.h"
 #include "model/dims.h"
 #include "model/layer.h"
 #include "model/param.h"
 
 namespace pptrain {
 
+// Recomputation (dims.recompute) as in the GPT-2 block (model/block.h): I re-runs the
+// forward, tp all-reduce after the attention projection included, up to the SwiGLU product
+// (the down projection's output is the stage's already).
 template <typename T>
 class LlamaBlock final : public Layer<T> {
  public:
-  LlamaBlock(ParamStore& params, const ModelDims& dims, int layer_index, Communicator& tp);
+  // `faults`: the planted faults acting on this rank (skip_recompute; tests only).
+  // `share_scratch_with`: an earlier block of the same stage whose recompute scratch this
+  // one uses too (null: a scratch of its own).
+  LlamaBlock(ParamStore& params, const ModelDims& dims, int layer_index, Communicator& tp, const Faults& faults = {},
+             const LlamaBlock* share_scratch_with = nullptr);
   void forward(int mb, const T* x, T* y, const MicrobatchData& data) override;
   void backward_input(int mb, const T* dy, T* dx) override;
   void backward_weight(int mb) override;
-  void discard(int mb) override { slots_.release(mb); }
-  size_t slot_bytes() const override;
+  void discard(int mb) override;
+  size_t slot_bytes() const override { return bytes_of(placement_.at_forward); }
+  size_t slot_bytes_from_input() const override { return bytes_of(placement_.at_input); }
+  size_t scratch_bytes() const override { return bytes_of(placement_.scratch); }
 
  private:
-  // Saved per microbatch. N = B·T, C = d_model, CL = NHL·HD, QL = (NHL + 2·KVL)·HD,
-  // HL = F/tp, NHL = NH/tp.
-  struct Slot {
-    const T* x = nullptr;          // [N,C]   block input (owned by the stage)
-    const T* dy = nullptr;         // [N,C]   output gradient (owned by the stage)
+  // A microbatch's buffers by part (model/layer.h). N = B·T, C = d_model, CL = NHL·HD,
+  // QL = (NHL + 2·KVL)·HD, HL = F/tp, NHL = NH/tp.
+  struct Forward {                 // read by I and W
     Buffer<T> ln1;                 // [N,C]
     Buffer<float> ln1_rstd;        // [N] (fp32 in either precision)
-    Buffer<T> qkv;                 // [N,QL]  q and k after the rotary embedding
-    Buffer<T> probs;               // [B,NHL,T,T] naive attention only
-    Buffer<float> lse, delta;      // [B,NHL,T], [B,NHL,T] fused attention only
     Buffer<T> attn;                // [N,CL]  attention output before proj
     Buffer<T> x2;                  // [N,C]   residual after attention
     Buffer<T> ln2;                 // [N,C]
     Buffer<float> ln2_rstd;        // [N]
-    Buffer<T> gate, up;            // [N,HL], [N,HL]
     Buffer<T> act;                 // [N,HL]  silu(gate) ∘ up, down's input
-    // kept by I for W:
+  };
+  struct Gradients {               // kept by I for W
     Buffer<T> dgate, dup;          // [N,HL], [N,HL]
     Buffer<T> dln2;                // [N,C]   gradient at ln_2's output (all-reduced)
     Buffer<T> dx2;                 // [N,C]   gradient at x2 = proj's output gradient
     Buffer<T> dqkv;                // [N,QL]  at the projection's output (rotary undone)
     Buffer<T> dln1;                // [N,C]
-    // I's own (W does not read them):
+  };
+  struct Transient {               // read by I only
+    Buffer<T> qkv;                 // [N,QL]  q and k after the rotary embedding
+    Buffer<T> gate, up;            // [N,HL], [N,HL]
+    Buffer<float> lse, delta;      // [B,NHL,T], [B,NHL,T] fused attention only
     Buffer<T> dact;                // [N,HL]
     Buffer<T> dattn;               // [N,CL]
   };
-  std::unique_ptr<Slot> make_slot();
-  // Calls visit(buffer, element count) for every buffer of a slot (make_slot and slot_bytes).
+  struct Slot {
+    const T* x = nullptr;   // [N,C]   block input (owned by the stage)
+    const T* dy = nullptr;  // [N,C]   output gradient (owned by the stage)
+    Forward f;
+    Gradients g;
+    Transient t;
+    Buffer<T> probs;        // [B,NHL,T,T] naive attention only
+  };
+  // One pass's buffers, each part from the slot that holds it (a microbatch's or the scratch).
+  struct View {
+    Forward& f;
+    Gradients& g;
+    Transient& t;
+    Buffer<T>& probs;
+  };
+  // Calls visit(buffer, element count) for every buffer of the parts `parts` of a slot.
   template <typename Visit>
-  void for_each_buffer(Slot& s, Visit&& visit) const;
+  void for_each_buffer(Slot& s, unsigned parts, Visit&& visit) const;
+  std::unique_ptr<Slot> make_slot(unsigned parts);
+  size_t bytes_of(unsigned parts) const;
+  Slot& scratch();
+  View view(Slot* mb_slot, unsigned mb_parts);
   void tp_sum(T* x, size_t n);
-  void attention_forward(Slot& s);
-  void attention_backward_input(Slot& s, const T* dattn);
+  // The forward from x into v; y [N,C] the block output, or null to stop before the down
+  // projection (the recompute of I).
+  void run_forward(const View& v, const T* x, T* y);
+  void attention_forward(const View& v);
+  void attention_backward_input(const View& v, const T* dattn);
 
   Ops& ops_;
   ModelDims dims_;
+  BlockSlotPlacement placement_;
   Communicator& tp_;
   Param &ln1_w_, &qkv_w_, &proj_w_, &ln2_w_, &gate_w_, &up_w_, &down_w_;
-  SlotPool<Slot> slots_;
+  SlotPool<Slot> slots_;            // a microbatch's slot (placement_.at_forward or .at_input)
+  std::map<int, const T*> inputs_;  // x of the microbatches F ran and I did not yet (slot taken by I)
+  std::shared_ptr<SharedScratch<Slot>> scratch_;
+  bool skip_recompute_ = false;     // the planted fault skip_recompute
+  Buffer<T> fault_scratch_;         // [N,C], only with it
 };
 
 // The specs of block `i`'s parameters (the names above), for checkpoints and tests.

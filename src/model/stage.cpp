@@ -1,5 +1,7 @@
 #include "model/stage.h"
 
+#include <algorithm>
+
 #include "model/block.h"
 #include "model/embedding.h"
 #include "model/head.h"
@@ -16,11 +18,19 @@ class TypedStage final : public Stage {
              const Faults& faults)
       : ops_(params.ops()), dims_(dims), spec_(spec) {
     if (spec.has_embedding) layers_.push_back(std::make_unique<Embedding<T>>(params, dims, tp));
+    // The blocks run one after another, so they share one recompute scratch (the first's).
+    LlamaBlock<T>* first_llama = nullptr;
+    Block<T>* first_gpt2 = nullptr;
     for (int i = 0; i < spec.num_blocks; ++i) {
-      if (dims.llama)
-        layers_.push_back(std::make_unique<LlamaBlock<T>>(params, dims, spec.first_block + i, tp));
-      else
-        layers_.push_back(std::make_unique<Block<T>>(params, dims, spec.first_block + i, tp, faults));
+      if (dims.llama) {
+        auto block = std::make_unique<LlamaBlock<T>>(params, dims, spec.first_block + i, tp, faults, first_llama);
+        if (!first_llama) first_llama = block.get();
+        layers_.push_back(std::move(block));
+      } else {
+        auto block = std::make_unique<Block<T>>(params, dims, spec.first_block + i, tp, faults, first_gpt2);
+        if (!first_gpt2) first_gpt2 = block.get();
+        layers_.push_back(std::move(block));
+      }
     }
     if (spec.has_head) {
       auto head = std::make_unique<Head<T>>(params, dims, tp);
@@ -92,11 +102,22 @@ class TypedStage final : public Stage {
   void head_dlogits_row(int mb, int row, float* out) override { head().dlogits_row(mb, row, out); }
 
   size_t activation_bytes_per_microbatch() const override {
-    return 2 * transfer_bytes() * (layers_.size() + 1) + layer_slot_bytes();
+    return 2 * transfer_bytes() * (layers_.size() + 1) + layer_slot_bytes() + layer_slot_bytes_from_input();
   }
   size_t layer_slot_bytes() const override {
     size_t bytes = 0;
     for (auto& l : layers_) bytes += l->slot_bytes();
+    return bytes;
+  }
+  size_t layer_slot_bytes_from_input() const override {
+    size_t bytes = 0;
+    for (auto& l : layers_) bytes += l->slot_bytes_from_input();
+    return bytes;
+  }
+  size_t scratch_bytes() const override {
+    // One scratch shared by the blocks (each reports it), none for the embedding and head.
+    size_t bytes = 0;
+    for (auto& l : layers_) bytes = std::max(bytes, l->scratch_bytes());
     return bytes;
   }
   size_t live_microbatches() const override { return slots_.live(); }

@@ -61,6 +61,11 @@ class Stage {
   // The part of it in the layers' own slots (Layer::slot_bytes), without the stage's [N,C]
   // input/output tensors and their gradients: taken by F, freed by W.
   virtual size_t layer_slot_bytes() const = 0;
+  // The part of it taken by I, freed by W (Layer::slot_bytes_from_input: the blocks under
+  // training.recompute: full).
+  virtual size_t layer_slot_bytes_from_input() const = 0;
+  // Bytes held once, not per microbatch: the blocks' shared recompute scratch.
+  virtual size_t scratch_bytes() const = 0;
   virtual size_t live_microbatches() const = 0;
 };
 

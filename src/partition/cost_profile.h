@@ -22,7 +22,9 @@ struct LayerCost {
   // from I until W (freed by W; for most layers the output gradients the wgrad GEMMs read).
   // What pptrain's layers do (model/layer.h): a layer's slot is taken whole by F and
   // freed whole by W, so a profile of them has act_fi_bytes 0 and everything in
-  // act_iw_bytes (held F..W, as the simulator counts act_weight). A layer's bytes are its
+  // act_iw_bytes (held F..W, as the simulator counts act_weight). Under training.recompute:
+  // full a block's slot is taken by I instead; the simulator takes bytes at F only, so the
+  // profile counts it from F too (an upper bound between F and I). A layer's bytes are its
   // slot and its output tensor with that tensor's gradient ([N,C] each; none for the
   // head, whose output is the loss); a stage that does not start with the embedding also
   // keeps its received input and the input gradient it sends back: 2 · transfer_bytes.

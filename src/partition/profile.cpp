@@ -60,7 +60,7 @@ Buffer<int32_t> random_ids(Ops& ops, size_t n, int vocab, uint64_t stream) {
 LayerCost profile_stage(const Config& cfg, Ops& ops, const StageSpec& spec, const ProfileOptions& opts,
                         Communicator& tp) {
   PPTRAIN_CHECK(opts.repeats >= 1 && opts.warmup >= 0, "repeats ", opts.repeats, ", warmup ", opts.warmup);
-  const ModelDims dims = ModelDims::from(cfg.model, cfg.training.micro_batch_size, tp.size(), tp.rank());
+  const ModelDims dims = ModelDims::from(cfg, tp.size(), tp.rank());
   const Precision precision = cfg.precision();
   ParamStore params(ops, tp.size(), tp.rank(), cfg.training.seed);
   std::unique_ptr<Stage> stage = make_stage(params, dims, spec, tp, precision);
@@ -104,10 +104,17 @@ LayerCost profile_stage(const Config& cfg, Ops& ops, const StageSpec& spec, cons
   cost.forward_ms = median(f);
   cost.input_grad_ms = median(i);
   cost.weight_grad_ms = median(w);
-  // Slots are taken whole by F and freed whole by W (model/layer.h): nothing is freed by I.
+  // Slots are freed whole by W (model/layer.h): nothing is freed by I. A layer's slot is
+  // taken by F, or under training.recompute: full a block's by I (its F keeps nothing but
+  // the stage's tensors); the simulator's model takes a microbatch's bytes at F, so those
+  // are counted from F as well: an upper bound on full's F..I bytes, which are only the
+  // stage's tensors. (attention: the probabilities are in no slot, so not here.) The
+  // blocks' recompute scratch is one per stage, not per microbatch: not a layer's bytes.
   // Each layer but the head also owns its output [N,C] and that output's gradient.
+  // I's time above includes the recompute (the forward again at its start).
   cost.act_fi_bytes = 0;
-  cost.act_iw_bytes = double(stage->layer_slot_bytes()) + (spec.has_head ? 0.0 : 2.0 * double(tensor));
+  cost.act_iw_bytes = double(stage->layer_slot_bytes()) + double(stage->layer_slot_bytes_from_input()) +
+                      (spec.has_head ? 0.0 : 2.0 * double(tensor));
   double elements = 0;
   for (const auto& [name, param] : params.all()) elements += double(param->numel());
   // fp32 master and gradient (+ the bf16 copy); AdamW's fp32 m and v.
