@@ -33,6 +33,7 @@
 #include <string>
 
 #include "core/bf16.h"
+#include "core/faults.h"
 
 namespace pptrain {
 
@@ -324,7 +325,8 @@ class Ops {
   PPTRAIN_EACH_OP(PPTRAIN_OP_PURE)
 };
 
-// The reference backend (backend/cpu).
-std::unique_ptr<Ops> make_cpu_ops();
+// The reference backend (backend/cpu). `faults`: the planted faults acting on this rank
+// (core/faults.h; uncounted_release acts in its memory accounting).
+std::unique_ptr<Ops> make_cpu_ops(const Faults& faults = {});
 
 }  // namespace pptrain

@@ -41,6 +41,8 @@ const FaultKind kFaultKinds[] = {
      "at the step given as the value (1-based) this rank's gradient of the tensor becomes NaN before the "
      "gradient reductions"},
     {"freeze", "STEP", false, "this rank stops itself with SIGSTOP at the start of that step (1-based)"},
+    {"uncounted_release", "", false,
+     "the cpu backend on this rank leaves the bytes of its first release counted in use (Ops::memory_stats)"},
 };
 
 const FaultKind* kind_of(const std::string& name) {

@@ -10,7 +10,7 @@
 
 namespace pptrain {
 
-std::unique_ptr<Ops> make_cpu_ops() { return std::make_unique<cpu::CpuOps>(); }
+std::unique_ptr<Ops> make_cpu_ops(const Faults& faults) { return std::make_unique<cpu::CpuOps>(faults); }
 
 namespace cpu {
 
@@ -52,7 +52,9 @@ void CpuOps::release(void* p) {
   if (!p) return;
   auto it = live_blocks_.find(p);
   PPTRAIN_CHECK(it != live_blocks_.end(), "cpu backend: release of a pointer allocate() did not hand out");
-  bytes_in_use_ -= it->second;
+  // Planted fault uncounted_release: the first release leaves its bytes counted in use.
+  if (uncounted_release_) uncounted_release_ = false;
+  else bytes_in_use_ -= it->second;
   bytes_reserved_ -= round_up(it->second ? it->second : 1);
   live_blocks_.erase(it);
   std::free(p);
