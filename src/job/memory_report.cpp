@@ -32,7 +32,8 @@ std::string format_memory_report(const MemoryReport& r) {
   std::string line = cat("pp ", r.pp_rank, " tp ", r.tp_rank, ": parameters ", mib(r.parameters), " | gradients ",
                          mib(r.gradients), " | optimizer ", mib(r.optimizer), " | bf16 copies ", mib(r.bf16_copies),
                          " | backup ", mib(r.backup), " | activations ", mib(r.activations), " (", stages,
-                         ") | logits ", mib(r.logits), " | buffers ", mib(r.buffers));
+                         ") | logits ", mib(r.logits), " | buffers ", mib(r.buffers),
+                         " (pending sends ", mib(r.pending_sends), ")");
   if (r.other) line += cat(" | other ", mib(r.other));
   if (r.workspace) line += cat(" | workspace ", mib(*r.workspace));
   line += cat(" | total ", mib(r.total()));
@@ -55,7 +56,8 @@ MemoryReport predicted_memory_report(const Config& cfg, const pipeline::Schedule
   r.backup = e.bytes_of("post-validation backup");
   r.activations = e.bytes_of("activation slots");
   r.logits = e.bytes_of("logits");
-  r.buffers = e.bytes_of("token buffers") + e.bytes_of("io buffers");
+  r.pending_sends = e.bytes_of("io buffers");
+  r.buffers = e.bytes_of("token buffers") + r.pending_sends;
   r.workspace = e.bytes_of("workspace");
   // Whatever the estimate counts under another name still reaches the total.
   r.other = std::max(0.0, e.total() - r.total());

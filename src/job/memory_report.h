@@ -38,6 +38,7 @@ struct MemoryReport {
   double activations = 0;  // the stages' slots over the program, logits excluded
   double logits = 0;       // the head's [N, VL] dlogits of its live microbatches
   double buffers = 0;      // token buffers, and io buffers of microbatches with sends pending
+  double pending_sends = 0;  // the latter part of buffers: an upper bound (memory_estimate.h)
   double other = 0;        // predicted items none of the above names
   std::optional<double> workspace;    // backend scratch outside the allocator (predicted only)
   std::optional<MemoryStats> allocator;  // the backend's own figures (measured only)

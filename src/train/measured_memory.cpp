@@ -41,10 +41,10 @@ MemoryReport measure_memory_report(Job& job, AdamW& optimizer) {
     r.stages.push_back({spec.index, 0.0, io + slots - logits, std::max(io_live, slot_live)});
     r.activations += io * io_live + (slots - logits) * slot_live;
     r.logits += logits * slot_live;
-    r.buffers += io * live.sends[spec.index];
+    r.pending_sends += io * live.sends[spec.index];
   }
   // The trainer's tokens and targets [B·T] int32 of every microbatch.
-  r.buffers += 2.0 * sizeof(int32_t) * double(cfg.parallel.microbatches) * dims.rows();
+  r.buffers += r.pending_sends + 2.0 * sizeof(int32_t) * double(cfg.parallel.microbatches) * dims.rows();
   r.allocator = job.ops().memory_stats();
   return r;
 }
@@ -54,7 +54,7 @@ void log_memory_reports(Job& job, AdamW& optimizer) {
   const int per_stage = 4, stages = job.config().parallel.stages_per_rank;
   // [kFixed + 4·stages_per_rank] per rank (every rank holds stages_per_rank stages):
   // coordinates, categories, the allocator's figures, then per stage its activations.
-  constexpr int kFixed = 14;
+  constexpr int kFixed = 15;
   std::vector<double> packed = {double(mine.pp_rank),
                                 double(mine.tp_rank),
                                 double(job.parallel().dp_rank),
@@ -66,6 +66,7 @@ void log_memory_reports(Job& job, AdamW& optimizer) {
                                 mine.activations,
                                 mine.logits,
                                 mine.buffers,
+                                mine.pending_sends,
                                 double(mine.allocator->in_use),
                                 double(mine.allocator->peak),
                                 double(mine.allocator->reserved)};
@@ -92,7 +93,8 @@ void log_memory_reports(Job& job, AdamW& optimizer) {
     r.activations = v[8];
     r.logits = v[9];
     r.buffers = v[10];
-    r.allocator = MemoryStats{size_t(v[11]), size_t(v[12]), size_t(v[13])};
+    r.pending_sends = v[11];
+    r.allocator = MemoryStats{size_t(v[12]), size_t(v[13]), size_t(v[14])};
     for (int s = 0; s < stages; ++s) {
       const double* st = v + kFixed + per_stage * s;
       r.stages.push_back({int(st[0]), st[1], st[2], int(st[3])});
