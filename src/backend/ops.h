@@ -288,9 +288,10 @@ struct ConstView {
   /* Σ x², accumulated in double, returned to the host. */                                         \
   OP(double, sum_squares, (const float* x, size_t n), (x, n))
 
-// What a backend's allocator holds, in bytes (Ops::memory_stats). Only memory handed out by
-// Ops::allocate counts: a backend's own scratch (the cpu backend's per-thread attention
-// tiles, the cuda backend's GEMM and reduction workspaces) is not in these figures.
+// What a backend's allocator holds, in bytes (Ops::memory_stats): what Ops::allocate handed
+// out (and on cuda cuDNN's per-call workspace, taken from the same allocator). A backend's
+// own scratch (the cpu backend's per-thread attention tiles, the cuda backend's GEMM and
+// reduction workspaces, cuBLASLt's) is not in these figures.
 struct MemoryStats {
   size_t in_use = 0;    // allocated and not yet released
   size_t peak = 0;      // the most in_use since construction or the last reset_peak_memory()
