@@ -38,6 +38,7 @@ MemoryReport measure_memory_report(Job& job, AdamW& optimizer) {
     const double storage = stage->precision() == Precision::bf16 ? sizeof(bfloat16) : sizeof(float);
     const double logits = spec.has_head ? storage * double(dims.rows()) * dims.local_vocab() : 0.0;
     const int io_live = live.io[spec.index], slot_live = live.layers[spec.index];
+    // Slots are taken whole by F and freed whole by W (model/layer.h): nothing is freed by I.
     r.stages.push_back({spec.index, 0.0, io + slots - logits, std::max(io_live, slot_live)});
     r.activations += io * io_live + (slots - logits) * slot_live;
     r.logits += logits * slot_live;
