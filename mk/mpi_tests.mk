@@ -38,3 +38,7 @@ $(BUILD)/mpi_tests/memory_estimate_emu: $(BUILD)/obj/tests/mpi/memory_estimate.o
 EXTRA_TARGETS += $(BUILD)/mpi_tests/memory_estimate_emu
 $(BUILD)/tests/test_preflight: | $(BUILD)/pptrain $(BUILD)/mpi_tests/memory_estimate \
                                  $(BUILD)/mpi_tests/memory_estimate_emu
+
+# test_memory_accounting runs memory_accounting (the backend's accounting against
+# CountingOps) and pptrain / pptrain-emu (mem_peak against --dry-run).
+$(BUILD)/tests/test_memory_accounting: | $(BUILD)/pptrain $(BUILD)/pptrain-emu $(BUILD)/mpi_tests/memory_accounting

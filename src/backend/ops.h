@@ -33,6 +33,7 @@
 #include <string>
 
 #include "core/bf16.h"
+#include "core/faults.h"
 
 namespace pptrain {
 
@@ -287,6 +288,17 @@ struct ConstView {
   /* Σ x², accumulated in double, returned to the host. */                                         \
   OP(double, sum_squares, (const float* x, size_t n), (x, n))
 
+// What a backend's allocator holds, in bytes (Ops::memory_stats): what Ops::allocate handed
+// out (and on cuda cuDNN's per-call workspace, taken from the same allocator). A backend's
+// own scratch (the cpu backend's per-thread attention tiles, the cuda backend's GEMM and
+// reduction workspaces, cuBLASLt's) is not in these figures.
+struct MemoryStats {
+  size_t in_use = 0;    // allocated and not yet released
+  size_t peak = 0;      // the most in_use since construction or the last reset_peak_memory()
+  size_t reserved = 0;  // held from the system: in_use with the allocator's rounding, and for
+                        // cuda the released blocks its cache keeps from the driver
+};
+
 // Both kinds alike, and the two declarations every backend needs.
 #define PPTRAIN_EACH_OP(X) PPTRAIN_OPS(X, X)
 #define PPTRAIN_OP_PURE(ret, name, params, args) virtual ret name params = 0;
@@ -305,12 +317,17 @@ class Ops {
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // device to device
   virtual void zero(void* p, size_t bytes) = 0;
   virtual void synchronize() = 0;
+  // The allocator's figures (see MemoryStats for what each backend counts), and a new
+  // starting point for the peak: after it, peak = in_use until more is allocated.
+  virtual MemoryStats memory_stats() const = 0;
+  virtual void reset_peak_memory() = 0;
 
   // ---- the ops of PPTRAIN_OPS ------------------------------------------------------
   PPTRAIN_EACH_OP(PPTRAIN_OP_PURE)
 };
 
-// The reference backend (backend/cpu).
-std::unique_ptr<Ops> make_cpu_ops();
+// The reference backend (backend/cpu). `faults`: the planted faults acting on this rank
+// (core/faults.h; uncounted_release acts in its memory accounting).
+std::unique_ptr<Ops> make_cpu_ops(const Faults& faults = {});
 
 }  // namespace pptrain

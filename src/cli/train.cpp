@@ -1,7 +1,11 @@
-// pptrain train CONFIG [section.key=value ...] [--dump DIR]
+// pptrain train CONFIG [section.key=value ...] [--dump DIR] [--dry-run]
 // Parse, check up front (job/preflight.h: data, output paths, memory), assemble the job,
 // run the training loop. Every rank parses the config, runs the checks and builds its part
 // of the job; world rank 0 prints.
+// --dry-run resolves the config and the layout as a run would (the planner included) and
+// prints the predicted memory of every (pp, tp) rank (job/memory_report.h), then exits 0:
+// no model, no data, no output folders. It runs on any number of processes, one included,
+// whatever the config's world size; world rank 0 prints.
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -10,6 +14,7 @@
 #include "core/faults.h"
 #include "core/log.h"
 #include "job/job.h"
+#include "job/memory_report.h"
 #include "job/preflight.h"
 #include "parallel/mpi_session.h"
 #include "partition/auto_layout.h"
@@ -24,6 +29,7 @@ struct TrainArgs {
   std::string config;
   std::vector<std::string> overrides;
   std::string dump_dir;  // write parameter dumps after every step (tests)
+  bool dry_run = false;
 };
 
 TrainArgs parse_args(const Args& args) {
@@ -33,8 +39,10 @@ TrainArgs parse_args(const Args& args) {
     if (a == "--dump") {
       if (i + 1 >= args.size()) fail("train: --dump needs a directory");
       out.dump_dir = args[++i];
+    } else if (a == "--dry-run") {
+      out.dry_run = true;
     } else if (a.rfind("--", 0) == 0) {
-      fail("train: unknown option '", a, "' (expected CONFIG [section.key=value ...] [--dump DIR])");
+      fail("train: unknown option '", a, "' (expected CONFIG [section.key=value ...] [--dump DIR] [--dry-run])");
     } else if (out.config.empty() && a.find('=') == std::string::npos) {
       out.config = a;
     } else {
@@ -57,6 +65,28 @@ void log_prediction(const ResolvedLayout& layout) {
             layout.profile_source, "): ", figures);
 }
 
+// --dry-run: the layout a run of `loaded` would resolve and every (pp, tp) rank's
+// predicted memory. resolve_layout is collective over the processes there are (it may
+// time layers for the planner on them); nothing else communicates.
+int dry_run(const Config& loaded, MpiSession& mpi) {
+  MpiComm processes = MpiComm::world();
+  const ResolvedLayout layout = resolve_layout(loaded, processes);
+  const Config& cfg = layout.config;
+  const pipeline::Schedule schedule =
+      layout.program ? pipeline::prepare_schedule(*layout.program) : pipeline::prepare_schedule(cfg);
+  if (mpi.rank() != 0) return 0;
+  if (layout.prediction) log_prediction(layout);
+  const ParallelConfig& par = cfg.parallel;
+  log::info("dry run of ", cfg.source, ": ", cfg.world_size(), " ranks (dp ", par.dp, " pp ", par.pp, " tp ", par.tp,
+            ") | schedule ", layout.program ? layout.program->name : par.schedule, ", ", par.microbatches,
+            " microbatches, blocks per stage ", blocks_text(blocks_per_stage(cfg)), " | ", cfg.device, " ",
+            cfg.training.precision, " | predicted memory per rank (dp replicas hold the same):");
+  for (int pp_rank = 0; pp_rank < par.pp; ++pp_rank)
+    for (int tp_rank = 0; tp_rank < par.tp; ++tp_rank)
+      log::info("  ", format_memory_report(predicted_memory_report(cfg, schedule, pp_rank, tp_rank)));
+  return 0;
+}
+
 }  // namespace
 
 int cmd_train(const Args& raw_args, MpiSession& mpi) {
@@ -64,6 +94,7 @@ int cmd_train(const Args& raw_args, MpiSession& mpi) {
   // Planted faults (tests of the tests): parsed once, announced, handed to where they act.
   const Faults all_faults = Faults::from_env();
   const Config loaded = load_config(args.config, args.overrides);
+  if (args.dry_run) return dry_run(loaded, mpi);
   all_faults.announce(mpi.rank());
   JobPlan plan;
   Config cfg = loaded;

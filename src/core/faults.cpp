@@ -47,6 +47,8 @@ const FaultKind kFaultKinds[] = {
     {"zero_keep_stale", "", false,
      "under ZeRO-1 this rank takes part in the all-gather of the masters but keeps its own stale values "
      "outside its range"},
+    {"uncounted_release", "", false,
+     "the cpu backend on this rank leaves the bytes of its first release counted in use (Ops::memory_stats)"},
 };
 
 const FaultKind* kind_of(const std::string& name) {

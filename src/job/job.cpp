@@ -31,9 +31,9 @@ std::vector<int> embedding_pp_ranks(const Config& cfg, const pipeline::Schedule&
           pipeline::rank_of_stage(s.placement, cfg.total_stages() - 1, cfg.parallel.pp)};
 }
 
-std::unique_ptr<Ops> make_ops(const Config& cfg) {
+std::unique_ptr<Ops> make_ops(const Config& cfg, const Faults& faults) {
   if (cfg.device == "cuda") return make_cuda_ops(cfg);
-  return make_cpu_ops();
+  return make_cpu_ops(faults);
 }
 
 }  // namespace
@@ -45,7 +45,7 @@ Job::Job(const Config& cfg, const Faults& faults, std::unique_ptr<Ops> ops, JobP
       schedule_(plan.program ? pipeline::prepare_schedule(std::move(*plan.program)) : pipeline::prepare_schedule(cfg)),
       predicted_step_ms_(plan.predicted_step_ms),
       grid_(world_, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.tp, embedding_pp_ranks(cfg, schedule_)),
-      ops_(ops ? std::move(ops) : make_ops(cfg)),
+      ops_(ops ? std::move(ops) : make_ops(cfg, faults_)),
       par_(grid_.context(world_)) {
   if (cfg.device == "cuda") {
     // On GPUs the pp, tp, dp and embedding groups talk over NCCL (in pptrain-emu over the

@@ -305,4 +305,8 @@ MemoryEstimate estimate_rank_memory(const Config& cfg, const pipeline::Schedule&
   return e;
 }
 
+LivePeaks live_microbatch_pools(const Config& cfg, const pipeline::Schedule& schedule, int pp_rank) {
+  return pool_sizes(cfg, schedule, pp_rank);
+}
+
 }  // namespace pptrain

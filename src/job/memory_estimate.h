@@ -87,6 +87,10 @@ struct LivePeaks {
 };
 LivePeaks peak_live_microbatches(const pipeline::Schedule& schedule, int pp_rank);
 
+// The pools the prediction sizes on `pp_rank`: peak_live_microbatches of the training
+// program, and of the forward-only evaluation program where the config evaluates.
+LivePeaks live_microbatch_pools(const Config& cfg, const pipeline::Schedule& schedule, int pp_rank);
+
 // The prediction for world rank coordinates (pp_rank, tp_rank) of `cfg` under `schedule`.
 MemoryEstimate estimate_rank_memory(const Config& cfg, const pipeline::Schedule& schedule, int pp_rank,
                                     int tp_rank);

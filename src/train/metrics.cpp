@@ -17,6 +17,8 @@ std::string format_duration(double s) {
 }
 
 namespace {
+double mebibytes(double bytes) { return bytes / double(1 << 20); }
+
 // JSON has no NaN or infinity: a skipped step's non-finite loss or norm is written null.
 std::string json_number(double v) {
   if (!std::isfinite(v)) return "null";
@@ -61,16 +63,26 @@ void MetricsLog::step(const StepResult& r, int total_steps, double tokens_per_st
     std::snprintf(predicted_json, sizeof predicted_json, ", \"predicted_ms\": %.3f", predicted_ms);
   }
   std::snprintf(buf, sizeof buf,
-                "step %d/%d | loss %.4f | lr %.2e | grad_norm %.4f | %.1f ms%s | %.0f tok/s | bubble %.3f%s | eta %s",
-                r.step, total_steps, r.loss, r.lr, r.grad_norm, r.ms, predicted, tok_s, r.bubble, counts.c_str(),
-                format_duration(eta).c_str());
+                "step %d/%d | loss %.4f | lr %.2e | grad_norm %.4f | %.1f ms%s | %.0f tok/s | bubble %.3f | "
+                "mem_peak %.1f MiB%s | eta %s",
+                r.step, total_steps, r.loss, r.lr, r.grad_norm, r.ms, predicted, tok_s, r.bubble,
+                mebibytes(r.mem_peak_bytes), counts.c_str(), format_duration(eta).c_str());
   log::info(buf);
   std::snprintf(buf, sizeof buf,
                 "{\"step\": %d, \"loss\": %s, \"lr\": %.6e, \"grad_norm\": %s, \"ms\": %.3f, "
-                "\"tokens_per_s\": %.1f, \"bubble\": %.4f, \"skipped\": %d, \"rollbacks\": %d%s}",
+                "\"tokens_per_s\": %.1f, \"bubble\": %.4f, \"skipped\": %d, \"rollbacks\": %d%s, "
+                "\"mem_peak_mb\": %.3f",
                 r.step, json_number(r.loss).c_str(), r.lr, json_number(r.grad_norm).c_str(), r.ms, tok_s, r.bubble,
-                r.skipped_total, r.rollbacks_total, predicted_json);
-  write(buf);
+                r.skipped_total, r.rollbacks_total, predicted_json, mebibytes(r.mem_peak_bytes));
+  // One value per world rank: as long as the world is wide, so not in the fixed buffer.
+  std::string line = buf;
+  line += ", \"mem_peak_mb_ranks\": [";
+  for (size_t i = 0; i < r.mem_peak_bytes_ranks.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "%s%.3f", i ? ", " : "", mebibytes(r.mem_peak_bytes_ranks[i]));
+    line += buf;
+  }
+  line += "]}";
+  write(line);
 }
 
 void MetricsLog::eval(int step, double val_loss) {

@@ -1,7 +1,9 @@
 // Training output: the human log line per logging.every steps and the JSON Lines
 // metrics file (DESIGN.md contract: step, loss, lr, grad_norm, ms, tokens_per_s, bubble;
 // also skipped and rollbacks, the counts so far of skipped steps and post-validation
-// rollbacks; evaluations as {step, val_loss}). Written by world rank 0 only.
+// rollbacks; mem_peak_mb, the most backend memory in use on any rank since the last logged
+// step, in MiB (2^20 bytes), and mem_peak_mb_ranks, that peak per world rank;
+// evaluations as {step, val_loss}). Written by world rank 0 only.
 #pragma once
 #include <cstdio>
 #include <string>

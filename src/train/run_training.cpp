@@ -18,6 +18,7 @@
 #include "pipeline/chrome_trace.h"
 #include "runtime/timeline.h"
 #include "runtime/watchdog.h"
+#include "train/measured_memory.h"
 #include "train/metrics.h"
 #include "train/param_dump.h"
 #include "train/sample.h"
@@ -138,9 +139,14 @@ class StepResults {
     // Under post-validation a later step may already be applied: then only report.
     const bool settled = !trainer_.has_pending();
     if (r.step > 1 || cfg_.training.steps == 1) { total_ms_ += r.ms; ++timed_steps_; }  // step 1 warms up
-    if (r.step % cfg_.logging.every == 0 || final || r.step == 1 || stop)
+    if (r.step % cfg_.logging.every == 0 || final || r.step == 1 || stop) {
       metrics_.step(r, cfg_.training.steps, tokens_per_step(), timed_steps_ ? total_ms_ / timed_steps_ : r.ms,
                     job_.predicted_step_ms());
+      // mem_peak of the next logged step covers the steps after this one. (Under
+      // post-validation this result arrives one step late: the window then starts inside
+      // the step after it.)
+      job_.ops().reset_peak_memory();
+    }
     if (settled) dump_and_evaluate(r.step, r.loss, final);
     if (hooks_.after_step) hooks_.after_step(trainer_, r);
     if (!settled) return false;
@@ -223,10 +229,16 @@ int run_training(Job& job, const TrainingHooks& hooks) {
   if (cfg.runtime.watchdog_s > 0) trainer.set_progress(&progress);
   auto watchdog = std::make_unique<Watchdog>(progress, cfg.runtime.watchdog_s, world_rank);
   StepResults results(job, trainer, checkpoints, hooks, progress);
+  bool memory_logged = false;
   while (trainer.step() < cfg.training.steps) {
     maybe_inject_failure(world_rank, trainer.step() + 1);
     maybe_freeze(job.faults(), trainer.step() + 1);
     const std::optional<StepResult> r = trainer.train_step();
+    // After the first step every buffer exists (slot pools and bf16 copies grow in it).
+    if (!memory_logged) {
+      log_memory_reports(job, trainer.optimizer());
+      memory_logged = true;
+    }
     if (!cfg.logging.trace.empty()) {
       add_to_trace(trainer.timeline(), world_rank, trace_offset_us, trace);
       trace_offset_us += trainer.timeline_ms() * 1000.0;

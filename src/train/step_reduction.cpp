@@ -1,5 +1,6 @@
 #include "train/step_reduction.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -12,6 +13,7 @@ static_assert(std::size(StopSignals::kSignals) == kStopSignalCount);
 std::vector<double> pack(const StepContribution& c) {
   std::vector<double> v = {c.loss_sum, c.sum_squares, c.bubble};  // [kContributionSize]
   v.insert(v.end(), c.stop_requests.begin(), c.stop_requests.end());
+  v.push_back(c.mem_peak_bytes);
   return v;
 }
 
@@ -29,6 +31,12 @@ StepTotals fold(const std::vector<double>& gathered, double tokens) {
   t.bubble = sum[2] / double(ranks);
   for (int i = 0; i < kStopSignalCount && !t.stop_signal; ++i)
     if (sum[3 + i] > 0) t.stop_signal = StopSignals::kSignals[i];
+  constexpr int kMemPeak = 3 + kStopSignalCount;
+  t.mem_peak_bytes_ranks.resize(ranks);
+  for (size_t r = 0; r < ranks; ++r) {
+    t.mem_peak_bytes_ranks[r] = gathered[r * kContributionSize + kMemPeak];
+    t.mem_peak_bytes = std::max(t.mem_peak_bytes, t.mem_peak_bytes_ranks[r]);
+  }
   return t;
 }
 

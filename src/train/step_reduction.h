@@ -1,5 +1,6 @@
 // The step reduction: the scalars of one training step that every rank must agree on —
-// the loss, the global gradient norm, the measured bubble and the stop requests — in ONE
+// the loss, the global gradient norm, the measured bubble, the stop requests and each
+// rank's allocator peak — in ONE
 // collective over the world. Each rank contributes a few doubles (MPI_Allgather, or
 // MPI_Iallgather under post-validation) and every rank folds all of them in world-rank
 // order, so the totals are the same bits on every rank, independent of MPI's reduction
@@ -14,9 +15,12 @@
 //                gradients), with the norm's own rules (Trainer: tp-replicated tensors on
 //                tp rank 0, the tied embedding on the stage-0 rank);
 //   bubble       every rank; the total is the mean over the world;
-//   stop         every rank, 1 per signal of StopSignals::kSignals it received; summed.
+//   stop         every rank, 1 per signal of StopSignals::kSignals it received; summed;
+//   mem_peak     every rank, its backend's peak bytes in use (Ops::memory_stats) since the
+//                last logged step; folded with max, and kept per rank.
 #pragma once
 #include <array>
+#include <cstddef>
 #include <vector>
 
 namespace pptrain {
@@ -28,6 +32,7 @@ struct StepContribution {
   double sum_squares = 0;
   double bubble = 0;
   std::array<double, kStopSignalCount> stop_requests{};  // 0 or 1, in StopSignals::kSignals order
+  double mem_peak_bytes = 0;
 };
 
 struct StepTotals {
@@ -35,10 +40,12 @@ struct StepTotals {
   double grad_norm = 0;  // before clipping
   double bubble = 0;     // mean over the world's ranks
   int stop_signal = 0;   // the first signal of StopSignals::kSignals some rank received; 0: none
+  double mem_peak_bytes = 0;                 // max over the world's ranks
+  std::vector<double> mem_peak_bytes_ranks;  // [world size], by world rank
 };
 
-// [kContributionSize]: loss_sum, sum_squares, bubble, stop requests.
-inline constexpr int kContributionSize = 3 + kStopSignalCount;
+// [kContributionSize]: loss_sum, sum_squares, bubble, stop requests, mem_peak.
+inline constexpr int kContributionSize = 4 + kStopSignalCount;
 std::vector<double> pack(const StepContribution& c);
 
 // `gathered`: [world size · kContributionSize], world rank r's contribution at

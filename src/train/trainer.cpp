@@ -158,6 +158,7 @@ StepContribution Trainer::contribution(double bubble) {
   StepContribution mine;
   mine.loss_sum = counts_loss() ? last_local_loss_ : 0.0;
   mine.bubble = bubble;
+  mine.mem_peak_bytes = double(ops_.memory_stats().peak);
   // A stop signal is read once per step and agreed through the reduction.
   for (int i = 0; i < kStopSignalCount; ++i)
     mine.stop_requests[i] = StopSignals::received() == StopSignals::kSignals[i] ? 1.0 : 0.0;
@@ -248,6 +249,8 @@ std::optional<float> Trainer::validate(StepResult& r, const StepTotals& totals) 
   r.grad_norm = totals.grad_norm;
   r.bubble = totals.bubble;
   r.stop_signal = totals.stop_signal;
+  r.mem_peak_bytes = totals.mem_peak_bytes;
+  r.mem_peak_bytes_ranks = totals.mem_peak_bytes_ranks;
   // The totals are the same bits on every rank, so every rank takes the same branch (a NaN
   // or inf on any rank makes the sums non-finite everywhere).
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) handle_nonfinite(r);

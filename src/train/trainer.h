@@ -73,6 +73,11 @@ struct StepResult {
   int stop_signal = 0;     // a stop signal some rank received (StopSignals), agreed by all; 0: none
   bool rolled_back = false;  // post-validation: the optimistic update was undone and redone
   int rollbacks_total = 0;   // rollbacks so far by this process
+  // The backends' peak bytes in use (Ops::memory_stats) since the last reset_peak_memory
+  // (run_training resets after each logged step), read as the step's reduction starts:
+  // the max over the world's ranks, and per world rank.
+  double mem_peak_bytes = 0;
+  std::vector<double> mem_peak_bytes_ranks;
 };
 
 class Trainer {

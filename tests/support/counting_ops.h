@@ -1,6 +1,8 @@
 // CountingOps: a backend that forwards every call to another and counts the bytes it is
 // asked to allocate (requested sizes, before the backend's own rounding), live and at the
 // peak, so tests can compare a memory prediction with what the model really allocates.
+// memory_stats and reset_peak_memory are the inner backend's (its own accounting, which
+// tests compare with these counts); reset_peak_memory restarts this object's peak too.
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -38,6 +40,11 @@ class CountingOps final : public Ops {
   void copy(void* d, const void* s, size_t n) override { inner_->copy(d, s, n); }
   void zero(void* p, size_t n) override { inner_->zero(p, n); }
   void synchronize() override { inner_->synchronize(); }
+  MemoryStats memory_stats() const override { return inner_->memory_stats(); }
+  void reset_peak_memory() override {
+    inner_->reset_peak_memory();
+    peak_ = live_;
+  }
 
 #define PPTRAIN_FORWARD_OP(ret, name, params, args) \
   ret name params override { return inner_->name args; }

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <memory>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/ops.h"
@@ -37,6 +38,7 @@ class ScratchArray {
 
 class CpuOps final : public Ops {
  public:
+  explicit CpuOps(const Faults& faults = {}) : uncounted_release_(faults.find("uncounted_release") != nullptr) {}
   std::string name() const override { return "cpu"; }
 
   // memory.cpp
@@ -47,6 +49,11 @@ class CpuOps final : public Ops {
   void copy(void* dst, const void* src, size_t bytes) override;
   void zero(void* p, size_t bytes) override;
   void synchronize() override {}
+  // in_use and peak count the bytes asked of allocate(); reserved counts each live block
+  // rounded up to the 64-byte alignment, what aligned_alloc really holds (the heap's own
+  // headers aside). The scratch arrays below are not counted.
+  MemoryStats memory_stats() const override;
+  void reset_peak_memory() override { peak_bytes_ = bytes_in_use_; }
 
   // The ops, one file per family: linear.cpp, layernorm.cpp, rmsnorm.cpp, elementwise.cpp
   // (GELU too), swiglu.cpp, rotary.cpp, embedding.cpp, attention.cpp (GQA too),
@@ -59,6 +66,10 @@ class CpuOps final : public Ops {
   std::vector<ScratchArray> thread_scratch_;
   std::vector<double> block_sums_;  // sum_squares' per-block partial sums
   ScratchArray rotary_table_;       // rotary's cos and sin [T, HD/2] each
+  // Every live block of allocate() -> the bytes asked for it, and the totals over them.
+  std::unordered_map<void*, size_t> live_blocks_;
+  size_t bytes_in_use_ = 0, peak_bytes_ = 0, bytes_reserved_ = 0;
+  bool uncounted_release_;  // planted fault (tests of the tests): the next release is not subtracted
   void reserve_thread_scratch(size_t floats_per_thread);
 };
 

@@ -2,6 +2,7 @@
 // vector), zero-filled; copies (and casts, fp32 to fp32) are memcpy.
 #include <omp.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend/cpu/cpu_ops.h"
@@ -9,7 +10,7 @@
 
 namespace pptrain {
 
-std::unique_ptr<Ops> make_cpu_ops() { return std::make_unique<cpu::CpuOps>(); }
+std::unique_ptr<Ops> make_cpu_ops(const Faults& faults) { return std::make_unique<cpu::CpuOps>(faults); }
 
 namespace cpu {
 
@@ -40,10 +41,26 @@ void* CpuOps::allocate(size_t bytes) {
   void* p = std::aligned_alloc(kAlignment, rounded);
   if (!p) fail("cpu backend: cannot allocate ", bytes, " bytes of host memory");
   std::memset(p, 0, rounded);
+  live_blocks_.emplace(p, bytes);
+  bytes_in_use_ += bytes;
+  bytes_reserved_ += rounded;
+  peak_bytes_ = std::max(peak_bytes_, bytes_in_use_);
   return p;
 }
 
-void CpuOps::release(void* p) { std::free(p); }
+void CpuOps::release(void* p) {
+  if (!p) return;
+  auto it = live_blocks_.find(p);
+  PPTRAIN_CHECK(it != live_blocks_.end(), "cpu backend: release of a pointer allocate() did not hand out");
+  // Planted fault uncounted_release: the first release leaves its bytes counted in use.
+  if (uncounted_release_) uncounted_release_ = false;
+  else bytes_in_use_ -= it->second;
+  bytes_reserved_ -= round_up(it->second ? it->second : 1);
+  live_blocks_.erase(it);
+  std::free(p);
+}
+
+MemoryStats CpuOps::memory_stats() const { return {bytes_in_use_, peak_bytes_, bytes_reserved_}; }
 
 void CpuOps::copy_to_device(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);

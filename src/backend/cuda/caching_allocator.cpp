@@ -1,5 +1,6 @@
 #include "backend/cuda/caching_allocator.h"
 
+#include <algorithm>
 #include <bit>
 
 #include "backend/cuda/cuda_check.h"
@@ -39,6 +40,7 @@ void* CachingAllocator::allocate(size_t bytes) {
   }
   in_use_.emplace(p, size);
   bytes_in_use_ += size;
+  peak_bytes_in_use_ = std::max(peak_bytes_in_use_, bytes_in_use_);
   PPTRAIN_CUDA_CHECK(cudaMemsetAsync(p, 0, size, stream_));
   return p;
 }

@@ -32,15 +32,20 @@ class CachingAllocator {
   // of its power of two (≤ 25% waste, few distinct classes).
   static size_t bucket_size(size_t bytes);
 
+  // In bucket sizes: in use, its most since construction or reset_peak(), and cached
+  // (released, kept for reuse); reserved from the driver = in use + cached.
   size_t bytes_in_use() const { return bytes_in_use_; }
+  size_t peak_bytes_in_use() const { return peak_bytes_in_use_; }
+  void reset_peak() { peak_bytes_in_use_ = bytes_in_use_; }
   size_t bytes_cached() const { return bytes_cached_; }
+  size_t bytes_reserved() const { return bytes_in_use_ + bytes_cached_; }
   size_t device_allocations() const { return device_allocations_; }  // cudaMalloc calls so far
 
  private:
   cudaStream_t stream_;
   std::map<size_t, std::vector<void*>> free_;   // bucket size -> cached blocks
   std::unordered_map<void*, size_t> in_use_;     // block -> bucket size
-  size_t bytes_in_use_ = 0, bytes_cached_ = 0, device_allocations_ = 0;
+  size_t bytes_in_use_ = 0, peak_bytes_in_use_ = 0, bytes_cached_ = 0, device_allocations_ = 0;
 };
 
 }  // namespace pptrain::cuda

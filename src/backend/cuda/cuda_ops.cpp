@@ -44,6 +44,10 @@ void CudaOps::zero(void* p, size_t bytes) {
   if (!bytes) return;
   PPTRAIN_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_.get()));
 }
+MemoryStats CudaOps::memory_stats() const {
+  return {allocator_.bytes_in_use(), allocator_.peak_bytes_in_use(), allocator_.bytes_reserved()};
+}
+
 void CudaOps::synchronize() { PPTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_.get())); }
 
 // ---- casts ---------------------------------------------------------------------------------

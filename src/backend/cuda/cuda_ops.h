@@ -102,6 +102,11 @@ class CudaOps final : public Ops {
   void copy(void* dst, const void* src, size_t bytes) override;
   void zero(void* p, size_t bytes) override;
   void synchronize() override;
+  // The caching allocator's figures, in its bucket sizes (in_use and peak count a request
+  // rounded up to its bucket); reserved adds its cache. The workspaces below and cuBLASLt's
+  // are not counted; cuDNN's per-call workspace comes from the allocator and is.
+  MemoryStats memory_stats() const override;
+  void reset_peak_memory() override { allocator_.reset_peak(); }
 
   // the ops of ops.h (see the top of this file for where each body is)
   PPTRAIN_EACH_OP(PPTRAIN_OP_OVERRIDE)

@@ -1,0 +1,57 @@
+// MemoryReport: one rank's memory by category, in bytes, printed one way whether it is
+// predicted from the config and the lowered schedule (job/memory_estimate.h; what
+// `pptrain train --dry-run` prints) or counted from the objects that own the memory of a
+// running job (train/measured_memory.h; what the log prints after the first step).
+//
+// Activations per stage, in the layer contract's terms (DESIGN.md) and the cost profile's
+// (partition/cost_profile.h): per microbatch, the bytes kept from F only until I (freed by
+// I) and the bytes kept until W (freed by W), times the most microbatches live at once on
+// the stage. pptrain's slots are taken whole by F and freed whole by W (model/layer.h), so
+// F→I is 0 today and everything is I→W. The stage's [N,C] inputs/outputs and gradients are
+// in I→W too; the head's logits are listed apart (often the largest single consumer).
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/ops.h"
+#include "core/config.h"
+#include "pipeline/ir.h"
+
+namespace pptrain {
+
+struct StageActivations {
+  int stage = 0;       // global stage index
+  double f_to_i = 0;   // bytes per microbatch kept from F until I
+  double i_to_w = 0;   // bytes per microbatch kept until W, logits excluded
+  int live = 0;        // the most microbatches holding this stage's activations at once
+};
+
+struct MemoryReport {
+  int pp_rank = 0, tp_rank = 0;
+  double parameters = 0;   // fp32 masters
+  double gradients = 0;    // fp32
+  double optimizer = 0;    // AdamW's fp32 m and v
+  double bf16_copies = 0;  // training.precision: bf16
+  double backup = 0;       // training.post_validation (train/update_backup.h)
+  std::vector<StageActivations> stages;  // this rank's, in stage order
+  double activations = 0;  // the stages' slots over the program, logits excluded
+  double logits = 0;       // the head's [N, VL] dlogits of its live microbatches
+  double buffers = 0;      // token buffers, and io buffers of microbatches with sends pending
+  double pending_sends = 0;  // the latter part of buffers: an upper bound (memory_estimate.h)
+  double other = 0;        // predicted items none of the above names
+  std::optional<double> workspace;    // backend scratch outside the allocator (predicted only)
+  std::optional<MemoryStats> allocator;  // the backend's own figures (measured only)
+  double total() const;  // every category above but the allocator's figures
+};
+
+// One line: "pp 0 tp 0: parameters 1.234 MiB | ... | total 9.876 MiB"; sizes in MiB
+// (2^20 bytes) with three decimals.
+std::string format_memory_report(const MemoryReport& r);
+
+// The prediction of job/memory_estimate.h for (pp_rank, tp_rank), by category; its total
+// is the estimate's total.
+MemoryReport predicted_memory_report(const Config& cfg, const pipeline::Schedule& schedule, int pp_rank,
+                                     int tp_rank);
+
+}  // namespace pptrain

@@ -1,0 +1,107 @@
+#include "train/measured_memory.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "job/memory_estimate.h"
+#include "model/dims.h"
+
+namespace pptrain {
+
+MemoryReport measure_memory_report(Job& job, AdamW& optimizer) {
+  const Config& cfg = job.config();
+  const ParallelContext& par = job.parallel();
+  MemoryReport r;
+  r.pp_rank = par.pp_rank;
+  r.tp_rank = par.tp_rank;
+  for (const auto& [name, p] : job.params().all()) {
+    r.parameters += double(p->value.size() * sizeof(float));
+    r.gradients += double(p->grad.size() * sizeof(float));
+    r.bf16_copies += double(p->value_bf16.size() * sizeof(bfloat16));
+    r.optimizer += double((optimizer.state().m(name).size() + optimizer.state().v(name).size()) * sizeof(float));
+  }
+  // UpdateBackup: a copy of the masters, gradients, m and v.
+  if (cfg.training.post_validation) r.backup = r.parameters + r.gradients + r.optimizer;
+
+  const ModelDims dims = ModelDims::from(cfg.model, cfg.training.micro_batch_size, par.tp, par.tp_rank);
+  const LivePeaks live = live_microbatch_pools(cfg, job.schedule(), par.pp_rank);
+  for (const auto& stage : job.stages()) {
+    const StageSpec& spec = stage->spec();
+    const double transfer = double(stage->transfer_bytes()), slots = double(stage->layer_slot_bytes());
+    // activation_bytes_per_microbatch counts an [N,C] tensor and its gradient at both ends
+    // of the stage; the first stage has none before its embedding, the last none after its
+    // head (nothing is allocated there).
+    const double io = double(stage->activation_bytes_per_microbatch()) - slots -
+                      2 * transfer * (int(spec.has_embedding) + int(spec.has_head));
+    // The head's dlogits [N, VL] in the storage type: part of its slot, listed apart.
+    const double storage = stage->precision() == Precision::bf16 ? sizeof(bfloat16) : sizeof(float);
+    const double logits = spec.has_head ? storage * double(dims.rows()) * dims.local_vocab() : 0.0;
+    const int io_live = live.io[spec.index], slot_live = live.layers[spec.index];
+    // Slots are taken whole by F and freed whole by W (model/layer.h): nothing is freed by I.
+    r.stages.push_back({spec.index, 0.0, io + slots - logits, std::max(io_live, slot_live)});
+    r.activations += io * io_live + (slots - logits) * slot_live;
+    r.logits += logits * slot_live;
+    r.pending_sends += io * live.sends[spec.index];
+  }
+  // The trainer's tokens and targets [B·T] int32 of every microbatch.
+  r.buffers += r.pending_sends + 2.0 * sizeof(int32_t) * double(cfg.parallel.microbatches) * dims.rows();
+  r.allocator = job.ops().memory_stats();
+  return r;
+}
+
+void log_memory_reports(Job& job, AdamW& optimizer) {
+  const MemoryReport mine = measure_memory_report(job, optimizer);
+  const int per_stage = 4, stages = job.config().parallel.stages_per_rank;
+  // [kFixed + 4·stages_per_rank] per rank (every rank holds stages_per_rank stages):
+  // coordinates, categories, the allocator's figures, then per stage its activations.
+  constexpr int kFixed = 15;
+  std::vector<double> packed = {double(mine.pp_rank),
+                                double(mine.tp_rank),
+                                double(job.parallel().dp_rank),
+                                mine.parameters,
+                                mine.gradients,
+                                mine.optimizer,
+                                mine.bf16_copies,
+                                mine.backup,
+                                mine.activations,
+                                mine.logits,
+                                mine.buffers,
+                                mine.pending_sends,
+                                double(mine.allocator->in_use),
+                                double(mine.allocator->peak),
+                                double(mine.allocator->reserved)};
+  PPTRAIN_CHECK(int(packed.size()) == kFixed && int(mine.stages.size()) == stages, "memory report of ",
+                mine.stages.size(), " stages");
+  for (const StageActivations& s : mine.stages)
+    packed.insert(packed.end(), {double(s.stage), s.f_to_i, s.i_to_w, double(s.live)});
+  const size_t size = packed.size();
+  const std::vector<double> all = job.world().allgather(std::move(packed));
+  if (job.world().rank() != 0) return;
+  log::info("memory per rank after the first step (counted from the job's buffers; activations x the live "
+            "microbatches of the program):");
+  for (size_t at = 0; at + size <= all.size(); at += size) {
+    const double* v = &all[at];
+    if (v[2] != 0) continue;  // dp replicas hold what dp rank 0 holds
+    MemoryReport r;
+    r.pp_rank = int(v[0]);
+    r.tp_rank = int(v[1]);
+    r.parameters = v[3];
+    r.gradients = v[4];
+    r.optimizer = v[5];
+    r.bf16_copies = v[6];
+    r.backup = v[7];
+    r.activations = v[8];
+    r.logits = v[9];
+    r.buffers = v[10];
+    r.pending_sends = v[11];
+    r.allocator = MemoryStats{size_t(v[12]), size_t(v[13]), size_t(v[14])};
+    for (int s = 0; s < stages; ++s) {
+      const double* st = v + kFixed + per_stage * s;
+      r.stages.push_back({int(st[0]), st[1], st[2], int(st[3])});
+    }
+    log::info("  ", format_memory_report(r));
+  }
+}
+
+}  // namespace pptrain
