@@ -165,6 +165,9 @@ TEST_F(MemoryAccounting, MemPeakOfTheFirstStepAgreesWithTheDryRun) {
       {1, ""},
       {2, "parallel.pp=2 parallel.schedule=zbv parallel.stages_per_rank=2 model.n_layer=4"},
       {2, "parallel.tp=2"},
+      {1, "training.recompute=attention"},
+      {2, "parallel.pp=2 parallel.schedule=zbv parallel.stages_per_rank=2 model.n_layer=4 training.recompute=full"},
+      {2, "parallel.dp=2 parallel.zero=1"},
   };
   int run = 0;
   for (const Case& c : cases) {
@@ -172,8 +175,9 @@ TEST_F(MemoryAccounting, MemPeakOfTheFirstStepAgreesWithTheDryRun) {
     const std::string args = " train " + dir_->file("c.yaml") + " " + c.overrides;
     auto dry = run_command(pptrain_bin() + args + " --dry-run", 60);
     ASSERT_EQ(dry.exit_code, 0) << dry.output;
+    const int dp = c.overrides.find("parallel.dp=2") != std::string::npos ? 2 : 1;
     const auto predicted = report_lines(dry.output);
-    ASSERT_EQ(predicted.size(), size_t(c.ranks)) << dry.output;
+    ASSERT_EQ(predicted.size(), size_t(c.ranks / dp)) << dry.output;  // one line per (pp, tp)
 
     auto real = run_command(mpirun(c.ranks) + pptrain_bin() + args + " logging.metrics=" + metrics, 60);
     ASSERT_EQ(real.exit_code, 0) << real.output;
@@ -185,11 +189,12 @@ TEST_F(MemoryAccounting, MemPeakOfTheFirstStepAgreesWithTheDryRun) {
     EXPECT_EQ(peak[0], *std::max_element(ranks.begin(), ranks.end())) << jsonl;
     EXPECT_NE(real.output.find("| mem_peak "), std::string::npos) << real.output;
     const auto measured = report_lines(real.output);
-    ASSERT_EQ(measured.size(), size_t(c.ranks)) << real.output;
+    ASSERT_EQ(measured.size(), size_t(c.ranks / dp)) << real.output;
 
     const int tp = c.overrides.find("parallel.tp=2") != std::string::npos ? 2 : 1;
+    const int pp = c.overrides.find("parallel.pp=2") != std::string::npos ? 2 : 1;
     for (int rank = 0; rank < c.ranks; ++rank) {
-      const std::pair<int, int> coords{rank / tp, rank % tp};  // dp 1: rank = pp_rank · tp + tp_rank
+      const std::pair<int, int> coords{rank / tp % pp, rank % tp};  // rank = (dp_rank · pp + pp_rank) · tp + tp_rank
       const ReportLine& p = predicted.at(coords);
       const double counted = p.total - p.workspace;
       const std::string where = c.overrides + ", rank " + std::to_string(rank);

@@ -27,8 +27,10 @@ double MemoryReport::total() const {
 std::string format_memory_report(const MemoryReport& r) {
   std::string stages;
   for (const StageActivations& s : r.stages)
-    stages += cat(stages.empty() ? "" : "; ", "stage ", s.stage, ": F->I ", mib(s.f_to_i), " + I->W ",
-                  mib(s.i_to_w), " per microbatch x ", s.live, " live");
+    stages += cat(stages.empty() ? "" : "; ", "stage ", s.stage, ": held per microbatch F->I ",
+                  mib(s.held_f_to_i()), ", I->W ", mib(s.held_i_to_w()), "; ", s.live, " live",
+                  s.from_input ? cat(" (", s.live_from_input, " from I)") : std::string(),
+                  s.scratch ? cat(" + scratch ", mib(s.scratch)) : std::string());
   std::string line = cat("pp ", r.pp_rank, " tp ", r.tp_rank, ": parameters ", mib(r.parameters), " | gradients ",
                          mib(r.gradients), " | optimizer ", mib(r.optimizer), " | bf16 copies ", mib(r.bf16_copies),
                          " | backup ", mib(r.backup), " | activations ", mib(r.activations), " (", stages,
@@ -68,8 +70,9 @@ MemoryReport predicted_memory_report(const Config& cfg, const pipeline::Schedule
   for (const StageSpec& spec : stage_specs(cfg)) {
     if (schedule.rank_of(spec.index) != pp_rank) continue;
     const StageSlotBytes slot = stage_slot_bytes(dims, spec, cfg.precision());
-    r.stages.push_back({spec.index, 0.0, slot.io + slot.layers - slot.logits,
-                        std::max(live.io[spec.index], live.layers[spec.index])});
+    r.stages.push_back({spec.index, slot.io + slot.layers - slot.logits,
+                        std::max(live.io[spec.index], live.layers[spec.index]), slot.layers_from_input,
+                        live.after_input[spec.index], slot.scratch});
   }
   return r;
 }

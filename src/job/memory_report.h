@@ -3,12 +3,14 @@
 // `pptrain train --dry-run` prints) or counted from the objects that own the memory of a
 // running job (train/measured_memory.h; what the log prints after the first step).
 //
-// Activations per stage, in the layer contract's terms (DESIGN.md) and the cost profile's
-// (partition/cost_profile.h): per microbatch, the bytes kept from F only until I (freed by
-// I) and the bytes kept until W (freed by W), times the most microbatches live at once on
-// the stage. pptrain's slots are taken whole by F and freed whole by W (model/layer.h), so
-// F→I is 0 today and everything is I→W. The stage's [N,C] inputs/outputs and gradients are
-// in I→W too; the head's logits are listed apart (often the largest single consumer).
+// Activations per stage, in the layer contract's terms (DESIGN.md): per microbatch, the
+// bytes taken by F and freed by W (the stage's [N,C] inputs/outputs and their gradients, the
+// layers' slots), held from F to I and on until W, and the bytes taken by I and freed by W
+// (training.recompute: full re-runs the forward at the start of I into them), each times the
+// most microbatches holding them at once on the stage, plus the scratch held once (the
+// recompute's). So a microbatch holds `from_forward` between F and I and
+// `from_forward + from_input` between I and W. The head's logits are listed apart (often
+// the largest single consumer).
 #pragma once
 #include <optional>
 #include <string>
@@ -21,10 +23,14 @@
 namespace pptrain {
 
 struct StageActivations {
-  int stage = 0;       // global stage index
-  double f_to_i = 0;   // bytes per microbatch kept from F until I
-  double i_to_w = 0;   // bytes per microbatch kept until W, logits excluded
-  int live = 0;        // the most microbatches holding this stage's activations at once
+  int stage = 0;            // global stage index
+  double from_forward = 0;  // bytes per microbatch taken by F, freed by W, logits excluded
+  int live = 0;             // the most microbatches holding them at once
+  double from_input = 0;    // bytes per microbatch taken by I, freed by W
+  int live_from_input = 0;  // the most microbatches holding those at once
+  double scratch = 0;       // bytes held once, whatever the microbatches
+  double held_f_to_i() const { return from_forward; }
+  double held_i_to_w() const { return from_forward + from_input; }
 };
 
 struct MemoryReport {

@@ -29,18 +29,20 @@ MemoryReport measure_memory_report(Job& job, AdamW& optimizer) {
   for (const auto& stage : job.stages()) {
     const StageSpec& spec = stage->spec();
     const double transfer = double(stage->transfer_bytes()), slots = double(stage->layer_slot_bytes());
+    // training.recompute: full takes part of the blocks' slots at I (model/layer.h).
+    const double from_input = double(stage->layer_slot_bytes_from_input()), scratch = double(stage->scratch_bytes());
     // activation_bytes_per_microbatch counts an [N,C] tensor and its gradient at both ends
     // of the stage; the first stage has none before its embedding, the last none after its
     // head (nothing is allocated there).
-    const double io = double(stage->activation_bytes_per_microbatch()) - slots -
+    const double io = double(stage->activation_bytes_per_microbatch()) - slots - from_input -
                       2 * transfer * (int(spec.has_embedding) + int(spec.has_head));
     // The head's dlogits [N, VL] in the storage type: part of its slot, listed apart.
     const double storage = stage->precision() == Precision::bf16 ? sizeof(bfloat16) : sizeof(float);
     const double logits = spec.has_head ? storage * double(dims.rows()) * dims.local_vocab() : 0.0;
     const int io_live = live.io[spec.index], slot_live = live.layers[spec.index];
-    // Slots are taken whole by F and freed whole by W (model/layer.h): nothing is freed by I.
-    r.stages.push_back({spec.index, 0.0, io + slots - logits, std::max(io_live, slot_live)});
-    r.activations += io * io_live + (slots - logits) * slot_live;
+    const int input_live = live.after_input[spec.index];
+    r.stages.push_back({spec.index, io + slots - logits, std::max(io_live, slot_live), from_input, input_live, scratch});
+    r.activations += io * io_live + (slots - logits) * slot_live + from_input * input_live + scratch;
     r.logits += logits * slot_live;
     r.pending_sends += io * live.sends[spec.index];
   }
@@ -52,8 +54,8 @@ MemoryReport measure_memory_report(Job& job, AdamW& optimizer) {
 
 void log_memory_reports(Job& job, AdamW& optimizer) {
   const MemoryReport mine = measure_memory_report(job, optimizer);
-  const int per_stage = 4, stages = job.config().parallel.stages_per_rank;
-  // [kFixed + 4·stages_per_rank] per rank (every rank holds stages_per_rank stages):
+  const int per_stage = 6, stages = job.config().parallel.stages_per_rank;
+  // [kFixed + 6·stages_per_rank] per rank (every rank holds stages_per_rank stages):
   // coordinates, categories, the allocator's figures, then per stage its activations.
   constexpr int kFixed = 15;
   std::vector<double> packed = {double(mine.pp_rank),
@@ -74,7 +76,8 @@ void log_memory_reports(Job& job, AdamW& optimizer) {
   PPTRAIN_CHECK(int(packed.size()) == kFixed && int(mine.stages.size()) == stages, "memory report of ",
                 mine.stages.size(), " stages");
   for (const StageActivations& s : mine.stages)
-    packed.insert(packed.end(), {double(s.stage), s.f_to_i, s.i_to_w, double(s.live)});
+    packed.insert(packed.end(), {double(s.stage), s.from_forward, double(s.live), s.from_input,
+                                 double(s.live_from_input), s.scratch});
   const size_t size = packed.size();
   const std::vector<double> all = job.world().allgather(std::move(packed));
   if (job.world().rank() != 0) return;
@@ -98,7 +101,7 @@ void log_memory_reports(Job& job, AdamW& optimizer) {
     r.allocator = MemoryStats{size_t(v[12]), size_t(v[13]), size_t(v[14])};
     for (int s = 0; s < stages; ++s) {
       const double* st = v + kFixed + per_stage * s;
-      r.stages.push_back({int(st[0]), st[1], st[2], int(st[3])});
+      r.stages.push_back({int(st[0]), st[1], int(st[2]), st[3], int(st[4]), st[5]});
     }
     log::info("  ", format_memory_report(r));
   }
