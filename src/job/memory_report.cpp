@@ -65,7 +65,7 @@ MemoryReport predicted_memory_report(const Config& cfg, const pipeline::Schedule
   r.other = std::max(0.0, e.total() - r.total());
 
   // The per-microbatch figures the activations item is made of (memory_estimate.h).
-  const ModelDims dims = ModelDims::from(cfg.model, cfg.training.micro_batch_size, cfg.parallel.tp, tp_rank);
+  const ModelDims dims = ModelDims::from(cfg, cfg.parallel.tp, tp_rank);
   const LivePeaks live = live_microbatch_pools(cfg, schedule, pp_rank);
   for (const StageSpec& spec : stage_specs(cfg)) {
     if (schedule.rank_of(spec.index) != pp_rank) continue;

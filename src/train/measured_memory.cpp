@@ -24,7 +24,7 @@ MemoryReport measure_memory_report(Job& job, AdamW& optimizer) {
   // UpdateBackup: a copy of the masters, gradients, m and v.
   if (cfg.training.post_validation) r.backup = r.parameters + r.gradients + r.optimizer;
 
-  const ModelDims dims = ModelDims::from(cfg.model, cfg.training.micro_batch_size, par.tp, par.tp_rank);
+  const ModelDims dims = ModelDims::from(cfg, par.tp, par.tp_rank);
   const LivePeaks live = live_microbatch_pools(cfg, job.schedule(), par.pp_rank);
   for (const auto& stage : job.stages()) {
     const StageSpec& spec = stage->spec();

@@ -97,15 +97,27 @@ void gemm(bool transa, bool transb, int64_t m, int64_t n, int64_t k, float alpha
 
 }  // namespace pptrain::emu
 
+// The texts of the real library (cuBLAS 13), so messages read the same on both.
 const char* cublasGetStatusString(cublasStatus_t status) {
   switch (status) {
     case CUBLAS_STATUS_SUCCESS: return "the operation completed successfully";
     case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
     case CUBLAS_STATUS_ALLOC_FAILED: return "the resource allocation failed";
-    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
+    case CUBLAS_STATUS_INVALID_VALUE: return "an unsupported value or parameter was passed to the function";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "the requested functionality is not supported";
   }
   return "unknown error";
+}
+
+const char* cublasGetStatusName(cublasStatus_t status) {
+  switch (status) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+  }
+  return "CUBLAS_STATUS_UNKNOWN";
 }
 
 cublasStatus_t cublasCreate(cublasHandle_t* handle) {

@@ -31,6 +31,7 @@ enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68 };
 enum cublasGemmAlgo_t { CUBLAS_GEMM_DEFAULT = -1 };
 
 const char* cublasGetStatusString(cublasStatus_t status);
+const char* cublasGetStatusName(cublasStatus_t status);
 cublasStatus_t cublasCreate(cublasHandle_t* handle);
 cublasStatus_t cublasDestroy(cublasHandle_t handle);
 cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream);

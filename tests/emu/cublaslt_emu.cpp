@@ -115,7 +115,6 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
   delete handle;
   return CUBLAS_STATUS_SUCCESS;
 }
-const char* cublasLtGetStatusString(cublasStatus_t status) { return cublasGetStatusString(status); }
 
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t computeType,
                                         cudaDataType_t scaleType) {

@@ -76,7 +76,6 @@ enum cublasLtMatmulPreferenceAttributes_t {
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle);
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle);
-const char* cublasLtGetStatusString(cublasStatus_t status);
 
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t computeType,
                                         cudaDataType_t scaleType);

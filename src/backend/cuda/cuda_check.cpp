@@ -30,9 +30,13 @@ void check_cuda(cudaError_t err, const char* call) {
   fail(name, " failed on ", where(), ": ", what);
 }
 
+std::string cublas_status(cublasStatus_t status) {
+  return cat(cublasGetStatusName(status), " (", cublasGetStatusString(status), ")");
+}
+
 void check_cublas(cublasStatus_t status, const char* call) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
-  fail(function_name(call), " failed on ", where(), ": ", cublasGetStatusString(status));
+  fail(function_name(call), " failed on ", where(), ": ", cublas_status(status));
 }
 
 }  // namespace pptrain::cuda

@@ -12,6 +12,10 @@ namespace pptrain::cuda {
 void check_cuda(cudaError_t err, const char* call);
 void check_cublas(cublasStatus_t status, const char* call);
 
+// "CUBLAS_STATUS_INVALID_VALUE (an unsupported value ...)": the status name, which stays the
+// same across cuBLAS versions, and the library's own text, which does not.
+std::string cublas_status(cublasStatus_t status);
+
 // "rank R, device D" for messages (the device the calling thread has selected).
 std::string where();
 

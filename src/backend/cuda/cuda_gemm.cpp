@@ -63,7 +63,7 @@ void CudaOps::gemm_batched(const char* what, bool transpose_a, bool transpose_b,
                                                      stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   if (status != CUBLAS_STATUS_SUCCESS)
     fail("cublasGemmStridedBatchedEx (", what, ", M=", m, " N=", n, " K=", k, ") failed on ", where(), ": ",
-         cublasGetStatusString(status));
+         cublas_status(status));
 }
 
 // ---- linear: Y[N,O] = X[N,I] · W[O,I]ᵀ + b[O] ----------------------------------------------

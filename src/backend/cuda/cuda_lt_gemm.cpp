@@ -18,11 +18,11 @@ uint32_t alignment(const void* p) {
   return low > 256 ? 256 : uint32_t(low);
 }
 
-// Fails with "<call> (<what>, M=.. N=.. K=..) failed on rank R, device D: <status>".
+// Fails with "<call> (<what>, M=.. N=.. K=..) failed on rank R, device D: <status name> (<text>)".
 void check(cublasStatus_t status, const char* call, const char* what, const LtShape& s) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
   fail(call, " (", what, ", M=", s.m, " N=", s.n, " K=", s.k, ") failed on ", where(), ": ",
-       cublasLtGetStatusString(status));
+       cublas_status(status));
 }
 
 template <typename V>
