@@ -16,7 +16,7 @@ ParamSpec spec(const std::string& name, std::vector<int64_t> shape, Shard shard,
 template <typename T>
 Block<T>::Block(ParamStore& p, const ModelDims& d, int i, Communicator& tp, const Faults& faults,
                 const Block* share_scratch_with)
-    : ops_(p.ops()), dims_(d), placement_(block_slot_placement(d.recompute)), tp_(tp),
+    : ops_(p.ops()), dims_(d), tp_(tp),
       ln1_w_(p.get_or_create(spec(cat("h.", i, ".ln_1.weight"), {d.d_model}, Shard::Replicated, Init::Ones))),
       ln1_b_(p.get_or_create(spec(cat("h.", i, ".ln_1.bias"), {d.d_model}, Shard::Replicated, Init::Zeros))),
       qkv_w_(p.get_or_create(spec(cat("h.", i, ".attn.qkv.weight"), {3 * d.d_model, d.d_model}, Shard::Rows3,
@@ -33,7 +33,8 @@ Block<T>::Block(ParamStore& p, const ModelDims& d, int i, Communicator& tp, cons
       fc_b_(p.get_or_create(spec(cat("h.", i, ".mlp.fc.bias"), {4 * d.d_model}, Shard::Rows, Init::Zeros))),
       fc2_w_(p.get_or_create(spec(cat("h.", i, ".mlp.proj.weight"), {d.d_model, 4 * d.d_model}, Shard::Cols,
                                   Init::Normal, 0.02f / std::sqrt(2.0f * d.n_layer), true))),
-      fc2_b_(p.get_or_create(spec(cat("h.", i, ".mlp.proj.bias"), {d.d_model}, Shard::Replicated, Init::Zeros))) {
+      fc2_b_(p.get_or_create(spec(cat("h.", i, ".mlp.proj.bias"), {d.d_model}, Shard::Replicated, Init::Zeros))),
+      slots_(block_slot_placement(d.recompute)) {
   for (const Fault* f : faults.find_all("skip_tp_allreduce"))  // target row or col (checked by the parser)
     (f->target == "row" ? keep_row_partial_ : keep_col_partial_) = true;
   skip_recompute_ = faults.find("skip_recompute") != nullptr;
@@ -101,7 +102,7 @@ size_t Block<T>::bytes_of(unsigned parts) const {
 
 template <typename T>
 typename Block<T>::Slot& Block<T>::scratch() {
-  if (!scratch_->slot) scratch_->slot = make_slot(placement_.scratch);
+  if (!scratch_->slot) scratch_->slot = make_slot(slots_.placement().scratch);
   return *scratch_->slot;
 }
 
@@ -156,43 +157,24 @@ void Block<T>::run_forward(const View& v, const T* x, T* y) {
 
 template <typename T>
 void Block<T>::forward(int mb, const T* x, T* y, const MicrobatchData&) {
-  if (placement_.at_forward == 0) {  // full recompute: everything in the scratch, I runs it again
-    PPTRAIN_CHECK(!inputs_.count(mb) && !slots_.holds(mb), "microbatch ", mb, " already ran forward");
-    inputs_[mb] = x;
-    run_forward(view(nullptr, 0), x, y);
-    return;
-  }
-  Slot& s = slots_.acquire(mb, [this] { return make_slot(placement_.at_forward); });
-  s.x = x;
-  s.dy = nullptr;
-  run_forward(view(&s, placement_.at_forward), x, y);
+  // Full recompute: no slot (F runs in the scratch and I runs it again).
+  Slot* s = slots_.begin_forward(mb, x, [this](unsigned parts) { return make_slot(parts); });
+  run_forward(view(s, slots_.placement().at_forward), x, y);
 }
 
 template <typename T>
 void Block<T>::backward_input(int mb, const T* dy, T* dx) {
   const int n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), hl = dims_.local_hidden();
-  Slot* slot = nullptr;
-  unsigned parts = placement_.at_forward;
-  if (placement_.at_input != 0) {  // full: this microbatch's slot starts here, filled by the forward again
-    auto it = inputs_.find(mb);
-    PPTRAIN_CHECK(it != inputs_.end(), "block I before F for microbatch ", mb);
-    parts = placement_.at_input;
-    slot = &slots_.acquire(mb, [this] { return make_slot(placement_.at_input); });
-    slot->x = it->second;
-    inputs_.erase(it);
-  } else {
-    slot = &slots_.get(mb);
-  }
-  Slot& s = *slot;
-  s.dy = dy;
-  const View v = view(&s, parts);
+  // Full recompute: this microbatch's slot starts here, filled by the forward again.
+  Slot& s = slots_.begin_input(mb, dy, [this](unsigned parts) { return make_slot(parts); });
+  const View v = view(&s, slots_.input_parts());
   if (skip_recompute_) {
     // planted fault: I reads whatever the scratch and the slot hold from earlier passes;
     // this rank still joins the recompute's all-reduce, so the rest of the tp group does not hang
-    if (placement_.at_input != 0 && dims_.tp > 1) tp_.allreduce(fault_scratch_.data(), size_t(n) * c, ReduceOp::Sum);
-  } else if (placement_.at_input != 0) {
+    if (slots_.forward_again() && dims_.tp > 1) tp_.allreduce(fault_scratch_.data(), size_t(n) * c, ReduceOp::Sum);
+  } else if (slots_.forward_again()) {
     run_forward(v, s.x, nullptr);
-  } else if (placement_.scratch & kProbsPart) {
+  } else if (slots_.placement().scratch & kProbsPart) {
     attention_forward(v);  // the probabilities again (and the same attn over the kept one)
   }
   // MLP half: dy flows both into the residual (dx2 = dy + ...) and into fc2; through the
@@ -217,8 +199,7 @@ void Block<T>::backward_input(int mb, const T* dy, T* dx) {
 template <typename T>
 void Block<T>::backward_weight(int mb) {
   const int n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), hl = dims_.local_hidden();
-  Slot& s = slots_.get(mb);
-  PPTRAIN_CHECK(s.dy, "block W before I for microbatch ", mb);
+  Slot& s = slots_.weight_slot(mb);
   // W reads the forward and gradient parts only, both per microbatch in every placement.
   const Forward& f = s.f;
   const Gradients& g = s.g;
@@ -235,8 +216,7 @@ void Block<T>::backward_weight(int mb) {
 
 template <typename T>
 void Block<T>::discard(int mb) {
-  inputs_.erase(mb);
-  if (slots_.holds(mb)) slots_.release(mb);
+  slots_.discard(mb);
 }
 
 template class Block<float>;

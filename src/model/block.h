@@ -34,9 +34,9 @@ class Block final : public Layer<T> {
   void backward_input(int mb, const T* dy, T* dx) override;
   void backward_weight(int mb) override;
   void discard(int mb) override;
-  size_t slot_bytes() const override { return bytes_of(placement_.at_forward); }
-  size_t slot_bytes_from_input() const override { return bytes_of(placement_.at_input); }
-  size_t scratch_bytes() const override { return bytes_of(placement_.scratch); }
+  size_t slot_bytes() const override { return bytes_of(slots_.placement().at_forward); }
+  size_t slot_bytes_from_input() const override { return bytes_of(slots_.placement().at_input); }
+  size_t scratch_bytes() const override { return bytes_of(slots_.placement().scratch); }
 
  private:
   // A microbatch's buffers by part (model/layer.h). N = B·T, C = d_model, CL = C/tp,
@@ -101,14 +101,10 @@ class Block final : public Layer<T> {
 
   Ops& ops_;
   ModelDims dims_;
-  BlockSlotPlacement placement_;
   Communicator& tp_;
   Param &ln1_w_, &ln1_b_, &qkv_w_, &qkv_b_, &proj_w_, &proj_b_;
   Param &ln2_w_, &ln2_b_, &fc_w_, &fc_b_, &fc2_w_, &fc2_b_;
-  // A microbatch's slot, holding placement_.at_forward (taken by F) or placement_.at_input
-  // (taken by I; the placements use one or the other), freed by W.
-  SlotPool<Slot> slots_;
-  std::map<int, const T*> inputs_;  // x of the microbatches F ran and I did not yet (slot taken by I)
+  BlockSlots<Slot, T> slots_;  // a microbatch's slot, taken by F or (full recompute) by I
   std::shared_ptr<SharedScratch<Slot>> scratch_;
   bool skip_recompute_ = false;                                // the planted fault skip_recompute
   bool keep_row_partial_ = false, keep_col_partial_ = false;  // skip_tp_allreduce:row / :col

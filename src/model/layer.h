@@ -141,4 +141,69 @@ class SlotPool {
   std::vector<std::unique_ptr<Slot>> free_;
 };
 
+// A block's per-microbatch slots under its BlockSlotPlacement, the lifecycle both model
+// families share: F takes the slot (at_forward) and records the input in it, or, when F keeps
+// nothing (full recompute), only remembers the input for I; I then takes the slot
+// (at_input), which the block fills by running its forward again; W and discard free it.
+// Slot has members `const T* x` (the block input) and `const T* dy` (the output gradient),
+// both owned by the stage; `make(parts)` builds a slot holding `parts`.
+template <typename Slot, typename T>
+class BlockSlots {
+ public:
+  explicit BlockSlots(BlockSlotPlacement placement) : placement_(placement) {}
+  const BlockSlotPlacement& placement() const { return placement_; }
+  // The parts a microbatch's slot holds during I and W.
+  unsigned input_parts() const { return placement_.at_input ? placement_.at_input : placement_.at_forward; }
+  // I re-runs the forward into the slot it takes (full recompute).
+  bool forward_again() const { return placement_.at_input != 0; }
+
+  // F: the microbatch's slot, or nullptr when F keeps nothing (F then runs in the scratch).
+  template <typename Make>
+  Slot* begin_forward(int mb, const T* x, Make make) {
+    if (placement_.at_forward == 0) {
+      PPTRAIN_CHECK(!inputs_.count(mb) && !slots_.holds(mb), "microbatch ", mb, " already ran forward");
+      inputs_[mb] = x;
+      return nullptr;
+    }
+    Slot& s = slots_.acquire(mb, [&] { return make(placement_.at_forward); });
+    s.x = x;
+    s.dy = nullptr;
+    return &s;
+  }
+  // I: the microbatch's slot with dy recorded; taken here (holding at_input) under full
+  // recompute, where the caller must run the forward into it before the dgrad.
+  template <typename Make>
+  Slot& begin_input(int mb, const T* dy, Make make) {
+    Slot* s = nullptr;
+    if (forward_again()) {
+      auto it = inputs_.find(mb);
+      PPTRAIN_CHECK(it != inputs_.end(), "block I before F for microbatch ", mb);
+      s = &slots_.acquire(mb, [&] { return make(placement_.at_input); });
+      s->x = it->second;
+      inputs_.erase(it);
+    } else {
+      s = &slots_.get(mb);
+    }
+    s->dy = dy;
+    return *s;
+  }
+  // W: the slot I left, checked to have run.
+  Slot& weight_slot(int mb) {
+    Slot& s = slots_.get(mb);
+    PPTRAIN_CHECK(s.dy, "block W before I for microbatch ", mb);
+    return s;
+  }
+  void release(int mb) { slots_.release(mb); }
+  // Evaluation: drops the microbatch whatever it holds.
+  void discard(int mb) {
+    inputs_.erase(mb);
+    if (slots_.holds(mb)) slots_.release(mb);
+  }
+
+ private:
+  BlockSlotPlacement placement_;
+  SlotPool<Slot> slots_;            // taken by F (at_forward) or by I (at_input), freed by W
+  std::map<int, const T*> inputs_;  // x of the microbatches F ran and I did not yet (full)
+};
+
 }  // namespace pptrain

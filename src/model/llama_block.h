@@ -38,9 +38,9 @@ class LlamaBlock final : public Layer<T> {
   void backward_input(int mb, const T* dy, T* dx) override;
   void backward_weight(int mb) override;
   void discard(int mb) override;
-  size_t slot_bytes() const override { return bytes_of(placement_.at_forward); }
-  size_t slot_bytes_from_input() const override { return bytes_of(placement_.at_input); }
-  size_t scratch_bytes() const override { return bytes_of(placement_.scratch); }
+  size_t slot_bytes() const override { return bytes_of(slots_.placement().at_forward); }
+  size_t slot_bytes_from_input() const override { return bytes_of(slots_.placement().at_input); }
+  size_t scratch_bytes() const override { return bytes_of(slots_.placement().scratch); }
 
  private:
   // A microbatch's buffers by part (model/layer.h). N = B·T, C = d_model, CL = NHL·HD,
@@ -99,11 +99,9 @@ class LlamaBlock final : public Layer<T> {
 
   Ops& ops_;
   ModelDims dims_;
-  BlockSlotPlacement placement_;
   Communicator& tp_;
   Param &ln1_w_, &qkv_w_, &proj_w_, &ln2_w_, &gate_w_, &up_w_, &down_w_;
-  SlotPool<Slot> slots_;            // a microbatch's slot (placement_.at_forward or .at_input)
-  std::map<int, const T*> inputs_;  // x of the microbatches F ran and I did not yet (slot taken by I)
+  BlockSlots<Slot, T> slots_;       // a microbatch's slot, taken by F or (full recompute) by I
   std::shared_ptr<SharedScratch<Slot>> scratch_;
   bool skip_recompute_ = false;     // the planted fault skip_recompute
   Buffer<T> fault_scratch_;         // [N,C], only with it
