@@ -47,6 +47,13 @@ void launch(const LaunchContext& ctx, const char* name, void (*kernel)(Params...
   emu::launch(ctx.stream, name, grid, block, shared_bytes,
               {[](const void* c) { (*static_cast<const Closure*>(c))(); }, &run_thread});
 #else
+  // cudaGetLastError returns the last error of any runtime call on this thread, also one a
+  // library met and handled itself while returning success (seen on an H200: "out of memory"
+  // at the first launch of a fresh process, after cuBLASLt calls that had succeeded). Every
+  // runtime call of ours is checked where it is made, so an error pending here is stale:
+  // cleared, so the check below reports this launch alone. A sticky error (a device fault)
+  // is returned again by the launch itself.
+  (void)cudaGetLastError();
   kernel<<<grid, block, shared_bytes, ctx.stream>>>(args...);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) fail("kernel ", name, ": launch failed: ", cudaGetErrorString(err));
