@@ -8,9 +8,12 @@
 //          (posix_fadvise DONTNEED after the sync), every rank reading its hyperslabs
 //   raw:   before the checkpoints, world rank 0 writes as many bytes in 8 MiB write()
 //          calls and fdatasync()s, drops them from the cache and reads them back
-// The ranks form pp x tp = world (1 -> 1x1, 2 -> 2x1, 4 -> 2x2, 8 -> 2x4). Best of
-// --reps repetitions. Prints one JSON line.
-//   mpirun -np N bench_checkpoint [--dir DIR] [--reps 2] [--layers 12]
+// The ranks form pp x tp = world (1 -> 1x1, 2 -> 2x1, 4 -> 2x2, 8 -> 2x4), or with --dp D
+// a dp group of D replicas (pp x tp = world / D as before) whose optimizer state is whole
+// on every replica (--zero 0: replica 0 writes the file) or sharded (--zero 1, ZeRO-1: each
+// replica writes its 1/D range of every dataset). Best of --reps repetitions. Prints one
+// JSON line.
+//   mpirun -np N bench_checkpoint [--dir DIR] [--reps 2] [--layers 12] [--dp 1] [--zero 0]
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -78,26 +81,37 @@ int main(int argc, char** argv) {
   MpiSession mpi(&argc, &argv);
   try {
     std::string dir = "bench-checkpoint";
-    int reps = 2, layers = 12;
+    int reps = 2, layers = 12, dp = 1, zero = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
       std::string a = argv[i];
       if (a == "--dir") dir = argv[i + 1];
       else if (a == "--reps") reps = std::stoi(argv[i + 1]);
       else if (a == "--layers") layers = std::stoi(argv[i + 1]);
-      else fail("bench_checkpoint: unknown option ", a, " (expected --dir DIR, --reps N, --layers L)");
+      else if (a == "--dp") dp = std::stoi(argv[i + 1]);
+      else if (a == "--zero") zero = std::stoi(argv[i + 1]);
+      else fail("bench_checkpoint: unknown option ", a, " (expected --dir DIR, --reps N, --layers L, --dp D, --zero 0|1)");
     }
     const int world_size = mpi.world_size();
-    const int pp = world_size == 1 ? 1 : 2, tp = world_size / pp;
-    if (pp * tp != world_size) fail("bench_checkpoint: run on 1 or an even number of ranks");
+    if (dp < 1 || world_size % dp != 0) fail("bench_checkpoint: --dp ", dp, " does not divide ", world_size, " ranks");
+    if (zero != 0 && zero != 1) fail("bench_checkpoint: --zero must be 0 or 1, got ", zero);
+    const int replica_size = world_size / dp;
+    const int pp = replica_size == 1 ? 1 : 2, tp = replica_size / pp;
+    if (pp * tp != replica_size) fail("bench_checkpoint: run on dp times 1 or an even number of ranks");
+    // Rank = (dp_idx · pp + pp_idx) · tp + tp_idx, as the training grid numbers them.
     MpiComm world = MpiComm::world();
-    MpiComm pp_group = world.split(world.rank() % tp, world.rank() / tp, "pp");
-    MpiComm tp_group = world.split(world.rank() / tp, world.rank() % tp, "tp");
+    const int dp_rank = world.rank() / replica_size, in_replica = world.rank() % replica_size;
+    MpiComm replica = world.split(dp_rank, in_replica, "replica");
+    MpiComm dp_group = world.split(in_replica, dp_rank, "dp");
+    MpiComm pp_group = replica.split(in_replica % tp, in_replica / tp, "pp");
+    MpiComm tp_group = replica.split(in_replica / tp, in_replica % tp, "tp");
     const int pp_rank = pp_group.rank(), tp_rank = tp_group.rank();
 
     Config cfg;  // GPT-2 124M: 12 layers, 12 heads, C 768, T 1024, V 50257
     cfg.model.n_layer = layers;
     cfg.parallel.pp = pp;
     cfg.parallel.tp = tp;
+    cfg.parallel.dp = dp;
+    cfg.parallel.zero = zero;
     cfg.training.micro_batch_size = 1;
     cfg.checkpoint.dir = dir;
     cfg.source = "bench_checkpoint";
@@ -108,8 +122,10 @@ int main(int argc, char** argv) {
     for (const StageSpec& spec : stage_specs(cfg))
       if (pipeline::rank_of_stage(pipeline::Placement::Loop, spec.index, pp) == pp_rank)
         stages.push_back(make_stage(params, dims, spec, tp_group));
-    OptimizerState optimizer(params);
-    ParallelContext par{1, pp, tp, 0, pp_rank, tp_rank, &pp_group, &tp_group, nullptr, nullptr, &world};
+    params.flatten(dp);  // as the Job does: one arena, dp equal ranges
+    const bool sharded = zero == 1 && dp > 1;
+    OptimizerState optimizer = sharded ? OptimizerState(params, dp_rank) : OptimizerState(params);
+    ParallelContext par{dp, pp, tp, dp_rank, pp_rank, tp_rank, &pp_group, &tp_group, &dp_group, nullptr, &world};
     log::set_quiet(true);
 
     // The raw disk first, best of `reps`, with as many bytes as the checkpoint will have
@@ -119,7 +135,7 @@ int main(int argc, char** argv) {
       if (!p->replicated_over_tp || tp_rank == 0) local_elements += double(p->numel());
     double elements = local_elements;
     tp_group.allreduce(&elements, 1, ReduceOp::Sum);
-    pp_group.allreduce(&elements, 1, ReduceOp::Sum);
+    pp_group.allreduce(&elements, 1, ReduceOp::Sum);  // one replica's: the file holds one copy
     double raw_write = 0, raw_read = 0;
     if (world.rank() == 0) {
       std::filesystem::create_directories(dir);
@@ -155,10 +171,10 @@ int main(int argc, char** argv) {
     if (world.rank() == 0) {
       std::filesystem::remove_all(dir);
       const double w = bytes / 1e6 / best_write, r = bytes / 1e6 / best_read;
-      std::printf("{\"bench\": \"checkpoint\", \"ranks\": %d, \"pp\": %d, \"tp\": %d, \"file_mb\": %.1f, "
+      std::printf("{\"bench\": \"checkpoint\", \"ranks\": %d, \"pp\": %d, \"tp\": %d, \"dp\": %d, \"zero\": %d, \"file_mb\": %.1f, "
                   "\"write_mb_s\": %.1f, \"read_mb_s\": %.1f, \"raw_write_mb_s\": %.1f, \"raw_read_mb_s\": %.1f, "
                   "\"write_vs_raw\": %.2f, \"read_vs_raw\": %.2f}\n",
-                  world_size, pp, tp, bytes / 1e6, w, r, raw_write, raw_read, w / raw_write, r / raw_read);
+                  world_size, pp, tp, dp, zero, bytes / 1e6, w, r, raw_write, raw_read, w / raw_write, r / raw_read);
       std::fflush(stdout);
     }
   } catch (const Error& e) {

@@ -2,7 +2,10 @@
 # Checkpoint bandwidth: write and read of a GPT-2-124M-shaped checkpoint (~1.5 GB with
 # the AdamW moments) on 1 rank and on 4 ranks (pp=2 x tp=2), beside the raw sequential
 # bandwidth of the same disk (dd, and the bench's own raw measurement in the same run).
-# Target: checkpoint bandwidth >= 0.5 of raw. One JSON line per rank count.
+# Target: checkpoint bandwidth >= 0.5 of raw. One JSON line per rank count. Then ZeRO-1's
+# sharded save: 2 ranks as dp = 2 replicas, the optimizer state whole on each (zero 0:
+# replica 0 writes everything) against sharded (zero 1: each writes its half of every
+# dataset), one JSON line each.
 #
 #   scripts/bench_checkpoint.sh [BUILD]     (BUILD defaults to build)
 #
@@ -24,5 +27,9 @@ status=0
 for ranks in 1 4; do
   mpirun --oversubscribe --bind-to none -np "$ranks" "$BUILD/bench/bench_checkpoint" --dir "$DIR/ck" \
     --reps "$REPS" || status=1
+done
+for zero in 0 1; do
+  mpirun --oversubscribe --bind-to none -np 2 "$BUILD/bench/bench_checkpoint" --dir "$DIR/ck" \
+    --reps "$REPS" --dp 2 --zero "$zero" || status=1
 done
 exit $status

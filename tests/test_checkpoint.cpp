@@ -54,6 +54,24 @@ class CheckpointFile : public ::testing::Test {
 
 }  // namespace
 
+// ZeRO-1 ranges cut a tensor anywhere (a partial row, whole rows, a partial row): chunks
+// sized to the largest rectangle would not tile the dataset (two 254-row chunks for 256
+// rows), so such a dataset is contiguous; rectangles on a grid keep their chunks.
+TEST(CheckpointTable, RectanglesOffTheChunkGridAreStoredContiguously) {
+  IoGroup io = IoGroup::single();
+  auto table_of = [&](std::vector<Slab> slabs) {
+    ShardedTensor t{"wte.weight", {256, 8}, 256, 8, std::move(slabs)};
+    return build_global_table({t}, io).at(0);
+  };
+  // A range's pieces: rows 0..253 whole, row 254's first 3 columns, the rest.
+  TableEntry zero_range = table_of({{0, 0, 0, 0, 254, 8}, {254, 0, 254, 0, 1, 3}, {254, 3, 254, 3, 1, 5},
+                                    {255, 0, 255, 0, 1, 8}});
+  EXPECT_EQ(zero_range.chunk, (std::vector<int64_t>{256, 8}));
+  // Two equal halves of the rows (a tp split): one chunk each.
+  TableEntry halves = table_of({{0, 0, 0, 0, 128, 8}, {128, 0, 128, 0, 128, 8}});
+  EXPECT_EQ(halves.chunk, (std::vector<int64_t>{128, 8}));
+}
+
 TEST(CheckpointTable, OneProcessWritesEverythingOneTransferPerSlab) {
   Model model(tiny_model(), 1);
   IoGroup io = IoGroup::single();

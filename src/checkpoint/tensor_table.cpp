@@ -154,6 +154,19 @@ std::vector<TableEntry> build_global_table(const std::vector<ShardedTensor>& min
                   rows * cols, " elements");
     const int64_t max_rows = std::max<int64_t>(1, kMaxChunkBytes / int64_t(sizeof(float)) / chunk_cols);
     chunk_rows = std::min(chunk_rows, max_rows);
+    // Chunks only pay when the writers' rectangles lie on the chunk grid (tp and pp shards
+    // do: equal parts). ZeRO-1 ranges cut tensors anywhere, e.g. 254 rows and 2 rows of a
+    // 256-row tensor, where a 254-row chunk would allocate 508 rows: such a dataset is
+    // stored contiguously (no size limit, any hyperslab writable collectively).
+    auto on_grid = [](int64_t begin, int64_t size, int64_t chunk, int64_t extent) {
+      return begin % chunk == 0 && ((begin + size) % chunk == 0 || begin + size == extent);
+    };
+    for (const auto& shard : m.writer_shards)
+      for (const Rect& r : shard)
+        if (!on_grid(r.row, r.rows, chunk_rows, rows) || !on_grid(r.col, r.cols, chunk_cols, cols)) {
+          chunk_rows = rows;
+          chunk_cols = cols;
+        }
     e.chunk = m.shape.size() > 1 ? std::vector<int64_t>{chunk_rows, chunk_cols} : std::vector<int64_t>{chunk_rows};
     table.push_back(std::move(e));
   }
