@@ -39,9 +39,9 @@ CostProfile sample_profile() {
   p.vocab_size = 50257;
   p.tp = 2;
   double x = 0.1;
-  for (LayerCost* l : {&p.embedding, &p.block, &p.head}) {
+  for (LayerCost* l : {&p.embedding, &p.block, &p.head, &p.block_attention, &p.block_full}) {
     for (double* v : {&l->forward_ms, &l->input_grad_ms, &l->weight_grad_ms, &l->act_fi_bytes, &l->act_iw_bytes,
-                      &l->param_bytes, &l->optim_bytes}) {
+                      &l->act_from_input_bytes, &l->param_bytes, &l->optim_bytes}) {
       *v = x;
       x = x * 3.7 + 1.0 / 3;
     }
@@ -57,8 +57,9 @@ CostProfile sample_profile() {
   p.update_ns_per_param = 1.0 / 7;
   p.allreduce_ranks = 3;
   for (int tp : {4, 8}) {
-    TpLayerCosts t{tp, p.embedding, p.block, p.head};
+    TpLayerCosts t{tp, p.embedding, p.block, p.head, p.block_attention, p.block_full};
     t.block.forward_ms = 1.0 / tp;
+    t.block_full.input_grad_ms = 3.0 / tp;
     p.other_tp.push_back(t);
   }
   return p;
@@ -72,6 +73,7 @@ void expect_same_layer(const LayerCost& a, const LayerCost& b, const std::string
   EXPECT_TRUE(same_bits(a.weight_grad_ms, b.weight_grad_ms)) << kind;
   EXPECT_TRUE(same_bits(a.act_fi_bytes, b.act_fi_bytes)) << kind;
   EXPECT_TRUE(same_bits(a.act_iw_bytes, b.act_iw_bytes)) << kind;
+  EXPECT_TRUE(same_bits(a.act_from_input_bytes, b.act_from_input_bytes)) << kind;
   EXPECT_TRUE(same_bits(a.param_bytes, b.param_bytes)) << kind;
   EXPECT_TRUE(same_bits(a.optim_bytes, b.optim_bytes)) << kind;
 }
@@ -90,12 +92,16 @@ void expect_same(const CostProfile& a, const CostProfile& b) {
   expect_same_layer(a.embedding, b.embedding, "embedding");
   expect_same_layer(a.block, b.block, "block");
   expect_same_layer(a.head, b.head, "head");
+  expect_same_layer(a.block_attention, b.block_attention, "block_attention");
+  expect_same_layer(a.block_full, b.block_full, "block_full");
   ASSERT_EQ(a.other_tp.size(), b.other_tp.size());
   for (size_t i = 0; i < a.other_tp.size(); ++i) {
     EXPECT_EQ(a.other_tp[i].tp, b.other_tp[i].tp);
     expect_same_layer(a.other_tp[i].embedding, b.other_tp[i].embedding, cat("other_tp embedding ", i));
     expect_same_layer(a.other_tp[i].block, b.other_tp[i].block, cat("other_tp block ", i));
     expect_same_layer(a.other_tp[i].head, b.other_tp[i].head, cat("other_tp head ", i));
+    expect_same_layer(a.other_tp[i].block_attention, b.other_tp[i].block_attention, cat("other_tp attention ", i));
+    expect_same_layer(a.other_tp[i].block_full, b.other_tp[i].block_full, cat("other_tp full ", i));
   }
   EXPECT_TRUE(same_bits(a.transfer_bytes, b.transfer_bytes));
   EXPECT_TRUE(same_bits(a.transfer_ms, b.transfer_ms));
@@ -215,6 +221,31 @@ TEST(CostProfile, MalformedFilesAreOneLineNamingTheKey) {
   EXPECT_ERROR("{\"device\": \"cpu\", \"precision\": \"fp32\", \"attention\": \"naive\", ]", "p.json:1: invalid JSON");
 }
 
+TEST(CostProfile, AFileWithoutTheRecomputeCostsIsRefusedSayingToProfileAgain) {
+  // A profile written before the recompute costs were measured: each of the keys it lacks
+  // is named, with what to do.
+  const std::string json = to_json(sample_profile());
+  auto without_object = [&](const std::string& key) {
+    std::string j = json;
+    const size_t at = j.find("\"" + key + "\": {");
+    EXPECT_NE(at, std::string::npos) << key;
+    const size_t end = j.find("}", at);
+    return j.erase(at, end + 3 - at);  // the object, its closing brace, the comma and newline
+  };
+  const std::string hint = "a profile from before recompute costs were measured: take it again with pptrain profile";
+  EXPECT_EQ(error_of(without_object("block_full")), "p.json: block_full: missing (" + hint + ")");
+  EXPECT_EQ(error_of(without_object("block_attention")), "p.json: block_attention: missing (" + hint + ")");
+  std::string j = json;
+  const size_t key = j.find("\"act_from_input_bytes\"");
+  j.erase(key, j.find("\n", key) + 1 - key);
+  EXPECT_EQ(error_of(j), "p.json: embedding.act_from_input_bytes: missing (" + hint + ")");
+  // A bad value of a new key is named like any other.
+  const size_t value = json.find("\"act_from_input_bytes\": ", json.find("\"block_full\"")) + 24;
+  std::string bad = json;
+  bad.replace(value, json.find(",", value) - value, "-1");
+  EXPECT_EQ(error_of(bad), "p.json: block_full.act_from_input_bytes: expected a finite number >= 0, got -1");
+}
+
 TEST(ScaledProfile, TakesTheCostsMeasuredAtATpAndModelsTheOthers) {
   CostProfile p = sample_profile();
   p.tp = 1;
@@ -328,18 +359,31 @@ TEST(Profile, LayerBytesAddUpToWhatTheMemoryEstimateCountsPerStage) {
   opts.repeats = 1;
   auto ops = make_cpu_ops();
   const CostProfile p = profile_layers(c, *ops, opts);
-  const ModelDims dims = ModelDims::from(c.model, c.training.micro_batch_size, 1, 0);
-  for (std::vector<int> cut : {std::vector<int>{4}, {0, 4}, {4, 0}, {1, 3}, {0, 2, 2, 0}, {1, 1, 1, 1}}) {
-    c.parallel.pp = int(cut.size());
-    c.parallel.layers_per_stage = cut;
-    validate(c);
-    for (const StageSpec& spec : stage_specs(c)) {
-      const StageSlotBytes want = stage_slot_bytes(dims, spec, Precision::fp32);
-      const double got = spec.has_embedding * p.embedding.act_iw_bytes + spec.num_blocks * p.block.act_iw_bytes +
-                         spec.has_head * p.head.act_iw_bytes + (spec.has_embedding ? 0 : 2 * p.transfer_bytes);
-      EXPECT_EQ(got, want.io + want.layers) << "stage " << spec.index << " of " << cut.size();
+  // Under each recompute mode the block measured for it: taken by F (act_iw) and by I
+  // (act_from_input) as the estimate places the blocks' slots.
+  for (const std::string mode : {"none", "attention", "full"}) {
+    ModelDims dims = ModelDims::from(c.model, c.training.micro_batch_size, 1, 0);
+    dims.recompute = ModelDims::recompute_of(mode, dims.fused_attention);
+    const LayerCost& block = block_cost(p, mode);
+    for (std::vector<int> cut : {std::vector<int>{4}, {0, 4}, {4, 0}, {1, 3}, {0, 2, 2, 0}, {1, 1, 1, 1}}) {
+      c.parallel.pp = int(cut.size());
+      c.parallel.layers_per_stage = cut;
+      validate(c);
+      for (const StageSpec& spec : stage_specs(c)) {
+        const StageSlotBytes want = stage_slot_bytes(dims, spec, Precision::fp32);
+        const double got = spec.has_embedding * p.embedding.act_iw_bytes + spec.num_blocks * block.act_iw_bytes +
+                           spec.has_head * p.head.act_iw_bytes + (spec.has_embedding ? 0 : 2 * p.transfer_bytes);
+        EXPECT_EQ(got, want.io + want.layers) << mode << " stage " << spec.index << " of " << cut.size();
+        EXPECT_EQ(spec.num_blocks * block.act_from_input_bytes, want.layers_from_input) << mode;
+        EXPECT_EQ(block.act_fi_bytes, 0) << mode;
+      }
     }
   }
+  // full keeps only the output pair from F; attention drops the probabilities [B,NH,T,T].
+  EXPECT_EQ(p.block_full.act_iw_bytes, 2 * p.transfer_bytes);
+  EXPECT_GT(p.block_full.act_from_input_bytes, 0);
+  EXPECT_LT(p.block_full.act_iw_bytes + p.block_full.act_from_input_bytes, p.block.act_iw_bytes);
+  EXPECT_EQ(p.block.act_iw_bytes - p.block_attention.act_iw_bytes, 4.0 * 3 * 2 * 5 * 5);
 }
 
 TEST(Profile, TimesArePositiveAndTheBlockCostsMoreThanTheEmbedding) {

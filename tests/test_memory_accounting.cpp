@@ -167,6 +167,9 @@ TEST_F(MemoryAccounting, MemPeakOfTheFirstStepAgreesWithTheDryRun) {
       {2, "parallel.tp=2"},
       {1, "training.recompute=attention"},
       {2, "parallel.pp=2 parallel.schedule=zbv parallel.stages_per_rank=2 model.n_layer=4 training.recompute=full"},
+      // One mode per stage: each stage's slots where its own mode places them.
+      {2, "parallel.pp=2 parallel.schedule=zbv parallel.stages_per_rank=2 model.n_layer=4 "
+          "'training.recompute=[full,none,attention,full]'"},
       {2, "parallel.dp=2 parallel.zero=1"},
   };
   int run = 0;

@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "partition/partition.h"
 #include "partition/partitioner.h"
+#include "partition/recompute_choice.h"
 #include "pipeline/lower.h"
 #include "pipeline/registry.h"
 #include "pipeline/simulate.h"
@@ -154,6 +155,7 @@ TEST(TimingGraph, StartsAndPeaksEqualTheSimulatorsForEverySchedule) {
         c.stage_weight_grad.push_back(cost(rng));
         c.stage_act_input.push_back(cost(rng));
         c.stage_act_weight.push_back(cost(rng));
+        c.stage_act_from_input.push_back(cost(rng));
       }
       const pipeline::SimResult sim = pipeline::simulate(s, c);
 
@@ -192,7 +194,8 @@ TEST(TimingGraph, StartsAndPeaksEqualTheSimulatorsForEverySchedule) {
       for (const pipeline::MemoryPoint& p : pipeline::memory_points(s)) {
         double bytes = 0;
         for (int st = 0; st < s.num_stages(); ++st)
-          bytes += p.input_live[st] * c.stage_act_input[st] + p.weight_live[st] * c.stage_act_weight[st];
+          bytes += p.input_live[st] * c.stage_act_input[st] + p.weight_live[st] * c.stage_act_weight[st] +
+                   p.from_input_live[st] * c.stage_act_from_input[st];
         peak[p.rank] = std::max(peak[p.rank], bytes);
       }
       // The same double sums of small integer multiples, possibly in another order: equal up
@@ -200,6 +203,60 @@ TEST(TimingGraph, StartsAndPeaksEqualTheSimulatorsForEverySchedule) {
       for (int r = 0; r < s.pp; ++r) EXPECT_NEAR(peak[r], sim.peak_activations[r], 1e-9) << "rank " << r;
     }
   }
+}
+
+TEST(Simulator, BytesTakenByIAreHeldFromIUntilW) {
+  // Two stages, two microbatches, split backward. Per microbatch a stage takes at F
+  // act_input (freed by I) and act_weight (kept until W), and at I act_from_input (kept
+  // until W: a block's slot under full recompute), while F's bytes are still held.
+  Schedule s;
+  s.name = "hand";
+  s.pp = 2;
+  s.microbatches = 2;
+  s.program.resize(2);
+  for (const char* a : {"0F0", "0F1", "0I0", "0W0", "0I1", "0W1"}) s.program[0].push_back(pipeline::parse_action(a));
+  for (const char* a : {"1F0", "1I0", "1F1", "1I1", "1W0", "1W1"}) s.program[1].push_back(pipeline::parse_action(a));
+  pipeline::CostModel c;
+  c.stage_act_input = {1, 1};
+  c.stage_act_weight = {2, 3};
+  c.stage_act_from_input = {5, 7};
+  // rank 0: F0 3, F1 6, I0 6 + 5 = 11 (peak), then 10; W0 3; I1 8, then 7; W1 0.
+  // rank 1: F0 4, I0 4 + 7 = 11, then 10; F1 14; I1 14 + 7 = 21 (peak), then 20; W0 10; W1 0.
+  const pipeline::SimResult sim = pipeline::simulate(s, c);
+  EXPECT_EQ(sim.peak_activations[0], 11);
+  EXPECT_EQ(sim.peak_activations[1], 21);
+  // Counted from F instead (the upper bound before I took bytes): rank 0 would peak at 16.
+  pipeline::CostModel from_f = c;
+  from_f.stage_act_weight = {2 + 5, 3 + 7};
+  from_f.stage_act_from_input = {0, 0};
+  EXPECT_EQ(pipeline::simulate(s, from_f).peak_activations[0], 16);
+  // The memory points give the same peaks.
+  std::vector<double> peak(2, 0);
+  for (const pipeline::MemoryPoint& p : pipeline::memory_points(s)) {
+    double bytes = 0;
+    for (int st = 0; st < 2; ++st)
+      bytes += p.input_live[st] * c.stage_act_input[st] + p.weight_live[st] * c.stage_act_weight[st] +
+               p.from_input_live[st] * c.stage_act_from_input[st];
+    peak[p.rank] = std::max(peak[p.rank], bytes);
+  }
+  EXPECT_EQ(peak[0], 11);
+  EXPECT_EQ(peak[1], 21);
+  // A full backward B takes them for its moment: F0 F1 B0 B1 on one rank peaks at 6 + 5.
+  Schedule b;
+  b.name = "hand-b";
+  b.pp = 1;
+  b.microbatches = 2;
+  b.program.resize(1);
+  for (const char* a : {"0F0", "0F1", "0B0", "0B1"}) b.program[0].push_back(pipeline::parse_action(a));
+  pipeline::CostModel one;
+  one.stage_act_input = {1};
+  one.stage_act_weight = {2};
+  one.stage_act_from_input = {5};
+  EXPECT_EQ(pipeline::simulate(b, one).peak_activations[0], 11);
+  // Bytes taken by I without the per-stage lists they add to are refused.
+  pipeline::CostModel alone;
+  alone.stage_act_from_input = {5};
+  EXPECT_THROW(pipeline::simulate(b, alone), Error);
 }
 
 TEST(Simulator, PeakMemoryAddsTheStaticMemoryOfTheRanksStages) {
@@ -379,5 +436,95 @@ TEST(Partitioner, PrintsTheSolveTimeOf128BlocksInto16Stages) {
                   split_text(part.blocks_per_stage).c_str());
       std::fflush(stdout);
     }
+  }
+}
+
+// ---- the recompute choice (recompute_choice.h) --------------------------------------------
+
+namespace {
+
+// A block whose recompute saves most of its bytes for one more forward in I.
+CostProfile recompute_profile(const std::string& attention) {
+  CostProfile p;
+  p.attention = attention;
+  p.embedding = layer(0.2, 0, 0.2, 0, 8, 300, 600);
+  p.block = layer(1, 1.1, 0.7, 0, 40, 100, 200);
+  p.block_attention = layer(1, 1.4, 0.7, 0, 30, 100, 200);
+  p.block_full = layer(1, 2.1, 0.7, 0, 4, 100, 200);
+  p.block_full.act_from_input_bytes = 30;
+  p.head = layer(0.8, 0.9, 0.5, 0, 10, 300, 600);
+  p.transfer_ms = 0.05;
+  return p;
+}
+
+}  // namespace
+
+TEST(RecomputeChoice, StagesWithMoreMicrobatchesInFlightComeFirst) {
+  // 1F1B: stage s holds p - s microbatches at most.
+  EXPECT_EQ(stages_by_microbatches_in_flight(pipeline::generate_schedule("1f1b", 4, 8, 1)),
+            (std::vector<int>{0, 1, 2, 3}));
+  // GPipe: all m on every stage; ties in stage order.
+  EXPECT_EQ(stages_by_microbatches_in_flight(pipeline::generate_schedule("gpipe", 3, 4, 1)),
+            (std::vector<int>{0, 1, 2}));
+}
+
+TEST(RecomputeChoice, ALimitBetweenNoneAndFullRecomputesTheFirstStageFirst) {
+  const CostProfile p = recompute_profile("flash");  // fused: only full saves bytes
+  const Schedule s = pipeline::generate_schedule("1f1b", 2, 4, 1);
+  const int n_layer = 4;
+  const StageRecompute none = {"none", "none"}, first = {"full", "none"}, full = {"full", "full"};
+  const double least_none = max_of(min_memory_partition(p, s, n_layer, none).peak_bytes);
+  const double least_first = max_of(min_memory_partition(p, s, n_layer, first).peak_bytes);
+  const double least_full = max_of(min_memory_partition(p, s, n_layer, full).peak_bytes);
+  ASSERT_LT(least_first, least_none);
+  ASSERT_LE(least_full, least_first);
+  const double limit = (least_first + least_none) / 2;
+
+  const RecomputePlan chosen = choose_recompute(p, s, n_layer, limit);
+  EXPECT_EQ(chosen.recompute, first) << recompute_text(chosen.recompute);
+  EXPECT_LE(max_of(chosen.partition.peak_bytes), limit);
+  // Exact for that choice: the partitioner's split under the limit.
+  const Partition exact = partition_stages(p, s, n_layer, limit, first);
+  EXPECT_EQ(chosen.partition.blocks_per_stage, exact.blocks_per_stage);
+  EXPECT_EQ(chosen.partition.step_ms, exact.step_ms);
+  // Slower than none with no limit (one more forward per block of stage 0), faster than
+  // every stage recomputing under the same limit.
+  const double unlimited = partition_stages(p, s, n_layer, 0).step_ms;
+  EXPECT_GE(chosen.partition.step_ms, unlimited);
+  EXPECT_LE(chosen.partition.step_ms, partition_stages(p, s, n_layer, limit, full).step_ms);
+  EXPECT_GT(chosen.partition.step_ms, unlimited);  // the limit binds: the recompute costs time
+
+  // With naive attention the cheaper mode is tried first on that stage: attention drops 10
+  // of the 40 bytes; where that is not enough the stage goes on to full.
+  const CostProfile naive = recompute_profile("naive");
+  const RecomputePlan n = choose_recompute(naive, s, n_layer, limit);
+  EXPECT_EQ(n.recompute[1], "none");
+  EXPECT_NE(n.recompute[0], "none");
+  if (n.recompute[0] == "full") {
+    EXPECT_THROW(partition_stages(naive, s, n_layer, limit, {"attention", "none"}), Error);
+  }
+}
+
+TEST(RecomputeChoice, NoLimitIsNoneAndAnInfeasibleLimitNamesTheSmallest) {
+  const CostProfile p = recompute_profile("flash");
+  const Schedule s = pipeline::generate_schedule("1f1b", 2, 4, 1);
+  const RecomputePlan free = choose_recompute(p, s, 4, 0);
+  EXPECT_EQ(free.recompute, (StageRecompute{"none", "none"}));
+  EXPECT_EQ(free.partition.step_ms, partition_stages(p, s, 4, 0).step_ms);
+  // A limit none fits: none.
+  const double least_none = max_of(min_memory_partition(p, s, 4).peak_bytes);
+  EXPECT_EQ(choose_recompute(p, s, 4, least_none * 1.01).recompute, (StageRecompute{"none", "none"}));
+  // Below what every stage under full needs: one line naming that.
+  const double least_full = max_of(min_memory_partition(p, s, 4, {"full", "full"}).peak_bytes);
+  try {
+    choose_recompute(p, s, 4, least_full * 0.9);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    EXPECT_NE(msg.find("even with every stage under full recompute"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(cat("the smallest limit that fits is ", std::llround(std::ceil(least_full)), " bytes")),
+              std::string::npos)
+        << msg;
   }
 }

@@ -6,10 +6,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "core/config.h"
+#include "core/error.h"
+#include "partition/cost_profile.h"
+#include "partition/layout_search.h"
 #include "support/test_util.h"
 
 using namespace pptrain::testing;
@@ -100,6 +105,48 @@ TEST(Planner, PlanRanksLayoutsAndWritesAConfigThatTrains) {
   ASSERT_EQ(measured.exit_code, 0) << measured.output;
   EXPECT_NE(read_file(dir.file("own.yaml")).find("profile: \"own.yaml.profile.json\""), std::string::npos);
   EXPECT_NO_THROW(read_file(dir.file("own.yaml.profile.json")));
+}
+
+// A memory limit under which no layout of 2 ranks fits without recompute: the plan's best
+// layout recomputes on some stage, --out writes the per-stage list, and that config trains.
+TEST(Planner, ALimitThatNeedsRecomputeWritesAPerStageListThatTrains) {
+  TempDir dir = corpus_dir();
+  write_config(dir, "c.yaml", "microbatches: 4");
+  CommandResult prof = run_command("cd " + dir.path() + " && " + trainer() + " profile c.yaml --out p.json", 60);
+  ASSERT_EQ(prof.exit_code, 0) << prof.output;
+  // The limit: lowered from the least peak of the layouts without a limit until the best
+  // layout the search finds recomputes (the search as `pptrain plan` runs it).
+  const pptrain::Config cfg = pptrain::load_config(dir.file("c.yaml"));
+  const pptrain::CostProfile p = pptrain::read_cost_profile(dir.file("p.json"));
+  pptrain::LayoutSearchOptions opts;
+  opts.ranks = 2;
+  double least = INFINITY;
+  for (const pptrain::LayoutChoice& c : pptrain::search_layouts(cfg, p, opts)) least = std::min(least, c.peak_bytes);
+  double limit = 0;
+  for (double f = 0.99; f > 0.3 && limit == 0; f -= 0.01) {
+    opts.memory_per_rank_bytes = least * f;
+    try {
+      if (pptrain::any_recompute(pptrain::search_layouts(cfg, p, opts).front().recompute))
+        limit = opts.memory_per_rank_bytes;
+    } catch (const pptrain::Error&) {
+      break;  // nothing fits any more
+    }
+  }
+  ASSERT_GT(limit, 0) << "no limit makes the best layout recompute";
+  char gib[64];
+  std::snprintf(gib, sizeof gib, "%.17g", limit / double(1 << 30));
+  CommandResult plan = run_command("cd " + dir.path() + " && " + trainer() +
+                                       " plan c.yaml --ranks 2 --profile p.json --out best.yaml --memory-per-rank " +
+                                       gib,
+                                   60);
+  ASSERT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_NE(plan.output.find("full"), std::string::npos) << plan.output;  // the table's recompute column
+  const std::string best = read_file(dir.file("best.yaml"));
+  EXPECT_NE(best.find("recompute: ["), std::string::npos) << best;
+  CommandResult r = run_command("cd " + dir.path() + " && " + mpirun(2) + trainer() + " train best.yaml", 150);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("recompute per stage ["), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" ms (predicted "), std::string::npos) << r.output;
 }
 
 TEST(Planner, AProfileOfOtherShapesAndAnImpossibleLimitAreOneLineEach) {

@@ -240,7 +240,75 @@ TEST_F(RecomputeTrain, BadValueIsOneLine) {
   auto r = run_command(pptrain_bin() + " train " + dir_->file("c.yaml") + " training.recompute=some", 30);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("training.recompute"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("expected none, attention or full, got 'some'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("expected none, attention, full, auto or a list of one per stage, got 'some'"),
+            std::string::npos)
+      << r.output;
+}
+
+// training.recompute as a list: one mode per stage, bitwise none's gradients and parameters
+// (the same arithmetic on every stage); the dry run and the running job show each stage's
+// mode, and the activation bytes per stage counted from the job's buffers after the first
+// step are what the dry run predicted for that stage.
+TEST_F(RecomputeTrain, PerStageListEqualsNoneAndItsBytesMatchTheDryRun) {
+  struct Layout {
+    const char* name;
+    std::string overrides, modes, shown;
+  };
+  const Layout layouts[] = {
+      {"1f1b", "parallel.pp=2 parallel.schedule=1f1b", "[full,none]", "[full, none]"},
+      {"zbv4", "parallel.pp=2 parallel.schedule=zbv parallel.stages_per_rank=2", "[full,attention,none,full]",
+       "[full, attention, none, full]"},
+  };
+  for (const Layout& l : layouts) {
+    const std::string none = std::string(l.name) + "_list_none", listed = std::string(l.name) + "_list";
+    train(2, none, l.overrides + " training.recompute=none");
+    const std::string key = " 'training.recompute=" + l.modes + "'";
+    train(2, listed, l.overrides + key);
+    for (int step : {1, 2}) {
+      const Verdict v = compare_exact(dumps(listed, 2, step), dumps(none, 2, step));
+      EXPECT_TRUE(v.passed()) << v.failures(listed + " step " + std::to_string(step));
+    }
+    const std::string args = " train " + dir_->file("c.yaml") + " " + l.overrides + key + " training.steps=1";
+    auto dry = run_command(pptrain_bin() + args + " --dry-run", 60);
+    ASSERT_EQ(dry.exit_code, 0) << dry.output;
+    EXPECT_NE(dry.output.find("recompute per stage " + l.shown), std::string::npos) << dry.output;
+    auto real = run_command(mpirun(2) + pptrain_bin() + args, 90);
+    ASSERT_EQ(real.exit_code, 0) << real.output;
+    EXPECT_NE(real.output.find("recompute per stage " + l.shown), std::string::npos) << real.output;
+    // Per rank, the activations part of the report line: each stage's mode, bytes held
+    // F->I and I->W per microbatch, live microbatches and scratch (rounded as printed).
+    auto stage_part = [](const std::string& out, int pp) {
+      const size_t line = out.find("  pp " + std::to_string(pp) + " tp 0: ");
+      if (line == std::string::npos) return std::string("(no line)");
+      const size_t from = out.find("| activations ", line), to = out.find(") | logits", line);
+      const size_t open = out.find(" (", from);
+      return out.substr(open, to - open);
+    };
+    for (int pp = 0; pp < 2; ++pp) {
+      const std::string predicted = stage_part(dry.output, pp);
+      EXPECT_NE(predicted.find("(recompute "), std::string::npos) << predicted;
+      EXPECT_EQ(stage_part(real.output, pp), predicted) << l.name << " pp " << pp << "\n" << real.output;
+    }
+  }
+}
+
+TEST_F(RecomputeTrain, BadPerStageListsAreOneLine) {
+  const std::string base = pptrain_bin() + " train " + dir_->file("c.yaml") + " parallel.pp=2";
+  auto length = run_command(base + " 'training.recompute=[full,none,none]' --dry-run", 30);
+  EXPECT_NE(length.exit_code, 0);
+  EXPECT_NE(length.output.find("key 'training.recompute': expected 2 entries (pp x stages_per_rank), got 3"),
+            std::string::npos)
+      << length.output;
+  auto entry = run_command(base + " 'training.recompute=[full,auto]' --dry-run", 30);
+  EXPECT_NE(entry.exit_code, 0);
+  EXPECT_NE(entry.output.find("key 'training.recompute[1]': expected none, attention or full, got 'auto'"),
+            std::string::npos)
+      << entry.output;
+  auto nested = run_command(base + " 'training.recompute=[full,[none]]' --dry-run", 30);
+  EXPECT_NE(nested.exit_code, 0);
+  EXPECT_NE(nested.output.find("training.recompute'[1]: expected none, attention or full, got a list"),
+            std::string::npos)
+      << nested.output;
 }
 
 TEST_F(RecomputeTrain, AttentionWithFusedAttentionSaysItIsANoOp) {

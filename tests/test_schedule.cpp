@@ -268,11 +268,12 @@ TEST(ScheduleBubble, PerStageCosts) {
 }
 
 TEST(ScheduleBubble, CostSpecParsesAndRejectsBadKeys) {
-  CostModel c = parse_cost("f=1,i=1.5,w=0.5,comm=0.1,act_i=0.75,act_w=0.25");
+  CostModel c = parse_cost("f=1,i=1.5,w=0.5,comm=0.1,act_i=0.75,act_w=0.25,act_from_i=0.5");
   EXPECT_DOUBLE_EQ(c.input_grad, 1.5);
+  EXPECT_DOUBLE_EQ(c.act_from_input, 0.5);
   EXPECT_DOUBLE_EQ(c.weight_grad, 0.5);
   EXPECT_DOUBLE_EQ(c.comm, 0.1);
-  EXPECT_EQ(to_string(c), "f=1,i=1.5,w=0.5,comm=0.1,act_i=0.75,act_w=0.25");
+  EXPECT_EQ(to_string(c), "f=1,i=1.5,w=0.5,comm=0.1,act_i=0.75,act_w=0.25,act_from_i=0.5");
   auto error = [](const char* spec) {
     try {
       parse_cost(spec);
@@ -281,7 +282,7 @@ TEST(ScheduleBubble, CostSpecParsesAndRejectsBadKeys) {
     }
     return std::string("accepted");
   };
-  EXPECT_EQ(error("f=1,x=2"), "--cost 'f=1,x=2': unknown key 'x' (f, i, w, comm, act_i, act_w)");
+  EXPECT_EQ(error("f=1,x=2"), "--cost 'f=1,x=2': unknown key 'x' (f, i, w, comm, act_i, act_w, act_from_i)");
   EXPECT_EQ(error("w=-1"), "--cost 'w=-1': w needs a number >= 0 (got '-1')");
   EXPECT_EQ(error("i"), "--cost 'i': i needs a number >= 0 (got '')");
 }

@@ -79,14 +79,14 @@ PlanArgs parse_args(const Args& args) {
 
 void print_table(const std::vector<LayoutChoice>& layouts, const PlanArgs& args) {
   std::printf("%4s %3s %3s %3s %2s %4s %4s %-17s %10s %9s %7s %9s  %s\n", "rank", "pp", "tp", "dp", "v", "mbs",
-              "m", "schedule", "step ms", "sync+opt", "bubble", "mem GiB", "blocks per stage");
+              "m", "schedule", "step ms", "sync+opt", "bubble", "mem GiB", "blocks per stage, recompute per stage");
   const int n = std::min<int>(args.top, int(layouts.size()));
   for (int i = 0; i < n; ++i) {
     const LayoutChoice& c = layouts[i];
-    std::printf("%4d %3d %3d %3d %2d %4d %4d %-17s %10.2f %9.2f %7.3f %9.3f  %s\n", i + 1, c.pp, c.tp, c.dp,
+    std::printf("%4d %3d %3d %3d %2d %4d %4d %-17s %10.2f %9.2f %7.3f %9.3f  %s %s\n", i + 1, c.pp, c.tp, c.dp,
                 c.stages_per_rank, c.micro_batch_size, c.microbatches, c.schedule.c_str(), c.step_ms,
                 c.sync_ms + c.optimizer_ms, c.bubble, c.peak_bytes / double(1 << 30),
-                blocks_text(c.layers_per_stage).c_str());
+                blocks_text(c.layers_per_stage).c_str(), recompute_text(c.recompute).c_str());
   }
   if (int(layouts.size()) > n) std::printf("(%zu more; --top K shows more)\n", layouts.size() - n);
 }

@@ -74,17 +74,24 @@ void print_table(const CostProfile& p, const ProfileArgs& args, int ranks) {
               p.device.c_str(), p.precision.c_str(), p.attention.c_str(), p.micro_batch_size, p.seq_len, p.d_model,
               p.n_head, p.vocab_size);
   std::printf("per microbatch, median of %d:\n", args.repeats);
-  std::printf("  %-13s %9s %9s %9s %11s %11s %11s %11s\n", "layer", "F ms", "I ms", "W ms", "act F..I", "act I..W",
+  // Held between F and I, and between I and W (cost_profile.h).
+  std::printf("  %-19s %9s %9s %9s %11s %11s %11s %11s\n", "layer", "F ms", "I ms", "W ms", "act F..I", "act I..W",
               "params", "optimizer");
-  std::vector<std::pair<std::string, const LayerCost*>> rows = {
-      {"embedding", &p.embedding}, {"block", &p.block}, {"head", &p.head}};
+  auto kinds = [](const auto& c) {
+    return std::vector<std::pair<std::string, const LayerCost*>>{{"embedding", &c.embedding},
+                                                                 {"block", &c.block},
+                                                                 {"block (rc attention)", &c.block_attention},
+                                                                 {"block (rc full)", &c.block_full},
+                                                                 {"head", &c.head}};
+  };
+  std::vector<std::pair<std::string, const LayerCost*>> rows = kinds(p);
   for (const TpLayerCosts& t : p.other_tp)  // each rank its shard, the tp all-reduces included
-    for (const auto& [kind, c] : {std::pair{"embedding", &t.embedding}, {"block", &t.block}, {"head", &t.head}})
-      rows.push_back({cat(kind, " tp", t.tp), c});
+    for (const auto& [kind, c] : kinds(t)) rows.push_back({cat(kind, " tp", t.tp), c});
   for (const auto& [name, c] : rows)
-    std::printf("  %-13s %9.4f %9.4f %9.4f %11s %11s %11s %11s\n", name.c_str(), c->forward_ms, c->input_grad_ms,
-                c->weight_grad_ms, human_bytes(c->act_fi_bytes).c_str(), human_bytes(c->act_iw_bytes).c_str(),
-                human_bytes(c->param_bytes).c_str(), human_bytes(c->optim_bytes).c_str());
+    std::printf("  %-19s %9.4f %9.4f %9.4f %11s %11s %11s %11s\n", name.c_str(), c->forward_ms, c->input_grad_ms,
+                c->weight_grad_ms, human_bytes(c->act_fi_bytes + c->act_iw_bytes).c_str(),
+                human_bytes(c->act_iw_bytes + c->act_from_input_bytes).c_str(), human_bytes(c->param_bytes).c_str(),
+                human_bytes(c->optim_bytes).c_str());
   if (p.allreduce_measured) {
     std::printf("stage boundary: %s, %.4f ms rank 0 -> 1\n", human_bytes(p.transfer_bytes).c_str(), p.transfer_ms);
     std::printf("all-reduce over %d ranks: %.4f ms + bytes / %.3g GB/s\n", ranks, p.allreduce_latency_ms,

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/faults.h"
 #include "core/log.h"
+#include "model/dims.h"
 #include "job/job.h"
 #include "job/memory_report.h"
 #include "job/preflight.h"
@@ -79,8 +80,9 @@ int dry_run(const Config& loaded, MpiSession& mpi) {
   const ParallelConfig& par = cfg.parallel;
   log::info("dry run of ", cfg.source, ": ", cfg.world_size(), " ranks (dp ", par.dp, " pp ", par.pp, " tp ", par.tp,
             ") | schedule ", layout.program ? layout.program->name : par.schedule, ", ", par.microbatches,
-            " microbatches, blocks per stage ", blocks_text(blocks_per_stage(cfg)), " | ", cfg.device, " ",
-            cfg.training.precision, " | predicted memory per rank (dp replicas hold the same):");
+            " microbatches, blocks per stage ", blocks_text(blocks_per_stage(cfg)), ", recompute per stage ",
+            ModelDims::recompute_per_stage_text(cfg), " | ", cfg.device, " ", cfg.training.precision,
+            " | predicted memory per rank (dp replicas hold the same):");
   for (int pp_rank = 0; pp_rank < par.pp; ++pp_rank)
     for (int tp_rank = 0; tp_rank < par.tp; ++tp_rank)
       log::info("  ", format_memory_report(predicted_memory_report(cfg, schedule, pp_rank, tp_rank)));

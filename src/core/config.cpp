@@ -88,6 +88,26 @@ Field layers_field(std::vector<int>* p) {
           }};
 }
 
+// training.recompute: a mode, or a list of one mode per stage (checked in validate()).
+Field recompute_field(RecomputeConfig* p) {
+  return {[p](const YAML::Node& n, const std::string& w) {
+            p->per_stage.clear();
+            if (n.IsSequence()) {
+              p->every.clear();
+              for (size_t i = 0; i < n.size(); ++i)
+                p->per_stage.push_back(scalar<std::string>(n[i], cat(w, "[", i, "]"), "none, attention or full"));
+              return;
+            }
+            p->every = scalar<std::string>(n, w, "none, attention, full, auto or a list of them per stage");
+          },
+          [p](YAML::Emitter& e) {
+            if (p->per_stage.empty()) { e << p->every; return; }
+            e << YAML::Flow << YAML::BeginSeq;
+            for (const std::string& m : p->per_stage) e << m;
+            e << YAML::EndSeq;
+          }};
+}
+
 // The schema: every section and key pptrain knows, bound to the fields of `c`.
 std::map<std::string, Section> schema(Config& c) {
   std::map<std::string, Section> s;
@@ -132,7 +152,7 @@ std::map<std::string, Section> schema(Config& c) {
   t["on_nonfinite"] = string_field(&c.training.on_nonfinite);
   t["max_skipped"] = int_field(&c.training.max_skipped);
   t["post_validation"] = bool_field(&c.training.post_validation);
-  t["recompute"] = string_field(&c.training.recompute);
+  t["recompute"] = recompute_field(&c.training.recompute);
   auto& d = s["data"];
   d["train"] = string_field(&c.data.train);
   d["val"] = string_field(&c.data.val);
@@ -429,8 +449,17 @@ void validate(const Config& c) {
   require(t.on_nonfinite == "stop" || t.on_nonfinite == "skip", c, "training.on_nonfinite",
           "expected stop or skip, got '" + t.on_nonfinite + "'");
   require_range(c, "training.max_skipped", t.max_skipped, 1, INT32_MAX);
-  require(t.recompute == "none" || t.recompute == "attention" || t.recompute == "full", c, "training.recompute",
-          "expected none, attention or full, got '" + t.recompute + "'");
+  const auto is_mode = [](const std::string& m) { return m == "none" || m == "attention" || m == "full"; };
+  if (t.recompute.per_stage.empty()) {
+    require(is_mode(t.recompute.every) || t.recompute.every == "auto", c, "training.recompute",
+            "expected none, attention, full, auto or a list of one per stage, got '" + t.recompute.every + "'");
+  } else {
+    require(int(t.recompute.per_stage.size()) == c.total_stages(), c, "training.recompute",
+            cat("expected ", c.total_stages(), " entries (pp x stages_per_rank), got ", t.recompute.per_stage.size()));
+    for (size_t s = 0; s < t.recompute.per_stage.size(); ++s)
+      require(is_mode(t.recompute.per_stage[s]), c, cat("training.recompute[", s, "]"),
+              "expected none, attention or full, got '" + t.recompute.per_stage[s] + "'");
+  }
   require_range(c, "checkpoint.every", c.checkpoint.every, 0, INT32_MAX);
   require_range(c, "checkpoint.keep_last", c.checkpoint.keep_last, 1, INT32_MAX);
   require(!c.checkpoint.resume.empty(), c, "checkpoint.resume", "expected auto, none or a path");

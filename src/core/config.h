@@ -60,6 +60,23 @@ struct ParallelConfig {
   int zero = 0;
 };
 
+// training.recompute: one mode for every stage (a scalar), or a list of one mode per
+// pipeline stage (pp·stages_per_rank entries, stage order). `auto` (scalar only) leaves the
+// choice to the planner (partition/auto_layout.h), which replaces it with a list.
+struct RecomputeConfig {
+  std::string every = "none";          // none | attention | full | auto; unused with per_stage
+  std::vector<std::string> per_stage;  // [pp·stages_per_rank] none | attention | full; empty: every
+  const std::string& of_stage(int stage) const { return per_stage.empty() ? every : per_stage[size_t(stage)]; }
+  bool is_auto() const { return per_stage.empty() && every == "auto"; }
+  // Whether any stage uses `mode`.
+  bool uses(const std::string& mode) const {
+    if (per_stage.empty()) return every == mode;
+    for (const std::string& m : per_stage)
+      if (m == mode) return true;
+    return false;
+  }
+};
+
 struct TrainingConfig {
   int steps = 1000;
   int micro_batch_size = 4;
@@ -90,7 +107,7 @@ struct TrainingConfig {
   // to W; attention drops naive attention's probabilities [B,NH,T,T] after F and recomputes
   // them at the start of I; full keeps only each block's input after F and re-runs the
   // block's forward at the start of I (one more forward per block).
-  std::string recompute = "none";      // none | attention | full
+  RecomputeConfig recompute;
 };
 
 struct DataConfig {

@@ -62,8 +62,8 @@ Job::Job(const Config& cfg, const Faults& faults, std::unique_ptr<Ops> ops, JobP
     use_nccl(grid_.embedding_comm(), par_.embedding_comm);
   }
 
-  const ModelDims dims = ModelDims::from(cfg, par_.tp, par_.tp_rank);
-  if (cfg.training.recompute == "attention" && dims.fused_attention)
+  const bool fused_attention = ModelDims::from(cfg.model, 1, par_.tp, par_.tp_rank).fused_attention;
+  if (cfg.training.recompute.uses("attention") && fused_attention)
     log::info("training.recompute: attention does nothing with model.attention: ", cfg.model.attention,
               " (fused attention keeps no probabilities; it recomputes them in I already)");
   params_ = std::make_unique<ParamStore>(*ops_, par_.tp, par_.tp_rank, cfg.training.seed);
@@ -72,6 +72,8 @@ Job::Job(const Config& cfg, const Faults& faults, std::unique_ptr<Ops> ops, JobP
   const double global_tokens = double(cfg.global_batch_sequences()) * cfg.model.seq_len;
   for (const StageSpec& spec : stage_specs(cfg)) {
     if (!holds_stage(spec.index)) continue;
+    // Each stage its own training.recompute (a list gives one per stage).
+    const ModelDims dims = ModelDims::from(cfg, par_.tp, par_.tp_rank, spec.index);
     stages_.push_back(make_stage(*params_, dims, spec, *par_.tp_comm, cfg.precision(), faults_));
     if (spec.has_head) stages_.back()->set_loss_scale(float(1.0 / global_tokens));
   }

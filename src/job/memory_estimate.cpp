@@ -160,7 +160,7 @@ double global_parameter_count(const ModelConfig& m) {
 }
 
 double rank_parameter_count(const Config& cfg, const std::vector<StageSpec>& my_stages, int tp_rank) {
-  const ModelDims d = ModelDims::from(cfg, cfg.parallel.tp, tp_rank);
+  const ModelDims d = ModelDims::from(cfg.model, cfg.training.micro_batch_size, cfg.parallel.tp, tp_rank);
   const double c = d.d_model, tp = d.tp;
   double count = 0;
   bool has_wte = false;
@@ -265,14 +265,16 @@ LivePeaks peak_live_microbatches(const pipeline::Schedule& schedule, int pp_rank
 
 MemoryEstimate estimate_rank_memory(const Config& cfg, const pipeline::Schedule& schedule, int pp_rank, int tp_rank) {
   const std::vector<StageSpec> mine = stages_of(cfg, schedule, pp_rank);
-  const ModelDims dims = ModelDims::from(cfg, cfg.parallel.tp, tp_rank);
+  const ModelDims dims = ModelDims::from(cfg.model, cfg.training.micro_batch_size, cfg.parallel.tp, tp_rank);
   const double p = rank_parameter_count(cfg, mine, tp_rank);
   const LivePeaks pools = pool_sizes(cfg, schedule, pp_rank);
 
   double slots = 0, logits = 0, pending = 0;
   int most_live = 0;
   for (const StageSpec& spec : mine) {
-    const StageSlotBytes slot = stage_slot_bytes(dims, spec, cfg.precision());
+    // The stage's own training.recompute.
+    const StageSlotBytes slot =
+        stage_slot_bytes(ModelDims::from(cfg, cfg.parallel.tp, tp_rank, spec.index), spec, cfg.precision());
     const int io = pools.io[spec.index], kept = pools.layers[spec.index];
     slots += io * slot.io + kept * (slot.layers - slot.logits) +
              pools.after_input[spec.index] * slot.layers_from_input + slot.scratch;

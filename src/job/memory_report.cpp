@@ -27,7 +27,7 @@ double MemoryReport::total() const {
 std::string format_memory_report(const MemoryReport& r) {
   std::string stages;
   for (const StageActivations& s : r.stages)
-    stages += cat(stages.empty() ? "" : "; ", "stage ", s.stage, ": held per microbatch F->I ",
+    stages += cat(stages.empty() ? "" : "; ", "stage ", s.stage, " (recompute ", s.recompute, "): held per microbatch F->I ",
                   mib(s.held_f_to_i()), ", I->W ", mib(s.held_i_to_w()), "; ", s.live, " live",
                   s.from_input ? cat(" (", s.live_from_input, " from I)") : std::string(),
                   s.scratch ? cat(" + scratch ", mib(s.scratch)) : std::string());
@@ -65,12 +65,12 @@ MemoryReport predicted_memory_report(const Config& cfg, const pipeline::Schedule
   r.other = std::max(0.0, e.total() - r.total());
 
   // The per-microbatch figures the activations item is made of (memory_estimate.h).
-  const ModelDims dims = ModelDims::from(cfg, cfg.parallel.tp, tp_rank);
   const LivePeaks live = live_microbatch_pools(cfg, schedule, pp_rank);
   for (const StageSpec& spec : stage_specs(cfg)) {
     if (schedule.rank_of(spec.index) != pp_rank) continue;
+    const ModelDims dims = ModelDims::from(cfg, cfg.parallel.tp, tp_rank, spec.index);  // the stage's recompute
     const StageSlotBytes slot = stage_slot_bytes(dims, spec, cfg.precision());
-    r.stages.push_back({spec.index, slot.io + slot.layers - slot.logits,
+    r.stages.push_back({spec.index, recompute_name(dims.recompute), slot.io + slot.layers - slot.logits,
                         std::max(live.io[spec.index], live.layers[spec.index]), slot.layers_from_input,
                         live.after_input[spec.index], slot.scratch});
   }

@@ -24,6 +24,7 @@ namespace pptrain {
 
 struct StageActivations {
   int stage = 0;            // global stage index
+  std::string recompute;    // the stage's training.recompute as its blocks apply it
   double from_forward = 0;  // bytes per microbatch taken by F, freed by W, logits excluded
   int live = 0;             // the most microbatches holding them at once
   double from_input = 0;    // bytes per microbatch taken by I, freed by W

@@ -6,6 +6,9 @@ namespace pptrain {
 
 // training.recompute: what a block keeps per microbatch between its passes (model/block.h).
 enum class Recompute { none, attention, full };
+inline const char* recompute_name(Recompute r) {
+  return r == Recompute::full ? "full" : r == Recompute::attention ? "attention" : "none";
+}
 
 struct ModelDims {
   int n_layer, n_head, d_model, seq_len, vocab_size;
@@ -52,11 +55,23 @@ struct ModelDims {
             batch,        tp,            tp_rank,    fused,               m.tie_embeddings,
             m.llama(),    m.kv_heads(),  m.mlp_hidden(), float(m.rope_theta), float(m.norm_eps)};
   }
-  // A training job's dims: micro_batch_size sequences, training.recompute applied.
-  static ModelDims from(const Config& cfg, int tp, int tp_rank) {
+  // The dims of stage `stage` of a training job: micro_batch_size sequences, the stage's
+  // training.recompute applied (a list gives each stage its own; `auto` resolved by the
+  // planner beforehand is a list, unresolved it is none).
+  static ModelDims from(const Config& cfg, int tp, int tp_rank, int stage) {
     ModelDims d = from(cfg.model, cfg.training.micro_batch_size, tp, tp_rank);
-    d.recompute = recompute_of(cfg.training.recompute, d.fused_attention);
+    d.recompute = recompute_of(cfg.training.recompute.of_stage(stage), d.fused_attention);
     return d;
+  }
+  // The name of stage `stage`'s mode as its blocks apply it.
+  static std::string recompute_name_of(const Config& cfg, int stage) {
+    return recompute_name(from(cfg, 1, 0, stage).recompute);
+  }
+  // Every stage's mode, stage order: "[full, full, none, none]" (the start-up line, --dry-run).
+  static std::string recompute_per_stage_text(const Config& cfg) {
+    std::string out = "[";
+    for (int s = 0; s < cfg.total_stages(); ++s) out += (s ? ", " : "") + recompute_name_of(cfg, s);
+    return out + "]";
   }
   static Recompute recompute_of(const std::string& key, bool fused_attention) {
     if (key == "full") return Recompute::full;

@@ -4,6 +4,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
+#include "model/dims.h"
 #include "partition/partition.h"
 #include "partition/partitioner.h"
 #include "partition/profile.h"
@@ -30,6 +31,13 @@ CostProfile load_or_measure(const Config& cfg, MpiComm& world, std::string* sour
 
 }  // namespace
 
+StageRecompute stage_recompute(const Config& cfg) {
+  StageRecompute out;
+  for (int s = 0; s < cfg.total_stages(); ++s)
+    out.push_back(ModelDims::recompute_name_of(cfg, s));
+  return out;
+}
+
 void check_profile_matches(const CostProfile& p, const Config& cfg, const std::string& what) {
   const ModelConfig& m = cfg.model;
   auto differ = [&](const char* key, const auto& have, const auto& want) {
@@ -49,6 +57,10 @@ void check_profile_matches(const CostProfile& p, const Config& cfg, const std::s
 ResolvedLayout resolve_layout(const Config& cfg, MpiComm& world) {
   ResolvedLayout out{cfg, std::nullopt, std::nullopt, ""};
   const ParallelConfig& par = cfg.parallel;
+  // training.recompute: auto chooses against a memory limit; start-up has none (the
+  // planner's limit is `pptrain plan --memory-per-rank`), so nothing needs recompute.
+  if (cfg.training.recompute.is_auto()) out.config.training.recompute = RecomputeConfig{};
+  const StageRecompute recompute = stage_recompute(out.config);
   const bool auto_schedule = par.schedule == "auto";
   if (!auto_schedule && par.profile.empty()) return out;
   // With costs at hand an unset split is planned; a given one is only predicted.
@@ -62,22 +74,23 @@ ResolvedLayout resolve_layout(const Config& cfg, MpiComm& world) {
   if (auto_schedule) {
     try {
       if (auto_split) {
-        AutoPlan plan = plan_auto_schedule(prof, par.pp, par.microbatches, par.stages_per_rank, n_layer, 0);
+        AutoPlan plan =
+            plan_auto_schedule(prof, par.pp, par.microbatches, par.stages_per_rank, n_layer, 0, recompute);
         program = std::move(plan.program);
         blocks = std::move(plan.blocks_per_stage);
       } else {
-        program = auto_program(prof, par.pp, par.microbatches, par.stages_per_rank, blocks);
+        program = auto_program(prof, par.pp, par.microbatches, par.stages_per_rank, blocks, recompute);
       }
     } catch (const Error& e) {
       fail(cfg.source, ": key 'parallel.schedule': ", e.what());
     }
   } else {
     program = pipeline::load_or_generate(par.schedule, par.pp, par.microbatches, par.stages_per_rank);
-    if (auto_split) blocks = partition_stages(prof, program, n_layer, 0).blocks_per_stage;
+    if (auto_split) blocks = partition_stages(prof, program, n_layer, 0, recompute).blocks_per_stage;
   }
   out.config.parallel.layers_per_stage = blocks;
   if (auto_schedule) out.program = program;
-  out.prediction = predict_layout(prof, program, blocks, par.dp);
+  out.prediction = predict_layout(prof, program, blocks, par.dp, recompute);
   out.prediction->schedule = auto_schedule ? program.name : par.schedule;
   return out;
 }

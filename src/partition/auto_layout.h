@@ -18,6 +18,7 @@
 #include "parallel/mpi_comm.h"
 #include "partition/cost_profile.h"
 #include "partition/layout_search.h"
+#include "partition/partitioner.h"
 #include "pipeline/ir.h"
 
 namespace pptrain {
@@ -31,7 +32,14 @@ struct ResolvedLayout {
 
 // Collective over `world` (the profile is measured on rank 0 and broadcast). Throws
 // pptrain::Error naming the config and key (a profile of other shapes, an unreadable file).
+// training.recompute: auto is resolved to none here (no memory limit at start-up: see
+// recompute_choice.h for the rule `pptrain plan --memory-per-rank` applies); a scalar or a
+// per-stage list is planned and predicted with as given.
 ResolvedLayout resolve_layout(const Config& cfg, MpiComm& world);
+
+// The config's training.recompute per stage, as the blocks apply it (attention with fused
+// attention is none).
+StageRecompute stage_recompute(const Config& cfg);
 
 // Refuses a profile measured for other shapes, backend or precision than `cfg` (one line
 // naming `what` and the first key that differs). The micro-batch size may differ (times

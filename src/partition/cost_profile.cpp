@@ -134,8 +134,14 @@ void read_object(const YAML::Node& node, const std::vector<Field>& fields, const
     if (!seen.insert(key).second) fail(what, ": ", key_path, ": given twice (expected once)");
     field->read(it->second, what, key_path);
   }
+  // Keys a profile has held since recompute was profiled: an older file lacks them.
+  const std::set<std::string> recompute_keys = {"act_from_input_bytes", "block_attention", "block_full"};
   for (const Field& f : fields)
-    if (!seen.count(f.key)) fail(what, ": ", path.empty() ? f.key : path + "." + f.key, ": missing");
+    if (!seen.count(f.key))
+      fail(what, ": ", path.empty() ? f.key : path + "." + f.key, ": missing",
+           recompute_keys.count(f.key) ? " (a profile from before recompute costs were measured: take it again with "
+                                         "pptrain profile)"
+                                       : "");
 }
 
 std::string write_object(const std::vector<Field>& fields, int indent) {
@@ -149,7 +155,8 @@ std::string write_object(const std::vector<Field>& fields, int indent) {
 std::vector<Field> layer_fields(LayerCost& l) {
   return {number_field("forward_ms", &l.forward_ms),       number_field("input_grad_ms", &l.input_grad_ms),
           number_field("weight_grad_ms", &l.weight_grad_ms), number_field("act_fi_bytes", &l.act_fi_bytes),
-          number_field("act_iw_bytes", &l.act_iw_bytes),   number_field("param_bytes", &l.param_bytes),
+          number_field("act_iw_bytes", &l.act_iw_bytes),   number_field("act_from_input_bytes", &l.act_from_input_bytes),
+          number_field("param_bytes", &l.param_bytes),
           number_field("optim_bytes", &l.optim_bytes)};
 }
 
@@ -165,8 +172,9 @@ Field layer_field(const std::string& key, LayerCost* l) {
 // (that they exceed the profile's own tp is checked once the whole object is read).
 Field other_tp_field(const std::string& key, std::vector<TpLayerCosts>* list) {
   auto fields = [](TpLayerCosts& t) {
-    return std::vector<Field>{shape_field("tp", &t.tp, kMaxWorldSize), layer_field("embedding", &t.embedding),
-                              layer_field("block", &t.block), layer_field("head", &t.head)};
+    return std::vector<Field>{shape_field("tp", &t.tp, kMaxWorldSize),  layer_field("embedding", &t.embedding),
+                              layer_field("block", &t.block),              layer_field("head", &t.head),
+                              layer_field("block_attention", &t.block_attention), layer_field("block_full", &t.block_full)};
   };
   return {key,
           [=](const YAML::Node& n, const std::string& file, const std::string& path) {
@@ -208,6 +216,8 @@ std::vector<Field> profile_fields(CostProfile& p) {
           layer_field("embedding", &p.embedding),
           layer_field("block", &p.block),
           layer_field("head", &p.head),
+          layer_field("block_attention", &p.block_attention),
+          layer_field("block_full", &p.block_full),
           other_tp_field("other_tp", &p.other_tp),
           number_field("transfer_bytes", &p.transfer_bytes),
           number_field("transfer_ms", &p.transfer_ms),

@@ -18,18 +18,23 @@ struct LayerCost {
   double forward_ms = 0;      // F
   double input_grad_ms = 0;   // I (dgrad): the input gradient, and what W needs kept
   double weight_grad_ms = 0;  // W (wgrad): parameter gradients; frees the microbatch
-  // Activation bytes one microbatch keeps on this rank: from F until I (freed by I) and
-  // from I until W (freed by W; for most layers the output gradients the wgrad GEMMs read).
+  // Activation bytes one microbatch keeps on this rank, by when they are taken and freed
+  // (the simulator's act_input, act_weight and act_from_input):
+  //   act_fi_bytes          taken by F, freed by I
+  //   act_iw_bytes          taken by F, kept until W
+  //   act_from_input_bytes  taken by I, kept until W
   // What pptrain's layers do (model/layer.h): a layer's slot is taken whole by F and
-  // freed whole by W, so a profile of them has act_fi_bytes 0 and everything in
-  // act_iw_bytes (held F..W, as the simulator counts act_weight). Under training.recompute:
-  // full a block's slot is taken by I instead; the simulator takes bytes at F only, so the
-  // profile counts it from F too (an upper bound between F and I). A layer's bytes are its
-  // slot and its output tensor with that tensor's gradient ([N,C] each; none for the
-  // head, whose output is the loss); a stage that does not start with the embedding also
-  // keeps its received input and the input gradient it sends back: 2 · transfer_bytes.
+  // freed whole by W, so a profile of them has act_fi_bytes 0 and the slot in
+  // act_iw_bytes; a block under training.recompute: full takes the slot W needs at I
+  // instead (act_from_input_bytes), keeping only its output from F. So a microbatch holds
+  // act_fi + act_iw between F and I, act_iw + act_from_input between I and W, exactly.
+  // A layer's bytes are its slots and its output tensor with that tensor's gradient ([N,C]
+  // each; none for the head, whose output is the loss); a stage that does not start with
+  // the embedding also keeps its received input and the input gradient it sends back:
+  // 2 · transfer_bytes.
   double act_fi_bytes = 0;
   double act_iw_bytes = 0;
+  double act_from_input_bytes = 0;
   // Bytes that do not depend on microbatches: fp32 parameters, their fp32 gradients and
   // (bf16 runs) bf16 working copies in param_bytes; the two fp32 AdamW moments in
   // optim_bytes. The token embedding, tied to the LM head, is counted in both the
@@ -45,6 +50,7 @@ struct LayerCost {
 struct TpLayerCosts {
   int tp = 1;
   LayerCost embedding, block, head;
+  LayerCost block_attention, block_full;  // as in CostProfile
 };
 
 struct CostProfile {
@@ -56,6 +62,11 @@ struct CostProfile {
   int tp = 1;  // the tp degree the layer costs were measured at (each rank its shard)
 
   LayerCost embedding, block, head;
+  // The block again under training.recompute: attention and full, each measured as it runs
+  // (I's time includes the forward it re-runs; the bytes where that mode places them).
+  // With fused attention (flash, cudnn) `attention` is none (model/dims.h), so
+  // block_attention is measured as the block under none.
+  LayerCost block_attention, block_full;
   // Measured at larger tp degrees too (ascending, each once; empty: none).
   std::vector<TpLayerCosts> other_tp;
 
@@ -79,11 +90,14 @@ struct CostProfile {
 
 // JSON text of a profile (one object, keys as the members above; layer kinds as nested
 // objects "embedding", "block", "head"; other_tp an array of objects with "tp" and the
-// three layer kinds).
+// three layer kinds and the two recompute blocks).
 std::string to_json(const CostProfile& p);
 
 // Reads a profile written by to_json. Untrusted: a regular file, every key known and
-// present, numbers finite and >= 0, shapes >= 1, other_tp's degrees ascending and above tp;
+// present (a file from before the recompute costs lacks act_from_input_bytes,
+// block_attention and block_full: refused with a line saying to profile again, since a
+// profile is seconds to take and one silently without them would hide recompute from the
+// planner), numbers finite and >= 0, shapes >= 1, other_tp's degrees ascending and above tp;
 // an error is one line naming the file and
 // the key (pptrain::Error).
 CostProfile read_cost_profile(const std::string& path);
@@ -97,6 +111,13 @@ void write_cost_profile(const CostProfile& p, const std::string& path);
 // moments): what a rank holding both layers subtracts once.
 double tied_embedding_param_bytes(const CostProfile& p);
 double tied_embedding_optim_bytes(const CostProfile& p);
+
+// The block's costs of `p` (or of a TpLayerCosts) under training.recompute mode `mode`
+// (none | attention | full).
+template <typename Costs>
+const LayerCost& block_cost(const Costs& p, const std::string& mode) {
+  return mode == "full" ? p.block_full : mode == "attention" ? p.block_attention : p.block;
+}
 
 // The largest cost file read_cost_profile accepts (a profile is well under 2 KiB).
 inline constexpr unsigned long long kMaxCostProfileBytes = 1 << 16;

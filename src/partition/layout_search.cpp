@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "partition/partitioner.h"
+#include "partition/recompute_choice.h"
 #include "pipeline/auto_schedule.h"
 #include "pipeline/registry.h"
 
@@ -91,6 +92,7 @@ CostProfile scaled_profile(const CostProfile& p, int mbs, int tp) {
     c.weight_grad_ms *= compute;
     c.act_fi_bytes *= compute;
     c.act_iw_bytes *= compute;
+    c.act_from_input_bytes *= compute;
     if (!measured) {
       c.param_bytes *= shard;
       c.optim_bytes *= shard;
@@ -102,6 +104,9 @@ CostProfile scaled_profile(const CostProfile& p, int mbs, int tp) {
   const bool add = tp > 1 && p.tp == 1 && !measured;
   s.embedding = scale(measured ? measured->embedding : p.embedding, add ? 1 : 0, 0);
   s.block = scale(measured ? measured->block : p.block, add ? 2 : 0, add ? 2 : 0);
+  // Under recompute I re-runs the forward, its two all-reduces included (model/block.h).
+  s.block_attention = scale(measured ? measured->block_attention : p.block_attention, add ? 2 : 0, add ? 2 : 0);
+  s.block_full = scale(measured ? measured->block_full : p.block_full, add ? 2 : 0, add ? 4 : 0);
   s.head = scale(measured ? measured->head : p.head, 0, add ? 1 : 0);
   s.other_tp.clear();
   s.micro_batch_size = mbs;
@@ -112,12 +117,13 @@ CostProfile scaled_profile(const CostProfile& p, int mbs, int tp) {
 }
 
 LayoutChoice predict_layout(const CostProfile& prof, const pipeline::Schedule& program,
-                            const std::vector<int>& blocks_per_stage, int dp) {
+                            const std::vector<int>& blocks_per_stage, int dp, const StageRecompute& recompute) {
   LayoutChoice c;
   c.pp = program.pp, c.tp = prof.tp, c.dp = dp, c.stages_per_rank = program.stages_per_rank;
   c.micro_batch_size = prof.micro_batch_size, c.microbatches = program.microbatches;
   c.layers_per_stage = blocks_per_stage;
-  const pipeline::SimResult sim = pipeline::simulate(program, stage_cost_model(prof, blocks_per_stage));
+  c.recompute = recompute.empty() ? StageRecompute(blocks_per_stage.size(), "none") : recompute;
+  const pipeline::SimResult sim = pipeline::simulate(program, stage_cost_model(prof, blocks_per_stage, recompute));
   c.pipeline_ms = sim.makespan;
   c.bubble = sim.bubble_ratio;
   c.peak_bytes = largest(sim.peak_memory);
@@ -130,20 +136,47 @@ LayoutChoice predict_layout(const CostProfile& prof, const pipeline::Schedule& p
 }
 
 pipeline::Schedule auto_program(const CostProfile& prof, int pp, int microbatches, int stages_per_rank,
-                                const std::vector<int>& blocks_per_stage) {
-  return pipeline::auto_schedule(pp, microbatches, stages_per_rank, stage_cost_model(prof, blocks_per_stage), 0);
+                                const std::vector<int>& blocks_per_stage, const StageRecompute& recompute) {
+  return pipeline::auto_schedule(pp, microbatches, stages_per_rank, stage_cost_model(prof, blocks_per_stage, recompute),
+                                 0);
 }
 
+namespace {
+pipeline::Schedule auto_start_program(int pp, int microbatches, int stages_per_rank) {
+  return pipeline::generate_schedule(stages_per_rank == 2 ? "zbv" : "zb-h1", pp, microbatches, stages_per_rank);
+}
+}  // namespace
+
 AutoPlan plan_auto_schedule(const CostProfile& prof, int pp, int microbatches, int stages_per_rank, int n_layer,
-                            double memory_limit_bytes) {
-  const pipeline::Schedule start =
-      pipeline::generate_schedule(stages_per_rank == 2 ? "zbv" : "zb-h1", pp, microbatches, stages_per_rank);
-  const std::vector<int> first = partition_stages(prof, start, n_layer, memory_limit_bytes).blocks_per_stage;
-  const pipeline::Schedule built = auto_program(prof, pp, microbatches, stages_per_rank, first);
+                            double memory_limit_bytes, const StageRecompute& recompute) {
+  const pipeline::Schedule start = auto_start_program(pp, microbatches, stages_per_rank);
+  const std::vector<int> first =
+      partition_stages(prof, start, n_layer, memory_limit_bytes, recompute).blocks_per_stage;
+  const pipeline::Schedule built = auto_program(prof, pp, microbatches, stages_per_rank, first, recompute);
   AutoPlan plan;
-  plan.blocks_per_stage = partition_stages(prof, built, n_layer, memory_limit_bytes).blocks_per_stage;
-  plan.program = auto_program(prof, pp, microbatches, stages_per_rank, plan.blocks_per_stage);
+  plan.blocks_per_stage = partition_stages(prof, built, n_layer, memory_limit_bytes, recompute).blocks_per_stage;
+  plan.program = auto_program(prof, pp, microbatches, stages_per_rank, plan.blocks_per_stage, recompute);
+  // The program rebuilt for the final split may hold more activations than the split was
+  // planned for: refused like any split over the limit.
+  if (memory_limit_bytes > 0) {
+    const SplitEvaluation e = evaluate_split(prof, plan.program, plan.blocks_per_stage, recompute);
+    const double peak = *std::max_element(e.peak_bytes.begin(), e.peak_bytes.end());
+    if (peak > memory_limit_bytes)
+      fail("schedule auto: the program built for split peaks at ", peak, " bytes, over the limit ",
+           memory_limit_bytes, "; the smallest limit that fits is ", peak);
+  }
   return plan;
+}
+
+RecomputePlan plan_auto_recompute(const CostProfile& prof, int pp, int microbatches, int stages_per_rank,
+                                  int n_layer, double memory_limit_bytes) {
+  const PlanForRecompute plan = [&](const StageRecompute& recompute) {
+    AutoPlan a = plan_auto_schedule(prof, pp, microbatches, stages_per_rank, n_layer, memory_limit_bytes, recompute);
+    Partition part{a.blocks_per_stage, 0, {}};
+    return RecomputePlan{recompute, std::move(a.program), part};
+  };
+  return choose_recompute(plan, stages_by_microbatches_in_flight(auto_start_program(pp, microbatches, stages_per_rank)),
+                          prof.attention == "naive", memory_limit_bytes);
 }
 
 std::vector<LayoutChoice> search_layouts(const Config& cfg, const CostProfile& prof,
@@ -165,30 +198,30 @@ std::vector<LayoutChoice> search_layouts(const Config& cfg, const CostProfile& p
         for (const ScheduleShape& shape : schedule_shapes(pp)) {
           const int stages = pp * shape.stages_per_rank;
           if (stages > m.n_layer + 2) continue;
-          pipeline::Schedule program;
-          Partition part;
+          RecomputePlan planned;
           try {
             if (shape.name == "auto") {
-              AutoPlan plan = plan_auto_schedule(scaled, pp, micro, shape.stages_per_rank, m.n_layer,
-                                                 opts.memory_per_rank_bytes);
-              program = std::move(plan.program);
-              part.blocks_per_stage = std::move(plan.blocks_per_stage);
+              planned = plan_auto_recompute(scaled, pp, micro, shape.stages_per_rank, m.n_layer,
+                                            opts.memory_per_rank_bytes);
             } else {
-              program = pipeline::generate_schedule(shape.name, pp, micro, shape.stages_per_rank);
+              planned.program = pipeline::generate_schedule(shape.name, pp, micro, shape.stages_per_rank);
             }
           } catch (const Error&) {
             continue;  // a shape the schedule does not take (e.g. DualPipeV with m < 2p-1), or auto over the limit
           }
           if (shape.name != "auto") {
             try {
-              part = partition_stages(scaled, program, m.n_layer, opts.memory_per_rank_bytes);
+              planned = choose_recompute(scaled, planned.program, m.n_layer, opts.memory_per_rank_bytes);
             } catch (const Error&) {
-              const Partition least = min_memory_partition(scaled, program, m.n_layer);
+              // Not even with every stage under full recompute: the least it needs.
+              const StageRecompute full(size_t(stages), "full");
+              const Partition least = min_memory_partition(scaled, planned.program, m.n_layer, full);
               smallest_peak = std::min(smallest_peak, largest(least.peak_bytes));
               continue;
             }
           }
-          LayoutChoice c = predict_layout(scaled, program, part.blocks_per_stage, dp);
+          const pipeline::Schedule& program = planned.program;
+          LayoutChoice c = predict_layout(scaled, program, planned.partition.blocks_per_stage, dp, planned.recompute);
           // The program rebuilt for the final split may hold more activations.
           if (opts.memory_per_rank_bytes > 0 && c.peak_bytes > opts.memory_per_rank_bytes) continue;
           c.schedule = shape.name;
@@ -221,6 +254,11 @@ Config config_for_layout(const Config& cfg, const LayoutChoice& c) {
   out.parallel.microbatches = c.microbatches;
   out.parallel.layers_per_stage = c.layers_per_stage;
   out.training.micro_batch_size = c.micro_batch_size;
+  out.training.recompute = RecomputeConfig{};  // none everywhere
+  if (any_recompute(c.recompute)) {
+    out.training.recompute.every.clear();
+    out.training.recompute.per_stage = c.recompute;
+  }
   return out;
 }
 

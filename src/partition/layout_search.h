@@ -13,12 +13,17 @@
 //   optimizer  the AdamW update of the rank's parameters (the profile's time per parameter)
 // Memory per rank: parameters, gradients and moments of its stages plus the peak of the
 // activations the simulator reports for its stages.
+// Recompute: a layout that does not fit the memory limit without it is planned again with
+// stages recomputing (recompute_choice.h), its time predicted with the measured recompute
+// costs (the block's I with the forward it re-runs).
 #pragma once
 #include <string>
 #include <vector>
 
 #include "core/config.h"
 #include "partition/cost_profile.h"
+#include "partition/partitioner.h"
+#include "partition/recompute_choice.h"
 #include "pipeline/ir.h"
 
 namespace pptrain {
@@ -27,6 +32,7 @@ struct LayoutChoice {
   int pp = 1, tp = 1, dp = 1, stages_per_rank = 1, micro_batch_size = 1, microbatches = 1;
   std::string schedule;
   std::vector<int> layers_per_stage;  // [pp·stages_per_rank]
+  StageRecompute recompute;           // [pp·stages_per_rank] training.recompute per stage
   double pipeline_ms = 0, sync_ms = 0, optimizer_ms = 0;
   double step_ms = 0;     // the sum of the three
   double bubble = 0;      // simulated idle fraction of the pipeline phase
@@ -54,7 +60,7 @@ CostProfile scaled_profile(const CostProfile& p, int mbs, int tp);
 // The prediction of one layout: `prof` already scaled to it, `program` its schedule's
 // (compute or lowered) program, `blocks_per_stage` its split, dp its replicas.
 LayoutChoice predict_layout(const CostProfile& prof, const pipeline::Schedule& program,
-                            const std::vector<int>& blocks_per_stage, int dp);
+                            const std::vector<int>& blocks_per_stage, int dp, const StageRecompute& recompute = {});
 
 // schedule: auto with its split. A fixed zero-bubble schedule of the same placement (zb-h1,
 // or zbv for 2 stages per rank) gives a first split; the program is built for its costs;
@@ -66,18 +72,22 @@ struct AutoPlan {
   std::vector<int> blocks_per_stage;
 };
 AutoPlan plan_auto_schedule(const CostProfile& prof, int pp, int microbatches, int stages_per_rank, int n_layer,
-                            double memory_limit_bytes);
+                            double memory_limit_bytes, const StageRecompute& recompute = {});
 // The program of schedule: auto for a given split (no activation limit).
 pipeline::Schedule auto_program(const CostProfile& prof, int pp, int microbatches, int stages_per_rank,
-                                const std::vector<int>& blocks_per_stage);
+                                const std::vector<int>& blocks_per_stage, const StageRecompute& recompute = {});
+// The recompute choice (recompute_choice.h) with schedule: auto's plan for each choice tried;
+// the stages ordered by the microbatches in flight of the zero-bubble start program.
+RecomputePlan plan_auto_recompute(const CostProfile& prof, int pp, int microbatches, int stages_per_rank,
+                                  int n_layer, double memory_limit_bytes);
 
 // Feasible layouts, fastest first (equal predictions: less memory first). Throws Error when
 // none fits (naming the smallest memory per rank that would).
 std::vector<LayoutChoice> search_layouts(const Config& cfg, const CostProfile& prof,
                                          const LayoutSearchOptions& opts);
 
-// `cfg` with the layout's parallel section and micro-batch size: runnable as is with
-// mpirun -np pp·tp·dp.
+// `cfg` with the layout's parallel section, micro-batch size and recompute (a per-stage
+// list when a stage recomputes, else none): runnable as is with mpirun -np pp·tp·dp.
 Config config_for_layout(const Config& cfg, const LayoutChoice& choice);
 
 }  // namespace pptrain

@@ -18,8 +18,13 @@ using pipeline::Schedule;
 
 namespace {
 
+// The block's costs on stage `stage` under its recompute mode (none when not given).
+const LayerCost& stage_block(const CostProfile& prof, const StageRecompute& recompute, int stage) {
+  return recompute.empty() ? prof.block : block_cost(prof, recompute[size_t(stage)]);
+}
+
 // The sum of a stage's layers: the embedding (stage 0), n blocks, the head (last stage).
-LayerCost stage_layers(const CostProfile& prof, int stage, int stages, int n) {
+LayerCost stage_layers(const CostProfile& prof, const StageRecompute& recompute, int stage, int stages, int n) {
   LayerCost sum;
   auto add = [&](const LayerCost& l, double times) {
     sum.forward_ms += times * l.forward_ms;
@@ -27,11 +32,12 @@ LayerCost stage_layers(const CostProfile& prof, int stage, int stages, int n) {
     sum.weight_grad_ms += times * l.weight_grad_ms;
     sum.act_fi_bytes += times * l.act_fi_bytes;
     sum.act_iw_bytes += times * l.act_iw_bytes;
+    sum.act_from_input_bytes += times * l.act_from_input_bytes;
     sum.param_bytes += times * l.param_bytes;
     sum.optim_bytes += times * l.optim_bytes;
   };
   if (stage == 0) add(prof.embedding, 1);
-  add(prof.block, n);
+  add(stage_block(prof, recompute, stage), n);
   if (stage == stages - 1) add(prof.head, 1);
   return sum;
 }
@@ -51,6 +57,8 @@ struct MemoryRow {
 // Everything the program fixes, with the costs as functions of the split.
 struct Problem {
   const CostProfile& prof;
+  StageRecompute recompute;  // [stages] or empty (none)
+  std::vector<LayerCost> block;  // [stages] the block's costs under the stage's recompute
   Schedule lowered;
   int stages = 0, n_layer = 0;
   std::vector<int> min_blocks, max_blocks;  // [stages]
@@ -58,29 +66,34 @@ struct Problem {
   std::vector<Affine> durations;  // [graph.nodes]
   std::vector<MemoryRow> memory;  // the rows a rank's peak is the largest of (all ranks)
 
-  Problem(const CostProfile& p, const Schedule& program, int layers);
+  Problem(const CostProfile& p, const Schedule& program, int layers, const StageRecompute& recompute);
 };
 
 // The memory rows of one program: per rank, one per memory point plus one for the static
 // bytes alone (a rank without F); equal rows and rows another row of the same rank
 // bounds for every split (no larger anywhere) are dropped.
-std::vector<MemoryRow> memory_rows(const Schedule& s, const pipeline::CostModel& zero, const LayerCost& block) {
+std::vector<MemoryRow> memory_rows(const Schedule& s, const pipeline::CostModel& zero,
+                                   const std::vector<LayerCost>& block) {
   const int stages = s.num_stages();
   std::vector<std::set<MemoryRow>> per_rank(s.pp);
-  auto add = [&](int rank, const std::vector<int>& input_live, const std::vector<int>& weight_live) {
+  auto add = [&](const pipeline::MemoryPoint& p) {
     MemoryRow row{std::vector<double>(stages, 0), 0};
     for (int st = 0; st < stages; ++st) {
-      row.per_block[st] = input_live[st] * block.act_fi_bytes + weight_live[st] * block.act_iw_bytes;
-      row.base += input_live[st] * zero.stage_act_input[st] + weight_live[st] * zero.stage_act_weight[st];
-      if (s.rank_of(st) == rank) {
-        row.per_block[st] += block.param_bytes + block.optim_bytes;
+      const LayerCost& b = block[size_t(st)];
+      row.per_block[st] = p.input_live[st] * b.act_fi_bytes + p.weight_live[st] * b.act_iw_bytes +
+                          p.from_input_live[st] * b.act_from_input_bytes;
+      row.base += p.input_live[st] * zero.stage_act_input[st] + p.weight_live[st] * zero.stage_act_weight[st] +
+                  p.from_input_live[st] * zero.stage_act_from_input[st];
+      if (s.rank_of(st) == p.rank) {
+        row.per_block[st] += b.param_bytes + b.optim_bytes;
         row.base += zero.stage_static_memory[st];
       }
     }
-    per_rank[rank].insert(std::move(row));
+    per_rank[p.rank].insert(std::move(row));
   };
-  for (int r = 0; r < s.pp; ++r) add(r, std::vector<int>(stages, 0), std::vector<int>(stages, 0));
-  for (const pipeline::MemoryPoint& p : pipeline::memory_points(s)) add(p.rank, p.input_live, p.weight_live);
+  const std::vector<int> none(size_t(stages), 0);
+  for (int r = 0; r < s.pp; ++r) add({r, none, none, none});
+  for (const pipeline::MemoryPoint& p : pipeline::memory_points(s)) add(p);
 
   auto bounds = [](const MemoryRow& big, const MemoryRow& small) {
     if (big.base < small.base) return false;
@@ -96,8 +109,8 @@ std::vector<MemoryRow> memory_rows(const Schedule& s, const pipeline::CostModel&
   return out;
 }
 
-Problem::Problem(const CostProfile& p, const Schedule& program, int layers)
-    : prof(p), lowered(pipeline::has_communication(program.program) ? program : pipeline::lower(program)),
+Problem::Problem(const CostProfile& p, const Schedule& program, int layers, const StageRecompute& modes)
+    : prof(p), recompute(modes), lowered(pipeline::has_communication(program.program) ? program : pipeline::lower(program)),
       stages(program.num_stages()), n_layer(layers) {
   const int inner = std::max(stages - 2, 0);  // stages that must hold a block
   if (n_layer < 1 || n_layer < inner)
@@ -108,11 +121,15 @@ Problem::Problem(const CostProfile& p, const Schedule& program, int layers)
   for (int s = 0; s < stages; ++s) max_blocks.push_back(stages == 1 ? n_layer : n_layer - fixed + min_blocks[s]);
   if (stages == 1) min_blocks[0] = n_layer;
 
+  if (!recompute.empty() && int(recompute.size()) != stages)
+    fail("partition: ", recompute.size(), " recompute modes for the ", stages, " stages of schedule '", program.name,
+         "'");
+  for (int s = 0; s < stages; ++s) block.push_back(stage_block(prof, recompute, s));
   graph = pipeline::timing_graph(lowered);
-  const pipeline::CostModel zero = stage_cost_model(prof, std::vector<int>(stages, 0));
-  const LayerCost& b = prof.block;
+  const pipeline::CostModel zero = stage_cost_model(prof, std::vector<int>(stages, 0), recompute);
   for (const pipeline::TimingNode& node : graph.nodes) {
     const int s = node.action.stage;
+    const LayerCost& b = block[size_t(s)];
     switch (node.action.op) {
       case Op::F: durations.push_back({zero.stage_forward[s], b.forward_ms}); break;
       case Op::I: durations.push_back({zero.stage_input_grad[s], b.input_grad_ms}); break;
@@ -121,7 +138,7 @@ Problem::Problem(const CostProfile& p, const Schedule& program, int layers)
         durations.push_back({zero.stage_input_grad[s] + zero.stage_weight_grad[s], b.input_grad_ms + b.weight_grad_ms});
     }
   }
-  memory = memory_rows(lowered, zero, b);
+  memory = memory_rows(lowered, zero, block);
 }
 
 double bytes_at(const MemoryRow& row, const std::vector<int>& n) {
@@ -131,7 +148,7 @@ double bytes_at(const MemoryRow& row, const std::vector<int>& n) {
 }
 
 Partition evaluate(const Problem& p, const std::vector<int>& n) {
-  const SplitEvaluation e = evaluate_split(p.prof, p.lowered, n);
+  const SplitEvaluation e = evaluate_split(p.prof, p.lowered, n, p.recompute);
   return {n, e.step_ms, e.peak_bytes};
 }
 
@@ -140,7 +157,7 @@ Partition evaluate(const Problem& p, const std::vector<int>& n) {
 std::vector<int> balanced_split(const Problem& p) {
   const int S = p.stages, L = p.n_layer;
   auto stage_ms = [&](int s, int n) {
-    const LayerCost c = stage_layers(p.prof, s, S, n);
+    const LayerCost c = stage_layers(p.prof, p.recompute, s, S, n);
     return c.forward_ms + c.input_grad_ms + c.weight_grad_ms;
   };
   const double inf = std::numeric_limits<double>::infinity();
@@ -304,34 +321,37 @@ Partition min_memory(const Problem& p) {
 
 }  // namespace
 
-pipeline::CostModel stage_cost_model(const CostProfile& prof, const std::vector<int>& blocks_per_stage) {
+pipeline::CostModel stage_cost_model(const CostProfile& prof, const std::vector<int>& blocks_per_stage,
+                                     const StageRecompute& recompute) {
   pipeline::CostModel c;
   c.comm = prof.transfer_ms;
   const int stages = int(blocks_per_stage.size());
   for (int s = 0; s < stages; ++s) {
     if (blocks_per_stage[s] < 0) fail("partition: stage ", s, " has ", blocks_per_stage[s], " blocks");
-    const LayerCost l = stage_layers(prof, s, stages, blocks_per_stage[s]);
+    const LayerCost l = stage_layers(prof, recompute, s, stages, blocks_per_stage[s]);
     c.stage_forward.push_back(l.forward_ms);
     c.stage_input_grad.push_back(l.input_grad_ms);
     c.stage_weight_grad.push_back(l.weight_grad_ms);
     c.stage_act_input.push_back(l.act_fi_bytes);
     c.stage_act_weight.push_back(l.act_iw_bytes);
+    c.stage_act_from_input.push_back(l.act_from_input_bytes);
     c.stage_static_memory.push_back(l.param_bytes + l.optim_bytes);
   }
   return c;
 }
 
 SplitEvaluation evaluate_split(const CostProfile& prof, const Schedule& program,
-                               const std::vector<int>& blocks_per_stage) {
+                               const std::vector<int>& blocks_per_stage, const StageRecompute& recompute) {
   if (int(blocks_per_stage.size()) != program.num_stages())
     fail("partition: ", blocks_per_stage.size(), " stage sizes for the ", program.num_stages(),
          " stages of schedule '", program.name, "'");
-  const pipeline::SimResult sim = pipeline::simulate(program, stage_cost_model(prof, blocks_per_stage));
+  const pipeline::SimResult sim = pipeline::simulate(program, stage_cost_model(prof, blocks_per_stage, recompute));
   return {sim.makespan, sim.peak_memory};
 }
 
-Partition min_memory_partition(const CostProfile& prof, const Schedule& program, int n_layer) {
-  return min_memory(Problem(prof, program, n_layer));
+Partition min_memory_partition(const CostProfile& prof, const Schedule& program, int n_layer,
+                               const StageRecompute& recompute) {
+  return min_memory(Problem(prof, program, n_layer, recompute));
 }
 
 // Moves one block from one stage to another while that shortens the step (steepest
@@ -437,8 +457,8 @@ class Master {
 };
 
 Partition partition_stages(const CostProfile& prof, const Schedule& program, int n_layer,
-                           double memory_limit_bytes) {
-  const Problem p(prof, program, n_layer);
+                           double memory_limit_bytes, const StageRecompute& recompute) {
+  const Problem p(prof, program, n_layer, recompute);
   const double limit = memory_limit_bytes;
   auto infeasible = [&]() {
     const Partition least = min_memory(p);

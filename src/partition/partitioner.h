@@ -24,6 +24,7 @@
 // once the search ends. 128 blocks into 16 stages (1F1B and ZB-H1 at pp=16, m=32; ZB-V at
 // pp=8, v=2, m=16) take 0.1 to 0.4 s.
 #pragma once
+#include <string>
 #include <vector>
 
 #include "partition/cost_profile.h"
@@ -32,11 +33,18 @@
 
 namespace pptrain {
 
+// training.recompute per stage ([num_stages] of none | attention | full), the block's costs
+// of each stage taken from the profile's matching block (cost_profile.h: block_cost); empty:
+// none on every stage. The partition is exact for a given choice; which stages recompute is
+// chosen outside it (partition/recompute_choice.h).
+using StageRecompute = std::vector<std::string>;
+
 // The simulator's costs of one split ([num_stages] blocks per stage): per stage,
 // F/I/W = the embedding's (stage 0) + n_s blocks' + the head's (last stage) in ms; comm =
-// the profile's transfer time; activation bytes kept F->I and I->W, and static bytes
-// (parameters, gradients, optimizer moments), summed the same way.
-pipeline::CostModel stage_cost_model(const CostProfile& prof, const std::vector<int>& blocks_per_stage);
+// the profile's transfer time; activation bytes freed by I, kept until W from F and taken
+// by I, and static bytes (parameters, gradients, optimizer moments), summed the same way.
+pipeline::CostModel stage_cost_model(const CostProfile& prof, const std::vector<int>& blocks_per_stage,
+                                     const StageRecompute& recompute = {});
 
 struct SplitEvaluation {
   double step_ms = 0;              // the simulated makespan of one step
@@ -45,7 +53,7 @@ struct SplitEvaluation {
 
 // Simulates `program` (a compute program, or a lowered one) with the split's costs.
 SplitEvaluation evaluate_split(const CostProfile& prof, const pipeline::Schedule& program,
-                               const std::vector<int>& blocks_per_stage);
+                               const std::vector<int>& blocks_per_stage, const StageRecompute& recompute = {});
 
 struct Partition {
   std::vector<int> blocks_per_stage;  // [num_stages]; the first and last may be 0
@@ -61,9 +69,10 @@ struct Partition {
 // when n_layer is too small for the stages, or when no split fits the limit: one line
 // naming the smallest limit any split fits.
 Partition partition_stages(const CostProfile& prof, const pipeline::Schedule& program, int n_layer,
-                           double memory_limit_bytes);
+                           double memory_limit_bytes, const StageRecompute& recompute = {});
 
 // The split whose largest per-rank peak_bytes is the smallest (ties: as above).
-Partition min_memory_partition(const CostProfile& prof, const pipeline::Schedule& program, int n_layer);
+Partition min_memory_partition(const CostProfile& prof, const pipeline::Schedule& program, int n_layer,
+                               const StageRecompute& recompute = {});
 
 }  // namespace pptrain

@@ -57,10 +57,13 @@ Buffer<int32_t> random_ids(Ops& ops, size_t n, int vocab, uint64_t stream) {
 // F, I and W of the stage `spec` on this rank of the tp group `tp` (its shard; its tp
 // all-reduces run as in training), and its bytes as one layer kind: the stages profiled
 // hold one layer each (the embedding, a block, the head).
+// `recompute`: the training.recompute mode its blocks run under (the config's own key is
+// not read: a profile measures every mode).
 LayerCost profile_stage(const Config& cfg, Ops& ops, const StageSpec& spec, const ProfileOptions& opts,
-                        Communicator& tp) {
+                        Communicator& tp, const std::string& recompute) {
   PPTRAIN_CHECK(opts.repeats >= 1 && opts.warmup >= 0, "repeats ", opts.repeats, ", warmup ", opts.warmup);
-  const ModelDims dims = ModelDims::from(cfg, tp.size(), tp.rank());
+  ModelDims dims = ModelDims::from(cfg.model, cfg.training.micro_batch_size, tp.size(), tp.rank());
+  dims.recompute = ModelDims::recompute_of(recompute, dims.fused_attention);
   const Precision precision = cfg.precision();
   ParamStore params(ops, tp.size(), tp.rank(), cfg.training.seed);
   std::unique_ptr<Stage> stage = make_stage(params, dims, spec, tp, precision);
@@ -106,15 +109,14 @@ LayerCost profile_stage(const Config& cfg, Ops& ops, const StageSpec& spec, cons
   cost.weight_grad_ms = median(w);
   // Slots are freed whole by W (model/layer.h): nothing is freed by I. A layer's slot is
   // taken by F, or under training.recompute: full a block's by I (its F keeps nothing but
-  // the stage's tensors); the simulator's model takes a microbatch's bytes at F, so those
-  // are counted from F as well: an upper bound on full's F..I bytes, which are only the
-  // stage's tensors. (attention: the probabilities are in no slot, so not here.) The
-  // blocks' recompute scratch is one per stage, not per microbatch: not a layer's bytes.
-  // Each layer but the head also owns its output [N,C] and that output's gradient.
-  // I's time above includes the recompute (the forward again at its start).
+  // the stage's tensors): act_from_input_bytes, which the simulator takes at I. (attention:
+  // the probabilities are in no slot, so not here.) The blocks' recompute scratch is one per
+  // stage, not per microbatch: not a layer's bytes. Each layer but the head also owns its
+  // output [N,C] and that output's gradient, taken by F. I's time above includes the
+  // recompute (the forward again at its start).
   cost.act_fi_bytes = 0;
-  cost.act_iw_bytes = double(stage->layer_slot_bytes()) + double(stage->layer_slot_bytes_from_input()) +
-                      (spec.has_head ? 0.0 : 2.0 * double(tensor));
+  cost.act_iw_bytes = double(stage->layer_slot_bytes()) + (spec.has_head ? 0.0 : 2.0 * double(tensor));
+  cost.act_from_input_bytes = double(stage->layer_slot_bytes_from_input());
   double elements = 0;
   for (const auto& [name, param] : params.all()) elements += double(param->numel());
   // fp32 master and gradient (+ the bf16 copy); AdamW's fp32 m and v.
@@ -282,11 +284,15 @@ TpLayerCosts profile_kinds(const Config& cfg, Ops& ops, const ProfileOptions& op
   TpLayerCosts out;
   out.tp = tp.size();
   in_step();
-  out.embedding = profile_stage(cfg, ops, {0, 0, 0, true, false}, opts, tp);
+  out.embedding = profile_stage(cfg, ops, {0, 0, 0, true, false}, opts, tp, "none");
   in_step();
-  out.block = profile_stage(cfg, ops, {1, 0, 1, false, false}, opts, tp);
+  out.block = profile_stage(cfg, ops, {1, 0, 1, false, false}, opts, tp, "none");
   in_step();
-  out.head = profile_stage(cfg, ops, {2, 1, 0, false, true}, opts, tp);
+  out.block_attention = profile_stage(cfg, ops, {1, 0, 1, false, false}, opts, tp, "attention");
+  in_step();
+  out.block_full = profile_stage(cfg, ops, {1, 0, 1, false, false}, opts, tp, "full");
+  in_step();
+  out.head = profile_stage(cfg, ops, {2, 1, 0, false, true}, opts, tp, "none");
   return out;
 }
 
@@ -306,6 +312,8 @@ CostProfile profile_layers(const Config& cfg, Ops& ops, const ProfileOptions& op
   p.embedding = kinds.embedding;
   p.block = kinds.block;
   p.head = kinds.head;
+  p.block_attention = kinds.block_attention;
+  p.block_full = kinds.block_full;
   if (together) together->barrier();
   p.update_ns_per_param = time_update(ops, update_elements(p), opts);
   return p;
@@ -317,11 +325,13 @@ CostProfile profile_costs(const Config& cfg, Ops& ops, MpiComm& world, const Pro
   // taken alone would predict every step of such a job too fast.
   world.barrier();
   CostProfile p = profile_layers(cfg, ops, opts, &world);
-  LayerCost layers[3] = {p.embedding, p.block, p.head};
-  average_over_ranks(world, layers, 3);
+  LayerCost layers[5] = {p.embedding, p.block, p.head, p.block_attention, p.block_full};
+  average_over_ranks(world, layers, 5);
   p.embedding = layers[0];
   p.block = layers[1];
   p.head = layers[2];
+  p.block_attention = layers[3];
+  p.block_full = layers[4];
   world.allreduce(&p.update_ns_per_param, 1, ReduceOp::Sum);
   p.update_ns_per_param /= world.size();
   if (world.size() < 2) return p;
@@ -334,9 +344,9 @@ CostProfile profile_costs(const Config& cfg, Ops& ops, MpiComm& world, const Pro
     MpiComm group = world.split(world.rank() / tp, world.rank(), cat("tp", tp));
     std::unique_ptr<Communicator> group_nccl = cfg.device == "cuda" ? make_nccl_comm(group, ops) : nullptr;
     TpLayerCosts t = profile_kinds(cfg, ops, opts, group_nccl ? *group_nccl : static_cast<Communicator&>(group), &world);
-    LayerCost kinds[3] = {t.embedding, t.block, t.head};
-    average_over_ranks(world, kinds, 3);
-    p.other_tp.push_back({tp, kinds[0], kinds[1], kinds[2]});
+    LayerCost kinds[5] = {t.embedding, t.block, t.head, t.block_attention, t.block_full};
+    average_over_ranks(world, kinds, 5);
+    p.other_tp.push_back({tp, kinds[0], kinds[1], kinds[2], kinds[3], kinds[4]});
   }
   const AllreduceFit fit = time_allreduce(comm, ops, world, opts);
   p.allreduce_latency_ms = fit.latency_ms;

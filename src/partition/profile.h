@@ -3,8 +3,8 @@
 // ranks, on tp = 2, 4, ... (each dividing the ranks and the heads: the ranks in groups of
 // tp consecutive ranks, each rank its shard, the tp all-reduces run as in training).
 //
-// Layer times: F, I and W of three stages built with make_stage (the embedding alone, one
-// block alone, the head alone), each timed for `repeats` microbatches after `warmup`
+// Layer times: F, I and W of stages built with make_stage (the embedding alone, one block
+// alone under each training.recompute mode: none, attention, full, the head alone), each timed for `repeats` microbatches after `warmup`
 // untimed ones; the median, in ms. The device finishes each pass before the clock is read
 // (Ops::synchronize). Every rank of the profile measures at once and the figures are the
 // mean over ranks: the job's ranks compute at the same time, and ranks sharing a node

@@ -30,7 +30,8 @@ CostModel parse_cost(const std::string& spec) {
     else if (key == "comm") cost.comm = x;
     else if (key == "act_i") cost.act_input = x;
     else if (key == "act_w") cost.act_weight = x;
-    else fail("--cost '", spec, "': unknown key '", key, "' (f, i, w, comm, act_i, act_w)");
+    else if (key == "act_from_i") cost.act_from_input = x;
+    else fail("--cost '", spec, "': unknown key '", key, "' (f, i, w, comm, act_i, act_w, act_from_i)");
   }
   return cost;
 }
@@ -38,7 +39,8 @@ CostModel parse_cost(const std::string& spec) {
 std::string to_string(const CostModel& c) {
   return cat("f=", format_number(c.forward), ",i=", format_number(c.input_grad),
              ",w=", format_number(c.weight_grad), ",comm=", format_number(c.comm),
-             ",act_i=", format_number(c.act_input), ",act_w=", format_number(c.act_weight));
+             ",act_i=", format_number(c.act_input), ",act_w=", format_number(c.act_weight),
+             ",act_from_i=", format_number(c.act_from_input));
 }
 
 namespace {
@@ -94,7 +96,8 @@ SimResult simulate(const Schedule& schedule, const CostModel& cost) {
   const Schedule s = has_communication(schedule.program) ? schedule : lower(schedule);
   const int pp = s.pp, stages = s.num_stages();
   for (const auto* list : {&cost.stage_forward, &cost.stage_input_grad, &cost.stage_weight_grad,
-                           &cost.stage_act_input, &cost.stage_act_weight, &cost.stage_static_memory})
+                           &cost.stage_act_input, &cost.stage_act_weight, &cost.stage_act_from_input,
+                           &cost.stage_static_memory})
     if (!list->empty() && int(list->size()) != stages)
       fail("cost model: ", list->size(), " per-stage costs for ", stages, " stages");
   const bool stage_activations = !cost.stage_act_input.empty();
@@ -104,6 +107,12 @@ SimResult simulate(const Schedule& schedule, const CostModel& cost) {
   // the rank's share (x v), divided by v when reported.
   auto act_input = [&](int stage) { return stage_activations ? cost.stage_act_input[stage] : cost.act_input; };
   auto act_weight = [&](int stage) { return stage_activations ? cost.stage_act_weight[stage] : cost.act_weight; };
+  if (!cost.stage_act_from_input.empty() && !stage_activations)
+    fail("cost model: per-stage bytes taken by I need the per-stage lists freed by I and kept until W");
+  auto act_from_input = [&](int stage) {
+    if (!stage_activations) return cost.act_from_input;
+    return cost.stage_act_from_input.empty() ? 0.0 : cost.stage_act_from_input[stage];
+  };
   PPTRAIN_CHECK(int(s.program.size()) == pp);
 
   SimResult out;
@@ -138,12 +147,14 @@ SimResult simulate(const Schedule& schedule, const CostModel& cost) {
       out.busy[r] += end - start;
       if (first_start[r] < 0) first_start[r] = start;
       last_end[r] = end;
-      // Activations appear with F; I frees the part only dgrad needed, W the rest.
+      // Activations appear with F, and (recompute) with I while F's are still held; I frees
+      // the part only dgrad needed, W the rest.
       if (a.op == Op::F) memory[r] += act_input(a.stage) + act_weight(a.stage);
+      if (a.op == Op::I || a.op == Op::B) memory[r] += act_from_input(a.stage);
       out.peak_activations[r] = std::max(out.peak_activations[r], memory[r]);
       if (a.op == Op::I) memory[r] -= act_input(a.stage);
-      if (a.op == Op::W) memory[r] -= act_weight(a.stage);
-      if (a.op == Op::B) memory[r] -= act_input(a.stage) + act_weight(a.stage);
+      if (a.op == Op::W) memory[r] -= act_weight(a.stage) + act_from_input(a.stage);
+      if (a.op == Op::B) memory[r] -= act_input(a.stage) + act_weight(a.stage) + act_from_input(a.stage);
     }
     clock[r] = end;
     ++pos[r];
@@ -228,15 +239,23 @@ std::vector<MemoryPoint> memory_points(const Schedule& s) {
   check_in_range(s);
   std::vector<MemoryPoint> points;
   for (int r = 0; r < int(s.program.size()); ++r) {
-    MemoryPoint live{r, std::vector<int>(s.num_stages(), 0), std::vector<int>(s.num_stages(), 0)};
+    const std::vector<int> none(size_t(s.num_stages()), 0);
+    MemoryPoint live{r, none, none, none};
     for (const Action& a : s.program[r]) {
       if (a.op == Op::F) {
         ++live.input_live[a.stage];
         ++live.weight_live[a.stage];
         points.push_back(live);
       }
-      if (a.op == Op::I || a.op == Op::B) --live.input_live[a.stage];
-      if (a.op == Op::W || a.op == Op::B) --live.weight_live[a.stage];
+      if (a.op == Op::I || a.op == Op::B) {
+        ++live.from_input_live[a.stage];
+        points.push_back(live);
+        --live.input_live[a.stage];
+      }
+      if (a.op == Op::W || a.op == Op::B) {
+        --live.weight_live[a.stage];
+        --live.from_input_live[a.stage];
+      }
     }
   }
   return points;

@@ -23,17 +23,23 @@ struct CostModel {
   // units as peak_activations: the part freed by I (or B) and the part kept until W (or B).
   double act_input = 1;
   double act_weight = 0;
+  // The part taken by I (or B) and kept until W (or B): what a block under recompute
+  // re-creates at the start of I for W. At an I the rank holds it before the I frees
+  // act_input (the recompute runs while the input is still held).
+  double act_from_input = 0;
   std::vector<double> stage_forward, stage_input_grad, stage_weight_grad;  // optional
   // Optional, given together, [num_stages], absolute: one microbatch's activation memory of
   // each stage (e.g. bytes), freed by I and kept until W, replacing act_input / act_weight.
   // peak_activations is then in these units (not divided by stages per rank).
   std::vector<double> stage_act_input, stage_act_weight;
+  // Optional, [num_stages], absolute (with the two lists above): replaces act_from_input.
+  std::vector<double> stage_act_from_input;
   // Optional, [num_stages]: memory a stage holds whatever the microbatches (parameters,
   // gradients, optimizer state); SimResult::peak_memory adds those of the rank's stages.
   std::vector<double> stage_static_memory;
 };
 
-// "f=1,i=1,w=0.5,comm=0.1,act_i=1,act_w=0"; unnamed keys keep their default. Throws Error
+// "f=1,i=1,w=0.5,comm=0.1,act_i=1,act_w=0,act_from_i=0"; unnamed keys keep their default. Throws Error
 // naming the bad key or value.
 CostModel parse_cost(const std::string& spec);
 std::string to_string(const CostModel& cost);
@@ -95,16 +101,19 @@ TimingGraph timing_graph(const Schedule& schedule);
 std::vector<double> earliest_starts(const TimingGraph& graph, const std::vector<double>& durations,
                                     double comm);
 
-// A moment right after an F where rank `rank`'s activation memory may peak: per stage, the
-// microbatches whose activations freed by I are still held, and those kept until W.
+// A moment right after an F, or inside an I or B once it took its act_from_input, where
+// rank `rank`'s activation memory may peak: per stage, the microbatches whose activations
+// freed by I are still held, those taken by F and kept until W, and those taken by I and
+// kept until W.
 struct MemoryPoint {
   int rank;
-  std::vector<int> input_live, weight_live;  // [num_stages]
+  std::vector<int> input_live, weight_live, from_input_live;  // [num_stages]
 };
 
 // Every such moment of the program (lowered or not: only the compute order matters). The
 // peak of a rank is the largest sum over its points of input_live·act_input +
-// weight_live·act_weight (per stage), as simulate() computes it.
+// weight_live·act_weight + from_input_live·act_from_input (per stage), as simulate()
+// computes it.
 std::vector<MemoryPoint> memory_points(const Schedule& schedule);
 
 }  // namespace pptrain::pipeline

@@ -8,6 +8,14 @@
 #include "model/dims.h"
 
 namespace pptrain {
+namespace {
+
+// The mode stage `stage`'s blocks run under (sent to rank 0 as a number with the report).
+int recompute_of_stage(Job& job, int stage) {
+  return int(ModelDims::from(job.config(), job.parallel().tp, job.parallel().tp_rank, stage).recompute);
+}
+
+}  // namespace
 
 MemoryReport measure_memory_report(Job& job, AdamW& optimizer) {
   const Config& cfg = job.config();
@@ -24,7 +32,7 @@ MemoryReport measure_memory_report(Job& job, AdamW& optimizer) {
   // UpdateBackup: a copy of the masters, gradients, m and v.
   if (cfg.training.post_validation) r.backup = r.parameters + r.gradients + r.optimizer;
 
-  const ModelDims dims = ModelDims::from(cfg, par.tp, par.tp_rank);
+  const ModelDims dims = ModelDims::from(cfg.model, cfg.training.micro_batch_size, par.tp, par.tp_rank);
   const LivePeaks live = live_microbatch_pools(cfg, job.schedule(), par.pp_rank);
   for (const auto& stage : job.stages()) {
     const StageSpec& spec = stage->spec();
@@ -41,7 +49,9 @@ MemoryReport measure_memory_report(Job& job, AdamW& optimizer) {
     const double logits = spec.has_head ? storage * double(dims.rows()) * dims.local_vocab() : 0.0;
     const int io_live = live.io[spec.index], slot_live = live.layers[spec.index];
     const int input_live = live.after_input[spec.index];
-    r.stages.push_back({spec.index, io + slots - logits, std::max(io_live, slot_live), from_input, input_live, scratch});
+    const Recompute mode = ModelDims::from(cfg, par.tp, par.tp_rank, spec.index).recompute;
+    r.stages.push_back({spec.index, recompute_name(mode), io + slots - logits, std::max(io_live, slot_live), from_input,
+                        input_live, scratch});
     r.activations += io * io_live + (slots - logits) * slot_live + from_input * input_live + scratch;
     r.logits += logits * slot_live;
     r.pending_sends += io * live.sends[spec.index];
@@ -54,8 +64,8 @@ MemoryReport measure_memory_report(Job& job, AdamW& optimizer) {
 
 void log_memory_reports(Job& job, AdamW& optimizer) {
   const MemoryReport mine = measure_memory_report(job, optimizer);
-  const int per_stage = 6, stages = job.config().parallel.stages_per_rank;
-  // [kFixed + 6·stages_per_rank] per rank (every rank holds stages_per_rank stages):
+  const int per_stage = 7, stages = job.config().parallel.stages_per_rank;
+  // [kFixed + 7·stages_per_rank] per rank (every rank holds stages_per_rank stages):
   // coordinates, categories, the allocator's figures, then per stage its activations.
   constexpr int kFixed = 15;
   std::vector<double> packed = {double(mine.pp_rank),
@@ -77,7 +87,7 @@ void log_memory_reports(Job& job, AdamW& optimizer) {
                 mine.stages.size(), " stages");
   for (const StageActivations& s : mine.stages)
     packed.insert(packed.end(), {double(s.stage), s.from_forward, double(s.live), s.from_input,
-                                 double(s.live_from_input), s.scratch});
+                                 double(s.live_from_input), s.scratch, double(recompute_of_stage(job, s.stage))});
   const size_t size = packed.size();
   const std::vector<double> all = job.world().allgather(std::move(packed));
   if (job.world().rank() != 0) return;
@@ -101,7 +111,8 @@ void log_memory_reports(Job& job, AdamW& optimizer) {
     r.allocator = MemoryStats{size_t(v[12]), size_t(v[13]), size_t(v[14])};
     for (int s = 0; s < stages; ++s) {
       const double* st = v + kFixed + per_stage * s;
-      r.stages.push_back({int(st[0]), st[1], int(st[2]), st[3], int(st[4]), st[5]});
+      r.stages.push_back({int(st[0]), recompute_name(Recompute(int(st[6]))), st[1], int(st[2]), st[3], int(st[4]),
+                          st[5]});
     }
     log::info("  ", format_memory_report(r));
   }

@@ -14,6 +14,7 @@
 #include "checkpoint/checkpoint_manager.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "model/dims.h"
 #include "partition/partition.h"
 #include "pipeline/chrome_trace.h"
 #include "runtime/timeline.h"
@@ -118,7 +119,7 @@ void log_startup(Job& job) {
             cfg.parallel.pp, " tp ", cfg.parallel.tp, " | schedule ", cfg.parallel.schedule, ", ",
             cfg.parallel.microbatches, " microbatches, blocks per stage ", blocks_text(blocks_per_stage(cfg)),
             " | backend ", job.ops().name(), " ", cfg.training.precision, " | comm ", job.transport(), " | attention ",
-            cfg.model.attention);
+            cfg.model.attention, " | recompute per stage ", ModelDims::recompute_per_stage_text(cfg));
 }
 
 // What the loop does with each step's result once it is known — at once when synchronous,
