@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <iostream>
+#include <stdexcept>
 
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
@@ -70,6 +71,37 @@ ModelConfig fp32_test_model() {
   m.vocab_size = 11;
   return m;
 }
+
+// host[i] rounded to bf16 and back (exact), as the backend's cast rounds.
+std::vector<float> rounded(const std::vector<float>& host) {
+  std::vector<float> out;
+  for (float x : host) out.push_back(bfloat16::from_float(x).to_float());
+  return out;
+}
+std::vector<float> widened(const Buffer<bfloat16>& copy) {
+  std::vector<float> out;
+  for (bfloat16 x : copy.to_host()) out.push_back(x.to_float());
+  return out;
+}
+
+// Tensors of several sharding kinds and odd sizes on tp rank 1 of 2, on the cuda backend:
+// unflattened (master_shard < 0), or flattened over dp 2 with bf16 copies and the masters
+// of shard `master_shard` (ZeRO-1 under bf16, model/param.h).
+struct ShardedStore {
+  std::unique_ptr<Ops> ops = make_cuda_ops(0);
+  std::unique_ptr<ParamStore> params;
+  explicit ShardedStore(int master_shard) {
+    params = std::make_unique<ParamStore>(*ops, 2, 1, 7);
+    ParamSpec wte{"wte.weight", {19, 6}, Shard::Rows, Init::Normal, 0.02f, true};
+    wte.padded_rows = 20;
+    params->get_or_create(wte);
+    params->get_or_create({"h.0.attn.qkv.weight", {12, 6}, Shard::Rows3, Init::Normal, 0.02f, true});
+    params->get_or_create({"h.0.attn.proj.weight", {6, 4}, Shard::Cols, Init::Normal, 0.02f, true});
+    params->get_or_create({"h.0.ln_1.weight", {7}, Shard::Replicated, Init::Ones});
+    params->get_or_create({"ln_f.bias", {33}, Shard::Replicated, Init::Zeros});
+    if (master_shard >= 0) params->flatten(2, true, master_shard);
+  }
+};
 
 }  // namespace
 
@@ -145,5 +177,58 @@ TEST(Bf16Model, TheCpuBackendRejectsBf16WithOneLine) {
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "backend 'cpu' has no bf16 cast (training.precision: bf16 needs device: cuda)");
+  }
+}
+
+TEST(Bf16Model, ZeroShardedMastersHoldTheirRangeAndTheWholeCopy) {
+  // ZeRO-1 under bf16, dp 2: shard k keeps the fp32 masters of its range only, each
+  // Param::value the part of its tensor there (master_range), and the whole bf16 copy.
+  // Every write keeps the copy the rounding of the whole tensor, so none is left stale.
+  ShardedStore plain(-1);
+  for (int shard : {0, 1}) {
+    ShardedStore store(shard);
+    ParamStore& params = *store.params;
+    const FlatLayout& l = params.flat_layout();
+    EXPECT_TRUE(params.masters_sharded());
+    EXPECT_EQ(params.value_arena_size(), l.shard_size) << "masters of one range";
+    EXPECT_EQ(params.bf16_arena_size(), l.total()) << "the whole bf16 copy";
+    const size_t lo = size_t(shard) * l.shard_size;
+    for (auto& [name, p] : params.all()) {
+      const std::vector<float> init = plain.params->find(name)->value.to_host();
+      const LocalRange r = local_range_in(*p, lo, lo + l.shard_size);
+      EXPECT_EQ(p->master_range.begin, r.begin) << name;
+      EXPECT_EQ(p->master_range.end, r.end) << name;
+      auto part = [&](const std::vector<float>& v) { return std::vector<float>(v.begin() + r.begin, v.begin() + r.end); };
+      EXPECT_EQ(p->value.to_host(), part(init)) << name << ": the range's initial masters";
+      EXPECT_EQ(p->value_bf16.data(), params.bf16_arena() + p->flat_offset) << name;
+      EXPECT_EQ(widened(p->value_bf16), rounded(init)) << name << ": the whole copy rounded at flatten";
+      EXPECT_FALSE(p->bf16_stale) << name;
+      std::vector<float> host(p->numel());
+      for (size_t i = 0; i < host.size(); ++i) host[i] = 0.1f + 0.37f * float(i);  // most need rounding
+      p->set_masters(host.data());
+      EXPECT_EQ(p->value.to_host(), part(host)) << name << ": set_masters keeps the range";
+      EXPECT_EQ(widened(p->value_bf16), rounded(host)) << name << ": set_masters rounds the whole tensor";
+      EXPECT_FALSE(p->bf16_stale) << name;
+      std::vector<float> back(p->numel(), -1.0f);
+      p->download_masters(back.data());
+      for (size_t i = 0; i < back.size(); ++i)
+        EXPECT_EQ(back[i], i >= r.begin && i < r.end ? host[i] : 0.0f) << name << " element " << i;
+      p->zero_masters();
+      EXPECT_EQ(widened(p->value_bf16), std::vector<float>(p->numel(), 0.0f)) << name;
+      EXPECT_EQ(p->value.to_host(), std::vector<float>(r.size(), 0.0f)) << name;
+      EXPECT_FALSE(p->bf16_stale) << name;
+    }
+    // A stale copy cannot be refreshed from a range, and an fp32 layer cannot compute with
+    // one: both refused by name.
+    Param& bias = *params.find("ln_f.bias");
+    EXPECT_THROW(weights<float>(bias), std::logic_error);
+    bias.bf16_stale = true;
+    try {
+      params.refresh_stale_bf16();
+      ADD_FAILURE() << "a stale copy over sharded masters was accepted";
+    } catch (const std::logic_error& e) {
+      EXPECT_NE(std::string(e.what()).find("parameter ln_f.bias: its bf16 copy is stale"), std::string::npos)
+          << e.what();
+    }
   }
 }

@@ -211,26 +211,45 @@ TEST_F(MemoryAccounting, MemPeakOfTheFirstStepAgreesWithTheDryRun) {
   }
 }
 
-// training.precision: bf16 on the emulated cuda backend (pptrain-emu). Its caching
-// allocator counts requests rounded up to their size bucket (a quarter of the power of two
-// below them, 512 bytes at least), so the peak is at least what the dry run counts and at
-// most 1.25 times it plus 512 bytes per buffer; the config's few hundred buffers bound the
-// latter by 0.25 MiB.
+// training.precision: bf16 on the emulated cuda backend (pptrain-emu), on one rank and on
+// dp 2 under ZeRO-1 (moments and fp32 masters of the rank's range, the bf16 copies whole).
+// Its caching allocator counts requests rounded up to their size bucket (a quarter of the
+// power of two below them, 512 bytes at least), so the peak is at least what the dry run
+// counts and at most 1.25 times it plus 512 bytes per buffer; the config's few hundred
+// buffers bound the latter by 0.25 MiB. The log's report after the first step, counted from
+// the job's own buffers, has the dry run's total less its workspace (the cuBLASLt
+// workspace is not the allocator's).
 TEST_F(MemoryAccounting, MemPeakOfTheEmulatedCudaBackendInBf16) {
-  const std::string args = " train " + dir_->file("c.yaml") + " device=cuda training.precision=bf16";
-  const std::string metrics = dir_->file("emu.jsonl");
-  auto dry = run_command(pptrain_emu_bin() + args + " --dry-run", 60);
-  ASSERT_EQ(dry.exit_code, 0) << dry.output;
-  const auto predicted = report_lines(dry.output);
-  ASSERT_EQ(predicted.size(), 1u) << dry.output;
-  auto real = run_command(pptrain_emu_bin() + args + " logging.metrics=" + metrics, 120);
-  ASSERT_EQ(real.exit_code, 0) << real.output;
-  const std::vector<double> peak = json_values(read_file(metrics), "mem_peak_mb");
-  ASSERT_EQ(peak.size(), 1u);
-  const ReportLine& p = predicted.begin()->second;
-  const double counted = p.total - p.workspace;  // the cuBLASLt workspace is not the allocator's
-  EXPECT_GE(peak[0], counted - p.pending - kPrintedMiB);
-  EXPECT_LE(peak[0], 1.25 * counted + 0.25 + kPrintedMiB);
+  struct Case {
+    int ranks;
+    std::string overrides;
+  };
+  const Case cases[] = {{1, ""}, {2, "parallel.dp=2 parallel.zero=1"}};
+  int run = 0;
+  for (const Case& c : cases) {
+    const std::string args =
+        " train " + dir_->file("c.yaml") + " device=cuda training.precision=bf16 " + c.overrides;
+    const std::string metrics = dir_->file("emu" + std::to_string(run++) + ".jsonl");
+    auto dry = run_command(pptrain_emu_bin() + args + " --dry-run", 60);
+    ASSERT_EQ(dry.exit_code, 0) << dry.output;
+    const auto predicted = report_lines(dry.output);
+    ASSERT_EQ(predicted.size(), 1u) << dry.output;
+    auto real = run_command(mpirun(c.ranks) + pptrain_emu_bin() + args + " logging.metrics=" + metrics, 120);
+    ASSERT_EQ(real.exit_code, 0) << real.output;
+    const std::string jsonl = read_file(metrics);
+    const std::vector<double> ranks = json_array(jsonl, "mem_peak_mb_ranks");
+    ASSERT_EQ(ranks.size(), size_t(c.ranks)) << jsonl;
+    const ReportLine& p = predicted.begin()->second;
+    const double counted = p.total - p.workspace;
+    for (int rank = 0; rank < c.ranks; ++rank) {
+      const std::string where = c.overrides + ", rank " + std::to_string(rank);
+      EXPECT_GE(ranks[rank], counted - p.pending - kPrintedMiB) << where;
+      EXPECT_LE(ranks[rank], 1.25 * counted + 0.25 + kPrintedMiB) << where;
+    }
+    const auto measured = report_lines(real.output);
+    ASSERT_EQ(measured.size(), 1u) << real.output;
+    EXPECT_NEAR(measured.begin()->second.total, counted, kPrintedMiB) << c.overrides << "\n" << real.output;
+  }
 }
 
 // --dry-run needs no mpirun and no data: a 4-rank config (pp 2 x tp 2) whose data does not

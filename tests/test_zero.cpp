@@ -14,8 +14,17 @@
 // between zero: 0 and zero: 1 layouts are compared the same way (one step from the same
 // stored state, the layouts' reduction orders differing).
 //
-// A planted bug (zero_keep_stale: the masters outside the rank's range are not replaced
-// by the gathered ones) must be rejected by a clear margin.
+// Under training.precision: bf16 the fp32 masters are sharded too (each dp rank keeps its
+// range's; the store itself: test_cuda_backend_model, the cpu backend has no bf16) and the
+// bf16 copies are all-gathered. Against zero: 0 the bound is again 0:
+// the dp = 2 sums are a + b = b + a; AdamW is elementwise, so the rank owning an element
+// computes the same new master from the same fp32 inputs, and its bf16 copy (written by
+// AdamW with the rounding of cast) is the rounding of the same fp32 value, the same bits;
+// the all-gather copies those bits to the other rank. So the next step's bf16 weights, its
+// loss and gradients, and the masters (gathered for the dump) are the same bits.
+//
+// A planted bug (zero_keep_stale: the weights outside the rank's range, masters under
+// fp32 or bf16 copies under bf16, are not replaced by the gathered ones) must be rejected.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,7 +34,9 @@
 #include <set>
 
 #include "core/config.h"
+#include "job/memory_estimate.h"
 #include "model/optimizer_state.h"
+#include "partition/partition.h"
 #include "model/param.h"
 #include "support/dump_compare.h"
 #include "support/test_util.h"
@@ -223,6 +234,33 @@ class ZeroTraining : public ::testing::Test {
     return v;
   }
 
+  // Bitwise equality of losses, gradients and values.
+  static Verdict same_bits(const GlobalDump& got, const GlobalDump& want) {
+    Verdict v = compare_exact(got, want);
+    v.add(compare_gradients(got, want, StepBounds{0.0, 0.0}));
+    return v;
+  }
+
+  // One bf16 step from the same state, two layouts: bf16 roundings of the same microbatches
+  // are the same, the fp32 reductions run in other orders; bf16_against_bf16_bounds covers
+  // that (and more: partial results rounded differently).
+  static Verdict compare_bf16_step(const GlobalDump& got, const GlobalDump& want, int step, const std::string& extra) {
+    const Config cfg = load_config(dir_->file("model.yaml"), split_words(kBf16 + " " + extra));
+    const StepBounds bounds = bf16_against_bf16_bounds(cfg);
+    Verdict v = compare_gradients(got, want, bounds);
+    v.add(compare_adamw_values(got, want, adamw_step(cfg, step), bounds.gradient));
+    return v;
+  }
+
+  // "parameters X MiB" of the first memory report line in `output`.
+  static double masters_mib(const std::string& output) {
+    const size_t at = output.find("  pp 0 tp 0: parameters ");
+    EXPECT_NE(at, std::string::npos) << output;
+    return at == std::string::npos ? -1.0 : std::stod(output.substr(at + 24));
+  }
+
+  static inline const std::string kBf16 = "device=cuda training.precision=bf16";
+
   static std::string checkpoint(const std::string& dir, int step) {
     char name[32];
     std::snprintf(name, sizeof name, "/step_%08d.h5", step);
@@ -253,17 +291,56 @@ TEST_F(ZeroTraining, SameBitsAsFullMomentsUnderEveryLayout) {
   }
 }
 
-TEST_F(ZeroTraining, EmulatedCudaBf16SameBits) {
-  // The cuda backend under the emulator: NcclComm's reduce-scatter and all-gather (over
-  // the emulated NCCL), and bf16 working copies rewritten by AdamW for the rank's range and
-  // rounded from the gathered masters for the rest. The bound is 0 as above.
-  const std::string bf16 = "device=cuda training.precision=bf16";
-  const std::string full = train(kDp2, 0, "1f1b", bf16, "", pptrain_emu_bin());
-  const std::string zero = train(kDp2, 1, "1f1b", bf16, "", pptrain_emu_bin());
-  for (int k = 1; k <= kSteps; ++k) {
-    const Verdict v = compare_exact(dump(zero, kDp2, k), dump(full, kDp2, k));
-    EXPECT_TRUE(v.passed()) << v.failures("emulated cuda bf16 step " + std::to_string(k));
+TEST_F(ZeroTraining, EmulatedCudaBf16ShardedMastersSameBits) {
+  // The cuda backend under the emulator, bf16: sharded masters, NcclComm's reduce-scatter
+  // and the all-gather of the bf16 copies (over the emulated NCCL). The bound is 0 (see the
+  // top): losses, gradients and the gathered masters, bit for bit, on dp 2 and on pp 2 x
+  // dp 2 under a zero-bubble schedule.
+  struct Case {
+    Layout layout;
+    const char* schedule;
+  };
+  for (const Case& c : {Case{kDp2, "1f1b"}, Case{kPp2Dp2, "zbv"}}) {
+    const std::string full = train(c.layout, 0, c.schedule, kBf16, "", pptrain_emu_bin());
+    const std::string zero = train(c.layout, 1, c.schedule, kBf16, "", pptrain_emu_bin());
+    for (int k = 1; k <= kSteps; ++k) {
+      const Verdict v = same_bits(dump(zero, c.layout, k), dump(full, c.layout, k));
+      EXPECT_TRUE(v.passed()) << v.failures(std::string("emulated cuda bf16 ") + c.schedule + " on " + c.layout.name +
+                                            " step " + std::to_string(k));
+    }
   }
+}
+
+TEST_F(ZeroTraining, EmulatedCudaBf16MastersTakeHalfTheBytes) {
+  // The fp32 masters each rank holds, as the log counts them after the first step (the
+  // masters arena) and as --dry-run predicts them: under zero: 1 the range's shard_size
+  // elements, exactly half the arena of zero: 0 (the arena is padded to dp equal ranges,
+  // each tensor to kFlatAlign elements: both are counted, and printed below against the
+  // unpadded parameter count). d_model 64 so that the MiB printed with three decimals
+  // resolve the figures to 0.1%.
+  const std::string bigger = kBf16 + " model.d_model=64 training.steps=1";
+  const Config cfg = load_config(dir_->file("model.yaml"), split_words(bigger + " parallel.dp=2"));
+  const std::vector<StageSpec> stages = stage_specs(cfg);
+  const FlatLayout arena = flat_layout_of(rank_tensor_numels(cfg, stages, 0), 2);
+  const double params = rank_parameter_count(cfg, stages, 0), mib = double(1 << 20);
+  double measured[2], predicted[2];
+  for (int zero : {0, 1}) {
+    const std::string args = " train " + dir_->file("model.yaml") + " " + bigger + " parallel.dp=2" +
+                             " parallel.microbatches=4 parallel.zero=" + std::to_string(zero);
+    const auto run = run_command(mpirun(2) + pptrain_emu_bin() + args, 120);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    const auto dry = run_command(pptrain_emu_bin() + args + " --dry-run", 60);
+    ASSERT_EQ(dry.exit_code, 0) << dry.output;
+    measured[zero] = masters_mib(run.output);
+    predicted[zero] = masters_mib(dry.output);
+    EXPECT_NEAR(predicted[zero], measured[zero], 0.001) << "--dry-run against the log, zero " << zero;
+  }
+  EXPECT_NEAR(measured[0], 4 * double(arena.total()) / mib, 0.0005);
+  EXPECT_NEAR(measured[1], 4 * double(arena.shard_size) / mib, 0.0005);
+  EXPECT_NEAR(measured[1], measured[0] / 2, 0.001) << "the masters did not halve";
+  std::cout << "fp32 masters per rank: zero 0 " << measured[0] << " MiB, zero 1 " << measured[1] << " MiB; "
+            << params << " parameters, arena " << arena.total() << " elements (padding " << double(arena.total()) - params
+            << ")\n";
 }
 
 TEST_F(ZeroTraining, ClippedAndPostValidatedStepsAgree) {
@@ -322,4 +399,63 @@ TEST_F(ZeroTraining, CheckpointsMoveBetweenZeroAndFullMoments) {
     // compare_gradients checks the loss of the step first (relative, the fp32 loss bound).
     EXPECT_TRUE(v.passed()) << v.failures(c.from + " resumed on " + c.layout.name + " zero " + std::to_string(c.zero));
   }
+}
+
+TEST_F(ZeroTraining, EmulatedCudaBf16CheckpointsMoveBetweenShardedAndWholeMasters) {
+  // Saved under bf16 zero: 1 on dp 2 (each dp rank writes the range of masters it holds),
+  // resumed under zero: 0 on dp 2 (the same arithmetic: the uninterrupted run's step 3 bit
+  // for bit) and on pp 2 (other reduction orders: within the bf16 step bounds); and saved
+  // under zero: 0 on pp 2, resumed under zero: 1 on dp 2 (loaded masters rounded into the
+  // whole bf16 copy on every dp rank).
+  const std::string zero_dir = dir_->file("ck_bf16_zero"), full_dir = dir_->file("ck_bf16_full");
+  const std::string every = kBf16 + " checkpoint.every=1 checkpoint.keep_last=3";
+  const std::string emu = pptrain_emu_bin();
+  const std::string zero_run = train(kDp2, 1, "1f1b", every + " checkpoint.dir=" + zero_dir, "", emu);
+  const std::string full_run = train(kPp2, 0, "1f1b", every + " checkpoint.dir=" + full_dir, "", emu);
+  auto resume = [&](const Layout& l, int zero, const std::string& from) {
+    return dump(train(l, zero, "1f1b", kBf16 + " checkpoint.resume=" + checkpoint(from, 2), "", emu), l, 3);
+  };
+  const Verdict exact = same_bits(resume(kDp2, 0, zero_dir), dump(zero_run, kDp2, 3));
+  EXPECT_TRUE(exact.passed()) << exact.failures("bf16 zero 1 dp 2 resumed under zero 0 dp 2");
+  const Verdict to_pp = compare_bf16_step(resume(kPp2, 0, zero_dir), dump(zero_run, kDp2, 3), 3, "");
+  EXPECT_TRUE(to_pp.passed()) << to_pp.failures("bf16 zero 1 dp 2 resumed under zero 0 pp 2");
+  const Verdict to_zero = compare_bf16_step(resume(kDp2, 1, full_dir), dump(full_run, kPp2, 3), 3, "");
+  EXPECT_TRUE(to_zero.passed()) << to_zero.failures("bf16 zero 0 pp 2 resumed under zero 1 dp 2");
+}
+
+TEST_F(ZeroTraining, EmulatedCudaBf16PostValidationRollsBackShardedMasters) {
+  // Post-validation restores the range's masters and re-rounds their copies. Clipped steps
+  // (grad_clip below every step's norm) roll back and redo the update: AdamW rewrites the
+  // range's copies and the all-gather the rest. A NaN gradient at step 2 under skip drops
+  // the update: the restored copies of the other ranges come from an all-gather of their
+  // own. Both equal the synchronous zero: 1 run bit for bit (step 2's NaN gradients, the
+  // same on both sides, compared by values and loss only).
+  struct Case {
+    std::string extra, env;
+  };
+  for (const Case& c : {Case{kBf16 + " training.grad_clip=0.3", ""},
+                        Case{kBf16 + " training.on_nonfinite=skip", "PPTRAIN_FAULTS=nan_grad:h.1.mlp.fc.weight:2"}}) {
+    const std::string sync = train(kDp2, 1, "1f1b", c.extra, c.env, pptrain_emu_bin());
+    const std::string validated =
+        train(kDp2, 1, "1f1b", c.extra + " training.post_validation=true", c.env, pptrain_emu_bin());
+    for (int k = 1; k <= kSteps; ++k) {
+      const bool nan_step = !c.env.empty() && k == 2;
+      const GlobalDump got = dump(validated, kDp2, k), want = dump(sync, kDp2, k);
+      const Verdict v = nan_step ? compare_exact(got, want) : same_bits(got, want);
+      EXPECT_TRUE(v.passed()) << v.failures(c.extra + " " + c.env + ": post-validation step " + std::to_string(k));
+    }
+  }
+}
+
+TEST_F(ZeroTraining, EmulatedCudaBf16PlantedStaleCopiesAreCaught) {
+  // zero_keep_stale under bf16: each rank keeps its old bf16 copies outside its range, so
+  // step 2 computes with half the weights a step old. The masters (each rank's range) are
+  // right, so step 1's dump passes; step 2's loss and gradients must not.
+  const std::string full = train(kDp2, 0, "1f1b", kBf16, "", pptrain_emu_bin());
+  const std::string bad = train(kDp2, 1, "1f1b", kBf16, "PPTRAIN_FAULTS=zero_keep_stale", pptrain_emu_bin());
+  EXPECT_TRUE(same_bits(dump(bad, kDp2, 1), dump(full, kDp2, 1)).passed());
+  const Verdict v = compare_bf16_step(dump(bad, kDp2, 2), dump(full, kDp2, 2), 2, "");
+  EXPECT_FALSE(v.passed()) << "zero_keep_stale under bf16 was not caught: " << v.summary();
+  EXPECT_GE(v.worst().ratio(), kClearMargin) << v.summary();
+  std::cout << "planted zero_keep_stale (bf16): " << v.summary() << "\n";
 }

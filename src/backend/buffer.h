@@ -51,6 +51,7 @@ class Buffer {
   size_t size() const { return n_; }
   bool empty() const { return n_ == 0; }
   bool owned() const { return owned_; }
+  Ops* ops() const { return ops_; }  // the backend it lives on (nullptr when default-made)
   void zero() { if (n_) ops_->zero(data_, n_ * sizeof(T)); }
   void upload(const T* src) { if (n_) ops_->copy_to_device(data_, src, n_ * sizeof(T)); }
   void download(T* dst) const { if (n_) ops_->copy_to_host(dst, data_, n_ * sizeof(T)); }

@@ -246,7 +246,8 @@ int CheckpointManager::resume(ParamStore& params, OptimizerState& optimizer) {
   std::vector<ShardedTensor> tensors = sharded_tensors(params);
   std::vector<Param*> by_index;
   for (auto& [name, p] : params.all()) by_index.push_back(p.get());
-  // The reader gives each tensor's whole local shard; a ZeRO-1 state keeps its range of it.
+  // The reader gives each tensor's whole local shard; a ZeRO-1 state keeps its range of it
+  // (and sharded masters theirs, rounding the whole into the bf16 copy: Param::set_masters).
   auto upload = [&](Section s, int i, const float* host) {
     Param& p = *by_index[i];
     const std::string& name = p.spec.name;
@@ -344,9 +345,10 @@ std::string CheckpointManager::save(ParamStore& params, OptimizerState& optimize
   std::vector<Param*> by_index;
   for (auto& [name, p] : params.all()) by_index.push_back(p.get());
   // ZeRO-1: each dp rank writes the part of every tensor in its range (moments and masters
-  // alike), the copies that count once only (Param::primary), so the ranks' parts tile each
-  // dataset and saving gets faster with dp. Otherwise each distinct shard is written by
-  // the lowest rank holding it (build_global_table).
+  // alike; under bf16 the rank holds the masters of that range only), the copies that
+  // count once only (Param::primary), so the ranks' parts tile each dataset and saving gets
+  // faster with dp. Otherwise each distinct shard is written by the lowest rank holding it
+  // (build_global_table).
   if (optimizer.sharded())
     for (size_t i = 0; i < tensors.size(); ++i) {
       const Param& p = *by_index[i];
@@ -355,7 +357,7 @@ std::string CheckpointManager::save(ParamStore& params, OptimizerState& optimize
   auto download = [&](Section s, int i, float* host) {
     Param& p = *by_index[i];
     const std::string& name = p.spec.name;
-    if (s == Section::Model) p.value.download(host);
+    if (s == Section::Model) p.download_masters(host);  // under sharded masters, the range written
     else if (s == Section::OptimM) optimizer.download_local(name, optimizer.m(name), host);
     else optimizer.download_local(name, optimizer.v(name), host);
   };

@@ -66,6 +66,14 @@ void log_prediction(const ResolvedLayout& layout) {
             layout.profile_source, "): ", figures);
 }
 
+// What parallel.zero: 1 shards under this config ("" when nothing is sharded).
+std::string zero_text(const Config& cfg) {
+  if (!cfg.zero_shards_moments()) return "";
+  if (cfg.zero_shards_masters())
+    return " | ZeRO-1: AdamW moments and fp32 masters sharded over dp, bf16 weights all-gathered";
+  return " | ZeRO-1: AdamW moments sharded over dp; fp32 masters whole (the fp32 layers compute with them)";
+}
+
 // --dry-run: the layout a run of `loaded` would resolve and every (pp, tp) rank's
 // predicted memory. resolve_layout is collective over the processes there are (it may
 // time layers for the planner on them); nothing else communicates.
@@ -81,7 +89,7 @@ int dry_run(const Config& loaded, MpiSession& mpi) {
   log::info("dry run of ", cfg.source, ": ", cfg.world_size(), " ranks (dp ", par.dp, " pp ", par.pp, " tp ", par.tp,
             ") | schedule ", layout.program ? layout.program->name : par.schedule, ", ", par.microbatches,
             " microbatches, blocks per stage ", blocks_text(blocks_per_stage(cfg)), ", recompute per stage ",
-            ModelDims::recompute_per_stage_text(cfg), " | ", cfg.device, " ", cfg.training.precision,
+            ModelDims::recompute_per_stage_text(cfg), " | ", cfg.device, " ", cfg.training.precision, zero_text(cfg),
             " | predicted memory per rank (dp replicas hold the same):");
   for (int pp_rank = 0; pp_rank < par.pp; ++pp_rank)
     for (int tp_rank = 0; tp_rank < par.tp; ++tp_rank)

@@ -151,6 +151,13 @@ struct Config {
   int world_size() const { return parallel.pp * parallel.tp * parallel.dp; }
   int total_stages() const { return parallel.pp * parallel.stages_per_rank; }
   Precision precision() const { return training.precision == "bf16" ? Precision::bf16 : Precision::fp32; }
+  // ZeRO-1 (parallel.zero: 1) with more than one dp replica: the AdamW moments are sharded
+  // over the dp ranks, each updating its 1/dp range of the flattened parameters.
+  bool zero_shards_moments() const { return parallel.zero == 1 && parallel.dp > 1; }
+  // ... and the fp32 masters too, under bf16 only: there the layers compute with the bf16
+  // copies, which are what the dp ranks all-gather. Under fp32 the masters ARE the weights
+  // the layers compute with, so every rank keeps them whole.
+  bool zero_shards_masters() const { return zero_shards_moments() && precision() == Precision::bf16; }
   int global_batch_sequences() const {
     return training.micro_batch_size * parallel.microbatches * parallel.dp;
   }

@@ -45,8 +45,8 @@ const FaultKind kFaultKinds[] = {
      "gradient reductions"},
     {"freeze", "STEP", false, "this rank stops itself with SIGSTOP at the start of that step (1-based)"},
     {"zero_keep_stale", "", false,
-     "under ZeRO-1 this rank takes part in the all-gather of the masters but keeps its own stale values "
-     "outside its range"},
+     "under ZeRO-1 this rank takes part in the all-gather of the weights (the masters, or the bf16 copies "
+     "under bf16) but keeps its own stale values outside its range"},
     {"uncounted_release", "", false,
      "the cpu backend on this rank leaves the bytes of its first release counted in use (Ops::memory_stats)"},
 };

@@ -79,9 +79,11 @@ Job::Job(const Config& cfg, const Faults& faults, std::unique_ptr<Ops> ops, JobP
   }
   for (auto& [name, p] : params_->all())
     p->primary = !(p->replicated_over_tp && par_.tp_rank != 0) && !(name == "wte.weight" && !holds_stage(0));
-  // One arena for the masters and one for the gradients, split into dp equal ranges: one
-  // all-reduce (zero: 0) or reduce-scatter and all-gather (zero: 1) per step over the dp group.
-  params_->flatten(cfg.parallel.dp);
+  // Arenas for the masters, the gradients and (bf16) the bf16 copies, laid out in dp equal
+  // ranges: one all-reduce (zero: 0) or reduce-scatter and all-gather (zero: 1) per step over
+  // the dp group. ZeRO-1 under bf16 keeps the masters of this dp rank's range only.
+  params_->flatten(cfg.parallel.dp, cfg.precision() == Precision::bf16,
+                   cfg.zero_shards_masters() ? par_.dp_rank : -1);
 }
 
 Job::~Job() = default;

@@ -283,20 +283,26 @@ MemoryEstimate estimate_rank_memory(const Config& cfg, const pipeline::Schedule&
     most_live = std::max({most_live, io, kept, pools.after_input[spec.index]});
   }
 
-  // Masters and gradients live in two arenas padded to dp equal ranges (ParamStore::flatten);
-  // ZeRO-1 keeps the moments of one range: 8/dp bytes per parameter instead of 8.
+  // Masters, gradients and bf16 copies live in arenas padded to dp equal ranges
+  // (ParamStore::flatten); ZeRO-1 keeps the moments of one range: 8/dp bytes per parameter
+  // instead of 8, and under bf16 the fp32 masters of that range only (4/dp instead of 4;
+  // under fp32 the layers compute with the masters, so they stay whole).
   const FlatLayout arena = flat_layout_of(rank_tensor_numels(cfg, mine, tp_rank), cfg.parallel.dp);
-  const bool zero = cfg.parallel.zero == 1 && cfg.parallel.dp > 1;
+  const bool zero = cfg.zero_shards_moments(), sharded_masters = cfg.zero_shards_masters();
   const double moments = zero ? 2 * kFp32 * double(arena.shard_size) : 2 * kFp32 * p;
+  const double masters = kFp32 * double(sharded_masters ? arena.shard_size : arena.total());
   MemoryEstimate e;
-  e.items.push_back({"parameters (fp32 arena)", kFp32 * double(arena.total())});
+  e.items.push_back({sharded_masters ? "parameters (fp32 masters of the ZeRO-1 range)"
+                                     : "parameters (fp32 masters, whole: the arena)",
+                     masters});
   e.items.push_back({"gradients (fp32 arena)", kFp32 * double(arena.total())});
   e.items.push_back({zero ? "AdamW moments (fp32 m and v of the ZeRO-1 range)" : "AdamW moments (fp32 m and v)",
                      moments});
-  if (cfg.precision() == Precision::bf16) e.items.push_back({"bf16 weight copies", kBf16 * p});
+  if (cfg.precision() == Precision::bf16)
+    e.items.push_back({"bf16 weight copies (arena, whole)", kBf16 * double(arena.total())});
   if (cfg.training.post_validation)
     e.items.push_back({"post-validation backup (fp32 masters, gradients, m and v)",
-                       2 * kFp32 * double(arena.total()) + moments});
+                       masters + kFp32 * double(arena.total()) + moments});
   e.items.push_back({cat("activation slots (", most_live, " microbatch(es) of micro_batch_size ",
                          cfg.training.micro_batch_size, " live per stage at most)"),
                      slots});

@@ -2,11 +2,15 @@
 // lowered schedule alone (nothing is allocated), so that a model that cannot fit is refused
 // before the Job builds it. What is counted, per rank (P = parameters this rank holds: the
 // local tp shards of its stages, the tied token embedding once per rank):
-//   parameters        fp32 masters, 4·P bytes
+//   parameters        fp32 masters, 4·P bytes (the arenas below pad P to kFlatAlign per
+//                     tensor and to dp equal ranges); under ZeRO-1 with bf16, the masters
+//                     of the rank's range only, 4·P/dp (under fp32 the layers compute with
+//                     the masters, so they stay whole)
 //   gradients         fp32, 4·P
-//   AdamW moments     fp32 m and v, 8·P
-//   bf16 copies       2·P under training.precision: bf16
-//   backup            16·P under training.post_validation (train/update_backup.h)
+//   AdamW moments     fp32 m and v, 8·P; under ZeRO-1 those of the rank's range, 8·P/dp
+//   bf16 copies       2·P under training.precision: bf16 (whole, ZeRO-1 or not)
+//   backup            masters + gradients + moments again under training.post_validation
+//                     (train/update_backup.h)
 //   activation slots  per stage, the buffers one microbatch keeps until its W (the stage's
 //                     [N,C] inputs/outputs and their gradients, every block's slot, the
 //                     head's; under training.recompute: full the blocks' slots are taken

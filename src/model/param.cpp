@@ -124,23 +124,76 @@ std::vector<Slab> slabs_in_range(const Param& p, LocalRange r) {
   return out;
 }
 
-void ParamStore::flatten(int shards) {
+void Param::set_masters(const float* host) {
+  if (!sharded_masters) {
+    value.upload(host);
+    bf16_stale = true;
+    return;
+  }
+  value.upload(host + master_range.begin);
+  if (numel() == 0) return;
+  // The whole tensor through the backend's cast, as refresh_bf16 rounds a master: the
+  // masters outside the range exist on other dp ranks only, so the copy is made here.
+  Ops& ops = *value_bf16.ops();
+  Buffer<float> whole(ops, numel());
+  whole.upload(host);
+  ops.cast(value_bf16.data(), whole.data(), numel());
+  bf16_stale = false;
+}
+
+void Param::zero_masters() {
+  value.zero();
+  if (!sharded_masters) {
+    bf16_stale = true;
+    return;
+  }
+  value_bf16.zero();  // bf16 zero is the all-zero bits, the rounding of fp32 zero
+  bf16_stale = false;
+}
+
+void Param::download_masters(float* host) const {
+  std::fill(host, host + numel(), 0.0f);
+  value.download(host + master_range.begin);
+}
+
+void ParamStore::flatten(int shards, bool bf16_copies, int master_shard) {
   PPTRAIN_CHECK(!flat(), "ParamStore::flatten called twice");
+  PPTRAIN_CHECK(master_shard < 0 || (bf16_copies && master_shard < shards), "ParamStore::flatten: master shard ",
+                master_shard, " of ", shards, bf16_copies ? "" : " without bf16 copies");
   std::vector<size_t> numels;
   for (auto& [name, p] : params_) numels.push_back(p->numel());
   layout_ = flat_layout_of(numels, shards);
+  master_shard_ = master_shard;
+  flat_ = true;
   const size_t total = layout_.total();
+  // The masters arena covers [lo, hi) of the flat layout: all of it, or one shard's range.
+  const size_t lo = masters_sharded() ? size_t(master_shard) * layout_.shard_size : 0;
+  const size_t hi = masters_sharded() ? lo + layout_.shard_size : total;
   // The gradients hold nothing yet (zeroed before every step): dropping them first keeps the
-  // peak at the unflattened store plus the values arena's padding.
+  // peak at the unflattened masters plus the masters' and copies' arenas.
   for (auto& [name, p] : params_) p->grad.reset();
-  value_arena_ = Buffer<float>(ops_, total);
+  value_arena_ = Buffer<float>(ops_, hi - lo);
   value_arena_.zero();
+  if (bf16_copies) {
+    bf16_arena_ = Buffer<bfloat16>(ops_, total);
+    bf16_arena_.zero();
+  }
   size_t offset = 0;
   for (auto& [name, p] : params_) {
     p->flat_offset = offset;
     const size_t n = p->numel();
-    if (n) ops_.copy(value_arena_.data() + offset, p->value.data(), n * sizeof(float));
-    p->value = Buffer<float>::view(ops_, value_arena_.data() + offset, n);
+    if (bf16_copies) {
+      p->value_bf16 = Buffer<bfloat16>::view(ops_, bf16_arena_.data() + offset, n);
+      if (n) ops_.cast(p->value_bf16.data(), p->value.data(), n);
+      p->bf16_stale = false;
+    }
+    const LocalRange r = masters_sharded() ? local_range_in(*p, lo, hi) : LocalRange{0, n};
+    // The part's place in the arena: its flat position less the arena's start.
+    const size_t at = r.empty() ? 0 : offset + r.begin - lo;
+    if (!r.empty()) ops_.copy(value_arena_.data() + at, p->value.data() + r.begin, r.size() * sizeof(float));
+    p->value = Buffer<float>::view(ops_, value_arena_.data() + at, r.size());
+    p->master_range = r;
+    p->sharded_masters = masters_sharded();
     offset += round_up(n, kFlatAlign);
   }
   grad_arena_ = Buffer<float>(ops_, total);
@@ -166,6 +219,7 @@ Param& ParamStore::get_or_create(const ParamSpec& spec) {
   p->spec = spec;
   shard_layout(spec, tp_, tp_rank_, *p);
   p->value = Buffer<float>(ops_, p->numel());
+  p->master_range = LocalRange{0, p->numel()};
   p->grad = Buffer<float>(ops_, p->numel());
   auto init = initial_values(*p, seed_);
   p->set_masters(init.data());
@@ -188,7 +242,8 @@ namespace {
 
 void round_into_bf16(Ops& ops, Param& p) {
   if (p.value_bf16.size() != p.numel()) p.value_bf16 = Buffer<bfloat16>(ops, p.numel());
-  if (p.numel()) ops.cast(p.value_bf16.data(), p.value.data(), p.numel());
+  // Sharded masters: the masters held, into their place in the copy.
+  if (!p.value.empty()) ops.cast(p.value_bf16.data() + p.master_range.begin, p.value.data(), p.value.size());
   p.bf16_stale = false;
 }
 
@@ -199,8 +254,14 @@ void ParamStore::refresh_bf16() {
 }
 
 void ParamStore::refresh_stale_bf16() {
-  for (auto& [name, p] : params_)
-    if (p->bf16_stale || p->value_bf16.size() != p->numel()) round_into_bf16(ops_, *p);
+  for (auto& [name, p] : params_) {
+    if (!p->bf16_stale && p->value_bf16.size() == p->numel()) continue;
+    PPTRAIN_CHECK(!p->sharded_masters, "parameter ", name,
+                  ": its bf16 copy is stale, but this rank holds only part of its fp32 masters (ZeRO-1 under "
+                  "bf16), so it cannot be refreshed; whatever wrote the masters must write the copy "
+                  "(Param::set_masters)");
+    round_into_bf16(ops_, *p);
+  }
 }
 
 }  // namespace pptrain

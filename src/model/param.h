@@ -48,31 +48,53 @@ struct ParamSpec {
   std::vector<int64_t> row_sections = {};  // Shard::RowSections only: the sections' rows, summing to dim 0
 };
 
+// The elements [begin, end) of a parameter's local shard (row-major [local_rows,
+// local_cols]); empty when begin >= end.
+struct LocalRange {
+  size_t begin = 0, end = 0;
+  size_t size() const { return end - begin; }
+  bool empty() const { return end <= begin; }
+};
+
 struct Param {
   ParamSpec spec;
   int64_t local_rows = 0, local_cols = 1;
   std::vector<Slab> slabs;
   bool replicated_over_tp = false;  // every tp rank holds (and updates) the same values
-  Buffer<float> value;              // [local_rows, local_cols] fp32 master; written only through
-                                    // set_masters / zero_masters / AdamW, which keep bf16_stale
-  Buffer<float> grad;               // same shape, accumulated over microbatches (fp32)
-  // Once the store is flattened (ParamStore::flatten): value and grad are views of the
-  // store's two arenas at this element offset (a multiple of kFlatAlign).
+  // The fp32 masters of the local elements master_range: [master_range.size()]. The whole
+  // local tensor, except under sharded masters (sharded_masters; ParamStore::flatten with a
+  // master shard: ZeRO-1 under bf16), where it is the part inside the rank's range of the
+  // flat arena, possibly empty. Written only through set_masters / zero_masters / AdamW,
+  // which keep value_bf16 in step (bf16_stale).
+  Buffer<float> value;
+  LocalRange master_range;
+  bool sharded_masters = false;
+  Buffer<float> grad;               // [local_rows, local_cols], accumulated over microbatches (fp32)
+  // Once the store is flattened (ParamStore::flatten): value, grad (and value_bf16) are
+  // views of the store's arenas; the tensor's place in the flat layout is this element
+  // offset (a multiple of kFlatAlign).
   size_t flat_offset = 0;
   // This rank's copy is the one that counts when each global element must be counted once
   // (gradient norm, ZeRO checkpoint writes): false for a tp-replicated tensor on tp rank > 0
   // and for the tied embedding on a rank without stage 0 (set by the Job).
   bool primary = true;
-  Buffer<bfloat16> value_bf16;      // same shape: the bf16 copy bf16 layers compute with
+  Buffer<bfloat16> value_bf16;      // [local_rows, local_cols]: the bf16 copy bf16 layers compute with
   // The masters changed since value_bf16 was last rounded from them: set by whatever writes
   // `value` other than AdamW (initialisation, checkpoint loads, imports, tests), cleared by
   // ParamStore::refresh_bf16* and by AdamW, which writes the copy with the update. A bf16
   // layer refuses a stale copy (weights<bfloat16>), so a missed refresh fails loudly.
+  // Under sharded masters it is never set: a rank holds the masters of its range only, so
+  // nothing could refresh the rest of the copy; every write rounds into the copy at once.
   bool bf16_stale = true;
 
-  // Uploads host[numel] into the masters and marks the bf16 copy stale.
-  void set_masters(const float* host) { value.upload(host); bf16_stale = true; }
-  void zero_masters() { value.zero(); bf16_stale = true; }
+  // host[numel]: the whole local tensor. Full masters: uploaded, the bf16 copy marked stale.
+  // Sharded masters: master_range of it into the masters, and all of it rounded into the
+  // bf16 copy by the backend's cast (the bits ParamStore::refresh_bf16 would give the rank
+  // holding each element's master), so every dp rank holds the same copy.
+  void set_masters(const float* host);
+  void zero_masters();
+  // host[numel]: the masters held (master_range), zeros elsewhere.
+  void download_masters(float* host) const;
 
   size_t numel() const { return size_t(local_rows * local_cols); }
   int64_t global_rows() const { return spec.global_shape[0]; }
@@ -84,7 +106,12 @@ struct Param {
 template <typename T>
 const T* weights(const Param& p);
 template <>
-inline const float* weights<float>(const Param& p) { return p.value.data(); }
+inline const float* weights<float>(const Param& p) {
+  // fp32 layers compute with the masters themselves, which is why they are never sharded
+  // under fp32 (ZeRO-1 then shards the moments only).
+  PPTRAIN_CHECK(!p.sharded_masters, "parameter ", p.spec.name, ": an fp32 layer needs the whole masters, but they are sharded");
+  return p.value.data();
+}
 template <>
 inline const bfloat16* weights<bfloat16>(const Param& p) {
   PPTRAIN_CHECK(!p.value_bf16.empty() || p.numel() == 0, "parameter ", p.spec.name,
@@ -101,8 +128,8 @@ void shard_layout(const ParamSpec& spec, int tp, int tp_rank, Param& out);
 // init_std · N(0,1) drawn from CounterRng(seed, name) at g, whatever the layout.
 std::vector<float> initial_values(const Param& p, uint64_t seed);
 
-// The flattened parameters of one rank (ParamStore::flatten): every parameter's masters
-// and gradients sit in two arenas, in name order, each tensor starting at a multiple of
+// The flattened parameters of one rank (ParamStore::flatten): every parameter's masters,
+// gradients (and bf16 copies) sit in arenas, in name order, each tensor starting at a multiple of
 // kFlatAlign elements and taking round_up(numel, kFlatAlign); the total is padded to
 // `shards` equal ranges of shard_size elements (a multiple of kFlatAlign), so that shard
 // k of a dp group owns [k · shard_size, (k + 1) · shard_size). Padding stays zero. Every
@@ -117,13 +144,8 @@ struct FlatLayout {
 // The layout for tensors of `numels` elements (any order) split into `shards` ranges.
 FlatLayout flat_layout_of(const std::vector<size_t>& numels, int shards);
 
-// The elements [begin, end) of a parameter's local shard (row-major [local_rows,
-// local_cols]) that fall inside the flat range [lo, hi) of the arena; empty when none.
-struct LocalRange {
-  size_t begin = 0, end = 0;
-  size_t size() const { return end - begin; }
-  bool empty() const { return end <= begin; }
-};
+// The elements of a parameter's local shard that fall inside the flat range [lo, hi) of the
+// arena; empty when none.
 LocalRange local_range_in(const Param& p, size_t lo, size_t hi);
 
 // Where the elements `r` of p's local shard sit in the global tensor: a contiguous run of
@@ -140,24 +162,39 @@ class ParamStore {
   Param* find(const std::string& name);
   const std::map<std::string, std::unique_ptr<Param>>& all() const { return params_; }
   void zero_grads();
-  // Moves every parameter's masters and gradients into two arenas (FlatLayout over
-  // `shards` ranges), each Param's value and grad becoming a view; the values are kept.
+  // Moves every parameter's masters and gradients into arenas laid out by FlatLayout over
+  // `shards` ranges, each Param's value and grad becoming a view; the values are kept.
+  // `bf16_copies` (training.precision: bf16): the bf16 copies get an arena of the same
+  // layout too, rounded from the masters here. `master_shard` >= 0 (ZeRO-1 under bf16,
+  // needs bf16_copies): the masters arena holds that shard's range only, [shard_size]
+  // elements (element i is flat position master_shard · shard_size + i), each Param's value
+  // the part of its tensor inside it (Param::master_range); the layers compute with the
+  // bf16 arena, which stays whole and which the dp ranks all-gather after each update.
   // Called once, after every parameter exists (Job, after the stages are built). Peak
-  // memory is that of the unflattened store plus the two arenas' padding.
-  void flatten(int shards);
-  bool flat() const { return !value_arena_.empty(); }
+  // memory is that of the unflattened masters plus the masters' and copies' arenas.
+  void flatten(int shards, bool bf16_copies = false, int master_shard = -1);
+  bool flat() const { return flat_; }
+  bool masters_sharded() const { return master_shard_ >= 0; }
   const FlatLayout& flat_layout() const { return layout_; }
-  float* value_arena() { return value_arena_.data(); }  // [flat_layout().total()]
-  float* grad_arena() { return grad_arena_.data(); }    // [flat_layout().total()]
+  // [flat_layout().shard_size] under sharded masters (the range of master_shard), else
+  // [flat_layout().total()].
+  float* value_arena() { return value_arena_.data(); }
+  size_t value_arena_size() const { return value_arena_.size(); }
+  float* grad_arena() { return grad_arena_.data(); }  // [flat_layout().total()]
+  size_t grad_arena_size() const { return grad_arena_.size(); }
+  bfloat16* bf16_arena() { return bf16_arena_.data(); }  // [flat_layout().total()], or none
+  size_t bf16_arena_size() const { return bf16_arena_.size(); }
   // Exchanges the gradient arena with `other` ([flat_layout().total()]) and points every
   // Param::grad into the new one (post-validation keeps a step's gradients this way).
   void swap_grad_arena(Buffer<float>& other);
-  // Rounds every fp32 master into its bf16 copy (allocated on first use) and clears
-  // bf16_stale.
+  // Rounds every fp32 master into its bf16 copy (allocated on first use unless flattened
+  // with bf16_copies) and clears bf16_stale. Under sharded masters: the masters held
+  // (master_range) only; the rest of each copy is the other dp ranks' to round.
   void refresh_bf16();
   // The same for the parameters whose bf16_stale is set only: what a bf16 model calls before
   // each step and evaluation. AdamW keeps the copies current itself, so after the first
-  // step this rounds only what initialisation, a checkpoint load or an import wrote.
+  // step this rounds only what initialisation, a checkpoint load or an import wrote. Under
+  // sharded masters a stale copy is an error (Param::bf16_stale).
   void refresh_stale_bf16();
   Ops& ops() { return ops_; }
 
@@ -167,7 +204,10 @@ class ParamStore {
   uint64_t seed_;
   std::map<std::string, std::unique_ptr<Param>> params_;
   FlatLayout layout_;
-  Buffer<float> value_arena_, grad_arena_;  // [layout_.total()] each, once flattened
+  bool flat_ = false;
+  int master_shard_ = -1;
+  Buffer<float> value_arena_, grad_arena_;  // once flattened: see value_arena(), grad_arena()
+  Buffer<bfloat16> bf16_arena_;             // [layout_.total()] with bf16 copies
 };
 
 }  // namespace pptrain

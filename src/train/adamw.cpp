@@ -1,5 +1,7 @@
 #include "train/adamw.h"
 
+#include "core/error.h"
+
 namespace pptrain {
 
 AdamW::AdamW(ParamStore& params, const TrainingConfig& cfg)
@@ -17,7 +19,12 @@ void AdamW::step(double lr, int t, float grad_scale) {
     // The bf16 copy, where the model has one (bf16 precision, allocated by the first refresh).
     const bool has_copy = p->numel() > 0 && p->value_bf16.size() == p->numel();
     View working = has_copy ? View(p->value_bf16.data() + r.begin) : View(nullptr);
-    ops.adamw(p->value.data() + r.begin, working, p->grad.data() + r.begin, state_->m(name).data(),
+    // The masters hold the local elements master_range (all, or under sharded masters the
+    // same range as the moments): index them relative to it.
+    PPTRAIN_CHECK(r.begin >= p->master_range.begin && r.end <= p->master_range.end, "AdamW: ", name,
+                  ": moments of elements [", r.begin, ", ", r.end, ") but masters of [", p->master_range.begin, ", ",
+                  p->master_range.end, ")");
+    ops.adamw(p->value.data() + (r.begin - p->master_range.begin), working, p->grad.data() + r.begin, state_->m(name).data(),
               state_->v(name).data(), r.size(), grad_scale, float(lr), float(cfg_.beta1), float(cfg_.beta2),
               float(cfg_.eps), wd, t);
     if (has_copy && r.size() == p->numel()) p->bf16_stale = false;

@@ -5,7 +5,9 @@
 // Full state: every element of every parameter is updated. ZeRO-1 (a sharded state,
 // parallel.zero: 1): only the elements of the rank's 1/dp range of the flattened parameters
 // (OptimizerState::range), from the gradients the reduce-scatter summed there; the trainer
-// then all-gathers the masters.
+// then all-gathers what the layers compute with: under bf16 the bf16 copies (the masters
+// are sharded too, each rank holding its range's: Param::master_range), under fp32 the
+// masters themselves.
 #pragma once
 #include <memory>
 

@@ -23,12 +23,13 @@ MemoryReport measure_memory_report(Job& job, AdamW& optimizer) {
   MemoryReport r;
   r.pp_rank = par.pp_rank;
   r.tp_rank = par.tp_rank;
-  for (const auto& [name, p] : job.params().all()) {
-    r.parameters += double(p->value.size() * sizeof(float));
-    r.gradients += double(p->grad.size() * sizeof(float));
-    r.bf16_copies += double(p->value_bf16.size() * sizeof(bfloat16));
-    r.optimizer += double((optimizer.state().m(name).size() + optimizer.state().v(name).size()) * sizeof(float));
-  }
+  // The arenas of the flattened store, padding included (under sharded masters the
+  // masters' holds the rank's range only).
+  ParamStore& params = job.params();
+  r.parameters = double(params.value_arena_size() * sizeof(float));
+  r.gradients = double(params.grad_arena_size() * sizeof(float));
+  r.bf16_copies = double(params.bf16_arena_size() * sizeof(bfloat16));
+  r.optimizer = double(optimizer.state().bytes());
   // UpdateBackup: a copy of the masters, gradients, m and v.
   if (cfg.training.post_validation) r.backup = r.parameters + r.gradients + r.optimizer;
 

@@ -5,7 +5,8 @@
 // the most microbatches the executed program keeps live (job/memory_estimate.h's replay of
 // the lowered program), the token buffers from the microbatch count, and the backend's own
 // figures (Ops::memory_stats). Two categories no object exposes follow the prediction's
-// rules: the post-validation backup (16 bytes per parameter element, train/update_backup.h)
+// rules: the post-validation backup (a copy of the masters' and gradients' arenas and of
+// the moments, train/update_backup.h)
 // and the io buffers of microbatches whose sends are pending (an upper bound).
 #pragma once
 #include "job/job.h"

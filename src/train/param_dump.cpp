@@ -28,7 +28,10 @@ struct File {
 
 }  // namespace
 
-void write_param_dump(const std::string& path, double loss, ParamStore& params) {
+void write_param_dump(const std::string& path, double loss, ParamStore& params, Buffer<float>* gathered_masters) {
+  PPTRAIN_CHECK(params.masters_sharded() == (gathered_masters != nullptr) &&
+                    (!gathered_masters || gathered_masters->size() == params.flat_layout().total()),
+                "write_param_dump: sharded masters need the gathered masters arena, and only they");
   File out{std::fopen(path.c_str(), "wb"), path};
   if (!out.f) fail(path, ": cannot create dump file");
   out.put(kMagic, 8);
@@ -42,7 +45,9 @@ void write_param_dump(const std::string& path, double loss, ParamStore& params) 
     out.put(p->local_cols);
     out.put(uint32_t(p->slabs.size()));
     for (const Slab& s : p->slabs) out.put(s);
-    auto v = p->value.to_host();
+    auto v = gathered_masters
+                 ? Buffer<float>::view(params.ops(), gathered_masters->data() + p->flat_offset, p->numel()).to_host()
+                 : p->value.to_host();
     auto g = p->grad.to_host();
     out.put(uint64_t(v.size()));
     out.put(v.data(), v.size() * sizeof(float));

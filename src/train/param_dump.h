@@ -14,7 +14,11 @@
 namespace pptrain {
 
 // Writes `path` with the given loss and every parameter of `params` (values, gradients).
-void write_param_dump(const std::string& path, double loss, ParamStore& params);
+// Under sharded masters (ParamStore::masters_sharded) the values come from
+// `gathered_masters`, the whole flat masters arena ([flat_layout().total()],
+// Trainer::gathered_masters); otherwise it is nullptr and the values are the masters.
+void write_param_dump(const std::string& path, double loss, ParamStore& params,
+                      Buffer<float>* gathered_masters = nullptr);
 
 struct GlobalTensor {
   std::vector<int64_t> shape;

@@ -178,10 +178,13 @@ class StepResults {
   double tokens_per_step() const { return double(cfg_.global_batch_sequences()) * cfg_.model.seq_len; }
 
   void dump_and_evaluate(int step, double loss, bool final) {
-    if (!hooks_.dump_dir.empty()) trainer_.gather_gradients();  // ZeRO-1: every range's sums
-    if (!hooks_.dump_dir.empty() && job_.parallel().dp_rank == 0)
-      write_param_dump(cat(hooks_.dump_dir, "/step", step, ".rank", job_.world().rank(), ".bin"), loss,
-                       trainer_.params());
+    if (!hooks_.dump_dir.empty()) {
+      trainer_.gather_gradients();  // ZeRO-1: every range's sums
+      std::optional<Buffer<float>> masters = trainer_.gathered_masters();  // sharded masters: every range's
+      if (job_.parallel().dp_rank == 0)
+        write_param_dump(cat(hooks_.dump_dir, "/step", step, ".rank", job_.world().rank(), ".bin"), loss,
+                         trainer_.params(), masters ? &*masters : nullptr);
+    }
     const int ev = cfg_.training.eval_every;
     if (ev > 0 && (step % ev == 0 || final)) {
       const double val = trainer_.evaluate();

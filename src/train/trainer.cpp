@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -48,6 +49,11 @@ Trainer::Trainer(Job& job)
   if (pc.zero == 1 && pc.dp == 1 && job.world().rank() == 0)
     log::info("parallel.zero: 1 with dp 1 changes nothing (the one replica holds every moment)");
   const int shard = zero() ? par_.dp_rank : -1;
+  // ZeRO-1 under bf16: the Job flattened the masters to this dp rank's range, the moments'.
+  PPTRAIN_CHECK(job.params().masters_sharded() == (zero() && cfg_.precision() == Precision::bf16),
+                "the parameters' masters are ", job.params().masters_sharded() ? "" : "not ",
+                "sharded, but parallel.zero is ", pc.zero, " with dp ", pc.dp, " and training.precision ",
+                cfg_.training.precision);
   optimizer_ = zero() ? std::make_unique<AdamW>(job.params(), optim, shard) : std::make_unique<AdamW>(job.params(), optim);
   if (cfg_.training.post_validation)
     backup_ = std::make_unique<UpdateBackup>(job.params(), optimizer_->state(), shard);
@@ -266,30 +272,51 @@ void Trainer::update(double lr, int step, float clip_scale) {
   // gradients stay unclipped (parameter dumps show them so).
   optimizer_->step(lr, step, clip_scale);
   if (faults_.find("repeat_update")) optimizer_->step(lr, step, clip_scale);
-  if (zero()) gather_masters();
+  if (zero()) gather_weights();
 }
 
-void Trainer::gather_masters() {
-  // Each dp rank updated its range; after the gather every rank holds the whole step.
+void Trainer::gather_weights() {
+  // Each dp rank updated its range; after the gather every rank holds the whole step in
+  // what the layers compute with.
   ParamStore& params = job_.params();
   const FlatLayout& layout = params.flat_layout();
-  std::optional<Buffer<float>> stale;  // planted fault zero_keep_stale: the masters before the gather
-  if (faults_.find("zero_keep_stale")) {
-    stale.emplace(ops_, layout.total());
-    ops_.copy(stale->data(), params.value_arena(), layout.total() * sizeof(float));
-  }
-  waiting_for("the all-gather of the masters over the dp group");
-  par_.dp_comm->allgather(params.value_arena(), layout.shard_size);
+  const size_t lo = size_t(par_.dp_rank) * layout.shard_size, hi = lo + layout.shard_size;
+  // The planted fault zero_keep_stale: the elements outside the rank's range keep their
+  // values from before the gather.
+  const bool keep_stale = faults_.find("zero_keep_stale") != nullptr;
+  auto gather = [&](auto* arena, const char* what) {
+    using T = std::remove_pointer_t<decltype(arena)>;
+    std::optional<Buffer<T>> stale;
+    if (keep_stale) {
+      stale.emplace(ops_, layout.total());
+      ops_.copy(stale->data(), arena, layout.total() * sizeof(T));
+    }
+    waiting_for(what);
+    par_.dp_comm->allgather(arena, layout.shard_size);
+    tick();
+    if (stale) {
+      ops_.copy(arena, stale->data(), lo * sizeof(T));
+      ops_.copy(arena + hi, stale->data() + hi, (layout.total() - hi) * sizeof(T));
+    }
+  };
+  // bf16: the masters are sharded and AdamW rewrote the copies of the rank's range, so the
+  // copies are gathered (half the bytes of the masters, and no rank holds fp32 values of
+  // another's range). fp32: the layers compute with the masters, which are gathered.
+  if (params.masters_sharded()) gather(params.bf16_arena(), "the all-gather of the bf16 weights over the dp group");
+  else gather(params.value_arena(), "the all-gather of the masters over the dp group");
+}
+
+std::optional<Buffer<float>> Trainer::gathered_masters() {
+  ParamStore& params = job_.params();
+  if (!params.masters_sharded()) return std::nullopt;
+  const FlatLayout& layout = params.flat_layout();
+  Buffer<float> whole(ops_, layout.total());
+  ops_.copy(whole.data() + size_t(par_.dp_rank) * layout.shard_size, params.value_arena(),
+            layout.shard_size * sizeof(float));
+  waiting_for("the all-gather of the masters over the dp group (parameter dump)");
+  par_.dp_comm->allgather(whole.data(), layout.shard_size);
   tick();
-  if (stale) {
-    const size_t lo = size_t(par_.dp_rank) * layout.shard_size, hi = lo + layout.shard_size;
-    ops_.copy(params.value_arena(), stale->data(), lo * sizeof(float));
-    ops_.copy(params.value_arena() + hi, stale->data() + hi, (layout.total() - hi) * sizeof(float));
-  }
-  // AdamW rewrote the bf16 copy of the range only: the rest is rounded from the gathered
-  // masters by the refresh before the next step or evaluation.
-  for (auto& [name, p] : params.all())
-    if (optimizer_->state().range(name).size() != p->numel()) p->bf16_stale = true;
+  return whole;
 }
 
 void Trainer::end_step(StepResult& r, double reduce_start_us) {
@@ -353,7 +380,11 @@ void Trainer::roll_back(StepResult& r, const StepTotals& totals) {
   r.rolled_back = true;
   ++rollbacks_total_;
   const std::optional<float> clip_scale = validate(r, totals);
+  // The redone update rewrites every bf16 copy (AdamW the range's, the gather the rest).
+  // Without one, under sharded masters the restore re-rounded this rank's range only: the
+  // other ranks' restored copies are gathered (every rank rolls back together).
   if (clip_scale) update(r.lr, r.step, *clip_scale);
+  else if (job_.params().masters_sharded()) gather_weights();
   if (job_.world().rank() == 0)
     log::info("step ", r.step, ": post-validation rolled back the optimistic update (",
               clip_scale ? cat("gradient norm ", r.grad_norm, " > training.grad_clip ", cfg_.training.grad_clip,

@@ -13,8 +13,10 @@
 //   6. AdamW on the fp32 masters with the clip factor applied as it reads the gradients
 //      (under bf16 it also writes the bf16 copies the layers compute with; masters written
 //      otherwise are re-rounded before the next step). ZeRO-1: AdamW updates the rank's
-//      range only (its moments exist for that range only), then the masters are
-//      all-gathered over the dp group.
+//      range only (its moments exist for that range only), then what the layers compute
+//      with is all-gathered over the dp group: under bf16 the bf16 copies (the fp32
+//      masters are sharded too: each rank holds its range's, Param::master_range), under
+//      fp32 the masters (they are the weights, so they stay whole).
 // A step whose loss or gradient norm is not finite is never applied: training.on_nonfinite
 // stop throws (naming the step and the first tensor with a non-finite gradient), skip
 // drops the update (the data position advances) up to training.max_skipped in a row.
@@ -111,12 +113,17 @@ class Trainer {
   const ParallelContext& parallel() const { return par_; }
   ParamStore& params() { return job_.params(); }
   AdamW& optimizer() { return *optimizer_; }
-  // parallel.zero: 1 with dp > 1: the moments are sharded over the dp ranks.
-  bool zero() const { return cfg_.parallel.zero == 1 && par_.dp > 1; }
+  // parallel.zero: 1 with dp > 1: the moments are sharded over the dp ranks (and under
+  // bf16 the masters: ParamStore::masters_sharded).
+  bool zero() const { return cfg_.zero_shards_moments(); }
   // ZeRO-1 leaves each dp rank the summed gradients of its own range only; this all-gathers
   // the rest (collective over the dp group; for parameter dumps, which show every summed
   // gradient). Nothing to do otherwise.
   void gather_gradients();
+  // Under sharded masters (ZeRO-1 under bf16): every rank's range of the masters in a
+  // temporary [flat_layout().total()] arena (collective over the dp group; for parameter
+  // dumps). nullopt otherwise: every rank holds its masters whole.
+  std::optional<Buffer<float>> gathered_masters();
   // The measured actions of the last train_step call and its wall time.
   const Timeline& timeline() const { return timeline_; }
   double timeline_ms() const { return timeline_ms_; }
@@ -140,8 +147,9 @@ class Trainer {
   double run_pipeline(double start_us);
   void plant_gradient_faults();
   void reduce_gradients();
-  // ZeRO-1: the all-gather of the masters after the sharded update.
-  void gather_masters();
+  // ZeRO-1: the all-gather after the sharded update, of the bf16 copies (bf16: masters
+  // sharded) or of the masters (fp32).
+  void gather_weights();
   // The parameters whose summed gradients this rank holds, with the part of each that is
   // summed: every element (dp all-reduce), or under ZeRO-1 the part inside the rank's range.
   std::vector<std::pair<Param*, LocalRange>> summed_gradients();
