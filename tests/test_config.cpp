@@ -70,6 +70,25 @@ TEST(Config, RejectsUnknownKeyNamingFileAndKey) {
   EXPECT_NE(msg.find("unknown section 'trainig'"), std::string::npos) << msg;
 }
 
+TEST(Config, MemoryPerRankIsGibInRangeAndAutoRecomputeNeedsItAndAProfile) {
+  EXPECT_EQ(error_of("", {"parallel.memory_per_rank_gib=24"}), "");
+  auto msg = error_of("", {"parallel.memory_per_rank_gib=-1"});
+  EXPECT_NE(msg.find("key 'parallel.memory_per_rank_gib': expected GiB in [0, 1e6] (0: no limit), got -1"),
+            std::string::npos)
+      << msg;
+  msg = error_of("parallel: {memory_per_rank_gib: .nan}\n");
+  EXPECT_NE(msg.find("key 'parallel.memory_per_rank_gib': expected a finite number"), std::string::npos) << msg;
+  for (const auto& missing : std::vector<std::vector<std::string>>{
+           {"training.recompute=auto"},
+           {"training.recompute=auto", "parallel.profile=measure"},
+           {"training.recompute=auto", "parallel.memory_per_rank_gib=8"}}) {
+    msg = error_of("", missing);
+    EXPECT_NE(msg.find("key 'training.recompute': auto needs parallel.profile"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(error_of("", {"training.recompute=auto", "parallel.profile=measure", "parallel.memory_per_rank_gib=8"}),
+            "");
+}
+
 TEST(Config, RejectsWrongType) {
   auto msg = error_of("training: {steps: many}\n");
   EXPECT_NE(msg.find("exp.yaml: key 'training.steps': expected an integer, got 'many'"), std::string::npos) << msg;

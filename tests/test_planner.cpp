@@ -147,6 +147,27 @@ TEST(Planner, ALimitThatNeedsRecomputeWritesAPerStageListThatTrains) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("recompute per stage ["), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(" ms (predicted "), std::string::npos) << r.output;
+  EXPECT_NE(best.find("memory_per_rank_gib: "), std::string::npos) << best;
+  // training.recompute: auto at start-up makes the plan's choice for the plan's layout.
+  const size_t list_at = best.find("recompute: [");
+  const std::string list = best.substr(list_at + 11, best.find(']', list_at) - list_at - 10);
+  CommandResult chosen = run_command("cd " + dir.path() + " && " + trainer() +
+                                         " train best.yaml --dry-run training.recompute=auto", 60);
+  EXPECT_EQ(chosen.exit_code, 0) << chosen.output;
+  EXPECT_NE(chosen.output.find("recompute per stage " + list), std::string::npos) << list << "\n" << chosen.output;
+  // Without a limit auto has nothing to choose by: one line.
+  CommandResult unlimited = run_command("cd " + dir.path() + " && " + trainer() +
+                                            " train c.yaml --dry-run training.recompute=auto parallel.profile=p.json", 60);
+  EXPECT_NE(unlimited.exit_code, 0);
+  EXPECT_NE(unlimited.output.find("key 'training.recompute': auto needs parallel.profile"), std::string::npos)
+      << unlimited.output;
+  // A limit below what every stage under full needs names the smallest that fits.
+  CommandResult tiny = run_command("cd " + dir.path() + " && " + trainer() +
+                                       " train best.yaml --dry-run training.recompute=auto "
+                                       "parallel.memory_per_rank_gib=0.000001", 60);
+  EXPECT_NE(tiny.exit_code, 0);
+  EXPECT_NE(tiny.output.find("key 'training.recompute': auto: "), std::string::npos) << tiny.output;
+  EXPECT_NE(tiny.output.find("the smallest limit that fits is "), std::string::npos) << tiny.output;
 }
 
 TEST(Planner, AProfileOfOtherShapesAndAnImpossibleLimitAreOneLineEach) {

@@ -129,6 +129,7 @@ int cmd_plan(const Args& raw_args, MpiSession& mpi) {
       write_cost_profile(profile, costs);
     }
     best.parallel.profile = costs;  // as given: relative to where the run starts, like data paths
+    best.parallel.memory_per_rank_gib = args.memory_gib;  // the run checks its split against it too
     std::ofstream f(args.out);
     f << "# pptrain plan " << cfg.source << " --ranks " << args.ranks << ": predicted step "
       << layouts.front().step_ms << " ms\n"

@@ -134,6 +134,7 @@ std::map<std::string, Section> schema(Config& c) {
   p["layers_per_stage"] = layers_field(&c.parallel.layers_per_stage);
   p["profile"] = string_field(&c.parallel.profile);
   p["zero"] = int_field(&c.parallel.zero);
+  p["memory_per_rank_gib"] = double_field(&c.parallel.memory_per_rank_gib);
   auto& t = s["training"];
   t["steps"] = int_field(&c.training.steps);
   t["micro_batch_size"] = int_field(&c.training.micro_batch_size);
@@ -394,6 +395,8 @@ void validate(const Config& c) {
   require(p.zero == 0 || p.zero == 1, c, "parallel.zero",
           cat("expected 0 or 1 (1: AdamW moments sharded over the dp ranks; with dp 1 it changes nothing), got ",
               p.zero));
+  require(p.memory_per_rank_gib >= 0 && p.memory_per_rank_gib <= 1e6, c, "parallel.memory_per_rank_gib",
+          cat("expected GiB in [0, 1e6] (0: no limit), got ", p.memory_per_rank_gib));
   require(m.n_head % p.tp == 0, c, "parallel.tp",
           cat("tp ", p.tp, " must divide model.n_head ", m.n_head));
   require(m.kv_heads() % p.tp == 0, c, "parallel.tp",
@@ -453,6 +456,12 @@ void validate(const Config& c) {
   if (t.recompute.per_stage.empty()) {
     require(is_mode(t.recompute.every) || t.recompute.every == "auto", c, "training.recompute",
             "expected none, attention, full, auto or a list of one per stage, got '" + t.recompute.every + "'");
+    // auto is the planner's choice against a memory limit: without costs and a limit there
+    // is nothing to choose by (a silent none would surprise whoever asked for auto).
+    require(!t.recompute.is_auto() || (!c.parallel.profile.empty() && c.parallel.memory_per_rank_gib > 0), c,
+            "training.recompute",
+            "auto needs parallel.profile (measure, or a cost file of pptrain profile) and "
+            "parallel.memory_per_rank_gib (the limit the per-stage choice must fit)");
   } else {
     require(int(t.recompute.per_stage.size()) == c.total_stages(), c, "training.recompute",
             cat("expected ", c.total_stages(), " entries (pp x stages_per_rank), got ", t.recompute.per_stage.size()));

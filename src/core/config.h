@@ -58,6 +58,10 @@ struct ParallelConfig {
   // 1/dp range of the flattened parameters: reduce-scatter, sharded update, all-gather);
   // 0 keeps full moments on every replica. With dp 1 it changes nothing.
   int zero = 0;
+  // The memory one rank may use, in GiB (0: no limit): what the planner at start-up fits
+  // its choices to (parallel.profile given): the split of layers_per_stage auto and the
+  // per-stage choice of training.recompute: auto. `pptrain plan --memory-per-rank` writes it.
+  double memory_per_rank_gib = 0;
 };
 
 // training.recompute: one mode for every stage (a scalar), or a list of one mode per

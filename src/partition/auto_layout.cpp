@@ -1,5 +1,6 @@
 #include "partition/auto_layout.h"
 
+#include <algorithm>
 #include <memory>
 
 #include "backend/cuda/cuda_backend.h"
@@ -8,6 +9,7 @@
 #include "partition/partition.h"
 #include "partition/partitioner.h"
 #include "partition/profile.h"
+#include "partition/recompute_choice.h"
 #include "pipeline/auto_schedule.h"
 #include "pipeline/registry.h"
 
@@ -57,37 +59,67 @@ void check_profile_matches(const CostProfile& p, const Config& cfg, const std::s
 ResolvedLayout resolve_layout(const Config& cfg, MpiComm& world) {
   ResolvedLayout out{cfg, std::nullopt, std::nullopt, ""};
   const ParallelConfig& par = cfg.parallel;
-  // training.recompute: auto chooses against a memory limit; start-up has none (the
-  // planner's limit is `pptrain plan --memory-per-rank`), so nothing needs recompute.
-  if (cfg.training.recompute.is_auto()) out.config.training.recompute = RecomputeConfig{};
-  const StageRecompute recompute = stage_recompute(out.config);
   const bool auto_schedule = par.schedule == "auto";
   if (!auto_schedule && par.profile.empty()) return out;
   // With costs at hand an unset split is planned; a given one is only predicted.
   const bool auto_split = par.layers_per_stage.empty();
+  // parallel.memory_per_rank_gib: the limit the split and training.recompute: auto must fit.
+  const double limit = par.memory_per_rank_gib * double(1 << 30);
+  const bool auto_recompute = cfg.training.recompute.is_auto();
 
   const CostProfile measured = load_or_measure(cfg, world, &out.profile_source);
   const CostProfile prof = scaled_profile(measured, cfg.training.micro_batch_size, par.tp);
   const int n_layer = cfg.model.n_layer;
-  std::vector<int> blocks = par.layers_per_stage.empty() ? blocks_per_stage(cfg) : par.layers_per_stage;
-  pipeline::Schedule program;
-  if (auto_schedule) {
-    try {
-      if (auto_split) {
-        AutoPlan plan =
-            plan_auto_schedule(prof, par.pp, par.microbatches, par.stages_per_rank, n_layer, 0, recompute);
-        program = std::move(plan.program);
-        blocks = std::move(plan.blocks_per_stage);
-      } else {
-        program = auto_program(prof, par.pp, par.microbatches, par.stages_per_rank, blocks, recompute);
-      }
-    } catch (const Error& e) {
-      fail(cfg.source, ": key 'parallel.schedule': ", e.what());
+  const std::vector<int> given = par.layers_per_stage.empty() ? blocks_per_stage(cfg) : par.layers_per_stage;
+  // The program and split for one recompute choice: planned (auto split, auto schedule) or
+  // the given split checked against the limit; throws when it does not fit.
+  const PlanForRecompute plan = [&](const StageRecompute& recompute) {
+    RecomputePlan p{recompute, {}, {given, 0, {}}};
+    if (auto_schedule && auto_split) {
+      AutoPlan a = plan_auto_schedule(prof, par.pp, par.microbatches, par.stages_per_rank, n_layer, limit, recompute);
+      p.program = std::move(a.program);
+      p.partition.blocks_per_stage = std::move(a.blocks_per_stage);
+      return p;
     }
-  } else {
-    program = pipeline::load_or_generate(par.schedule, par.pp, par.microbatches, par.stages_per_rank);
-    if (auto_split) blocks = partition_stages(prof, program, n_layer, 0, recompute).blocks_per_stage;
+    p.program = auto_schedule ? auto_program(prof, par.pp, par.microbatches, par.stages_per_rank, given, recompute)
+                              : pipeline::load_or_generate(par.schedule, par.pp, par.microbatches, par.stages_per_rank);
+    if (auto_split) {
+      p.partition = partition_stages(prof, p.program, n_layer, limit, recompute);
+    } else if (limit > 0) {
+      const SplitEvaluation e = evaluate_split(prof, p.program, given, recompute);
+      const double peak = *std::max_element(e.peak_bytes.begin(), e.peak_bytes.end());
+      if (peak > limit)
+        fail("layers_per_stage ", blocks_text(given), " peaks at ", peak / double(1 << 30), " GiB per rank, over the limit ",
+             par.memory_per_rank_gib, " GiB; the smallest limit that fits is ", peak / double(1 << 30), " GiB");
+    }
+    return p;
+  };
+  RecomputePlan planned;
+  try {
+    if (auto_recompute) {
+      // The order of stages by microbatches in flight is the program's before recompute
+      // (recompute changes costs and bytes, not which stage holds the most microbatches).
+      const pipeline::Schedule first =
+          auto_schedule ? auto_start_program(par.pp, par.microbatches, par.stages_per_rank)
+                        : pipeline::load_or_generate(par.schedule, par.pp, par.microbatches, par.stages_per_rank);
+      planned = choose_recompute(plan, stages_by_microbatches_in_flight(first), prof.attention == "naive", limit);
+    } else {
+      planned = plan(stage_recompute(cfg));
+    }
+  } catch (const Error& e) {
+    const char* key = auto_recompute ? "key 'training.recompute': auto: "
+                      : limit > 0    ? "key 'parallel.memory_per_rank_gib': "
+                      : auto_schedule ? "key 'parallel.schedule': "
+                                      : "";
+    fail(cfg.source, ": ", key, e.what());
   }
+  const StageRecompute& recompute = planned.recompute;
+  if (auto_recompute) {
+    out.config.training.recompute = RecomputeConfig{};
+    out.config.training.recompute.per_stage = recompute;
+  }
+  const std::vector<int> blocks = planned.partition.blocks_per_stage;
+  const pipeline::Schedule& program = planned.program;
   out.config.parallel.layers_per_stage = blocks;
   if (auto_schedule) out.program = program;
   out.prediction = predict_layout(prof, program, blocks, par.dp, recompute);

@@ -141,11 +141,9 @@ pipeline::Schedule auto_program(const CostProfile& prof, int pp, int microbatche
                                  0);
 }
 
-namespace {
 pipeline::Schedule auto_start_program(int pp, int microbatches, int stages_per_rank) {
   return pipeline::generate_schedule(stages_per_rank == 2 ? "zbv" : "zb-h1", pp, microbatches, stages_per_rank);
 }
-}  // namespace
 
 AutoPlan plan_auto_schedule(const CostProfile& prof, int pp, int microbatches, int stages_per_rank, int n_layer,
                             double memory_limit_bytes, const StageRecompute& recompute) {

@@ -71,6 +71,10 @@ struct AutoPlan {
   pipeline::Schedule program;
   std::vector<int> blocks_per_stage;
 };
+// The fixed program schedule: auto starts from (zb-h1, or zbv with 2 stages per rank): its
+// first split, and the order in which stages take up recompute.
+pipeline::Schedule auto_start_program(int pp, int microbatches, int stages_per_rank);
+
 AutoPlan plan_auto_schedule(const CostProfile& prof, int pp, int microbatches, int stages_per_rank, int n_layer,
                             double memory_limit_bytes, const StageRecompute& recompute = {});
 // The program of schedule: auto for a given split (no activation limit).
