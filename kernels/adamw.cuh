@@ -5,11 +5,13 @@
 
 namespace pptrain::kernels {
 
-// g' = g · grad_scale (fp32; g is not written);  m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'²;
-// p -= lr (m̂ / (√v̂ + eps) + wd p), m̂ = m / (1 - b1ᵗ), v̂ = v / (1 - b2ᵗ), t 1-based.
-// If p_bf16 is not null it receives the updated p rounded to bf16 (nearest even, as cast).
-void launch_adamw(const LaunchContext& ctx, float* p, bf16* p_bf16, const float* g, float* m,
-                  float* v, size_t n, float grad_scale, float lr, float b1, float b2, float eps,
-                  float wd, int t);
+// g' = g · grad_scale (fp32; g is not written);  m_out = b1 m + (1-b1) g';
+// v_out = b2 v + (1-b2) g'²;  p_out = p - lr (m̂ / (√v̂ + eps) + wd p), m̂ = m_out / (1 - b1ᵗ),
+// v̂ = v_out / (1 - b2ᵗ), t 1-based. Each output is its input (in place) or overlaps no
+// input (out of place). If p_bf16 is not null it receives p_out rounded to bf16 (nearest
+// even, as cast).
+void launch_adamw(const LaunchContext& ctx, float* p_out, float* m_out, float* v_out, bf16* p_bf16,
+                  const float* p, const float* g, const float* m, const float* v, size_t n,
+                  float grad_scale, float lr, float b1, float b2, float eps, float wd, int t);
 
 }  // namespace pptrain::kernels

@@ -529,7 +529,8 @@ TEST(CudaBackendOps, AdamWAndSumSquares) {
     r.put("g", random_floats(n, 72));
     r.put("m", random_floats(n, 73, -0.1f, 0.1f));
     r.put("v", random_floats(n, 74, 0.0f, 0.01f));
-    r.ops().adamw(r.f("p"), nullptr, r.f("g"), r.f("m"), r.f("v"), n, 0.7f, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+    r.ops().adamw(r.f("p"), r.f("m"), r.f("v"), nullptr, r.f("p"), r.f("g"), r.f("m"), r.f("v"), n, 0.7f, 3e-3f,
+                  0.9f, 0.95f, 1e-8f, 0.1f, 3);
     return r.ops().sum_squares(r.f("g"), n) + 1e3 * r.ops().sum_squares(r.f("p"), 17);
   });
 }

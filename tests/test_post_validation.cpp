@@ -6,7 +6,8 @@
 //     pp=2 x dp=2, and no rollback reported;
 //   - rollbacks through clipping (grad_clip between the norms, so some steps clip and some
 //     do not): bitwise equal again, with one rollback line per clipped step and the
-//     metrics' `rollbacks` counting them;
+//     metrics' `rollbacks` counting them; single process, pp=2 zbv and pp=2 x dp=2 under
+//     ZeRO-1;
 //   - a planted non-finite gradient (nan_grad): under on_nonfinite: skip bitwise equal to
 //     the synchronous skip run; under stop, exit non-zero with the synchronous run's error
 //     line on every rank;
@@ -250,6 +251,11 @@ TEST_F(PostValidation, WithoutRollbackPp2Dp2IsBitwiseSynchronous) { check_withou
 
 TEST_F(PostValidation, ClippedStepsRollBackToTheSynchronousBitsSingleProcess) { check_with_rollbacks("", "b1"); }
 TEST_F(PostValidation, ClippedStepsRollBackToTheSynchronousBitsPp2Zbv) { check_with_rollbacks(kPp2Zbv, "b2"); }
+// ZeRO-1: each optimistic update writes the rank's range into the exchanged arena, the
+// masters are all-gathered into it, and a rollback exchanges back every rank's full masters.
+TEST_F(PostValidation, ClippedStepsRollBackToTheSynchronousBitsPp2Dp2Zero1) {
+  check_with_rollbacks(std::string(kPp2Dp2) + " parallel.zero=1", "b3");
+}
 
 // A NaN planted in one gradient of step 3 (on pp rank 1 under pp=2), skipped: the same
 // bits as the synchronous skip run, one skip warning.

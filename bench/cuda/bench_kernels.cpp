@@ -294,13 +294,13 @@ void bench_parameter_kernels(std::vector<Result>& out) {
   // (dtype "bf16") also writes the bf16 copy: 30 bytes
   int t = 0;
   us = time_launch_us([&] {
-    kernels::launch_adamw(ctx, w.data(), nullptr, g.data(), mom1.data(), mom2.data(), n, 1.0f, 1e-4f, 0.9f, 0.95f,
-                          1e-8f, 0.1f, ++t);
+    kernels::launch_adamw(ctx, w.data(), mom1.data(), mom2.data(), nullptr, w.data(), g.data(), mom1.data(),
+                          mom2.data(), n, 1.0f, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++t);
   });
   out.push_back({"adamw", "fp32", shape({n}), 28 * p, us});
   us = time_launch_us([&] {
-    kernels::launch_adamw(ctx, w.data(), w_bf16.data(), g.data(), mom1.data(), mom2.data(), n, 1.0f, 1e-4f,
-                          0.9f, 0.95f, 1e-8f, 0.1f, ++t);
+    kernels::launch_adamw(ctx, w.data(), mom1.data(), mom2.data(), w_bf16.data(), w.data(), g.data(), mom1.data(),
+                          mom2.data(), n, 1.0f, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++t);
   });
   out.push_back({"adamw", "bf16", shape({n}), 30 * p, us});
 }

@@ -276,15 +276,19 @@ struct ConstView {
            (dlogits, logits, rmax, sumexp, targets, n, vl, valid, v0, scale))                      \
                                                                                                    \
   /* ---- optimizer (fp32: masters, gradients and moments) ------------------------------------ */ \
-  /* One AdamW step (Loshchilov & Hutter) on p[n], g[n], m[n], v[n]: with g' = g · grad_scale     \
-     (one fp32 multiply: the clip factor, 1 when not clipping; g itself is left unscaled),         \
-     m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'²; p -= lr (m̂ / (√v̂ + eps) + wd p), with bias      \
-     corrections for step t (1-based). p_working[n] is null or the bf16 working copy of p: it      \
-     receives the updated p rounded to nearest even, the same bits as cast(p_working, p, n). */    \
+  /* One AdamW step (Loshchilov & Hutter) from p[n], g[n], m[n], v[n] into p_out[n], m_out[n],     \
+     v_out[n]: with g' = g · grad_scale (one fp32 multiply: the clip factor, 1 when not clipping;  \
+     g itself is left unscaled), m_out = b1 m + (1-b1) g'; v_out = b2 v + (1-b2) g'²;              \
+     p_out = p - lr (m̂ / (√v̂ + eps) + wd p), with bias corrections for step t (1-based). Each      \
+     output is its input (in place) or overlaps no input (out of place: post-validation keeps      \
+     the inputs as its backup); element-wise, so both give the same bits. p_working[n] is null or  \
+     the bf16 working copy: it receives p_out rounded to nearest even, the same bits as            \
+     cast(p_working, p_out, n). */                                                                 \
   OP(void, adamw,                                                                                  \
-     (float* p, View p_working, const float* g, float* m, float* v, size_t n, float grad_scale,    \
-      float lr, float b1, float b2, float eps, float wd, int t),                                   \
-     (p, p_working, g, m, v, n, grad_scale, lr, b1, b2, eps, wd, t))                               \
+     (float* p_out, float* m_out, float* v_out, View p_working, const float* p, const float* g,    \
+      const float* m, const float* v, size_t n, float grad_scale, float lr, float b1, float b2,    \
+      float eps, float wd, int t),                                                                 \
+     (p_out, m_out, v_out, p_working, p, g, m, v, n, grad_scale, lr, b1, b2, eps, wd, t))          \
   /* Σ x², accumulated in double, returned to the host. */                                         \
   OP(double, sum_squares, (const float* x, size_t n), (x, n))
 

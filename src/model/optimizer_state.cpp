@@ -48,21 +48,23 @@ void OptimizerState::zero() {
   }
 }
 
-void OptimizerState::copy_from(const OptimizerState& other, Ops& ops) {
-  PPTRAIN_CHECK(sharded_ == other.sharded_ && bytes_ == other.bytes_ && moments_.size() == other.moments_.size(),
-                "OptimizerState::copy_from: states of different forms");
-  auto copy = [&](Buffer<float>& to, const Buffer<float>& from) {
-    if (!to.empty()) ops.copy(to.data(), from.data(), to.size() * sizeof(float));
-  };
-  if (sharded_) {
-    copy(m_arena_, other.m_arena_);
-    copy(v_arena_, other.v_arena_);
-    return;
-  }
+void OptimizerState::swap(OptimizerState& other) {
+  bool same_form = sharded_ == other.sharded_ && bytes_ == other.bytes_ && numel_ == other.numel_;
   for (auto& [name, s] : moments_) {
-    copy(s.m, other.moments_.at(name).m);
-    copy(s.v, other.moments_.at(name).v);
+    const auto it = other.moments_.find(name);
+    same_form = same_form && it != other.moments_.end() && it->second.range.begin == s.range.begin &&
+                it->second.range.end == s.range.end;
   }
+  PPTRAIN_CHECK(same_form, "OptimizerState::swap: states of different forms");
+  // Buffers are exchanged, never copied: a ZeRO-1 state's views keep pointing into the arenas
+  // they were made from, which move with them.
+  for (auto& [name, s] : moments_) {
+    Moments& o = other.moments_.at(name);
+    std::swap(s.m, o.m);
+    std::swap(s.v, o.v);
+  }
+  std::swap(m_arena_, other.m_arena_);
+  std::swap(v_arena_, other.v_arena_);
 }
 
 void OptimizerState::download_local(const std::string& name, const Buffer<float>& moment, float* host) const {

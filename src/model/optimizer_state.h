@@ -35,9 +35,11 @@ class OptimizerState {
   // Bytes of moments this rank holds (both moments, with the shard's padding).
   size_t bytes() const { return bytes_; }
   void zero();
-  // Copies every moment of `other`, a state of the same form over the same parameters
-  // (backend to backend; post-validation's backup).
-  void copy_from(const OptimizerState& other, Ops& ops);
+  // Exchanges every moment with `other`, a state of the same form over the same parameters:
+  // the buffers change hands, no value is copied (post-validation's AdamW writes the update
+  // into a second state and exchanges it in; the state it replaced is the backup).
+  // References from m(), v() stay valid and then name the exchanged buffers.
+  void swap(OptimizerState& other);
 
   // Host copies over the parameter's whole local shard, host[numel]: download_local writes
   // zeros outside range(name); upload_local keeps only range(name) of it.

@@ -198,14 +198,33 @@ void ParamStore::flatten(int shards, bool bf16_copies, int master_shard) {
   }
   grad_arena_ = Buffer<float>(ops_, total);
   grad_arena_.zero();
-  for (auto& [name, p] : params_) p->grad = Buffer<float>::view(ops_, grad_arena_.data() + p->flat_offset, p->numel());
+  view_arenas();
+}
+
+void ParamStore::view_arenas() {
+  // The masters arena starts at flat position lo (0, or the rank's shard under sharded
+  // masters); a Param's masters are its master_range, at its flat position less lo.
+  const size_t lo = masters_sharded() ? size_t(master_shard_) * layout_.shard_size : 0;
+  for (auto& [name, p] : params_) {
+    const LocalRange r = p->master_range;
+    const size_t at = r.empty() ? 0 : p->flat_offset + r.begin - lo;
+    p->value = Buffer<float>::view(ops_, value_arena_.data() + at, r.size());
+    p->grad = Buffer<float>::view(ops_, grad_arena_.data() + p->flat_offset, p->numel());
+  }
 }
 
 void ParamStore::swap_grad_arena(Buffer<float>& other) {
   PPTRAIN_CHECK(flat() && other.size() == grad_arena_.size(), "ParamStore::swap_grad_arena: ", other.size(),
                 " elements for an arena of ", grad_arena_.size());
   std::swap(grad_arena_, other);
-  for (auto& [name, p] : params_) p->grad = Buffer<float>::view(ops_, grad_arena_.data() + p->flat_offset, p->numel());
+  view_arenas();
+}
+
+void ParamStore::swap_value_arena(Buffer<float>& other) {
+  PPTRAIN_CHECK(flat() && other.size() == value_arena_.size(), "ParamStore::swap_value_arena: ", other.size(),
+                " elements for an arena of ", value_arena_.size());
+  std::swap(value_arena_, other);
+  view_arenas();
 }
 
 Param& ParamStore::get_or_create(const ParamSpec& spec) {

@@ -187,6 +187,11 @@ class ParamStore {
   // Exchanges the gradient arena with `other` ([flat_layout().total()]) and points every
   // Param::grad into the new one (post-validation keeps a step's gradients this way).
   void swap_grad_arena(Buffer<float>& other);
+  // The same for the masters arena (value_arena()'s size): every Param::value points into
+  // the new arena, no value is copied (post-validation's AdamW writes the update into a
+  // second arena and exchanges it in; the arena it replaced is the backup). The bf16 copies
+  // are not touched: the caller knows whether they match the new masters.
+  void swap_value_arena(Buffer<float>& other);
   // Rounds every fp32 master into its bf16 copy (allocated on first use unless flattened
   // with bf16_copies) and clears bf16_stale. Under sharded masters: the masters held
   // (master_range) only; the rest of each copy is the other dp ranks' to round.
@@ -202,6 +207,8 @@ class ParamStore {
   Ops& ops_;
   int tp_, tp_rank_;
   uint64_t seed_;
+  // Points every Param::value (its master_range) and Param::grad into the arenas.
+  void view_arenas();
   std::map<std::string, std::unique_ptr<Param>> params_;
   FlatLayout layout_;
   bool flat_ = false;

@@ -266,8 +266,8 @@ double time_update(Ops& ops, size_t n, const ProfileOptions& opts) {
     ops.synchronize();
     const auto t0 = Clock::now();
     double norm = ops.sum_squares(grad.data(), n);
-    ops.adamw(value.data(), View(nullptr), grad.data(), m.data(), v.data(), n, float(1 / (1 + norm)), 1e-4f, 0.9f,
-              0.95f, 1e-8f, 0.1f, rep + 1);
+    ops.adamw(value.data(), m.data(), v.data(), View(nullptr), value.data(), grad.data(), m.data(), v.data(), n,
+              float(1 / (1 + norm)), 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, rep + 1);
     ops.zero(grad.data(), n * sizeof(float));
     ops.synchronize();
     if (rep >= opts.warmup) times.push_back(ms_between(t0, Clock::now()));

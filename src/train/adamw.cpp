@@ -10,23 +10,39 @@ AdamW::AdamW(ParamStore& params, const TrainingConfig& cfg)
 AdamW::AdamW(ParamStore& params, const TrainingConfig& cfg, int shard)
     : params_(params), cfg_(cfg), state_(std::make_unique<OptimizerState>(params, shard)) {}
 
-void AdamW::step(double lr, int t, float grad_scale) {
+void AdamW::step(double lr, int t, float grad_scale) { update(nullptr, *state_, lr, t, grad_scale); }
+
+void AdamW::step_into(Buffer<float>& values, OptimizerState& moments, double lr, int t, float grad_scale) {
+  PPTRAIN_CHECK(params_.flat() && values.size() == params_.value_arena_size() &&
+                    values.data() != params_.value_arena(),
+                "AdamW::step_into: needs a second arena of the flattened parameters' form");
+  PPTRAIN_CHECK(&moments != state_.get() && moments.sharded() == state_->sharded() &&
+                    moments.bytes() == state_->bytes(),
+                "AdamW::step_into: needs a second optimizer state of the same form");
+  update(values.data(), moments, lr, t, grad_scale);
+}
+
+void AdamW::update(float* values, OptimizerState& moments, double lr, int t, float grad_scale) {
   Ops& ops = params_.ops();
+  OptimizerState& state = *state_;
   for (auto& [name, p] : params_.all()) {
-    const LocalRange r = state_->range(name);
+    const LocalRange r = state.range(name);
     if (r.empty()) continue;
     float wd = p->spec.weight_decay ? float(cfg_.weight_decay) : 0.0f;
     // The bf16 copy, where the model has one (bf16 precision, allocated by the first refresh).
     const bool has_copy = p->numel() > 0 && p->value_bf16.size() == p->numel();
     View working = has_copy ? View(p->value_bf16.data() + r.begin) : View(nullptr);
     // The masters hold the local elements master_range (all, or under sharded masters the
-    // same range as the moments): index them relative to it.
+    // same range as the moments): index them relative to it. Out of place (`values`: an
+    // arena of the masters arena's size) the update goes to the same position there.
     PPTRAIN_CHECK(r.begin >= p->master_range.begin && r.end <= p->master_range.end, "AdamW: ", name,
                   ": moments of elements [", r.begin, ", ", r.end, ") but masters of [", p->master_range.begin, ", ",
                   p->master_range.end, ")");
-    ops.adamw(p->value.data() + (r.begin - p->master_range.begin), working, p->grad.data() + r.begin, state_->m(name).data(),
-              state_->v(name).data(), r.size(), grad_scale, float(lr), float(cfg_.beta1), float(cfg_.beta2),
-              float(cfg_.eps), wd, t);
+    float* p_in = p->value.data() + (r.begin - p->master_range.begin);
+    float* p_out = values ? values + (p_in - params_.value_arena()) : p_in;
+    ops.adamw(p_out, moments.m(name).data(), moments.v(name).data(), working, p_in, p->grad.data() + r.begin,
+              state.m(name).data(), state.v(name).data(), r.size(), grad_scale, float(lr), float(cfg_.beta1),
+              float(cfg_.beta2), float(cfg_.eps), wd, t);
     if (has_copy && r.size() == p->numel()) p->bf16_stale = false;
   }
 }

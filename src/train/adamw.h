@@ -29,10 +29,20 @@ class AdamW {
   // copy, where a parameter has one, gets the updated elements rewritten in the same pass;
   // bf16_stale is cleared when that is the whole parameter.
   void step(double lr, int t, float grad_scale = 1.0f);
+  // The same update out of place: reads the current masters and moments and writes the
+  // updated ones into `values` (an arena of the flattened parameters' form,
+  // [flat_layout().total()]; only the elements this rank updates are written) and `moments`
+  // (a state of state()'s form), leaving the current ones as they were; the bf16 copies get
+  // the updated values as with step(). The same bits as step().
+  void step_into(Buffer<float>& values, OptimizerState& moments, double lr, int t, float grad_scale);
   // The moments (checkpoints write and read them).
   OptimizerState& state() { return *state_; }
 
  private:
+  // The update from the current masters and moments into `values` (nullptr: in place) and
+  // `moments`.
+  void update(float* values, OptimizerState& moments, double lr, int t, float grad_scale);
+
   ParamStore& params_;
   TrainingConfig cfg_;
   std::unique_ptr<OptimizerState> state_;

@@ -30,7 +30,7 @@ MemoryReport measure_memory_report(Job& job, AdamW& optimizer) {
   r.gradients = double(params.grad_arena_size() * sizeof(float));
   r.bf16_copies = double(params.bf16_arena_size() * sizeof(bfloat16));
   r.optimizer = double(optimizer.state().bytes());
-  // UpdateBackup: a copy of the masters, gradients, m and v.
+  // UpdateBackup: a second set of buffers for the masters, gradients, m and v.
   if (cfg.training.post_validation) r.backup = r.parameters + r.gradients + r.optimizer;
 
   const ModelDims dims = ModelDims::from(cfg.model, cfg.training.micro_batch_size, par.tp, par.tp_rank);

@@ -56,7 +56,7 @@ Trainer::Trainer(Job& job)
                 cfg_.training.precision);
   optimizer_ = zero() ? std::make_unique<AdamW>(job.params(), optim, shard) : std::make_unique<AdamW>(job.params(), optim);
   if (cfg_.training.post_validation)
-    backup_ = std::make_unique<UpdateBackup>(job.params(), optimizer_->state(), shard);
+    backup_ = std::make_unique<UpdateBackup>(job.params(), *optimizer_, shard);
 
   const int m = pc.microbatches, bt = cfg_.training.micro_batch_size * cfg_.model.seq_len;  // B·T tokens
   for (int i = 0; i < m; ++i) {
@@ -267,10 +267,13 @@ std::optional<float> Trainer::validate(StepResult& r, const StepTotals& totals) 
   return clip_factor(r.grad_norm, cfg_.training.grad_clip);
 }
 
-void Trainer::update(double lr, int step, float clip_scale) {
+void Trainer::update(double lr, int step, float clip_scale, bool optimistic) {
   // Clipping is a factor AdamW applies as it reads each gradient (no pass of its own); the
-  // gradients stay unclipped (parameter dumps show them so).
-  optimizer_->step(lr, step, clip_scale);
+  // gradients stay unclipped (parameter dumps show them so). The optimistic update writes
+  // into the backup's buffers and exchanges them in: under ZeRO-1 the masters are then
+  // gathered into the exchanged arena, and a rollback restores the full arena before it.
+  if (optimistic) backup_->update(lr, step, clip_scale);
+  else optimizer_->step(lr, step, clip_scale);
   if (faults_.find("repeat_update")) optimizer_->step(lr, step, clip_scale);
   if (zero()) gather_weights();
 }
@@ -352,8 +355,7 @@ std::optional<StepResult> Trainer::train_step() {
     return r;
   }
   pending_ = Pending{r, job_.world().iallgather(pack(mine))};
-  backup_->save();
-  update(r.lr, r.step, 1.0f);  // the optimistic guess: finite, not clipped
+  update(r.lr, r.step, 1.0f, true);  // the optimistic guess: finite, not clipped
   backup_->take_gradients();
   end_step(pending_->result, reduce_start_us);
   return settled;

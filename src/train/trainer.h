@@ -26,9 +26,11 @@
 // Post-validation (training.post_validation: true; the zero-bubble paper's): waiting for
 // step 5 before step 6 makes every step end with a synchronisation of all ranks, so
 // consecutive steps cannot overlap (a ZB-H2 pipeline's early ranks idle until the last
-// finishes). Instead, step s starts its reduction without waiting, backs up what the update
-// changes (train/update_backup.h: masters, gradients, moments, 16 bytes per parameter
-// element), applies AdamW optimistically with clip factor 1 and returns. Step s + 1 runs its
+// finishes). Instead, step s starts its reduction without waiting, applies AdamW
+// optimistically with clip factor 1 and returns, keeping what the update changed
+// (train/update_backup.h: masters, gradients, moments; 16 bytes per parameter element held,
+// none copied: AdamW writes out of place into a second set of buffers, exchanged with the
+// first, and the old values are the backup). Step s + 1 runs its
 // pipeline on those parameters and only then waits for step s's reduction. Almost always
 // the guess holds (finite, norm within training.grad_clip) and nothing more happens; else
 // the backup is restored, the update the synchronous path would have made is applied (the
@@ -160,7 +162,9 @@ class Trainer {
   // they agree bit for bit: fills `r`, handles a non-finite step (throws under stop) and
   // returns the clip factor of the update, or nullopt when the step is skipped.
   std::optional<float> validate(StepResult& r, const StepTotals& totals);
-  void update(double lr, int step, float clip_scale);
+  // AdamW, then under ZeRO-1 the all-gather of the masters. `optimistic`: post-validation's
+  // update, which keeps the values before it in the backup.
+  void update(double lr, int step, float clip_scale, bool optimistic = false);
   void end_step(StepResult& r, double reduce_start_us);
   // Post-validation: waits for the pending step's reduction and settles it.
   StepResult settle_pending();

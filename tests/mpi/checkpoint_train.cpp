@@ -11,7 +11,8 @@
 //                      training.steps), i.e. "train K steps, save, exit"
 //   --dump-loaded DIR  right after resume, parameter dumps of every rank
 //                      (DIR/loaded.rankR.bin, train/param_dump.h)
-//   --dump-final DIR   the same after the last step (DIR/final.rankR.bin)
+//   --dump-final DIR   the same after the last step (DIR/final.rankR.bin), ZeRO-1 gradients
+//                      all-gathered first
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -61,7 +62,11 @@ void train_with_checkpoints(MpiSession& mpi, const std::vector<std::string>& arg
     std::snprintf(line, sizeof line, "step %d loss %.17g", r.step, r.loss);
     mpi_test::say(line);
   };
-  hooks.at_end = [&](Trainer& trainer) { dump(trainer, dump_final, "final"); };
+  hooks.at_end = [&](Trainer& trainer) {
+    // ZeRO-1 leaves each dp rank the sums of its range only: the dump shows every sum.
+    if (!dump_final.empty()) trainer.gather_gradients();
+    dump(trainer, dump_final, "final");
+  };
   run_training(job, hooks);
 }
 

@@ -1,6 +1,8 @@
 // CountingOps: a backend that forwards every call to another and counts the bytes it is
 // asked to allocate (requested sizes, before the backend's own rounding), live and at the
-// peak, so tests can compare a memory prediction with what the model really allocates.
+// peak, so tests can compare a memory prediction with what the model really allocates, and
+// the bytes it is asked to copy device to device (Ops::copy), so tests can prove a path
+// copies nothing.
 // memory_stats and reset_peak_memory are the inner backend's (its own accounting, which
 // tests compare with these counts); reset_peak_memory restarts this object's peak too.
 #pragma once
@@ -37,7 +39,10 @@ class CountingOps final : public Ops {
   }
   void copy_to_device(void* d, const void* s, size_t n) override { inner_->copy_to_device(d, s, n); }
   void copy_to_host(void* d, const void* s, size_t n) override { inner_->copy_to_host(d, s, n); }
-  void copy(void* d, const void* s, size_t n) override { inner_->copy(d, s, n); }
+  void copy(void* d, const void* s, size_t n) override {
+    copied_ += n;
+    inner_->copy(d, s, n);
+  }
   void zero(void* p, size_t n) override { inner_->zero(p, n); }
   void synchronize() override { inner_->synchronize(); }
   MemoryStats memory_stats() const override { return inner_->memory_stats(); }
@@ -53,11 +58,12 @@ class CountingOps final : public Ops {
 
   size_t live_bytes() const { return live_; }
   size_t peak_bytes() const { return peak_; }
+  size_t copied_bytes() const { return copied_; }  // by Ops::copy since construction
 
  private:
   std::unique_ptr<Ops> inner_;
   std::unordered_map<void*, size_t> sizes_;
-  size_t live_ = 0, peak_ = 0;
+  size_t live_ = 0, peak_ = 0, copied_ = 0;
 };
 
 }  // namespace pptrain::testing

@@ -8,8 +8,9 @@ namespace pptrain::cpu {
 
 using Index = long long;
 
-void CpuOps::adamw(float* p, View p_working, const float* g, float* m, float* v, size_t n, float grad_scale,
-                   float lr, float b1, float b2, float eps, float wd, int t) {
+void CpuOps::adamw(float* p_out, float* m_out, float* v_out, View p_working, const float* p, const float* g,
+                   const float* m, const float* v, size_t n, float grad_scale, float lr, float b1, float b2,
+                   float eps, float wd, int t) {
   // The cpu backend has no bf16 working copy: fp32 models compute with the masters.
   float* working;
   std::tie(working) = fp32("adamw", p_working);
@@ -17,6 +18,8 @@ void CpuOps::adamw(float* p, View p_working, const float* g, float* m, float* v,
   // g' = g · grad_scale (one fp32 multiply, as scale() would have done in place);
   // m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'²;  m̂ = m / (1-b1^t);  v̂ = v / (1-b2^t);
   // p -= lr (m̂ / (√v̂ + eps) + wd p). Bias corrections in double: 1 - b2^t is ~1e-3 at t=1.
+  // Element i reads only element i of each input before writing element i of each output,
+  // so in place (an output equal to its input) and out of place give the same bits.
   const float m_correction = float(1.0 / (1.0 - std::pow(double(b1), t)));
   const float v_correction = float(1.0 / (1.0 - std::pow(double(b2), t)));
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
@@ -24,10 +27,11 @@ void CpuOps::adamw(float* p, View p_working, const float* g, float* m, float* v,
     const float grad = g[i] * grad_scale;
     const float m_new = b1 * m[i] + (1.0f - b1) * grad;
     const float v_new = b2 * v[i] + (1.0f - b2) * grad * grad;
-    m[i] = m_new;
-    v[i] = v_new;
     const float m_hat = m_new * m_correction, v_hat = v_new * v_correction;
-    p[i] -= lr * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
+    const float p_old = p[i];
+    m_out[i] = m_new;
+    v_out[i] = v_new;
+    p_out[i] = p_old - lr * (m_hat / (std::sqrt(v_hat) + eps) + wd * p_old);
   }
 }
 

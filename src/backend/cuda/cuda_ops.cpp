@@ -73,11 +73,13 @@ double CudaOps::ce_loss_sum(const float* rmax, const float* sumexp, const float*
 
 // ---- optimizer -------------------------------------------------------------------------------
 
-void CudaOps::adamw(float* p, View p_working, const float* g, float* m, float* v, size_t n,
-                    float grad_scale, float lr, float b1, float b2, float eps, float wd, int t) {
+void CudaOps::adamw(float* p_out, float* m_out, float* v_out, View p_working, const float* p, const float* g,
+                    const float* m, const float* v, size_t n, float grad_scale, float lr, float b1, float b2,
+                    float eps, float wd, int t) {
   if (p_working.data && p_working.dtype != DType::bf16)
     fail("adamw: p_working is the bf16 working copy or null, got an ", dtype_name(p_working.dtype), " view");
-  launch_adamw(ctx(), p, static_cast<bf16*>(p_working.data), g, m, v, n, grad_scale, lr, b1, b2, eps, wd, t);
+  launch_adamw(ctx(), p_out, m_out, v_out, static_cast<bf16*>(p_working.data), p, g, m, v, n, grad_scale, lr, b1,
+               b2, eps, wd, t);
 }
 
 double CudaOps::sum_squares(const float* x, size_t n) {
