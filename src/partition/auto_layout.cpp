@@ -1,6 +1,5 @@
 #include "partition/auto_layout.h"
 
-#include <algorithm>
 #include <memory>
 
 #include "backend/cuda/cuda_backend.h"
@@ -83,15 +82,8 @@ ResolvedLayout resolve_layout(const Config& cfg, MpiComm& world) {
     }
     p.program = auto_schedule ? auto_program(prof, par.pp, par.microbatches, par.stages_per_rank, given, recompute)
                               : pipeline::load_or_generate(par.schedule, par.pp, par.microbatches, par.stages_per_rank);
-    if (auto_split) {
-      p.partition = partition_stages(prof, p.program, n_layer, limit, recompute);
-    } else if (limit > 0) {
-      const SplitEvaluation e = evaluate_split(prof, p.program, given, recompute);
-      const double peak = *std::max_element(e.peak_bytes.begin(), e.peak_bytes.end());
-      if (peak > limit)
-        fail("layers_per_stage ", blocks_text(given), " peaks at ", peak / double(1 << 30), " GiB per rank, over the limit ",
-             par.memory_per_rank_gib, " GiB; the smallest limit that fits is ", peak / double(1 << 30), " GiB");
-    }
+    if (auto_split) p.partition = partition_stages(prof, p.program, n_layer, limit, recompute);
+    else require_split_fits(prof, p.program, given, recompute, limit);
     return p;
   };
   RecomputePlan planned;

@@ -156,13 +156,7 @@ AutoPlan plan_auto_schedule(const CostProfile& prof, int pp, int microbatches, i
   plan.program = auto_program(prof, pp, microbatches, stages_per_rank, plan.blocks_per_stage, recompute);
   // The program rebuilt for the final split may hold more activations than the split was
   // planned for: refused like any split over the limit.
-  if (memory_limit_bytes > 0) {
-    const SplitEvaluation e = evaluate_split(prof, plan.program, plan.blocks_per_stage, recompute);
-    const double peak = *std::max_element(e.peak_bytes.begin(), e.peak_bytes.end());
-    if (peak > memory_limit_bytes)
-      fail("schedule auto: the program built for split peaks at ", peak, " bytes, over the limit ",
-           memory_limit_bytes, "; the smallest limit that fits is ", peak);
-  }
+  require_split_fits(prof, plan.program, plan.blocks_per_stage, recompute, memory_limit_bytes);
   return plan;
 }
 

@@ -456,6 +456,17 @@ class Master {
   std::set<PathCut> kept_;
 };
 
+void require_split_fits(const CostProfile& prof, const Schedule& program, const std::vector<int>& blocks_per_stage,
+                        const StageRecompute& recompute, double memory_limit_bytes) {
+  if (memory_limit_bytes <= 0) return;
+  const SplitEvaluation e = evaluate_split(prof, program, blocks_per_stage, recompute);
+  const double peak = *std::max_element(e.peak_bytes.begin(), e.peak_bytes.end());
+  if (peak > memory_limit_bytes)
+    fail("split ", split_text(blocks_per_stage), " of schedule '", program.name, "' peaks at ", bytes_text(peak),
+         " per rank, over the memory limit ", bytes_text(memory_limit_bytes), "; the smallest limit that fits is ",
+         bytes_text(std::ceil(peak)));
+}
+
 Partition partition_stages(const CostProfile& prof, const Schedule& program, int n_layer,
                            double memory_limit_bytes, const StageRecompute& recompute) {
   const Problem p(prof, program, n_layer, recompute);

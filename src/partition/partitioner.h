@@ -55,6 +55,12 @@ struct SplitEvaluation {
 SplitEvaluation evaluate_split(const CostProfile& prof, const pipeline::Schedule& program,
                                const std::vector<int>& blocks_per_stage, const StageRecompute& recompute = {});
 
+// Throws pptrain::Error, one line naming the smallest limit that fits, when the given split
+// of `program` peaks over memory_limit_bytes on some rank (evaluate_split); 0: no limit.
+void require_split_fits(const CostProfile& prof, const pipeline::Schedule& program,
+                        const std::vector<int>& blocks_per_stage, const StageRecompute& recompute,
+                        double memory_limit_bytes);
+
 struct Partition {
   std::vector<int> blocks_per_stage;  // [num_stages]; the first and last may be 0
   double step_ms = 0;                 // simulated, as evaluate_split
