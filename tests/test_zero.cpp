@@ -31,6 +31,7 @@
 #include <iostream>
 #include <map>
 #include <numeric>
+#include <regex>
 #include <set>
 
 #include "core/config.h"
@@ -170,6 +171,71 @@ TEST(ZeroLayout, MomentsGoToAndFromTheWholeLocalShard) {
     for (size_t i = 0; i < p->numel(); ++i)
       EXPECT_EQ(back[i], i >= r.begin && i < r.end ? local[i] : 0.0f) << name << " element " << i;
   }
+}
+
+TEST(ZeroLayout, EachBucketIsSplitDpWaysAndTheShardArenasTileIt) {
+  // Two buckets as the Job makes them (a stage's tensors, then a shared one), 3 shards:
+  // each bucket padded to 3 equal aligned parts; shard k owns part k of every bucket, its
+  // arena those parts back to back; together the shards own each element exactly once, and
+  // a parameter's masters, moments and gradient line up at the same flat positions.
+  for (int shards : {1, 2, 3}) {
+    std::unique_ptr<Ops> ops = make_cpu_ops();
+    ParamStore params(*ops, 2, 1, 7);
+    for (const ParamSpec& spec : specs()) params.get_or_create(spec);
+    params.flatten(shards, false, -1,
+                   {{1, {"ln_f.bias", "h.0.attn.qkv.weight", "h.0.ln_1.weight", "h.0.attn.proj.weight"}},
+                    {-1, {"wte.weight"}}});
+    const FlatLayout& l = params.flat_layout();
+    ASSERT_EQ(l.buckets.size(), 2u);
+    EXPECT_EQ(l.buckets[0].stage, 1);
+    EXPECT_EQ(l.buckets[1].stage, -1);
+    EXPECT_EQ(l.buckets[0].begin, 0u);
+    EXPECT_EQ(l.buckets[1].begin, size_t(shards) * l.buckets[0].shard_size);
+    EXPECT_EQ(l.buckets[1].shard_begin, l.buckets[0].shard_size);
+    EXPECT_EQ(l.shard_size, l.buckets[0].shard_size + l.buckets[1].shard_size);
+    for (const FlatBucket& b : l.buckets) EXPECT_EQ(b.shard_size % kFlatAlign, 0u);
+    EXPECT_EQ(params.find("wte.weight")->bucket, 1);
+    EXPECT_EQ(params.find("wte.weight")->flat_offset, l.buckets[1].begin);
+    EXPECT_EQ(params.find("h.0.attn.proj.weight")->flat_offset, 0u) << "name order within a bucket";
+    std::map<std::string, size_t> covered;
+    for (int k = 0; k < shards; ++k) {
+      std::vector<bool> used(l.shard_size, false);  // shard k's arena
+      const OptimizerState state(params, k);
+      for (auto& [name, p] : params.all()) {
+        const LocalRange r = shard_range(*p, l, k);
+        EXPECT_EQ(state.range(name).begin, r.begin) << name;
+        EXPECT_EQ(state.range(name).end, r.end) << name;
+        covered[name] += r.size();
+        if (r.empty()) continue;
+        // Inside part k of the parameter's bucket.
+        const size_t lo = l.part_begin(p->bucket, k), hi = lo + l.buckets[size_t(p->bucket)].shard_size;
+        EXPECT_GE(p->flat_offset + r.begin, lo) << name;
+        EXPECT_LE(p->flat_offset + r.end, hi) << name;
+        const size_t at = shard_arena_offset(*p, l, k);
+        EXPECT_EQ(at, l.buckets[size_t(p->bucket)].shard_begin + p->flat_offset + r.begin - lo) << name;
+        for (size_t i = at; i < at + r.size(); ++i) {
+          ASSERT_LT(i, l.shard_size) << name;
+          EXPECT_FALSE(used[i]) << name << ": shard " << k << " arena element " << i << " used twice";
+          used[i] = true;
+        }
+      }
+    }
+    for (auto& [name, p] : params.all()) EXPECT_EQ(covered[name], p->numel()) << name << ": the shards tile it";
+  }
+}
+
+TEST(ZeroLayout, ABucketListMissingOrRepeatingAParameterIsRefused) {
+  std::unique_ptr<Ops> ops = make_cpu_ops();
+  ParamStore a(*ops, 2, 1, 7), b(*ops, 2, 1, 7);
+  for (const ParamSpec& spec : specs()) {
+    a.get_or_create(spec);
+    b.get_or_create(spec);
+  }
+  EXPECT_THROW(a.flatten(2, false, -1, {{0, {"wte.weight"}}}), std::logic_error);
+  EXPECT_THROW(b.flatten(2, false, -1,
+                         {{0, {"wte.weight", "ln_f.bias", "h.0.ln_1.weight", "h.0.attn.qkv.weight"}},
+                          {-1, {"h.0.attn.proj.weight", "wte.weight"}}}),
+               std::logic_error);
 }
 
 // ---------------------------------------------------------------- training under mpirun
@@ -313,34 +379,48 @@ TEST_F(ZeroTraining, EmulatedCudaBf16ShardedMastersSameBits) {
 
 TEST_F(ZeroTraining, EmulatedCudaBf16MastersTakeHalfTheBytes) {
   // The fp32 masters each rank holds, as the log counts them after the first step (the
-  // masters arena) and as --dry-run predicts them: under zero: 1 the range's shard_size
-  // elements, exactly half the arena of zero: 0 (the arena is padded to dp equal ranges,
+  // masters arena) and as --dry-run predicts them: under zero: 1 the shard's shard_size
+  // elements, exactly half the arena of zero: 0 (each bucket is padded to dp equal parts,
   // each tensor to kFlatAlign elements: both are counted, and printed below against the
-  // unpadded parameter count). d_model 64 so that the MiB printed with three decimals
-  // resolve the figures to 0.1%.
-  const std::string bigger = kBf16 + " model.d_model=64 training.steps=1";
-  const Config cfg = load_config(dir_->file("model.yaml"), split_words(bigger + " parallel.dp=2"));
-  const std::vector<StageSpec> stages = stage_specs(cfg);
-  const FlatLayout arena = flat_layout_of(rank_tensor_numels(cfg, stages, 0), 2);
-  const double params = rank_parameter_count(cfg, stages, 0), mib = double(1 << 20);
-  double measured[2], predicted[2];
-  for (int zero : {0, 1}) {
-    const std::string args = " train " + dir_->file("model.yaml") + " " + bigger + " parallel.dp=2" +
-                             " parallel.microbatches=4 parallel.zero=" + std::to_string(zero);
-    const auto run = run_command(mpirun(2) + pptrain_emu_bin() + args, 120);
-    ASSERT_EQ(run.exit_code, 0) << run.output;
-    const auto dry = run_command(pptrain_emu_bin() + args + " --dry-run", 60);
-    ASSERT_EQ(dry.exit_code, 0) << dry.output;
-    measured[zero] = masters_mib(run.output);
-    predicted[zero] = masters_mib(dry.output);
-    EXPECT_NEAR(predicted[zero], measured[zero], 0.001) << "--dry-run against the log, zero " << zero;
+  // unpadded parameter count). On dp 2 (one bucket) and pp 2 x dp 2 under ZB-V (pp rank 0:
+  // stage 0's bucket, stage 3's, the tied embedding's), where the Job's buckets and the
+  // estimate's (rank_flat_layout) must agree. d_model 64 so that the MiB printed with three
+  // decimals resolve the figures to 0.1%.
+  struct Case {
+    Layout layout;
+    const char* schedule;
+    std::vector<int> rank0_stages;
+  };
+  for (const Case& c : {Case{kDp2, "1f1b", {0}}, Case{kPp2Dp2, "zbv", {0, 3}}}) {
+    const std::string bigger = kBf16 + " model.d_model=64 training.steps=1 parallel.dp=2 parallel.pp=" +
+                               std::to_string(c.layout.pp) + " parallel.schedule=" + c.schedule +
+                               " parallel.stages_per_rank=" + std::to_string(c.rank0_stages.size() > 1 ? 2 : 1);
+    const Config cfg = load_config(dir_->file("model.yaml"), split_words(bigger));
+    std::vector<StageSpec> stages;
+    for (const StageSpec& spec : stage_specs(cfg))
+      if (std::count(c.rank0_stages.begin(), c.rank0_stages.end(), spec.index)) stages.push_back(spec);
+    const FlatLayout arena = rank_flat_layout(cfg, stages, 0);
+    EXPECT_EQ(arena.buckets.size(), c.rank0_stages.size() + (c.layout.pp > 1 ? 1 : 0)) << c.schedule;
+    const double params = rank_parameter_count(cfg, stages, 0), mib = double(1 << 20);
+    double measured[2], predicted[2];
+    for (int zero : {0, 1}) {
+      const std::string args = " train " + dir_->file("model.yaml") + " " + bigger +
+                               " parallel.microbatches=4 parallel.zero=" + std::to_string(zero);
+      const auto run = run_command(mpirun(2 * c.layout.pp) + pptrain_emu_bin() + args, 120);
+      ASSERT_EQ(run.exit_code, 0) << run.output;
+      const auto dry = run_command(pptrain_emu_bin() + args + " --dry-run", 60);
+      ASSERT_EQ(dry.exit_code, 0) << dry.output;
+      measured[zero] = masters_mib(run.output);
+      predicted[zero] = masters_mib(dry.output);
+      EXPECT_NEAR(predicted[zero], measured[zero], 0.001) << "--dry-run against the log, zero " << zero;
+    }
+    EXPECT_NEAR(measured[0], 4 * double(arena.total()) / mib, 0.0005) << c.schedule;
+    EXPECT_NEAR(measured[1], 4 * double(arena.shard_size) / mib, 0.0005) << c.schedule;
+    EXPECT_NEAR(measured[1], measured[0] / 2, 0.001) << c.schedule << ": the masters did not halve";
+    std::cout << c.layout.name << " " << c.schedule << ": fp32 masters of pp rank 0: zero 0 " << measured[0]
+              << " MiB, zero 1 " << measured[1] << " MiB; " << params << " parameters, " << arena.buckets.size()
+              << " buckets, arena " << arena.total() << " elements (padding " << double(arena.total()) - params << ")\n";
   }
-  EXPECT_NEAR(measured[0], 4 * double(arena.total()) / mib, 0.0005);
-  EXPECT_NEAR(measured[1], 4 * double(arena.shard_size) / mib, 0.0005);
-  EXPECT_NEAR(measured[1], measured[0] / 2, 0.001) << "the masters did not halve";
-  std::cout << "fp32 masters per rank: zero 0 " << measured[0] << " MiB, zero 1 " << measured[1] << " MiB; "
-            << params << " parameters, arena " << arena.total() << " elements (padding " << double(arena.total()) - params
-            << ")\n";
 }
 
 TEST_F(ZeroTraining, ClippedAndPostValidatedStepsAgree) {
@@ -365,6 +445,84 @@ TEST_F(ZeroTraining, PlantedStaleMastersAreCaught) {
   EXPECT_FALSE(v.passed()) << "zero_keep_stale was not caught: " << v.summary();
   EXPECT_GE(v.worst().ratio(), kClearMargin) << v.summary();
   std::cout << "planted zero_keep_stale: " << v.summary() << "\n";
+}
+
+TEST_F(ZeroTraining, AStagesReduceScatterRunsWhileTheStepGoesOn) {
+  // pp 2 x dp 2 under ZB-V: each rank holds two stages, whose buckets are reduce-scattered
+  // separately. The trace (logging.trace) shows, on track 1 of every rank, each stage's
+  // reduce-scatter started after that stage's last W, and on track 0 compute actions of the
+  // same step starting after it began: the collective ran beside them. (That its sums are
+  // those of the whole step: SameBitsAsFullMomentsUnderEveryLayout, bit for bit.)
+  const std::string trace = dir_->file("overlap_trace.json");
+  train(kPp2Dp2, 1, "zbv", "training.steps=1 logging.trace=" + trace);
+  const std::string json = read_file(trace);
+  const std::regex event("\\{\"name\": \"([^\"]*)\", \"cat\": \"[a-z]*\", \"ph\": \"X\", \"pid\": ([0-9]+), "
+                         "\"tid\": ([0-9]+), \"ts\": ([0-9.e+-]+), \"dur\": ([0-9.e+-]+)");
+  struct Slice {
+    std::string name;
+    int pid, tid;
+    double ts, dur;
+  };
+  std::vector<Slice> slices;
+  for (auto it = std::sregex_iterator(json.begin(), json.end(), event); it != std::sregex_iterator(); ++it)
+    slices.push_back({(*it)[1], std::stoi((*it)[2]), std::stoi((*it)[3]), std::stod((*it)[4]), std::stod((*it)[5])});
+  ASSERT_FALSE(slices.empty()) << json.substr(0, 400);
+  for (int pid = 0; pid < 4; ++pid) {
+    int early = 0, overlapped = 0, shared = 0;
+    for (const Slice& rs : slices) {
+      if (rs.pid != pid || rs.name.rfind("reduce-scatter ", 0) != 0) continue;
+      EXPECT_EQ(rs.tid, 1) << rs.name;
+      if (rs.name.find("shared") != std::string::npos) ++shared;
+      if (rs.name.find("(started after its last W)") == std::string::npos) continue;
+      ++early;
+      for (const Slice& c : slices)
+        if (c.pid == pid && c.tid == 0 && std::regex_match(c.name, std::regex("[0-9]+[FIWB][0-9]+")) && c.ts > rs.ts &&
+            c.ts < rs.ts + rs.dur)
+          ++overlapped;
+    }
+    EXPECT_EQ(early, 2) << "rank " << pid << ": both stages' reduce-scatters start after their last W";
+    EXPECT_EQ(shared, pid % 2 == 0 ? 1 : 0) << "rank " << pid << ": the tied embedding's bucket (pp rank 0 only)";
+    EXPECT_GT(overlapped, 0) << "rank " << pid << ": no action of the step ran while a reduce-scatter was in flight";
+    std::cout << "rank " << pid << ": " << overlapped << " actions ran beside the early reduce-scatters\n";
+  }
+}
+
+TEST_F(ZeroTraining, UndumpedRunsWaitForEachStagesWeights) {
+  // Without --dump nothing between steps waits for the all-gathers (a dump or a save does):
+  // the next step's pipeline waits for each stage's bucket before its first F. Losses and
+  // gradient norms of every step equal zero: 0's (bound 0, as above; printed to 1e-6), on
+  // dp 2 and on pp 2 x dp 2 under ZB-V with and without post-validation.
+  struct Case {
+    Layout layout;
+    const char* schedule;
+    const char* extra;
+  };
+  auto steps = [](const std::string& metrics) {
+    std::vector<std::string> out;
+    const std::regex line("\"loss\": ([^,]*), \"lr\": [^,]*, \"grad_norm\": ([^,]*),");
+    for (auto it = std::sregex_iterator(metrics.begin(), metrics.end(), line); it != std::sregex_iterator(); ++it)
+      out.push_back((*it)[1].str() + " " + (*it)[2].str());
+    return out;
+  };
+  for (const Case& c : {Case{kDp2, "1f1b", ""}, Case{kPp2Dp2, "zbv", ""},
+                        Case{kPp2Dp2, "zbv", "training.post_validation=true"}}) {
+    std::vector<std::string> got[2];
+    for (int zero : {0, 1}) {
+      const std::string metrics = dir_->file("undumped" + std::to_string(runs_++) + ".jsonl");
+      const std::string cmd = mpirun(c.layout.pp * c.layout.dp) + pptrain_bin() + " train " + dir_->file("model.yaml") +
+                              " training.steps=5 parallel.schedule=" + c.schedule + " parallel.pp=" +
+                              std::to_string(c.layout.pp) + " parallel.dp=" + std::to_string(c.layout.dp) +
+                              " parallel.microbatches=4 parallel.stages_per_rank=" +
+                              (std::string(c.schedule) == "zbv" ? "2" : "1") + " parallel.zero=" + std::to_string(zero) +
+                              " logging.metrics=" + metrics + " " + c.extra;
+      const auto r = run_command(cmd, 120);
+      ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+      got[zero] = steps(read_file(metrics));
+    }
+    ASSERT_EQ(got[0].size(), 5u) << c.schedule << " " << c.extra;
+    EXPECT_EQ(got[1], got[0]) << c.schedule << " on " << c.layout.name << " " << c.extra
+                              << ": zero 1 (losses, norms) against zero 0";
+  }
 }
 
 TEST_F(ZeroTraining, NonFiniteGradientIsNamedFromTheRanges) {

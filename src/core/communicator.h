@@ -12,7 +12,7 @@ namespace pptrain {
 
 enum class ReduceOp { Sum, Max };
 
-// A pending non-blocking send or receive.
+// A pending non-blocking transfer or collective.
 class Request {
  public:
   virtual ~Request() = default;
@@ -38,6 +38,16 @@ class Communicator {
   // ends up in the same place on every rank (bits copied, no arithmetic).
   virtual void allgather(float* data, size_t count) = 0;
   virtual void allgather(bfloat16* data, size_t count) = 0;
+  // Non-blocking forms of the in-place reduce-scatter and all-gather (ZeRO-1 runs one per
+  // bucket of the flat arena while the pipeline goes on). The data must not be touched
+  // until the request's wait() returns; after it, the results are in place for everything
+  // the backend runs next (on GPUs wait() orders the compute stream after the collective
+  // without blocking the host). Every rank starts the group's collectives, blocking or
+  // not, in the same order. The defaults run the blocking form and return a finished
+  // request; MpiComm and NcclComm overlap.
+  virtual std::unique_ptr<Request> ireduce_scatter(float* data, size_t count, ReduceOp op);
+  virtual std::unique_ptr<Request> iallgather(float* data, size_t count);
+  virtual std::unique_ptr<Request> iallgather(bfloat16* data, size_t count);
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
   // Point-to-point transfers move bytes (activations of either precision); the buffer

@@ -1,10 +1,13 @@
 #include "job/job.h"
 
+#include <set>
+#include <string>
 #include <utility>
 
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "job/memory_estimate.h"
 #include "model/dims.h"
 #include "parallel/nccl.h"
 #include "partition/partition.h"
@@ -70,20 +73,32 @@ Job::Job(const Config& cfg, const Faults& faults, std::unique_ptr<Ops> ops, JobP
   // The head scales the loss by 1/(tokens of the global batch), so gradients are plain
   // sums over microbatches and DP replicas (DESIGN.md, the layer contract).
   const double global_tokens = double(cfg.global_batch_sequences()) * cfg.model.seq_len;
+  // The arenas' buckets (model/param.h): the parameters each stage creates, then the shared
+  // tied embedding (job/memory_estimate.h, tied_embedding_shared).
+  std::vector<ParamStore::Bucket> buckets;
   for (const StageSpec& spec : stage_specs(cfg)) {
     if (!holds_stage(spec.index)) continue;
     // Each stage its own training.recompute (a list gives one per stage).
     const ModelDims dims = ModelDims::from(cfg, par_.tp, par_.tp_rank, spec.index);
+    std::set<std::string> existing;
+    for (auto& [name, p] : params_->all()) existing.insert(name);
     stages_.push_back(make_stage(*params_, dims, spec, *par_.tp_comm, cfg.precision(), faults_));
     if (spec.has_head) stages_.back()->set_loss_scale(float(1.0 / global_tokens));
+    buckets.push_back({spec.index, {}});
+    for (auto& [name, p] : params_->all())
+      if (!existing.count(name) && !(name == "wte.weight" && tied_embedding_shared(cfg)))
+        buckets.back().names.push_back(name);
   }
+  if (params_->find("wte.weight") && tied_embedding_shared(cfg))
+    buckets.push_back({-1, {"wte.weight"}});
   for (auto& [name, p] : params_->all())
     p->primary = !(p->replicated_over_tp && par_.tp_rank != 0) && !(name == "wte.weight" && !holds_stage(0));
-  // Arenas for the masters, the gradients and (bf16) the bf16 copies, laid out in dp equal
-  // ranges: one all-reduce (zero: 0) or reduce-scatter and all-gather (zero: 1) per step over
-  // the dp group. ZeRO-1 under bf16 keeps the masters of this dp rank's range only.
+  // Arenas for the masters, the gradients and (bf16) the bf16 copies, in buckets each laid
+  // out in dp equal parts: one all-reduce of the arena (zero: 0), or under zero: 1 a
+  // reduce-scatter and an all-gather per bucket, overlapped with the pipeline (Trainer).
+  // ZeRO-1 under bf16 keeps the masters of this dp rank's parts only.
   params_->flatten(cfg.parallel.dp, cfg.precision() == Precision::bf16,
-                   cfg.zero_shards_masters() ? par_.dp_rank : -1);
+                   cfg.zero_shards_masters() ? par_.dp_rank : -1, buckets);
 }
 
 Job::~Job() = default;

@@ -175,12 +175,16 @@ double rank_parameter_count(const Config& cfg, const std::vector<StageSpec>& my_
   return count;
 }
 
-std::vector<size_t> rank_tensor_numels(const Config& cfg, const std::vector<StageSpec>& my_stages, int tp_rank) {
+bool tied_embedding_shared(const Config& cfg) { return cfg.model.tie_embeddings && cfg.total_stages() > 1; }
+
+FlatLayout rank_flat_layout(const Config& cfg, const std::vector<StageSpec>& my_stages, int tp_rank) {
   const ModelDims d = ModelDims::from(cfg.model, cfg.training.micro_batch_size, cfg.parallel.tp, tp_rank);
   const size_t c = size_t(d.d_model), tp = size_t(d.tp), vocab = size_t(d.local_vocab());
-  std::vector<size_t> n;
+  std::vector<std::vector<size_t>> buckets;  // one per stage, then the shared one
+  std::vector<int> stages;
   bool has_wte = false;
   for (const StageSpec& spec : my_stages) {
+    std::vector<size_t> n;
     for (int b = 0; b < spec.num_blocks; ++b) {
       if (d.llama) {
         const size_t qkv_rows = (size_t(cfg.model.n_head) + 2 * size_t(cfg.model.kv_heads())) * (c / cfg.model.n_head);
@@ -194,10 +198,18 @@ std::vector<size_t> rank_tensor_numels(const Config& cfg, const std::vector<Stag
     if (spec.has_embedding && !d.llama) n.push_back(size_t(d.seq_len) * c);  // wpe
     if (spec.has_head) n.insert(n.end(), d.llama ? 1 : 2, c);                 // ln_f
     if (spec.has_head && !d.tie_embeddings) n.push_back(vocab * c);          // lm_head
-    has_wte = has_wte || spec.has_embedding || (spec.has_head && d.tie_embeddings);
+    // wte: in the bucket of the first stage using it, unless it is shared (Job).
+    const bool uses_wte = spec.has_embedding || (spec.has_head && d.tie_embeddings);
+    if (uses_wte && !has_wte && !tied_embedding_shared(cfg)) n.push_back(vocab * c);
+    has_wte = has_wte || uses_wte;
+    buckets.push_back(std::move(n));
+    stages.push_back(spec.index);
   }
-  if (has_wte) n.push_back(vocab * c);
-  return n;
+  if (has_wte && tied_embedding_shared(cfg)) {
+    buckets.push_back({vocab * c});
+    stages.push_back(-1);
+  }
+  return flat_layout_of(buckets, cfg.parallel.dp, stages);
 }
 
 double checkpoint_tensor_bytes(const ModelConfig& m) { return 3 * kFp32 * global_parameter_count(m); }
@@ -287,7 +299,7 @@ MemoryEstimate estimate_rank_memory(const Config& cfg, const pipeline::Schedule&
   // (ParamStore::flatten); ZeRO-1 keeps the moments of one range: 8/dp bytes per parameter
   // instead of 8, and under bf16 the fp32 masters of that range only (4/dp instead of 4;
   // under fp32 the layers compute with the masters, so they stay whole).
-  const FlatLayout arena = flat_layout_of(rank_tensor_numels(cfg, mine, tp_rank), cfg.parallel.dp);
+  const FlatLayout arena = rank_flat_layout(cfg, mine, tp_rank);
   const bool zero = cfg.zero_shards_moments(), sharded_masters = cfg.zero_shards_masters();
   const double moments = zero ? 2 * kFp32 * double(arena.shard_size) : 2 * kFp32 * p;
   const double masters = kFp32 * double(sharded_masters ? arena.shard_size : arena.total());

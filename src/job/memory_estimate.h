@@ -60,9 +60,14 @@ double global_parameter_count(const ModelConfig& m);
 
 // Elements this rank holds: its tp shard of every parameter of its stages.
 double rank_parameter_count(const Config& cfg, const std::vector<StageSpec>& my_stages, int tp_rank);
-// The local element counts of the tensors those stages hold on tp rank `tp_rank` (any
-// order), from which the parameter arenas are laid out (model/param.h, flat_layout_of).
-std::vector<size_t> rank_tensor_numels(const Config& cfg, const std::vector<StageSpec>& my_stages, int tp_rank);
+// Whether the tied token embedding sits in a bucket of its own in the flat arenas: with
+// more than one stage its gradient is complete only after the first and the last stage
+// (and, across pp ranks, the embedding group's all-reduce), so it cannot go with either
+// stage's bucket. With one stage it is in that stage's bucket.
+bool tied_embedding_shared(const Config& cfg);
+// The flat layout of the parameter arenas of those stages on tp rank `tp_rank` (model/param.h:
+// one bucket per stage, in the order given, then the shared one), as the Job lays them out.
+FlatLayout rank_flat_layout(const Config& cfg, const std::vector<StageSpec>& my_stages, int tp_rank);
 
 // Bytes of one checkpoint file's tensors: fp32 parameters and the two fp32 AdamW moments.
 double checkpoint_tensor_bytes(const ModelConfig& m);

@@ -21,14 +21,13 @@ OptimizerState::OptimizerState(ParamStore& params, int shard) : sharded_(true) {
   const FlatLayout& layout = params.flat_layout();
   PPTRAIN_CHECK(shard >= 0 && shard < layout.shards, "optimizer shard ", shard, " of ", layout.shards);
   Ops& ops = params.ops();
-  const size_t lo = size_t(shard) * layout.shard_size, hi = lo + layout.shard_size;
   m_arena_ = Buffer<float>(ops, layout.shard_size);
   v_arena_ = Buffer<float>(ops, layout.shard_size);
   bytes_ = 2 * layout.shard_size * sizeof(float);
   for (auto& [name, p] : params.all()) {
-    const LocalRange r = local_range_in(*p, lo, hi);
-    // The part's place in the shard: its flat position less the shard's start.
-    const size_t at = r.empty() ? 0 : p->flat_offset + r.begin - lo;
+    // The part the shard owns, at its place in the shard's arena (model/param.h).
+    const LocalRange r = shard_range(*p, layout, shard);
+    const size_t at = shard_arena_offset(*p, layout, shard);
     moments_[name] = Moments{Buffer<float>::view(ops, m_arena_.data() + at, r.size()),
                              Buffer<float>::view(ops, v_arena_.data() + at, r.size()), r};
     numel_[name] = p->numel();

@@ -5,8 +5,9 @@
 //
 // Two forms:
 //  - full: every parameter's moments, each the shape of its local shard [numel];
-//  - ZeRO-1 shard (parallel.zero: 1): the moments of one 1/dp range of the flattened
-//    parameters only (ParamStore::flatten): two arenas of flat_layout().shard_size elements,
+//  - ZeRO-1 shard (parallel.zero: 1): the moments of one shard of the flattened
+//    parameters only (ParamStore::flatten: its 1/dp part of every bucket): two arenas of
+//    flat_layout().shard_size elements,
 //    each parameter's m(name) / v(name) a view of the part of its local shard inside the
 //    range, range(name) saying which elements of the local shard that is (often empty).
 // Checkpoints exchange a parameter's moments as its whole local shard on the host

@@ -1,11 +1,15 @@
 #include "model/param.h"
 
 #include <algorithm>
+#include <map>
 
 #include "core/error.h"
 #include "core/rng.h"
 
 namespace pptrain {
+namespace {
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+}  // namespace
 
 void shard_layout(const ParamSpec& spec, int tp, int tp_rank, Param& out) {
   const int64_t rows = spec.global_shape[0];
@@ -77,16 +81,27 @@ std::vector<float> initial_values(const Param& p, uint64_t seed) {
   return v;
 }
 
-namespace {
-size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
-}  // namespace
-
-FlatLayout flat_layout_of(const std::vector<size_t>& numels, int shards) {
+FlatLayout flat_layout_of(const std::vector<std::vector<size_t>>& bucket_numels, int shards,
+                          const std::vector<int>& stages) {
   PPTRAIN_CHECK(shards >= 1, "flat layout over ", shards, " shards");
+  PPTRAIN_CHECK(stages.empty() || stages.size() == bucket_numels.size(), "flat layout: ", stages.size(),
+                " stages for ", bucket_numels.size(), " buckets");
   FlatLayout l;
   l.shards = shards;
-  for (size_t n : numels) l.used += round_up(n, kFlatAlign);
-  l.shard_size = round_up((l.used + size_t(shards) - 1) / size_t(shards), kFlatAlign);
+  size_t begin = 0;
+  for (size_t b = 0; b < bucket_numels.size(); ++b) {
+    FlatBucket bucket;
+    bucket.stage = stages.empty() ? -1 : stages[b];
+    size_t used = 0;
+    for (size_t n : bucket_numels[b]) used += round_up(n, kFlatAlign);
+    bucket.begin = begin;
+    bucket.shard_size = round_up((used + size_t(shards) - 1) / size_t(shards), kFlatAlign);
+    bucket.shard_begin = l.shard_size;
+    l.used += used;
+    l.shard_size += bucket.shard_size;
+    begin += bucket.shard_size * size_t(shards);
+    l.buckets.push_back(bucket);
+  }
   return l;
 }
 
@@ -97,6 +112,22 @@ LocalRange local_range_in(const Param& p, size_t lo, size_t hi) {
   r.begin = std::max(lo, first) - first;
   r.end = std::min(hi, last) - first;
   return r;
+}
+
+LocalRange shard_range(const Param& p, const FlatLayout& layout, int shard) {
+  PPTRAIN_CHECK(shard >= 0 && shard < layout.shards && p.bucket >= 0 && size_t(p.bucket) < layout.buckets.size(),
+                "parameter ", p.spec.name, ": shard ", shard, " of ", layout.shards, ", bucket ", p.bucket, " of ",
+                layout.buckets.size());
+  const size_t lo = layout.part_begin(p.bucket, shard);
+  return local_range_in(p, lo, lo + layout.buckets[size_t(p.bucket)].shard_size);
+}
+
+size_t shard_arena_offset(const Param& p, const FlatLayout& layout, int shard) {
+  // The part's place in the shard arena: its flat position less the part's start, after the
+  // shard's parts of the earlier buckets.
+  const LocalRange r = shard_range(p, layout, shard);
+  if (r.empty()) return 0;
+  return layout.buckets[size_t(p.bucket)].shard_begin + p.flat_offset + r.begin - layout.part_begin(p.bucket, shard);
 }
 
 std::vector<Slab> slabs_in_range(const Param& p, LocalRange r) {
@@ -156,58 +187,78 @@ void Param::download_masters(float* host) const {
   value.download(host + master_range.begin);
 }
 
-void ParamStore::flatten(int shards, bool bf16_copies, int master_shard) {
+void ParamStore::flatten(int shards, bool bf16_copies, int master_shard, const std::vector<Bucket>& buckets) {
   PPTRAIN_CHECK(!flat(), "ParamStore::flatten called twice");
   PPTRAIN_CHECK(master_shard < 0 || (bf16_copies && master_shard < shards), "ParamStore::flatten: master shard ",
                 master_shard, " of ", shards, bf16_copies ? "" : " without bf16 copies");
-  std::vector<size_t> numels;
-  for (auto& [name, p] : params_) numels.push_back(p->numel());
-  layout_ = flat_layout_of(numels, shards);
+  // The buckets' tensors, in name order within each; every parameter in exactly one.
+  std::vector<Bucket> groups = buckets;
+  if (groups.empty()) {
+    groups.emplace_back();
+    for (auto& [name, p] : params_) groups[0].names.push_back(name);
+  }
+  std::vector<std::vector<size_t>> numels;
+  std::vector<int> stages;
+  std::map<std::string, int> bucket_of;
+  for (Bucket& g : groups) {
+    std::sort(g.names.begin(), g.names.end());
+    numels.emplace_back();
+    stages.push_back(g.stage);
+    for (const std::string& name : g.names) {
+      const Param* p = find(name);
+      PPTRAIN_CHECK(p && bucket_of.emplace(name, int(stages.size()) - 1).second, "ParamStore::flatten: parameter ",
+                    name, p ? " is in two buckets" : " does not exist");
+      numels.back().push_back(p->numel());
+    }
+  }
+  PPTRAIN_CHECK(bucket_of.size() == params_.size(), "ParamStore::flatten: the buckets hold ", bucket_of.size(),
+                " of the ", params_.size(), " parameters");
+  layout_ = flat_layout_of(numels, shards, stages);
   master_shard_ = master_shard;
   flat_ = true;
-  const size_t total = layout_.total();
-  // The masters arena covers [lo, hi) of the flat layout: all of it, or one shard's range.
-  const size_t lo = masters_sharded() ? size_t(master_shard) * layout_.shard_size : 0;
-  const size_t hi = masters_sharded() ? lo + layout_.shard_size : total;
   // The gradients hold nothing yet (zeroed before every step): dropping them first keeps the
   // peak at the unflattened masters plus the masters' and copies' arenas.
   for (auto& [name, p] : params_) p->grad.reset();
-  value_arena_ = Buffer<float>(ops_, hi - lo);
+  value_arena_ = Buffer<float>(ops_, masters_sharded() ? layout_.shard_size : layout_.total());
   value_arena_.zero();
   if (bf16_copies) {
-    bf16_arena_ = Buffer<bfloat16>(ops_, total);
+    bf16_arena_ = Buffer<bfloat16>(ops_, layout_.total());
     bf16_arena_.zero();
   }
-  size_t offset = 0;
-  for (auto& [name, p] : params_) {
-    p->flat_offset = offset;
-    const size_t n = p->numel();
-    if (bf16_copies) {
-      p->value_bf16 = Buffer<bfloat16>::view(ops_, bf16_arena_.data() + offset, n);
-      if (n) ops_.cast(p->value_bf16.data(), p->value.data(), n);
-      p->bf16_stale = false;
+  for (size_t b = 0; b < groups.size(); ++b) {
+    size_t offset = layout_.buckets[b].begin;
+    for (const std::string& name : groups[b].names) {
+      Param* p = find(name);
+      p->flat_offset = offset;
+      p->bucket = int(b);
+      const size_t n = p->numel();
+      if (bf16_copies) {
+        p->value_bf16 = Buffer<bfloat16>::view(ops_, bf16_arena_.data() + offset, n);
+        if (n) ops_.cast(p->value_bf16.data(), p->value.data(), n);
+        p->bf16_stale = false;
+      }
+      // The masters held: all of the tensor, at its flat position; or the part the master
+      // shard owns, at its place in that shard's arena.
+      const LocalRange r = masters_sharded() ? shard_range(*p, layout_, master_shard) : LocalRange{0, n};
+      const size_t at = masters_sharded() ? shard_arena_offset(*p, layout_, master_shard) : offset;
+      if (!r.empty()) ops_.copy(value_arena_.data() + at, p->value.data() + r.begin, r.size() * sizeof(float));
+      p->value = Buffer<float>::view(ops_, value_arena_.data() + (r.empty() ? 0 : at), r.size());
+      p->master_range = r;
+      p->sharded_masters = masters_sharded();
+      offset += round_up(n, kFlatAlign);
     }
-    const LocalRange r = masters_sharded() ? local_range_in(*p, lo, hi) : LocalRange{0, n};
-    // The part's place in the arena: its flat position less the arena's start.
-    const size_t at = r.empty() ? 0 : offset + r.begin - lo;
-    if (!r.empty()) ops_.copy(value_arena_.data() + at, p->value.data() + r.begin, r.size() * sizeof(float));
-    p->value = Buffer<float>::view(ops_, value_arena_.data() + at, r.size());
-    p->master_range = r;
-    p->sharded_masters = masters_sharded();
-    offset += round_up(n, kFlatAlign);
   }
-  grad_arena_ = Buffer<float>(ops_, total);
+  grad_arena_ = Buffer<float>(ops_, layout_.total());
   grad_arena_.zero();
   view_arenas();
 }
 
 void ParamStore::view_arenas() {
-  // The masters arena starts at flat position lo (0, or the rank's shard under sharded
-  // masters); a Param's masters are its master_range, at its flat position less lo.
-  const size_t lo = masters_sharded() ? size_t(master_shard_) * layout_.shard_size : 0;
+  // A Param's masters are its master_range: at its flat position in a whole arena, or at
+  // its place in the master shard's arena.
   for (auto& [name, p] : params_) {
     const LocalRange r = p->master_range;
-    const size_t at = r.empty() ? 0 : p->flat_offset + r.begin - lo;
+    const size_t at = r.empty() ? 0 : masters_sharded() ? shard_arena_offset(*p, layout_, master_shard_) : p->flat_offset;
     p->value = Buffer<float>::view(ops_, value_arena_.data() + at, r.size());
     p->grad = Buffer<float>::view(ops_, grad_arena_.data() + p->flat_offset, p->numel());
   }

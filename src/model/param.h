@@ -72,8 +72,9 @@ struct Param {
   Buffer<float> grad;               // [local_rows, local_cols], accumulated over microbatches (fp32)
   // Once the store is flattened (ParamStore::flatten): value, grad (and value_bf16) are
   // views of the store's arenas; the tensor's place in the flat layout is this element
-  // offset (a multiple of kFlatAlign).
+  // offset (a multiple of kFlatAlign), inside bucket `bucket` of the layout.
   size_t flat_offset = 0;
+  int bucket = 0;
   // This rank's copy is the one that counts when each global element must be counted once
   // (gradient norm, ZeRO checkpoint writes): false for a tp-replicated tensor on tp rank > 0
   // and for the tied embedding on a rank without stage 0 (set by the Job).
@@ -129,24 +130,49 @@ void shard_layout(const ParamSpec& spec, int tp, int tp_rank, Param& out);
 std::vector<float> initial_values(const Param& p, uint64_t seed);
 
 // The flattened parameters of one rank (ParamStore::flatten): every parameter's masters,
-// gradients (and bf16 copies) sit in arenas, in name order, each tensor starting at a multiple of
-// kFlatAlign elements and taking round_up(numel, kFlatAlign); the total is padded to
-// `shards` equal ranges of shard_size elements (a multiple of kFlatAlign), so that shard
-// k of a dp group owns [k · shard_size, (k + 1) · shard_size). Padding stays zero. Every
-// dp replica holds the same stages and tp shard, hence the same layout.
+// gradients (and bf16 copies) sit in arenas, grouped in buckets (one per stage the rank
+// holds, in stage order, then one of the tensors several stages use), in name order within
+// a bucket, each tensor starting at a multiple of kFlatAlign elements and taking
+// round_up(numel, kFlatAlign). Each bucket is padded to `shards` equal parts of its
+// shard_size elements (a multiple of kFlatAlign), so that shard k of a dp group owns
+// [begin + k · shard_size, begin + (k + 1) · shard_size) of every bucket: a bucket is
+// reduce-scattered and all-gathered on its own (ZeRO-1 starts a stage's as soon as that
+// stage's last W is done, and the next step waits for it only before the stage's first
+// F). Shard k's parts of the buckets, back to back, form its shard arena (the sharded
+// masters and moments), [FlatLayout::shard_size] elements. Padding stays zero. Every dp
+// replica holds the same stages and tp shard, hence the same layout.
 inline constexpr size_t kFlatAlign = 16;  // elements: 64-byte aligned tensors and shards
+struct FlatBucket {
+  int stage = -1;          // the stage whose tensors it holds; -1: tensors several stages use
+  size_t begin = 0;        // flat position of its first element
+  size_t shard_size = 0;   // elements in each shard's part
+  size_t shard_begin = 0;  // where each shard's part starts in a shard arena
+};
 struct FlatLayout {
   int shards = 1;
   size_t used = 0;        // sum of the tensors' aligned sizes
-  size_t shard_size = 0;  // elements per shard
+  size_t shard_size = 0;  // elements one shard owns, all buckets together
+  std::vector<FlatBucket> buckets;
   size_t total() const { return shard_size * size_t(shards); }
+  // The flat position of shard k's part of bucket b.
+  size_t part_begin(int b, int k) const { return buckets.at(b).begin + size_t(k) * buckets.at(b).shard_size; }
 };
-// The layout for tensors of `numels` elements (any order) split into `shards` ranges.
-FlatLayout flat_layout_of(const std::vector<size_t>& numels, int shards);
+// The layout for buckets of tensors of the given element counts (any order within a
+// bucket) split into `shards` ranges each; `stages[b]` is bucket b's stage (default -1).
+FlatLayout flat_layout_of(const std::vector<std::vector<size_t>>& bucket_numels, int shards,
+                          const std::vector<int>& stages = {});
+// The same for one bucket of every tensor.
+inline FlatLayout flat_layout_of(const std::vector<size_t>& numels, int shards) {
+  return flat_layout_of(std::vector<std::vector<size_t>>{numels}, shards);
+}
 
 // The elements of a parameter's local shard that fall inside the flat range [lo, hi) of the
 // arena; empty when none.
 LocalRange local_range_in(const Param& p, size_t lo, size_t hi);
+// The elements of p's local shard that shard k owns (inside k's part of p's bucket, once the
+// store is flat), and where the first of them sits in shard k's arena.
+LocalRange shard_range(const Param& p, const FlatLayout& layout, int shard);
+size_t shard_arena_offset(const Param& p, const FlatLayout& layout, int shard);
 
 // Where the elements `r` of p's local shard sit in the global tensor: a contiguous run of
 // the row-major local tensor is at most three rectangles (a partial first row, whole rows,
@@ -164,20 +190,26 @@ class ParamStore {
   void zero_grads();
   // Moves every parameter's masters and gradients into arenas laid out by FlatLayout over
   // `shards` ranges, each Param's value and grad becoming a view; the values are kept.
+  // `buckets`: the tensors of each bucket, by name, every parameter in exactly one (the Job
+  // gives one per stage, then the shared ones); empty: one bucket of every parameter.
   // `bf16_copies` (training.precision: bf16): the bf16 copies get an arena of the same
   // layout too, rounded from the masters here. `master_shard` >= 0 (ZeRO-1 under bf16,
-  // needs bf16_copies): the masters arena holds that shard's range only, [shard_size]
-  // elements (element i is flat position master_shard · shard_size + i), each Param's value
-  // the part of its tensor inside it (Param::master_range); the layers compute with the
-  // bf16 arena, which stays whole and which the dp ranks all-gather after each update.
+  // needs bf16_copies): the masters arena is that shard's arena only, [shard_size]
+  // elements (its parts of the buckets, back to back), each Param's value the part of its
+  // tensor inside it (Param::master_range); the layers compute with the bf16 arena, which
+  // stays whole and which the dp ranks all-gather after each update.
   // Called once, after every parameter exists (Job, after the stages are built). Peak
   // memory is that of the unflattened masters plus the masters' and copies' arenas.
-  void flatten(int shards, bool bf16_copies = false, int master_shard = -1);
+  struct Bucket {
+    int stage = -1;
+    std::vector<std::string> names;
+  };
+  void flatten(int shards, bool bf16_copies = false, int master_shard = -1, const std::vector<Bucket>& buckets = {});
   bool flat() const { return flat_; }
   bool masters_sharded() const { return master_shard_ >= 0; }
   const FlatLayout& flat_layout() const { return layout_; }
-  // [flat_layout().shard_size] under sharded masters (the range of master_shard), else
-  // [flat_layout().total()].
+  // [flat_layout().shard_size] under sharded masters (the shard arena of master_shard),
+  // else [flat_layout().total()].
   float* value_arena() { return value_arena_.data(); }
   size_t value_arena_size() const { return value_arena_.size(); }
   float* grad_arena() { return grad_arena_.data(); }  // [flat_layout().total()]

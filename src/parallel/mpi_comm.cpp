@@ -250,6 +250,83 @@ void MpiComm::reduce_scatter(const float* send, float* recv, size_t count, Reduc
             "MPI_Reduce_scatter_block", where());
 }
 
+namespace {
+
+// A pending in-place collective of MpiComm::ireduce_scatter / iallgather. A reduce-scatter
+// receives into a buffer of its own (MPI's in-place form would write at the front) that is
+// copied into place on completion.
+class MpiCollectiveRequest final : public Request {
+ public:
+  MpiCollectiveRequest(std::string where, std::vector<float> received, float* place)
+      : where_(std::move(where)), received_(std::move(received)), place_(place) {}
+  MPI_Request* handle() { return &request_; }
+  float* receive_buffer() { return received_.data(); }
+
+  // Still pending (an error unwinding the stack): MPI can neither cancel nor free a
+  // non-blocking collective, so the receive buffer is left to it, with a warning.
+  ~MpiCollectiveRequest() override {
+    if (done_ || request_ == MPI_REQUEST_NULL || mpi_finalized()) return;
+    int flag = 0;
+    if (MPI_Test(&request_, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) return;
+    static_cast<void>(new std::vector<float>(std::move(received_)));
+    log::warn(where_, " was destroyed before completion: it is left to MPI");
+  }
+  // Polls (MpiRequest::wait says why).
+  void wait() override {
+    while (!test()) {
+    }
+  }
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    const int rc = MPI_Test(&request_, &flag, MPI_STATUS_IGNORE);
+    if (rc == MPI_SUCCESS && !flag) return false;
+    done_ = true;  // success or not, the request is finished with
+    check_mpi(rc, "MPI_Test", where_);
+    if (place_) std::copy(received_.begin(), received_.end(), place_);
+    return true;
+  }
+
+ private:
+  std::string where_;            // "MPI_Ireduce_scatter_block of 1024 floats on 'dp' (rank ...)"
+  std::vector<float> received_;  // [count] for a reduce-scatter, else empty
+  float* place_;                 // where received_ goes, or nullptr
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  bool done_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Request> MpiComm::ireduce_scatter(float* data, size_t count, ReduceOp op) {
+  if (count == 0 || size_ == 1) return Communicator::ireduce_scatter(data, count, op);
+  check_collective_count(count, "ireduce_scatter");
+  auto request = std::make_unique<MpiCollectiveRequest>(cat("MPI_Ireduce_scatter_block of ", count, " floats on ", where()),
+                                                        std::vector<float>(count), data + size_t(rank_) * count);
+  check_mpi(MPI_Ireduce_scatter_block(data, request->receive_buffer(), int(count), MPI_FLOAT, to_mpi(op), comm_,
+                                      request->handle()),
+            "MPI_Ireduce_scatter_block", where());
+  return request;
+}
+
+std::unique_ptr<Request> MpiComm::iallgather_impl(void* data, size_t count, MPI_Datatype type, const char* what) {
+  check_collective_count(count, "iallgather");
+  auto request = std::make_unique<MpiCollectiveRequest>(cat("MPI_Iallgather of ", count, " ", what, " on ", where()),
+                                                        std::vector<float>(), nullptr);
+  check_mpi(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, int(count), type, comm_, request->handle()),
+            "MPI_Iallgather", where());
+  return request;
+}
+
+std::unique_ptr<Request> MpiComm::iallgather(float* data, size_t count) {
+  if (count == 0 || size_ == 1) return Communicator::iallgather(data, count);
+  return iallgather_impl(data, count, MPI_FLOAT, "floats");
+}
+
+std::unique_ptr<Request> MpiComm::iallgather(bfloat16* data, size_t count) {
+  if (count == 0 || size_ == 1) return Communicator::iallgather(data, count);
+  return iallgather_impl(data, count, MPI_UINT16_T, "bf16 words");
+}
+
 void MpiComm::allgather_impl(void* data, size_t count, MPI_Datatype type) {
   if (count == 0) return;
   check_collective_count(count, "allgather");

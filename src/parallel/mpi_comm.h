@@ -77,6 +77,11 @@ class MpiComm final : public Communicator {
   // data: [size · count], in place (MPI_Allgather with MPI_IN_PLACE; bf16 as 16-bit words).
   void allgather(float* data, size_t count) override;
   void allgather(bfloat16* data, size_t count) override;
+  // Non-blocking (MPI_Ireduce_scatter_block, MPI_Iallgather): MPI moves the data while the
+  // caller polls its requests (a pipeline step polls its transfers between actions).
+  std::unique_ptr<Request> ireduce_scatter(float* data, size_t count, ReduceOp op) override;
+  std::unique_ptr<Request> iallgather(float* data, size_t count) override;
+  std::unique_ptr<Request> iallgather(bfloat16* data, size_t count) override;
   void broadcast(void* data, size_t bytes, int root) override;   // data: [bytes]
   void barrier() override;
   // data: [bytes]; must stay valid until the request completes. Messages between one
@@ -107,6 +112,7 @@ class MpiComm final : public Communicator {
   template <typename T>
   void allreduce_impl(T* data, size_t n, MPI_Datatype type, ReduceOp op);
   void allgather_impl(void* data, size_t count, MPI_Datatype type);
+  std::unique_ptr<Request> iallgather_impl(void* data, size_t count, MPI_Datatype type, const char* what);
   // Throws unless count elements fit one MPI call (reduce-scatter and all-gather are not
   // split: their parts interleave over the ranks).
   void check_collective_count(size_t count, const char* call) const;

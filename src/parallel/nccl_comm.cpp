@@ -26,6 +26,25 @@ class NcclRequest final : public Request {
   std::unique_ptr<cuda::Event> done_;
 };
 
+// A collective on the collective stream: complete when `done` is. wait() orders the
+// compute stream after it (the host does not block).
+class NcclCollectiveRequest final : public Request {
+ public:
+  NcclCollectiveRequest(std::unique_ptr<cuda::Event> done, cudaStream_t compute)
+      : done_(std::move(done)), compute_(compute) {}
+  void wait() override { PPTRAIN_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_->get(), 0)); }
+  bool test() override {
+    cudaError_t err = cudaEventQuery(done_->get());
+    if (err == cudaErrorNotReady) return false;
+    PPTRAIN_CUDA_CHECK(err);
+    return true;
+  }
+
+ private:
+  std::unique_ptr<cuda::Event> done_;
+  cudaStream_t compute_;
+};
+
 ncclRedOp_t to_nccl(ReduceOp op) { return op == ReduceOp::Sum ? ncclSum : ncclMax; }
 
 }  // namespace
@@ -42,15 +61,18 @@ NcclComm::NcclComm(MpiComm& group, cudaStream_t compute_stream) : group_(group),
   check(ncclCommInitRank(&comm_, group_.size(), id, group_.rank()), "ncclCommInitRank");
   PPTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&send_stream_, cudaStreamNonBlocking));
   PPTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&recv_stream_, cudaStreamNonBlocking));
+  PPTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&collective_stream_, cudaStreamNonBlocking));
 }
 
 NcclComm::~NcclComm() {
   // Let queued transfers finish before the communicator and its streams go.
   if (send_stream_) (void)cudaStreamSynchronize(send_stream_);
   if (recv_stream_) (void)cudaStreamSynchronize(recv_stream_);
+  if (collective_stream_) (void)cudaStreamSynchronize(collective_stream_);
   if (comm_) (void)ncclCommDestroy(comm_);
   if (send_stream_) (void)cudaStreamDestroy(send_stream_);
   if (recv_stream_) (void)cudaStreamDestroy(recv_stream_);
+  if (collective_stream_) (void)cudaStreamDestroy(collective_stream_);
 }
 
 void NcclComm::allreduce(float* data, size_t n, ReduceOp op) {
@@ -76,6 +98,38 @@ void NcclComm::allgather(float* data, size_t count) {
 void NcclComm::allgather(bfloat16* data, size_t count) {
   if (count == 0 || size() == 1) return;
   check(ncclAllGather(data + size_t(rank()) * count, data, count, ncclBfloat16, comm_, compute_), "ncclAllGather");
+}
+
+template <typename Issue>
+std::unique_ptr<Request> NcclComm::start_collective(Issue issue) {
+  PPTRAIN_CUDA_CHECK(cudaEventRecord(compute_ready_.get(), compute_));
+  PPTRAIN_CUDA_CHECK(cudaStreamWaitEvent(collective_stream_, compute_ready_.get(), 0));
+  issue(collective_stream_);
+  auto done = std::make_unique<cuda::Event>();
+  PPTRAIN_CUDA_CHECK(cudaEventRecord(done->get(), collective_stream_));
+  return std::make_unique<NcclCollectiveRequest>(std::move(done), compute_);
+}
+
+std::unique_ptr<Request> NcclComm::ireduce_scatter(float* data, size_t count, ReduceOp op) {
+  if (count == 0 || size() == 1) return Communicator::ireduce_scatter(data, count, op);
+  return start_collective([&](cudaStream_t stream) {
+    check(ncclReduceScatter(data, data + size_t(rank()) * count, count, ncclFloat, to_nccl(op), comm_, stream),
+          "ncclReduceScatter");
+  });
+}
+
+std::unique_ptr<Request> NcclComm::iallgather(float* data, size_t count) {
+  if (count == 0 || size() == 1) return Communicator::iallgather(data, count);
+  return start_collective([&](cudaStream_t stream) {
+    check(ncclAllGather(data + size_t(rank()) * count, data, count, ncclFloat, comm_, stream), "ncclAllGather");
+  });
+}
+
+std::unique_ptr<Request> NcclComm::iallgather(bfloat16* data, size_t count) {
+  if (count == 0 || size() == 1) return Communicator::iallgather(data, count);
+  return start_collective([&](cudaStream_t stream) {
+    check(ncclAllGather(data + size_t(rank()) * count, data, count, ncclBfloat16, comm_, stream), "ncclAllGather");
+  });
 }
 
 void NcclComm::allreduce(double* data, size_t n, ReduceOp op) {

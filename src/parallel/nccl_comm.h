@@ -19,6 +19,13 @@
 //    the transfer's event (as MPI_Wait does), so afterwards received data is in place and
 //    a sent buffer may be reused; Request::test() polls the event. Compute keeps running
 //    while transfers are in flight.
+//  - ireduce_scatter/iallgather: device memory, on a third stream (collectives), after
+//    the compute stream's work so far (an event). Request::wait() makes the compute stream
+//    wait for the collective (cudaStreamWaitEvent) without blocking the host: the kernels
+//    launched after it see the result. ZeRO-1's buckets overlap the pipeline this way.
+//    The blocking collectives stay on the compute stream; the trainer waits for every
+//    pending collective of a group before it calls a blocking one there, so the group's
+//    operations run in the order every rank issued them.
 // NCCL matches point-to-point messages by order per pair of ranks, not by tag: both sides
 // must post a pair's messages in the same order. Tags are accepted and ignored.
 #pragma once
@@ -53,17 +60,23 @@ class NcclComm final : public Communicator {
   void allgather(bfloat16* data, size_t count) override;
   void broadcast(void* data, size_t bytes, int root) override;   // host data[bytes]
   void barrier() override;
+  std::unique_ptr<Request> ireduce_scatter(float* data, size_t count, ReduceOp op) override;  // device
+  std::unique_ptr<Request> iallgather(float* data, size_t count) override;                    // device
+  std::unique_ptr<Request> iallgather(bfloat16* data, size_t count) override;                 // device
   std::unique_ptr<Request> isend(const void* data, size_t bytes, int peer, int tag) override;  // device
   std::unique_ptr<Request> irecv(void* data, size_t bytes, int peer, int tag) override;        // device
 
  private:
   std::unique_ptr<Request> post(void* data, size_t bytes, int peer, bool is_send);
+  // Runs `issue(stream)` on the collective stream after the compute stream's work so far.
+  template <typename Issue>
+  std::unique_ptr<Request> start_collective(Issue issue);
   void check(ncclResult_t result, const char* call) const;
 
   MpiComm& group_;
   cudaStream_t compute_;
-  cudaStream_t send_stream_ = nullptr, recv_stream_ = nullptr;
-  cuda::Event compute_ready_;  // recorded on the compute stream before each p2p
+  cudaStream_t send_stream_ = nullptr, recv_stream_ = nullptr, collective_stream_ = nullptr;
+  cuda::Event compute_ready_;  // recorded on the compute stream before each p2p or collective
   ncclComm_t comm_ = nullptr;
 };
 

@@ -32,9 +32,12 @@ PipelineExecutor::PipelineExecutor(Ops& ops, std::map<int, Stage*> stages,
       bytes_(transfer_bytes(stages_, pp_rank)), total_stages_(schedule.pp * schedule.stages_per_rank) {
   if (const Fault* f = faults.find("drop_microbatch")) dropped_microbatch_ = std::stoi(f->target);
   const auto& actions = schedule_.program.at(pp_rank_);
-  for (size_t pos = 0; pos < actions.size(); ++pos)
-    if (actions[pos].op == Op::SEND_F || actions[pos].op == Op::SEND_B)
-      last_send_[{actions[pos].stage, actions[pos].microbatch}] = pos;
+  for (size_t pos = 0; pos < actions.size(); ++pos) {
+    const pipeline::Action& a = actions[pos];
+    if (a.op == Op::SEND_F || a.op == Op::SEND_B) last_send_[{a.stage, a.microbatch}] = pos;
+    if (a.op == Op::F) first_forward_.emplace(a.stage, pos);  // keeps the first
+    if (a.op == Op::W || a.op == Op::B) last_backward_[a.stage] = pos;
+  }
 }
 
 int PipelineExecutor::rank_of(int stage) const {
@@ -158,6 +161,7 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
         break;
       case Op::F: {
         Stage& st = stage_here(s);
+        if (hooks_.before_first_forward && first_forward_.at(s) == pos) hooks_.before_first_forward(s);
         wait_recv({Direction::Forward, s, mb}, timeline);
         report_wait(a, kComputing);
         double t0 = timeline.now_us();
@@ -183,6 +187,7 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
         else if (a.op == Op::B) st.backward_weight(mb, /*keep_io=*/true);
         end_compute(a, t0, timeline);
         if (a.op == Op::B) finish_microbatch(st, mb);
+        if (a.op == Op::B && hooks_.after_last_backward && last_backward_.at(s) == pos) hooks_.after_last_backward(s);
         break;
       }
       case Op::W: {
@@ -193,6 +198,7 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
         else st.backward_weight(mb, /*keep_io=*/true);
         end_compute(a, t0, timeline);
         finish_microbatch(st, mb);
+        if (hooks_.after_last_backward && last_backward_.at(s) == pos) hooks_.after_last_backward(s);
         break;
       }
     }

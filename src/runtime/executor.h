@@ -5,7 +5,12 @@
 //   SEND_*  are non-blocking; a send is completed before the microbatch's W frees the
 //           buffer it reads, and every request is checked complete at the end of the step;
 //   stages on the same rank hand tensors over in memory, no message.
+// Stage hooks (set_stage_hooks) let the caller act where a stage's part of the step begins
+// and ends on this rank: before its first F (ZeRO-1 waits there for that stage's weights)
+// and after its last W or B (its gradients are complete: ZeRO-1 starts their
+// reduce-scatter while the rest of the step runs).
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -36,6 +41,11 @@ class PipelineExecutor {
   // Reports each completed action and receive to `progress` (nullptr: none), and before
   // each wait what it waits for (runtime/watchdog.h). `progress` must outlive the runs.
   void set_progress(Progress* progress) { progress_ = progress; }
+  struct StageHooks {
+    std::function<void(int stage)> before_first_forward;  // before the F is timed
+    std::function<void(int stage)> after_last_backward;   // once the W (or B) has ended
+  };
+  void set_stage_hooks(StageHooks hooks) { hooks_ = std::move(hooks); }
 
  private:
   // What a transfer carries: a stage's input (forward) or its output gradient (backward).
@@ -71,6 +81,8 @@ class PipelineExecutor {
   std::map<std::pair<int, int>, size_t> last_send_;  // (stage, mb) -> position of its last SEND_*
   size_t position_ = 0;                              // of the action being run
   int dropped_microbatch_ = -1;                      // planted fault drop_microbatch: its W is skipped
+  std::map<int, size_t> first_forward_, last_backward_;  // stage -> position of its first F, last W or B
+  StageHooks hooks_;
   Progress* progress_ = nullptr;
 };
 

@@ -20,7 +20,7 @@ double Timeline::span_us() const {
 
 void add_to_trace(const Timeline& t, int pid, double step_offset_us, pipeline::ChromeTrace& trace) {
   for (const TimedEvent& e : t.events())
-    trace.slice(e.name, e.compute ? "compute" : "comm", pid, 0, step_offset_us + e.start_us, e.end_us - e.start_us);
+    trace.slice(e.name, e.compute ? "compute" : "comm", pid, e.track, step_offset_us + e.start_us, e.end_us - e.start_us);
 }
 
 }  // namespace pptrain

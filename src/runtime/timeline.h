@@ -15,6 +15,8 @@ struct TimedEvent {
   double start_us;    // since the start of the step
   double end_us;
   bool compute;       // counts as busy time
+  int track = 0;      // 0: the rank's actions and waits, one after another; 1: collectives in
+                      // flight beside them (ZeRO-1's reduce-scatters), from start to completion
 };
 
 class Timeline {
@@ -23,8 +25,8 @@ class Timeline {
   double now_us() const {
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0_).count();
   }
-  void add(std::string name, double start_us, double end_us, bool compute) {
-    events_.push_back({std::move(name), start_us, end_us, compute});
+  void add(std::string name, double start_us, double end_us, bool compute, int track = 0) {
+    events_.push_back({std::move(name), start_us, end_us, compute, track});
   }
   const std::vector<TimedEvent>& events() const { return events_; }
   // Busy (compute) time and the span from step start to the end of the last compute action.
@@ -36,8 +38,8 @@ class Timeline {
   std::vector<TimedEvent> events_;
 };
 
-// Adds one step of a rank's time line to `trace`: one slice per event on track `pid` (the
-// world rank), shifted by `step_offset_us` (when the step began on the job's clock).
+// Adds one step of a rank's time line to `trace`: one slice per event on track (pid, tid) =
+// (the world rank, the event's track), shifted by `step_offset_us` (when the step began on the job's clock).
 void add_to_trace(const Timeline& t, int pid, double step_offset_us, pipeline::ChromeTrace& trace);
 
 }  // namespace pptrain

@@ -155,7 +155,10 @@ class StepResults {
       // A save has no progress points of its own (runtime/watchdog.h).
       Progress::Pause saving(&progress_);
       if (stop) stop_code_ = stop_early(stop, r.step, checkpoints_, trainer_, job_.world().rank() == 0);
-      else checkpoints_.after_step(trainer_.params(), trainer_.optimizer().state(), r.step, final);
+      // Only a save asks for the parameters: Trainer::params() waits for ZeRO-1's all-gathers,
+      // which otherwise overlap the next step's start.
+      else if (checkpoints_.due(r.step, final))
+        checkpoints_.after_step(trainer_.params(), trainer_.optimizer().state(), r.step, final);
     }
     stopped_by_ = stop;
     return stop || r.step == hooks_.stop_after;
@@ -227,6 +230,7 @@ int run_training(Job& job, const TrainingHooks& hooks) {
   pipeline::ChromeTrace trace;
   trace.process_name(world_rank, cat("rank ", world_rank, " (dp ", par.dp_rank, " pp ", par.pp_rank, " tp ",
                                      par.tp_rank, ")"));
+  if (cfg.zero_shards_moments()) trace.thread_name(world_rank, 1, "ZeRO-1 reduce-scatters in flight");
   double trace_offset_us = 0;
   // Progress is reported only when someone watches it (runtime.watchdog_s > 0).
   Progress progress;

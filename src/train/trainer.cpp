@@ -57,6 +57,16 @@ Trainer::Trainer(Job& job)
   optimizer_ = zero() ? std::make_unique<AdamW>(job.params(), optim, shard) : std::make_unique<AdamW>(job.params(), optim);
   if (cfg_.training.post_validation)
     backup_ = std::make_unique<UpdateBackup>(job.params(), *optimizer_, shard);
+  if (zero()) {
+    zero_ = std::make_unique<ZeroBuckets>(job.params(), *par_.dp_comm, timeline_);
+    // A stage's reduce-scatter starts after its last W, unless a planted fault is still to
+    // act on the gradients after the pipeline (plant_gradient_faults).
+    const bool gradient_faults = faults_.find("grad_scale") || faults_.find("nan_grad");
+    PipelineExecutor::StageHooks hooks;
+    hooks.before_first_forward = [this](int stage) { zero_->finish_gathers(stage); };
+    if (!gradient_faults) hooks.after_last_backward = [this](int stage) { zero_->start_reduction(stage); };
+    train_exec_->set_stage_hooks(std::move(hooks));
+  }
 
   const int m = pc.microbatches, bt = cfg_.training.micro_batch_size * cfg_.model.seq_len;  // B·T tokens
   for (int i = 0; i < m; ++i) {
@@ -78,6 +88,11 @@ Trainer::Trainer(Job& job)
 }
 
 Trainer::~Trainer() = default;
+
+ParamStore& Trainer::params() {
+  if (zero_) zero_->finish_gathers();
+  return job_.params();
+}
 
 void Trainer::set_progress(Progress* progress) {
   progress_ = progress;
@@ -130,24 +145,26 @@ void Trainer::reduce_gradients() {
   waiting_for("the all-reduce of the gradients over the embedding and dp groups");
   if (Param* wte = job_.params().find("wte.weight"); wte && par_.embedding_comm && par_.embedding_comm->size() > 1)
     par_.embedding_comm->allreduce(wte->grad.data(), wte->numel(), ReduceOp::Sum);
-  // The gradient arena in one collective: all-reduced (every replica holds the sum), or
-  // under ZeRO-1 reduce-scattered (each dp rank holds the sum of its own range only).
+  // The gradient arena all-reduced in one collective (every replica holds the sum), or under
+  // ZeRO-1 reduce-scattered per bucket (each dp rank holds the sums of its own parts only;
+  // the stages' buckets started after their last W, the shared one starts here).
   ParamStore& params = job_.params();
-  const FlatLayout& layout = params.flat_layout();
   if (zero()) {
-    float* arena = params.grad_arena();
-    par_.dp_comm->reduce_scatter(arena, arena + size_t(par_.dp_rank) * layout.shard_size, layout.shard_size,
-                                 ReduceOp::Sum);
+    waiting_for("the reduce-scatters of the gradients over the dp group");
+    zero_->finish_reductions();
   } else if (par_.dp > 1) {
-    par_.dp_comm->allreduce(params.grad_arena(), layout.total(), ReduceOp::Sum);
+    par_.dp_comm->allreduce(params.grad_arena(), params.flat_layout().total(), ReduceOp::Sum);
   }
   tick();
 }
 
 void Trainer::gather_gradients() {
   if (!zero()) return;
+  zero_->finish_gathers();  // the dp group's blocking collectives wait for its pending ones
   waiting_for("the all-gather of the gradients over the dp group");
-  par_.dp_comm->allgather(job_.params().grad_arena(), job_.params().flat_layout().shard_size);
+  const FlatLayout& layout = job_.params().flat_layout();
+  for (const FlatBucket& bucket : layout.buckets)
+    par_.dp_comm->allgather(job_.params().grad_arena() + bucket.begin, bucket.shard_size);
   tick();
 }
 
@@ -272,6 +289,7 @@ void Trainer::update(double lr, int step, float clip_scale, bool optimistic) {
   // gradients stay unclipped (parameter dumps show them so). The optimistic update writes
   // into the backup's buffers and exchanges them in: under ZeRO-1 the masters are then
   // gathered into the exchanged arena, and a rollback restores the full arena before it.
+  if (zero_) zero_->finish_gathers();  // AdamW writes this rank's parts of the gathered arena
   if (optimistic) backup_->update(lr, step, clip_scale);
   else optimizer_->step(lr, step, clip_scale);
   if (faults_.find("repeat_update")) optimizer_->step(lr, step, clip_scale);
@@ -279,45 +297,44 @@ void Trainer::update(double lr, int step, float clip_scale, bool optimistic) {
 }
 
 void Trainer::gather_weights() {
-  // Each dp rank updated its range; after the gather every rank holds the whole step in
-  // what the layers compute with.
+  // Each dp rank updated its parts; once the gathers are done every rank holds the whole
+  // step in what the layers compute with (ZeroBuckets says which arena).
+  if (!faults_.find("zero_keep_stale")) return zero_->start_gathers();
+  // The planted fault zero_keep_stale: the elements outside the rank's parts keep their
+  // values from before the gather.
   ParamStore& params = job_.params();
   const FlatLayout& layout = params.flat_layout();
-  const size_t lo = size_t(par_.dp_rank) * layout.shard_size, hi = lo + layout.shard_size;
-  // The planted fault zero_keep_stale: the elements outside the rank's range keep their
-  // values from before the gather.
-  const bool keep_stale = faults_.find("zero_keep_stale") != nullptr;
-  auto gather = [&](auto* arena, const char* what) {
+  auto gather_keeping_stale = [&](auto* arena) {
     using T = std::remove_pointer_t<decltype(arena)>;
-    std::optional<Buffer<T>> stale;
-    if (keep_stale) {
-      stale.emplace(ops_, layout.total());
-      ops_.copy(stale->data(), arena, layout.total() * sizeof(T));
-    }
-    waiting_for(what);
-    par_.dp_comm->allgather(arena, layout.shard_size);
-    tick();
-    if (stale) {
-      ops_.copy(arena, stale->data(), lo * sizeof(T));
-      ops_.copy(arena + hi, stale->data() + hi, (layout.total() - hi) * sizeof(T));
+    Buffer<T> stale(ops_, layout.total());
+    ops_.copy(stale.data(), arena, layout.total() * sizeof(T));
+    zero_->start_gathers();
+    zero_->finish_gathers();
+    for (size_t b = 0; b < layout.buckets.size(); ++b) {
+      const size_t lo = layout.part_begin(int(b), par_.dp_rank), hi = lo + layout.buckets[b].shard_size;
+      const size_t begin = layout.buckets[b].begin, end = begin + layout.buckets[b].shard_size * size_t(layout.shards);
+      ops_.copy(arena + begin, stale.data() + begin, (lo - begin) * sizeof(T));
+      ops_.copy(arena + hi, stale.data() + hi, (end - hi) * sizeof(T));
     }
   };
-  // bf16: the masters are sharded and AdamW rewrote the copies of the rank's range, so the
-  // copies are gathered (half the bytes of the masters, and no rank holds fp32 values of
-  // another's range). fp32: the layers compute with the masters, which are gathered.
-  if (params.masters_sharded()) gather(params.bf16_arena(), "the all-gather of the bf16 weights over the dp group");
-  else gather(params.value_arena(), "the all-gather of the masters over the dp group");
+  if (params.masters_sharded()) gather_keeping_stale(params.bf16_arena());
+  else gather_keeping_stale(params.value_arena());
 }
 
 std::optional<Buffer<float>> Trainer::gathered_masters() {
   ParamStore& params = job_.params();
   if (!params.masters_sharded()) return std::nullopt;
+  zero_->finish_gathers();
   const FlatLayout& layout = params.flat_layout();
   Buffer<float> whole(ops_, layout.total());
-  ops_.copy(whole.data() + size_t(par_.dp_rank) * layout.shard_size, params.value_arena(),
-            layout.shard_size * sizeof(float));
   waiting_for("the all-gather of the masters over the dp group (parameter dump)");
-  par_.dp_comm->allgather(whole.data(), layout.shard_size);
+  // Per bucket: this rank's part from its shard arena into its flat place, then gathered.
+  for (size_t b = 0; b < layout.buckets.size(); ++b) {
+    const FlatBucket& bucket = layout.buckets[b];
+    ops_.copy(whole.data() + layout.part_begin(int(b), par_.dp_rank), params.value_arena() + bucket.shard_begin,
+              bucket.shard_size * sizeof(float));
+    par_.dp_comm->allgather(whole.data() + bucket.begin, bucket.shard_size);
+  }
   tick();
   return whole;
 }
@@ -378,6 +395,9 @@ StepResult Trainer::settle_pending() {
 void Trainer::roll_back(StepResult& r, const StepTotals& totals) {
   // The state before the optimistic update, gradients included: exactly where the
   // synchronous path decides. A non-finite step is then named, skipped or stopped as there.
+  // ZeRO-1: the collectives the pipeline started on the arenas about to change hands end
+  // first (the pipeline runs again).
+  if (zero_) zero_->drain();
   backup_->restore();
   r.rolled_back = true;
   ++rollbacks_total_;
@@ -418,6 +438,7 @@ void Trainer::refresh_working_weights() {
 double Trainer::evaluate() {
   PPTRAIN_CHECK(!pending_, "Trainer::evaluate needs a settled step (Trainer::settle)");
   if (cfg_.data.val.empty() || cfg_.training.eval_batches == 0) return NAN;
+  if (zero_) zero_->finish_gathers();
   double total = 0;
   Timeline scratch;
   refresh_working_weights();

@@ -5,8 +5,9 @@
 //   3. sum the tied-embedding gradient over the embedding group (first and last stage);
 //   4. sum gradients over the dp group (the loss is pre-scaled by 1/tokens of the global
 //      batch, so the sum is the mean-loss gradient): one all-reduce of the gradient arena
-//      (ParamStore::flatten), or under ZeRO-1 (parallel.zero: 1) a reduce-scatter that
-//      leaves each dp rank the sum over its 1/dp range;
+//      (ParamStore::flatten), or under ZeRO-1 (parallel.zero: 1) a reduce-scatter per
+//      bucket that leaves each dp rank the sum over its 1/dp parts (train/zero_buckets.h:
+//      a stage's starts after its last W in step 2, so it overlaps the step's rest);
 //   5. the step reduction (train/step_reduction.h): loss, global gradient norm (each
 //      element counted once), bubble and stop requests, one gather over the world folded
 //      the same way on every rank;
@@ -61,6 +62,7 @@
 #include "train/adamw.h"
 #include "train/step_reduction.h"
 #include "train/update_backup.h"
+#include "train/zero_buckets.h"
 
 namespace pptrain {
 
@@ -113,7 +115,8 @@ class Trainer {
 
   const Config& config() const { return cfg_; }
   const ParallelContext& parallel() const { return par_; }
-  ParamStore& params() { return job_.params(); }
+  // Complete: waits for ZeRO-1's pending all-gathers first.
+  ParamStore& params();
   AdamW& optimizer() { return *optimizer_; }
   // parallel.zero: 1 with dp > 1: the moments are sharded over the dp ranks (and under
   // bf16 the masters: ParamStore::masters_sharded).
@@ -149,8 +152,8 @@ class Trainer {
   double run_pipeline(double start_us);
   void plant_gradient_faults();
   void reduce_gradients();
-  // ZeRO-1: the all-gather after the sharded update, of the bf16 copies (bf16: masters
-  // sharded) or of the masters (fp32).
+  // ZeRO-1: starts the all-gathers after the sharded update, of the bf16 copies (bf16:
+  // masters sharded) or of the masters (fp32).
   void gather_weights();
   // The parameters whose summed gradients this rank holds, with the part of each that is
   // summed: every element (dp all-reduce), or under ZeRO-1 the part inside the rank's range.
@@ -201,6 +204,7 @@ class Trainer {
   double last_local_loss_ = 0;
   int skipped_in_a_row_ = 0, skipped_total_ = 0, rollbacks_total_ = 0;
   std::unique_ptr<UpdateBackup> backup_;  // post-validation only
+  std::unique_ptr<ZeroBuckets> zero_;     // ZeRO-1 only
   std::optional<Pending> pending_;
   Progress* progress_ = nullptr;
 };

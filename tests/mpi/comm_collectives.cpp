@@ -146,6 +146,8 @@ int main(int argc, char** argv) {
     mpi_test::check_reduce_scatter(world, 5);
     mpi_test::check_reduce_scatter(world, 0);
     mpi_test::check_allgather_in_place(world, 7);
+    mpi_test::check_nonblocking_collectives(world, 5);
+    mpi_test::check_nonblocking_collectives(world, 0);
     world.barrier();
 
     // Chunking: with at most 3 elements (or bytes) per MPI call the results must not
@@ -175,6 +177,8 @@ int main(int argc, char** argv) {
     check_broadcast(half, 8);
     mpi_test::check_reduce_scatter(half, 3);
     mpi_test::check_allgather_in_place(half, 2);
+    mpi_test::check_nonblocking_collectives(half, 5);
+    mpi_test::check_nonblocking_collectives(half, 0);
 
     // Moving an owned communicator transfers the handle; only the last owner frees it.
     MpiComm moved = std::move(half);

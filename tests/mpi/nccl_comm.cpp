@@ -139,6 +139,8 @@ int main(int argc, char** argv) {
     allreduce(nccl);
     mpi_test::check_reduce_scatter(nccl, 6);
     mpi_test::check_allgather_in_place(nccl, 5);
+    mpi_test::check_nonblocking_collectives(nccl, 5);
+    mpi_test::check_nonblocking_collectives(nccl, 0);
     // Groups that only some ranks create, in a different order on different ranks: the
     // first and last rank (like the embedding group of a deep pipeline), and the pairs
     // {0,1}, {2,3}, ... created after it by its members and before it by the others.

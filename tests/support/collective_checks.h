@@ -40,6 +40,50 @@ inline void check_reduce_scatter(Communicator& comm, size_t count) {
     }
 }
 
+// The non-blocking in-place forms: two reduce-scatters and two all-gathers (fp32, bf16) in
+// flight at once, waited for in the reverse order, give what the blocking forms give.
+inline void check_nonblocking_collectives(Communicator& comm, size_t count) {
+  const int r = comm.rank(), p = comm.size();
+  std::vector<float> a(size_t(p) * count), b(size_t(p) * count);  // [p · count] each
+  for (size_t j = 0; j < a.size(); ++j) {
+    a[j] = scatter_input(r, j);
+    b[j] = scatter_input(r, j + 1);
+  }
+  auto ra = comm.ireduce_scatter(a.data(), count, ReduceOp::Sum);
+  auto rb = comm.ireduce_scatter(b.data(), count, ReduceOp::Max);
+  rb->wait();
+  ra->wait();
+  for (size_t i = 0; i < count; ++i) {
+    const size_t j = size_t(r) * count + i;
+    float sum = 0.0f, most = -1e30f;
+    for (int q = 0; q < p; ++q) {
+      sum += scatter_input(q, j);
+      most = std::max(most, scatter_input(q, j + 1));
+    }
+    MPI_EXPECT(a[j] == sum, "ireduce_scatter sum [", i, "] = ", a[j], ", want ", sum, " (rank ", r, ")");
+    MPI_EXPECT(b[j] == most, "ireduce_scatter max [", i, "] = ", b[j], ", want ", most, " (rank ", r, ")");
+  }
+  for (size_t j = 0; j < a.size(); ++j)
+    if (j / count != size_t(r)) MPI_EXPECT(a[j] == scatter_input(r, j), "ireduce_scatter changed a[", j, "]");
+  std::vector<float> f(size_t(p) * count, -1.0f);                           // [p · count]
+  std::vector<bfloat16> h(size_t(p) * count, bfloat16::from_float(-1.0f));  // [p · count]
+  for (size_t i = 0; i < count; ++i) {
+    const size_t j = size_t(r) * count + i;
+    f[j] = scatter_input(r, j);
+    h[j] = bfloat16::from_float(scatter_input(r, j));
+  }
+  auto gf = comm.iallgather(f.data(), count);
+  auto gh = comm.iallgather(h.data(), count);
+  gh->wait();
+  gf->wait();
+  MPI_EXPECT(gf->test() && gh->test(), "a waited request does not test complete (rank ", r, ")");
+  for (size_t j = 0; j < f.size(); ++j) {
+    const float want = scatter_input(int(j / count), j);
+    MPI_EXPECT(f[j] == want, "iallgather fp32 [", j, "] = ", f[j], ", want ", want, " (rank ", r, ")");
+    MPI_EXPECT(h[j].to_float() == want, "iallgather bf16 [", j, "] = ", h[j].to_float(), ", want ", want);
+  }
+}
+
 // In place, fp32 and bf16: every rank ends with every rank's part where it was.
 inline void check_allgather_in_place(Communicator& comm, size_t count) {
   const int r = comm.rank(), p = comm.size();
