@@ -224,6 +224,53 @@ TEST(ZeroLayout, EachBucketIsSplitDpWaysAndTheShardArenasTileIt) {
   }
 }
 
+TEST(ZeroLayout, MergedRunsSumWhatThePartsSumAndCrossOnlyPadding) {
+  // Gradients of small integers (sums exact in double): per shard of 1, 2 and 3, the parts
+  // a rank sums (its ranges, one tensor left out as a non-primary one would be) give the
+  // same sum of squares over merge_flat_runs's runs as part by part, and the runs never
+  // cover an element of the left-out tensor or of another shard's part.
+  for (int shards : {1, 2, 3}) {
+    Store store(shards);
+    ParamStore& params = *store.params;
+    std::vector<const Param*> all;
+    for (auto& [name, p] : params.all()) {
+      all.push_back(p.get());
+      std::vector<float> g(p->numel());
+      for (size_t i = 0; i < g.size(); ++i) g[i] = float((i * 7 + p->flat_offset) % 13) - 6.0f;
+      p->grad.upload(g.data());
+    }
+    const std::vector<float> arena = Buffer<float>::view(*store.ops, params.grad_arena(), params.flat_layout().total()).to_host();
+    for (const char* left_out : {"", "h.0.ln_1.weight"}) {  // the third of five in flat order
+      for (int k = 0; k < shards; ++k) {
+        std::vector<std::pair<const Param*, LocalRange>> parts;
+        std::vector<bool> allowed(arena.size(), false);
+        double want = 0;
+        for (auto& [name, p] : params.all()) {
+          const LocalRange r = shard_range(*p, params.flat_layout(), k);
+          if (name == left_out || r.empty()) continue;
+          parts.emplace_back(p.get(), r);
+          for (size_t i = r.begin; i < r.end; ++i) {
+            want += double(arena[p->flat_offset + i]) * arena[p->flat_offset + i];
+            allowed[p->flat_offset + i] = true;
+          }
+        }
+        const auto runs = merged_flat_runs(parts, all);
+        double got = 0;
+        for (const auto& [begin, end] : runs)
+          for (size_t i = begin; i < end; ++i) {
+            got += double(arena[i]) * arena[i];
+            EXPECT_TRUE(allowed[i] || arena[i] == 0.0f) << "run crosses element " << i;
+            for (auto& [name, p] : params.all())
+              if (i >= p->flat_offset && i < p->flat_offset + p->numel())
+                EXPECT_TRUE(allowed[i]) << "run covers " << name << " element " << i - p->flat_offset;
+          }
+        EXPECT_EQ(got, want) << shards << " shards, shard " << k << ", left out '" << left_out << "'";
+        if (shards == 1) EXPECT_EQ(runs.size(), *left_out ? 2u : 1u) << "runs merge across padding";
+      }
+    }
+  }
+}
+
 TEST(ZeroLayout, ABucketListMissingOrRepeatingAParameterIsRefused) {
   std::unique_ptr<Ops> ops = make_cpu_ops();
   ParamStore a(*ops, 2, 1, 7), b(*ops, 2, 1, 7);

@@ -130,6 +130,35 @@ size_t shard_arena_offset(const Param& p, const FlatLayout& layout, int shard) {
   return layout.buckets[size_t(p.bucket)].shard_begin + p.flat_offset + r.begin - layout.part_begin(p.bucket, shard);
 }
 
+std::vector<std::pair<size_t, size_t>> merged_flat_runs(const std::vector<std::pair<const Param*, LocalRange>>& parts,
+                                                        const std::vector<const Param*>& all) {
+  std::map<const Param*, LocalRange> listed;
+  for (const auto& [p, r] : parts)
+    if (!r.empty()) listed[p] = r;
+  std::vector<const Param*> order;
+  for (const Param* p : all)
+    if (p->numel() > 0) order.push_back(p);
+  std::sort(order.begin(), order.end(), [](const Param* a, const Param* b) { return a->flat_offset < b->flat_offset; });
+  std::vector<std::pair<size_t, size_t>> runs;
+  bool open = false, at_tensor_end = false;  // the last run ends where its last tensor's elements end
+  for (const Param* p : order) {
+    const auto it = listed.find(p);
+    if (it == listed.end()) {  // elements not listed: no run may cross them
+      open = false;
+      continue;
+    }
+    const LocalRange r = it->second;
+    const size_t begin = p->flat_offset + r.begin, end = p->flat_offset + r.end;
+    // Between the last run and this part lies only the previous tensor's padding when that
+    // tensor was covered to its end and this one is covered from its start.
+    if (open && at_tensor_end && r.begin == 0) runs.back().second = end;
+    else runs.emplace_back(begin, end);
+    open = true;
+    at_tensor_end = r.end == p->numel();
+  }
+  return runs;
+}
+
 std::vector<Slab> slabs_in_range(const Param& p, LocalRange r) {
   std::vector<Slab> out;
   if (r.empty()) return out;

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/buffer.h"
@@ -173,6 +174,14 @@ LocalRange local_range_in(const Param& p, size_t lo, size_t hi);
 // store is flat), and where the first of them sits in shard k's arena.
 LocalRange shard_range(const Param& p, const FlatLayout& layout, int shard);
 size_t shard_arena_offset(const Param& p, const FlatLayout& layout, int shard);
+
+// Flat runs [begin, end) of a flat store's arenas covering the given parts of its tensors
+// (a Param and the local range of it each), merged where only padding, which stays zero,
+// lies between two parts, and never across a tensor's elements that are not listed: a sum
+// over the runs (of squares, say) is the sum over the parts, in a few reductions instead of
+// one per tensor (on GPUs each reduction waits for its result).
+std::vector<std::pair<size_t, size_t>> merged_flat_runs(const std::vector<std::pair<const Param*, LocalRange>>& parts,
+                                                        const std::vector<const Param*>& all);
 
 // Where the elements `r` of p's local shard sit in the global tensor: a contiguous run of
 // the row-major local tensor is at most three rectangles (a partial first row, whole rows,
