@@ -463,6 +463,15 @@ TEST(ProfileCommand, OneRankWritesTheDefaultsAndTheTable) {
   EXPECT_GT(p.block.forward_ms, 0);
   EXPECT_NE(r.output.find("block"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("wrote " + out), std::string::npos) << r.output;
+  // No data.train: the layers are timed on uniform ids, and the table says so; with shards
+  // there, on the first microbatch of them.
+  EXPECT_NE(r.output.find("token ids: uniform over the vocabulary (data.train unset)"), std::string::npos) << r.output;
+  ASSERT_EQ(prepare_markov_corpus(dir.file("data"), 32, 2000).exit_code, 0);
+  r = run_command(pptrain_bin() + " profile " + dir.file("c.yaml") + " --repeats 2 --out " + out + " data.train=" +
+                      dir.file("data") + "/train_*.bin",
+                  60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("token ids: the first microbatch of data.train"), std::string::npos) << r.output;
   // Bad arguments: one line each, non-zero exit, nothing written.
   for (const std::string& bad : {std::string("--repeats 0"), std::string("--bogus"), std::string("parallel.tp=2"),
                                  std::string("--out ") + dir.file("no/such/dir.json")}) {

@@ -326,6 +326,27 @@ TEST(TokenDataset, MicrobatchesOfAnyLayoutFormTheSameGlobalBatch) {
   }
 }
 
+TEST(TokenDataset, TheProfileSampleIsTheFirstMicrobatchOrNothing) {
+  // What pptrain profile times the layers on: the first microbatch of the training data
+  // (step 0, replica 0, microbatch 0), so ids repeat as in training; nothing without data
+  // (no glob, or one matching no file); a bad shard is refused as for training.
+  TempDir dir;
+  write_token_shard(dir.file("t_0.bin"), iota_tokens(97, 3));
+  const int T = 7, B = 3;
+  for (bool shuffle : {false, true}) {
+    const TokenDataset ds(dir.file("t_*.bin"), T, 65536, "data.train", shuffle, 5);
+    std::vector<int32_t> tokens(B * T), targets(B * T);
+    read_microbatch(ds, 0, 0, 1, 0, 1, B, tokens.data(), targets.data());
+    const TokenSample s = profile_sample(dir.file("t_*.bin"), T, 65536, B, shuffle, 5);
+    EXPECT_EQ(s.tokens, tokens) << "shuffle " << shuffle;
+    EXPECT_EQ(s.targets, targets) << "shuffle " << shuffle;
+  }
+  EXPECT_TRUE(profile_sample("", T, 65536, B, false, 5).tokens.empty());
+  EXPECT_TRUE(profile_sample(dir.file("none_*.bin"), T, 65536, B, false, 5).tokens.empty());
+  pptrain::testing::write_file(dir.file("bad_0.bin"), "not a shard");
+  EXPECT_THROW(profile_sample(dir.file("bad_*.bin"), T, 65536, B, false, 5), Error);
+}
+
 // ---- Markov source --------------------------------------------------------------
 
 TEST(Markov, UniformTableHasEntropyExactlyLnV) {

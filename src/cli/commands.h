@@ -21,4 +21,11 @@ int cmd_import_hf(const Args& args);
 int cmd_export_hf(const Args& args);
 int cmd_plan(const Args& args, MpiSession& mpi);
 
+// How the planner's profile is taken for `cfg` (cli/profile.cpp): its layers timed on the
+// first microbatch of data.train when that matches shards (partition/profile.h says why),
+// else on uniform ids; `source` (optional) says which.
+struct ProfileOptions;
+struct Config;
+ProfileOptions profile_options(const Config& cfg, std::string* source = nullptr);
+
 }  // namespace pptrain

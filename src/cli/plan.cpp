@@ -105,7 +105,7 @@ int cmd_plan(const Args& raw_args, MpiSession& mpi) {
     one.parallel.tp = 1;
     MpiComm world = MpiComm::world();
     std::unique_ptr<Ops> ops = cfg.device == "cuda" ? make_cuda_ops(cfg) : make_cpu_ops();
-    profile = profile_costs(one, *ops, world);
+    profile = profile_costs(one, *ops, world, profile_options(cfg));
   }
   check_profile_matches(profile, cfg, args.profile.empty() ? "the measured profile" : args.profile);
   if (mpi.rank() != 0) return 0;

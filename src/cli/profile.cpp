@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "data/token_dataset.h"
 #include "parallel/mpi_comm.h"
 #include "parallel/mpi_session.h"
 #include "partition/cost_profile.h"
@@ -69,11 +70,11 @@ std::string human_bytes(double bytes) {
   return buf;
 }
 
-void print_table(const CostProfile& p, const ProfileArgs& args, int ranks) {
+void print_table(const CostProfile& p, const ProfileArgs& args, int ranks, const std::string& ids) {
   std::printf("profile: %s %s, attention %s; micro_batch_size %d x seq_len %d, d_model %d, %d heads, vocab %d\n",
               p.device.c_str(), p.precision.c_str(), p.attention.c_str(), p.micro_batch_size, p.seq_len, p.d_model,
               p.n_head, p.vocab_size);
-  std::printf("per microbatch, median of %d:\n", args.repeats);
+  std::printf("per microbatch, median of %d; token ids: %s\n", args.repeats, ids.c_str());
   // Held between F and I, and between I and W (cost_profile.h).
   std::printf("  %-19s %9s %9s %9s %11s %11s %11s %11s\n", "layer", "F ms", "I ms", "W ms", "act F..I", "act I..W",
               "params", "optimizer");
@@ -106,6 +107,20 @@ void print_table(const CostProfile& p, const ProfileArgs& args, int ranks) {
 
 }  // namespace
 
+ProfileOptions profile_options(const Config& cfg, std::string* source) {
+  const data::TokenSample sample =
+      data::profile_sample(cfg.data.train, cfg.model.seq_len, cfg.model.vocab_size, cfg.training.micro_batch_size,
+                           cfg.data.shuffle, cfg.training.seed);
+  ProfileOptions opts;
+  opts.tokens = sample.tokens;
+  opts.targets = sample.targets;
+  if (source)
+    *source = sample.tokens.empty() ? cat("uniform over the vocabulary (data.train ",
+                                          cfg.data.train.empty() ? "unset" : "matches no file", ")")
+                                    : "the first microbatch of data.train";
+  return opts;
+}
+
 int cmd_profile(const Args& raw_args, MpiSession& mpi) {
   const ProfileArgs args = parse_args(raw_args);
   const Config cfg = load_config(args.config, args.overrides);
@@ -119,12 +134,13 @@ int cmd_profile(const Args& raw_args, MpiSession& mpi) {
   }
   MpiComm world = MpiComm::world();
   std::unique_ptr<Ops> ops = cfg.device == "cuda" ? make_cuda_ops(cfg) : make_cpu_ops();
-  ProfileOptions opts;
+  std::string ids;
+  ProfileOptions opts = profile_options(cfg, &ids);
   opts.repeats = args.repeats;
   const CostProfile profile = profile_costs(cfg, *ops, world, opts);
   if (mpi.rank() == 0) {
     write_cost_profile(profile, args.out);
-    print_table(profile, args, world.size());
+    print_table(profile, args, world.size(), ids);
   }
   return 0;
 }

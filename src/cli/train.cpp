@@ -74,12 +74,18 @@ std::string zero_text(const Config& cfg) {
   return " | ZeRO-1: AdamW moments sharded over dp; fp32 masters whole (the fp32 layers compute with them)";
 }
 
+// The profile options of a start-up measurement (parallel.profile: measure): timed on the
+// job's data; nothing is read otherwise.
+ProfileOptions measure_options(const Config& cfg) {
+  return cfg.parallel.profile == "measure" ? profile_options(cfg) : ProfileOptions{};
+}
+
 // --dry-run: the layout a run of `loaded` would resolve and every (pp, tp) rank's
 // predicted memory. resolve_layout is collective over the processes there are (it may
 // time layers for the planner on them); nothing else communicates.
 int dry_run(const Config& loaded, MpiSession& mpi) {
   MpiComm processes = MpiComm::world();
-  const ResolvedLayout layout = resolve_layout(loaded, processes);
+  const ResolvedLayout layout = resolve_layout(loaded, processes, measure_options(loaded));
   const Config& cfg = layout.config;
   const pipeline::Schedule schedule =
       layout.program ? pipeline::prepare_schedule(*layout.program) : pipeline::prepare_schedule(cfg);
@@ -113,7 +119,7 @@ int cmd_train(const Args& raw_args, MpiSession& mpi) {
   // planner (a split from measured costs, schedule: auto) is resolved first.
   {
     MpiComm world = checked_world(loaded);
-    ResolvedLayout layout = resolve_layout(loaded, world);
+    ResolvedLayout layout = resolve_layout(loaded, world, measure_options(loaded));
     cfg = layout.config;
     plan.program = layout.program;
     if (layout.prediction) {

@@ -17,16 +17,27 @@ struct GlobResult {
 };
 }  // namespace
 
-std::vector<std::string> match_shard_files(const std::string& pattern, const std::string& key) {
-  if (pattern.empty()) fail(key, ": empty (expected a glob of token shards, e.g. 'data/x/train_*.bin')");
+namespace {
+
+// The files matching `pattern`, in byte order (not the locale's collation: every rank and
+// machine sees the same order); none when nothing matches.
+std::vector<std::string> glob_files(const std::string& pattern, const std::string& key) {
   GlobResult found;
   // No GLOB_ERR: a directory that does not exist is simply no match.
   int rc = glob(pattern.c_str(), 0, nullptr, &found.result);
-  if (rc == GLOB_NOMATCH) fail(key, ": no file matches '", pattern, "'");
+  if (rc == GLOB_NOMATCH) return {};
   if (rc != 0) fail(key, ": cannot expand '", pattern, "' (read error or out of memory)");
   std::vector<std::string> files(found.result.gl_pathv, found.result.gl_pathv + found.result.gl_pathc);
-  // Byte order, not the locale's collation: every rank and machine sees the same order.
   std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace
+
+std::vector<std::string> match_shard_files(const std::string& pattern, const std::string& key) {
+  if (pattern.empty()) fail(key, ": empty (expected a glob of token shards, e.g. 'data/x/train_*.bin')");
+  std::vector<std::string> files = glob_files(pattern, key);
+  if (files.empty()) fail(key, ": no file matches '", pattern, "'");
   return files;
 }
 
@@ -88,6 +99,17 @@ void read_microbatch(const TokenDataset& dataset, uint64_t step, int dp_rank, in
   const size_t T = size_t(dataset.seq_len());
   for (int row = 0; row < batch; ++row)
     dataset.read_sequence(first + uint64_t(row), tokens + row * T, targets + row * T);
+}
+
+TokenSample profile_sample(const std::string& glob, int seq_len, int vocab_size, int batch, bool shuffle,
+                           uint64_t seed) {
+  TokenSample out;
+  if (glob.empty() || glob_files(glob, "data.train").empty()) return out;
+  const TokenDataset dataset(glob, seq_len, vocab_size, "data.train", shuffle, seed);
+  out.tokens.resize(size_t(batch) * size_t(seq_len));
+  out.targets.resize(out.tokens.size());
+  read_microbatch(dataset, 0, 0, 1, 0, 1, batch, out.tokens.data(), out.targets.data());
+  return out;
 }
 
 }  // namespace pptrain::data

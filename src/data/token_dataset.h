@@ -64,4 +64,15 @@ void read_microbatch(const TokenDataset& dataset, uint64_t step, int dp_rank, in
                      int microbatch, int microbatches, int batch, int32_t* tokens,
                      int32_t* targets);
 
+// The first microbatch the training data `glob` gives ([batch · seq_len] tokens and
+// targets: step 0, replica 0, microbatch 0): what a profile times the layers on, so that
+// ids repeat as in training. Both empty when `glob` is empty or matches no file (data not
+// prepared yet: the profile then takes uniform ids); shards that exist are checked as
+// for training.
+struct TokenSample {
+  std::vector<int32_t> tokens, targets;
+};
+TokenSample profile_sample(const std::string& glob, int seq_len, int vocab_size, int batch, bool shuffle,
+                           uint64_t seed);
+
 }  // namespace pptrain::data

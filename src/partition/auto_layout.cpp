@@ -16,7 +16,7 @@ namespace pptrain {
 namespace {
 
 // The profile the config names, or one measured now (tp = 1: scaled to the config's tp).
-CostProfile load_or_measure(const Config& cfg, MpiComm& world, std::string* source) {
+CostProfile load_or_measure(const Config& cfg, MpiComm& world, const ProfileOptions& measure, std::string* source) {
   if (!cfg.parallel.profile.empty() && cfg.parallel.profile != "measure") {
     *source = cfg.parallel.profile;
     CostProfile p = read_cost_profile(cfg.parallel.profile);
@@ -27,7 +27,7 @@ CostProfile load_or_measure(const Config& cfg, MpiComm& world, std::string* sour
   Config one = cfg;
   one.parallel.tp = 1;
   std::unique_ptr<Ops> ops = cfg.device == "cuda" ? make_cuda_ops(cfg) : make_cpu_ops();
-  return profile_costs(one, *ops, world);
+  return profile_costs(one, *ops, world, measure);
 }
 
 }  // namespace
@@ -55,7 +55,7 @@ void check_profile_matches(const CostProfile& p, const Config& cfg, const std::s
   if (p.vocab_size != m.vocab_size) differ("vocab_size", p.vocab_size, m.vocab_size);
 }
 
-ResolvedLayout resolve_layout(const Config& cfg, MpiComm& world) {
+ResolvedLayout resolve_layout(const Config& cfg, MpiComm& world, const ProfileOptions& measure) {
   ResolvedLayout out{cfg, std::nullopt, std::nullopt, ""};
   const ParallelConfig& par = cfg.parallel;
   const bool auto_schedule = par.schedule == "auto";
@@ -66,7 +66,7 @@ ResolvedLayout resolve_layout(const Config& cfg, MpiComm& world) {
   const double limit = par.memory_per_rank_gib * double(1 << 30);
   const bool auto_recompute = cfg.training.recompute.is_auto();
 
-  const CostProfile measured = load_or_measure(cfg, world, &out.profile_source);
+  const CostProfile measured = load_or_measure(cfg, world, measure, &out.profile_source);
   const CostProfile prof = scaled_profile(measured, cfg.training.micro_batch_size, par.tp);
   const int n_layer = cfg.model.n_layer;
   const std::vector<int> given = par.layers_per_stage.empty() ? blocks_per_stage(cfg) : par.layers_per_stage;

@@ -19,6 +19,7 @@
 #include "partition/cost_profile.h"
 #include "partition/layout_search.h"
 #include "partition/partitioner.h"
+#include "partition/profile.h"
 #include "pipeline/ir.h"
 
 namespace pptrain {
@@ -35,7 +36,8 @@ struct ResolvedLayout {
 // training.recompute: auto is resolved to none here (no memory limit at start-up: see
 // recompute_choice.h for the rule `pptrain plan --memory-per-rank` applies); a scalar or a
 // per-stage list is planned and predicted with as given.
-ResolvedLayout resolve_layout(const Config& cfg, MpiComm& world);
+// `measure`: how a profile is taken when parallel.profile is `measure` (its token ids).
+ResolvedLayout resolve_layout(const Config& cfg, MpiComm& world, const ProfileOptions& measure = {});
 
 // The config's training.recompute per stage, as the blocks apply it (attention with fused
 // attention is none).

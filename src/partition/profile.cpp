@@ -76,6 +76,12 @@ LayerCost profile_stage(const Config& cfg, Ops& ops, const StageSpec& spec, cons
   if (!spec.has_embedding) x = random_tensor(ops, precision, n * dims.d_model, 1, 1.0f);
   if (!spec.has_head) dy = random_tensor(ops, precision, n * dims.d_model, 2, 1e-3f);
   Buffer<int32_t> tokens = random_ids(ops, n, dims.vocab_size, 3), targets = random_ids(ops, n, dims.vocab_size, 4);
+  if (!opts.tokens.empty()) {
+    PPTRAIN_CHECK(opts.tokens.size() == n && opts.targets.size() == n, "profile: ", opts.tokens.size(),
+                  " token ids for a microbatch of ", n);
+    tokens.upload(opts.tokens.data());
+    targets.upload(opts.targets.data());
+  }
   const MicrobatchData data{tokens.data(), targets.data()};
   if (spec.has_head) stage->set_loss_scale(float(1.0 / double(n)));
 

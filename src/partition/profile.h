@@ -42,6 +42,11 @@ struct ProfileOptions {
   // Bytes of the all-reduces timed: 64 KiB .. 16 MiB by default.
   std::vector<size_t> allreduce_sizes = {size_t(64) << 10, size_t(256) << 10, size_t(1) << 20, size_t(4) << 20,
                                          size_t(16) << 20};
+  // The token ids and targets the layers are timed on, [micro_batch_size · seq_len] each:
+  // a microbatch of the job's data (data::profile_sample), since the embedding's wgrad
+  // (and the loss) cost depends on how the ids repeat; a corpus that uses few ids makes
+  // it several times slower than uniform ids do. Empty: ids uniform over the vocabulary.
+  std::vector<int32_t> tokens, targets;
 };
 
 // The all-reduce model of a profile taken on one rank, where nothing can be measured:
