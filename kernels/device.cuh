@@ -83,3 +83,11 @@ __device__ __forceinline__ void store_pack(T* p, const Pack128<T>& x) {
   extern __shared__ __align__(16) unsigned char name##_dynamic_shared[]; \
   T* name = reinterpret_cast<T*>(name##_dynamic_shared)
 #endif
+
+// Unrolls the loop that follows under nvcc (a fixed-count loop over a small array keeps the
+// array in registers only when unrolled); nothing for the host compiler of the emulator.
+#ifdef __CUDACC__
+#define PPTRAIN_UNROLL _Pragma("unroll")
+#else
+#define PPTRAIN_UNROLL
+#endif

@@ -9,9 +9,16 @@
 //   block (256 threads) = 256 adjacent channels × one slice of kVocabSlice vocabulary rows;
 //   grid = (⌈C/256⌉, ⌈VL/kVocabSlice⌉). The block streams the token ids through shared
 //   memory in tiles; each warp votes (__ballot_sync) on 32 ids at a time which rows fall in
-//   its slice and walks the hits in order, each lane adding dy[row, its channel] into
-//   dwte[token, its channel] (coalesced across the warp). A row is handled by exactly one
+//   its slice and walks the hits in order, each lane adding dy[row, its channel] into its
+//   channel of the token's row (coalesced across the warp). A row is handled by exactly one
 //   slice, so dy is read once overall; the ids are re-read per block but are 4 bytes/row.
+// The slice's rows of dwte sit in shared memory while the block adds into them (loaded
+// first, stored last: each element still gets dwte + its rows in row order, the bits of a
+// serial loop), and the dy values of up to kPrefetch hits are loaded before they are added,
+// so a hit costs a shared-memory add rather than a global read-modify-write waiting on the
+// last. Both matter when ids repeat: a corpus of few symbols puts every row into one or two
+// slices, whose few blocks then do all the work (on an H200, GPT-2 124M with 256 symbols:
+// 4.5 ms with global adds and 512-row slices, against 0.2 ms on uniform ids).
 // Position-table wgrad: one thread per (position, channel) sums rows p, p + T, ... in order.
 #include "device.cuh"
 #include "embedding.cuh"
@@ -20,8 +27,9 @@ namespace pptrain::kernels {
 namespace {
 
 constexpr int kBlock = 256;
-constexpr int kVocabSlice = 512;      // vocabulary rows per wgrad block
+constexpr int kVocabSlice = 32;       // vocabulary rows per wgrad block: [32, 256] sums in shared memory
 constexpr int kTokenTile = 1024;      // token ids staged in shared memory at a time
+constexpr int kPrefetch = 16;         // dy values of hits loaded ahead of their adds
 
 template <typename T>
 __global__ void embedding_forward_kernel(T* y, const int32_t* tokens, const T* wte, const T* wpe,
@@ -55,11 +63,16 @@ __global__ void embedding_forward_kernel(T* y, const int32_t* tokens, const T* w
 template <typename T>
 __global__ void embedding_token_wgrad_kernel(float* dwte, const T* dy, const int32_t* tokens,
                                              int n, int c, int v0, int vl) {
-  PPTRAIN_DYNAMIC_SHARED(int32_t, tile);  // [kTokenTile] token ids, as shard rows
+  // [kTokenTile] token ids as shard rows, then [kVocabSlice, kBlock] the slice's sums.
+  PPTRAIN_DYNAMIC_SHARED(int32_t, tile);
+  float* sums = reinterpret_cast<float*>(tile + kTokenTile);
   int lane = threadIdx.x % kWarp;
   int col = blockIdx.x * blockDim.x + threadIdx.x;
   int slice_begin = blockIdx.y * kVocabSlice;
   int slice_end = slice_begin + kVocabSlice < vl ? slice_begin + kVocabSlice : vl;
+  // Each thread owns column threadIdx.x of `sums`: no other thread reads or writes it.
+  for (int r = slice_begin; r < slice_end; ++r)
+    sums[(r - slice_begin) * kBlock + threadIdx.x] = col < c ? dwte[size_t(r) * c + col] : 0.0f;
   for (int tile_begin = 0; tile_begin < n; tile_begin += kTokenTile) {
     int tile_rows = n - tile_begin < kTokenTile ? n - tile_begin : kTokenTile;
     __syncthreads();  // every warp is done with the previous tile
@@ -69,16 +82,30 @@ __global__ void embedding_token_wgrad_kernel(float* dwte, const T* dy, const int
       int r = group + lane;
       bool hit = r < tile_rows && tile[r] >= slice_begin && tile[r] < slice_end;
       unsigned hits = __ballot_sync(kFullMask, hit);
-      while (hits) {  // rows of this slice, in increasing row order
-        int k = __ffs(hits) - 1;
-        hits &= hits - 1;
-        if (col < c) {
-          size_t row = size_t(tile_begin + group + k);
-          dwte[size_t(tile[group + k]) * c + col] += to_float(dy[row * c + col]);
+      while (hits) {  // rows of this slice, in increasing row order, kPrefetch at a time
+        int rows[kPrefetch];
+        float values[kPrefetch];
+        int taken = 0;
+PPTRAIN_UNROLL
+        for (int k = 0; k < kPrefetch; ++k) {
+          rows[k] = -1;
+          if (hits) {
+            rows[k] = group + __ffs(hits) - 1;
+            hits &= hits - 1;
+            taken = k + 1;
+          }
         }
+PPTRAIN_UNROLL
+        for (int k = 0; k < kPrefetch; ++k)
+          values[k] = rows[k] >= 0 && col < c ? to_float(dy[size_t(tile_begin + rows[k]) * c + col]) : 0.0f;
+PPTRAIN_UNROLL
+        for (int k = 0; k < kPrefetch; ++k)
+          if (k < taken) sums[(tile[rows[k]] - slice_begin) * kBlock + threadIdx.x] += values[k];
       }
     }
   }
+  if (col < c)
+    for (int r = slice_begin; r < slice_end; ++r) dwte[size_t(r) * c + col] = sums[(r - slice_begin) * kBlock + threadIdx.x];
 }
 
 template <typename T>
@@ -114,7 +141,8 @@ void launch_embedding_backward_weight(const LaunchContext& ctx, float* dwte, flo
   if (vl > 0)
     launch(ctx, "embedding_token_wgrad", embedding_token_wgrad_kernel<T>,
            dim3(ceil_div(c, kBlock), ceil_div(vl, kVocabSlice)), dim3(kBlock),
-           kTokenTile * sizeof(int32_t), dwte, dy, tokens, n, c, v0, vl);
+           kTokenTile * sizeof(int32_t) + size_t(kVocabSlice) * kBlock * sizeof(float), dwte, dy, tokens, n, c, v0,
+           vl);
   if (dwpe)
     launch(ctx, "embedding_position_wgrad", embedding_position_wgrad_kernel<T>,
            dim3(ceil_div(size_t(n < t ? n : t) * c, kBlock)), dim3(kBlock), 0, dwpe, dy, n, t, c);

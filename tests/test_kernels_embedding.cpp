@@ -21,14 +21,18 @@ struct Shape {
   bool with_positions;
 };
 
+// `given`: the token ids (n of them), else random ids from [0, vocab). The wgrad adds each
+// element's rows in row order after its initial value, as the cpu op does: with `exact`
+// dwte must be the same bits.
 template <typename T>
-void check_embedding(const Shape& s) {
+void check_embedding(const Shape& s, const std::vector<int32_t>* given = nullptr, bool exact = false) {
   SCOPED_TRACE(::testing::Message() << "b=" << s.b << " t=" << s.t << " c=" << s.c << " shard ["
                                     << s.v0 << "," << s.v0 + s.vl << ")");
   auto cpu = make_cpu_ops();
   int n = s.b * s.t;
   size_t nc = size_t(n) * s.c;
-  std::vector<int32_t> tokens = random_ints(n, 31, 0, s.vocab - 1);
+  std::vector<int32_t> tokens = given ? *given : random_ints(n, 31, 0, s.vocab - 1);
+  ASSERT_EQ(tokens.size(), size_t(n));
   std::vector<float> wte = representable<T>(random_floats(size_t(s.vl) * s.c, 32));
   std::vector<float> wpe = representable<T>(random_floats(size_t(s.t) * s.c, 33));
   std::vector<float> dy = representable<T>(random_floats(nc, 34));
@@ -56,6 +60,9 @@ void check_embedding(const Shape& s) {
   // y is a sum of two stored values: exact in fp32, one rounding in bf16.
   EXPECT_TRUE(close_as<T>(out[0], y)) << "y";
   EXPECT_TRUE(close(out[1], dwte, false)) << "dwte";
+  if (exact) {
+    EXPECT_TRUE(out[1] == dwte) << "dwte: not the bits of the rows added in row order";
+  }
   EXPECT_TRUE(close(out[2], dwpe, false)) << "dwpe";
 }
 
@@ -82,4 +89,19 @@ TEST(KernelsEmbedding, ManyTokensAndSlicesFp32) {
 TEST(KernelsEmbedding, Bf16) {
   check_embedding<bf16>({3, 13, 96, 200, 50, 70, true});  // C % 8 == 0: vector forward
   check_embedding<bf16>({3, 13, 100, 70, 0, 70, true});   // scalar forward
+}
+
+TEST(KernelsEmbedding, RepeatedIdsInOneSliceAreAddedInRowOrder) {
+  // What a corpus of few symbols gives: every id inside one 32-row vocabulary slice, and one
+  // id only; more hits per 32-row group than a prefetch batch holds, over several token
+  // tiles. The slice's sums are kept in shared memory and the hits' dy loaded ahead, yet
+  // each element must still be its initial value plus its rows in row order: the cpu op's
+  // bits exactly, fp32 and bf16.
+  const int b = 4, t = 300, n = b * t;  // 1200 rows: two token tiles
+  std::vector<int32_t> few(n), one(n, 37);
+  for (int i = 0; i < n; ++i) few[i] = 32 + (i * 7) % 5;  // ids 32..36: one slice
+  check_embedding<float>({b, t, 40, 0, 0, 100, true}, &few, true);
+  check_embedding<float>({b, t, 40, 0, 0, 100, true}, &one, true);
+  check_embedding<float>({b, t, 300, 0, 0, 100, false}, &one, true);  // two channel blocks
+  check_embedding<bf16>({b, t, 40, 0, 0, 100, true}, &few, true);
 }
