@@ -7,11 +7,13 @@
 // order (and so the bits) depend on timing; instead every gradient element has one owner
 // thread that adds the rows of its token in row order:
 //   block (256 threads) = 256 adjacent channels × one slice of kVocabSlice vocabulary rows;
-//   grid = (⌈C/256⌉, ⌈VL/kVocabSlice⌉). The block streams the token ids through shared
-//   memory in tiles; each warp votes (__ballot_sync) on 32 ids at a time which rows fall in
-//   its slice and walks the hits in order, each lane adding dy[row, its channel] into its
-//   channel of the token's row (coalesced across the warp). A row is handled by exactly one
-//   slice, so dy is read once overall; the ids are re-read per block but are 4 bytes/row.
+//   grid = (⌈C/256⌉, ⌈VL/kVocabSlice⌉). The block streams the token ids in tiles of
+//   kTokenTile rows; each warp votes (__ballot_sync) on its eighth of the tile which rows
+//   fall in the slice and writes them, compacted and in order, to a hit list in shared
+//   memory; then every thread walks the tile's hits in row order, adding dy[row, its
+//   channel] into its channel of the token's row (coalesced across the warp). A row is
+//   handled by exactly one slice, so dy is read once overall; the ids are re-read per block
+//   (4 bytes a row, one read per thread and tile).
 // The slice's rows of dwte sit in shared memory while the block adds into them (loaded
 // first, stored last: each element still gets dwte + its rows in row order, the bits of a
 // serial loop), and the dy values of up to kPrefetch hits are loaded before they are added,
@@ -60,52 +62,62 @@ __global__ void embedding_forward_kernel(T* y, const int32_t* tokens, const T* w
   }
 }
 
+// Shared memory of the token wgrad: the tile's hit list, each warp's count, the slice's sums.
+struct TokenWgradShared {
+  int32_t hit_row[kTokenTile];    // rows of the tile whose id is in the slice, in row order per warp
+  int32_t hit_token[kTokenTile];  // their ids less the slice's first
+  int32_t warp_hits[kBlock / kWarp];
+  float sums[kVocabSlice * kBlock];  // [kVocabSlice, kBlock]: column j is thread j's alone
+};
+
 template <typename T>
 __global__ void embedding_token_wgrad_kernel(float* dwte, const T* dy, const int32_t* tokens,
                                              int n, int c, int v0, int vl) {
-  // [kTokenTile] token ids as shard rows, then [kVocabSlice, kBlock] the slice's sums.
-  PPTRAIN_DYNAMIC_SHARED(int32_t, tile);
-  float* sums = reinterpret_cast<float*>(tile + kTokenTile);
-  int lane = threadIdx.x % kWarp;
+  PPTRAIN_DYNAMIC_SHARED(TokenWgradShared, sh);
+  constexpr int kWarps = kBlock / kWarp, kRowsPerWarp = kTokenTile / kWarps;
+  int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   int col = blockIdx.x * blockDim.x + threadIdx.x;
   int slice_begin = blockIdx.y * kVocabSlice;
   int slice_end = slice_begin + kVocabSlice < vl ? slice_begin + kVocabSlice : vl;
-  // Each thread owns column threadIdx.x of `sums`: no other thread reads or writes it.
+  float* sums = sh->sums + threadIdx.x;  // this thread's column: sums[r · kBlock]
   for (int r = slice_begin; r < slice_end; ++r)
-    sums[(r - slice_begin) * kBlock + threadIdx.x] = col < c ? dwte[size_t(r) * c + col] : 0.0f;
+    sums[(r - slice_begin) * kBlock] = col < c ? dwte[size_t(r) * c + col] : 0.0f;
   for (int tile_begin = 0; tile_begin < n; tile_begin += kTokenTile) {
-    int tile_rows = n - tile_begin < kTokenTile ? n - tile_begin : kTokenTile;
-    __syncthreads();  // every warp is done with the previous tile
-    for (int i = threadIdx.x; i < tile_rows; i += blockDim.x) tile[i] = tokens[tile_begin + i] - v0;
-    __syncthreads();
-    for (int group = 0; group < tile_rows; group += kWarp) {
-      int r = group + lane;
-      bool hit = r < tile_rows && tile[r] >= slice_begin && tile[r] < slice_end;
+    __syncthreads();  // every thread is done with the previous tile's hit list
+    // Warp w votes on rows [w · kRowsPerWarp, (w + 1) · kRowsPerWarp) of the tile, 32 at a
+    // time, appending its hits in row order at hit_row[w · kRowsPerWarp ...].
+    int found = 0;
+    for (int g = 0; g < kRowsPerWarp; g += kWarp) {
+      int r = warp * kRowsPerWarp + g + lane, row = tile_begin + r;
+      int id = row < n ? tokens[row] - v0 : -1;
+      bool hit = row < n && id >= slice_begin && id < slice_end;
       unsigned hits = __ballot_sync(kFullMask, hit);
-      while (hits) {  // rows of this slice, in increasing row order, kPrefetch at a time
-        int rows[kPrefetch];
+      if (hit) {
+        int at = warp * kRowsPerWarp + found + __popc(hits & ((1u << lane) - 1u));
+        sh->hit_row[at] = r;
+        sh->hit_token[at] = id - slice_begin;
+      }
+      found += __popc(hits);
+    }
+    if (lane == 0) sh->warp_hits[warp] = found;
+    __syncthreads();
+    for (int w = 0; w < kWarps; ++w) {
+      const int* rows = sh->hit_row + w * kRowsPerWarp;
+      const int* ids = sh->hit_token + w * kRowsPerWarp;
+      for (int h = 0; h < sh->warp_hits[w]; h += kPrefetch) {
+        int taken = sh->warp_hits[w] - h < kPrefetch ? sh->warp_hits[w] - h : kPrefetch;
         float values[kPrefetch];
-        int taken = 0;
-PPTRAIN_UNROLL
-        for (int k = 0; k < kPrefetch; ++k) {
-          rows[k] = -1;
-          if (hits) {
-            rows[k] = group + __ffs(hits) - 1;
-            hits &= hits - 1;
-            taken = k + 1;
-          }
-        }
-PPTRAIN_UNROLL
+        PPTRAIN_UNROLL
         for (int k = 0; k < kPrefetch; ++k)
-          values[k] = rows[k] >= 0 && col < c ? to_float(dy[size_t(tile_begin + rows[k]) * c + col]) : 0.0f;
-PPTRAIN_UNROLL
+          values[k] = k < taken && col < c ? to_float(dy[size_t(tile_begin + rows[h + k]) * c + col]) : 0.0f;
+        PPTRAIN_UNROLL
         for (int k = 0; k < kPrefetch; ++k)
-          if (k < taken) sums[(tile[rows[k]] - slice_begin) * kBlock + threadIdx.x] += values[k];
+          if (k < taken) sums[ids[h + k] * kBlock] += values[k];
       }
     }
   }
   if (col < c)
-    for (int r = slice_begin; r < slice_end; ++r) dwte[size_t(r) * c + col] = sums[(r - slice_begin) * kBlock + threadIdx.x];
+    for (int r = slice_begin; r < slice_end; ++r) dwte[size_t(r) * c + col] = sums[(r - slice_begin) * kBlock];
 }
 
 template <typename T>
@@ -141,8 +153,7 @@ void launch_embedding_backward_weight(const LaunchContext& ctx, float* dwte, flo
   if (vl > 0)
     launch(ctx, "embedding_token_wgrad", embedding_token_wgrad_kernel<T>,
            dim3(ceil_div(c, kBlock), ceil_div(vl, kVocabSlice)), dim3(kBlock),
-           kTokenTile * sizeof(int32_t) + size_t(kVocabSlice) * kBlock * sizeof(float), dwte, dy, tokens, n, c, v0,
-           vl);
+           sizeof(TokenWgradShared), dwte, dy, tokens, n, c, v0, vl);
   if (dwpe)
     launch(ctx, "embedding_position_wgrad", embedding_position_wgrad_kernel<T>,
            dim3(ceil_div(size_t(n < t ? n : t) * c, kBlock)), dim3(kBlock), 0, dwpe, dy, n, t, c);
