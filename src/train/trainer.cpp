@@ -63,7 +63,11 @@ Trainer::Trainer(Job& job)
     // act on the gradients after the pipeline (plant_gradient_faults).
     const bool gradient_faults = faults_.find("grad_scale") || faults_.find("nan_grad");
     PipelineExecutor::StageHooks hooks;
-    hooks.before_first_forward = [this](int stage) { zero_->finish_gathers(stage); };
+    hooks.before_first_forward = [this](int stage) {
+      waiting_for("the all-gathers of a stage's weights over the dp group (ZeRO-1)");
+      zero_->finish_gathers(stage);
+      tick();
+    };
     if (!gradient_faults) hooks.after_last_backward = [this](int stage) { zero_->start_reduction(stage); };
     train_exec_->set_stage_hooks(std::move(hooks));
   }
