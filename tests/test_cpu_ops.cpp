@@ -110,6 +110,29 @@ TEST_F(CpuOpsTest, AllocateIsAlignedAndZeroed) {
   }
 }
 
+TEST_F(CpuOpsTest, ReleasedBlocksAreReusedZeroedAndCountedAsReserved) {
+  // A released block is kept and handed out again for the same rounded size (no fresh
+  // pages to fault in on the next microbatch), zero-filled again; in_use and peak count
+  // only what is allocated, reserved the cached blocks too.
+  const size_t bytes = (size_t(3) << 20) + 5, rounded = (bytes + 63) / 64 * 64;
+  const MemoryStats before = ops->memory_stats();
+  auto* a = static_cast<unsigned char*>(ops->allocate(bytes));
+  std::fill(a, a + bytes, 0xAB);
+  ops->release(a);
+  const MemoryStats released = ops->memory_stats();
+  EXPECT_EQ(released.in_use, before.in_use);
+  EXPECT_EQ(released.reserved, before.reserved + rounded) << "the released block is kept";
+  auto* b = static_cast<unsigned char*>(ops->allocate(bytes - 3));  // same rounded size
+  EXPECT_EQ(b, a) << "the cached block is handed out again";
+  EXPECT_TRUE(std::all_of(b, b + bytes - 3, [](unsigned char c) { return c == 0; })) << "not zero-filled again";
+  EXPECT_EQ(ops->memory_stats().in_use, before.in_use + bytes - 3);
+  EXPECT_EQ(ops->memory_stats().reserved, before.reserved + rounded);
+  auto* c = static_cast<unsigned char*>(ops->allocate(bytes + 64));  // another size: a new block
+  EXPECT_NE(c, b);
+  ops->release(b);
+  ops->release(c);
+}
+
 TEST_F(CpuOpsTest, CopiesAndZero) {
   auto src = random_floats(1000, 1);
   Buffer<float> a(*ops, 1000), b(*ops, 1000);

@@ -39,6 +39,9 @@ class ScratchArray {
 class CpuOps final : public Ops {
  public:
   explicit CpuOps(const Faults& faults = {}) : uncounted_release_(faults.find("uncounted_release") != nullptr) {}
+  ~CpuOps() override;  // frees the cached blocks
+  CpuOps(const CpuOps&) = delete;
+  CpuOps& operator=(const CpuOps&) = delete;
   std::string name() const override { return "cpu"; }
 
   // memory.cpp
@@ -51,7 +54,8 @@ class CpuOps final : public Ops {
   void synchronize() override {}
   // in_use and peak count the bytes asked of allocate(); reserved counts each live block
   // rounded up to the 64-byte alignment, what aligned_alloc really holds (the heap's own
-  // headers aside). The scratch arrays below are not counted.
+  // headers aside), and the released blocks kept for reuse (memory.cpp). The scratch
+  // arrays below are not counted.
   MemoryStats memory_stats() const override;
   void reset_peak_memory() override { peak_bytes_ = bytes_in_use_; }
 
@@ -69,6 +73,9 @@ class CpuOps final : public Ops {
   // Every live block of allocate() -> the bytes asked for it, and the totals over them.
   std::unordered_map<void*, size_t> live_blocks_;
   size_t bytes_in_use_ = 0, peak_bytes_ = 0, bytes_reserved_ = 0;
+  // Released blocks by rounded size, handed out again before the C library is asked.
+  std::unordered_map<size_t, std::vector<void*>> cached_;
+  size_t bytes_cached_ = 0;
   bool uncounted_release_;  // planted fault (tests of the tests): the next release is not subtracted
   void reserve_thread_scratch(size_t floats_per_thread);
 };
