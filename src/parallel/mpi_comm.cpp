@@ -21,6 +21,17 @@ std::string mpi_error_string(int rc) {
 
 MPI_Op to_mpi(ReduceOp op) { return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX; }
 
+// One MPI_Test of a non-blocking collective not yet finished (`done` false): true once it
+// completed, setting `done`; an error throws naming `where`.
+bool test_collective(MPI_Request& request, bool& done, const std::string& where) {
+  int flag = 0;
+  const int rc = MPI_Test(&request, &flag, MPI_STATUS_IGNORE);
+  if (rc == MPI_SUCCESS && !flag) return false;
+  done = true;  // success or not, the request is finished with
+  check_mpi(rc, "MPI_Test", where);
+  return true;
+}
+
 bool mpi_finalized() {
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -278,11 +289,7 @@ class MpiCollectiveRequest final : public Request {
   }
   bool test() override {
     if (done_) return true;
-    int flag = 0;
-    const int rc = MPI_Test(&request_, &flag, MPI_STATUS_IGNORE);
-    if (rc == MPI_SUCCESS && !flag) return false;
-    done_ = true;  // success or not, the request is finished with
-    check_mpi(rc, "MPI_Test", where_);
+    if (!test_collective(request_, done_, where_)) return false;
     if (place_) std::copy(received_.begin(), received_.end(), place_);
     return true;
   }
@@ -403,15 +410,7 @@ PendingAllgather::~PendingAllgather() {
   log::warn(where_, " was destroyed before completion: its buffers are left to MPI");
 }
 
-bool PendingAllgather::test() {
-  if (done_) return true;
-  int flag = 0;
-  const int rc = MPI_Test(&request_, &flag, MPI_STATUS_IGNORE);
-  if (rc == MPI_SUCCESS && !flag) return false;
-  done_ = true;  // success or not, the request is finished with
-  check_mpi(rc, "MPI_Test", where_);
-  return true;
-}
+bool PendingAllgather::test() { return done_ || test_collective(request_, done_, where_); }
 
 const std::vector<double>& PendingAllgather::wait() {
   while (!test()) {

@@ -10,11 +10,17 @@
 namespace pptrain {
 namespace {
 
-// A posted ncclSend/ncclRecv: complete when `done` (recorded on its comm stream) is.
+// A posted ncclSend/ncclRecv or collective: complete when `done` (recorded on its stream)
+// is. wait() blocks the host on it (a transfer), or with `then` given orders that stream
+// after it without blocking the host (a collective: the compute stream).
 class NcclRequest final : public Request {
  public:
-  explicit NcclRequest(std::unique_ptr<cuda::Event> done) : done_(std::move(done)) {}
-  void wait() override { PPTRAIN_CUDA_CHECK(cudaEventSynchronize(done_->get())); }
+  explicit NcclRequest(std::unique_ptr<cuda::Event> done, cudaStream_t then = nullptr)
+      : done_(std::move(done)), then_(then) {}
+  void wait() override {
+    if (then_) PPTRAIN_CUDA_CHECK(cudaStreamWaitEvent(then_, done_->get(), 0));
+    else PPTRAIN_CUDA_CHECK(cudaEventSynchronize(done_->get()));
+  }
   bool test() override {
     cudaError_t err = cudaEventQuery(done_->get());
     if (err == cudaErrorNotReady) return false;
@@ -24,25 +30,7 @@ class NcclRequest final : public Request {
 
  private:
   std::unique_ptr<cuda::Event> done_;
-};
-
-// A collective on the collective stream: complete when `done` is. wait() orders the
-// compute stream after it (the host does not block).
-class NcclCollectiveRequest final : public Request {
- public:
-  NcclCollectiveRequest(std::unique_ptr<cuda::Event> done, cudaStream_t compute)
-      : done_(std::move(done)), compute_(compute) {}
-  void wait() override { PPTRAIN_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_->get(), 0)); }
-  bool test() override {
-    cudaError_t err = cudaEventQuery(done_->get());
-    if (err == cudaErrorNotReady) return false;
-    PPTRAIN_CUDA_CHECK(err);
-    return true;
-  }
-
- private:
-  std::unique_ptr<cuda::Event> done_;
-  cudaStream_t compute_;
+  cudaStream_t then_;
 };
 
 ncclRedOp_t to_nccl(ReduceOp op) { return op == ReduceOp::Sum ? ncclSum : ncclMax; }
@@ -107,7 +95,7 @@ std::unique_ptr<Request> NcclComm::start_collective(Issue issue) {
   issue(collective_stream_);
   auto done = std::make_unique<cuda::Event>();
   PPTRAIN_CUDA_CHECK(cudaEventRecord(done->get(), collective_stream_));
-  return std::make_unique<NcclCollectiveRequest>(std::move(done), compute_);
+  return std::make_unique<NcclRequest>(std::move(done), compute_);
 }
 
 std::unique_ptr<Request> NcclComm::ireduce_scatter(float* data, size_t count, ReduceOp op) {

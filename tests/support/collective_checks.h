@@ -40,6 +40,34 @@ inline void check_reduce_scatter(Communicator& comm, size_t count) {
     }
 }
 
+// In place, fp32 and bf16: every rank ends with every rank's part where it was. With
+// `nonblocking`, both gathers in flight at once and waited for in the reverse order.
+inline void check_allgather_in_place(Communicator& comm, size_t count, bool nonblocking = false) {
+  const int r = comm.rank(), p = comm.size();
+  std::vector<float> f(size_t(p) * count, -1.0f);                            // [p · count]
+  std::vector<bfloat16> h(size_t(p) * count, bfloat16::from_float(-1.0f));   // [p · count]
+  for (size_t i = 0; i < count; ++i) {
+    const size_t j = size_t(r) * count + i;
+    f[j] = scatter_input(r, j);
+    h[j] = bfloat16::from_float(scatter_input(r, j));
+  }
+  if (nonblocking) {
+    auto gf = comm.iallgather(f.data(), count);
+    auto gh = comm.iallgather(h.data(), count);
+    gh->wait();
+    gf->wait();
+    MPI_EXPECT(gf->test() && gh->test(), "a waited request does not test complete (rank ", r, ")");
+  } else {
+    comm.allgather(f.data(), count);
+    comm.allgather(h.data(), count);
+  }
+  for (size_t j = 0; j < f.size(); ++j) {
+    const float want = scatter_input(int(j / count), j);
+    MPI_EXPECT(f[j] == want, "allgather fp32 [", j, "] = ", f[j], ", want ", want, " (rank ", r, ")");
+    MPI_EXPECT(h[j].to_float() == want, "allgather bf16 [", j, "] = ", h[j].to_float(), ", want ", want);
+  }
+}
+
 // The non-blocking in-place forms: two reduce-scatters and two all-gathers (fp32, bf16) in
 // flight at once, waited for in the reverse order, give what the blocking forms give.
 inline void check_nonblocking_collectives(Communicator& comm, size_t count) {
@@ -65,42 +93,7 @@ inline void check_nonblocking_collectives(Communicator& comm, size_t count) {
   }
   for (size_t j = 0; j < a.size(); ++j)
     if (j / count != size_t(r)) MPI_EXPECT(a[j] == scatter_input(r, j), "ireduce_scatter changed a[", j, "]");
-  std::vector<float> f(size_t(p) * count, -1.0f);                           // [p · count]
-  std::vector<bfloat16> h(size_t(p) * count, bfloat16::from_float(-1.0f));  // [p · count]
-  for (size_t i = 0; i < count; ++i) {
-    const size_t j = size_t(r) * count + i;
-    f[j] = scatter_input(r, j);
-    h[j] = bfloat16::from_float(scatter_input(r, j));
-  }
-  auto gf = comm.iallgather(f.data(), count);
-  auto gh = comm.iallgather(h.data(), count);
-  gh->wait();
-  gf->wait();
-  MPI_EXPECT(gf->test() && gh->test(), "a waited request does not test complete (rank ", r, ")");
-  for (size_t j = 0; j < f.size(); ++j) {
-    const float want = scatter_input(int(j / count), j);
-    MPI_EXPECT(f[j] == want, "iallgather fp32 [", j, "] = ", f[j], ", want ", want, " (rank ", r, ")");
-    MPI_EXPECT(h[j].to_float() == want, "iallgather bf16 [", j, "] = ", h[j].to_float(), ", want ", want);
-  }
-}
-
-// In place, fp32 and bf16: every rank ends with every rank's part where it was.
-inline void check_allgather_in_place(Communicator& comm, size_t count) {
-  const int r = comm.rank(), p = comm.size();
-  std::vector<float> f(size_t(p) * count, -1.0f);                            // [p · count]
-  std::vector<bfloat16> h(size_t(p) * count, bfloat16::from_float(-1.0f));   // [p · count]
-  for (size_t i = 0; i < count; ++i) {
-    const size_t j = size_t(r) * count + i;
-    f[j] = scatter_input(r, j);
-    h[j] = bfloat16::from_float(scatter_input(r, j));
-  }
-  comm.allgather(f.data(), count);
-  comm.allgather(h.data(), count);
-  for (size_t j = 0; j < f.size(); ++j) {
-    const float want = scatter_input(int(j / count), j);
-    MPI_EXPECT(f[j] == want, "allgather fp32 [", j, "] = ", f[j], ", want ", want, " (rank ", r, ")");
-    MPI_EXPECT(h[j].to_float() == want, "allgather bf16 [", j, "] = ", h[j].to_float(), ", want ", want);
-  }
+  check_allgather_in_place(comm, count, /*nonblocking=*/true);
 }
 
 }  // namespace pptrain::mpi_test
