@@ -4,12 +4,12 @@
 # 50257, seq 128, micro-batch 2, m = 8; tokens from a 256-symbol Markov source), trained
 # under several layouts, each with parallel.profile: measure: the run times its layers at
 # start-up (every rank at once, tp = 2 as well on two ranks), plans or predicts its step
-# from them, prints the prediction and then trains; so prediction and measurement are
-# minutes apart at most, on a machine whose speed drifts by more than the target. Prints
-# one JSON line: per layout predicted and measured ms (median of the steps after the first
-# two) and their ratio; and the split table: uniform vs closed-form (FLOP balance) vs
-# profiled (exact partition) under 1f1b, and the best layout of `pptrain plan` (planned
-# from a profile taken once under mpirun -np 2).
+# from them, prints the prediction and then trains. Prints one JSON line: per layout the
+# predicted and measured ms (medians over BENCH_ROUNDS interleaved rounds, see below) and
+# their ratio; and the split table: uniform vs closed-form (FLOP balance) vs profiled
+# (exact partition) under 1f1b, and the best layout of `pptrain plan` (planned from a
+# profile taken once under mpirun -np 2).
+# Usage: scripts/bench_planner.sh [BUILD_DIR]   (BENCH_STEPS, default 6; BENCH_ROUNDS, 3)
 set -euo pipefail
 BUILD=${1:-build}
 PPTRAIN=$BUILD/pptrain
@@ -27,49 +27,66 @@ logging: {every: 1, sample_tokens: 0}
 YAML
 MPI="mpirun --oversubscribe --bind-to core -np"
 $MPI 2 "$PPTRAIN" profile "$work/model.yaml" --repeats 5 --out "$work/profile.json" >/dev/null
-# "measured predicted" of a metrics file: medians over the steps after the first two.
-summarise() {
-  python3 - "$1" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][2:]
-print(statistics.median(r["ms"] for r in rows), rows[-1].get("predicted_ms", 0))
-PY
-}
-run() {  # name ranks overrides...
-  local name=$1 ranks=$2; shift 2
-  local metrics="$work/$name.jsonl" log="$work/$name.log"
-  if [ "$ranks" = 1 ]; then
-    "$PPTRAIN" train "${CONFIG:-$work/model.yaml}" parallel.profile=measure logging.metrics="$metrics" "$@" >"$log"
-  else
-    $MPI "$ranks" "$PPTRAIN" train "${CONFIG:-$work/model.yaml}" parallel.profile=measure \
-      logging.metrics="$metrics" "$@" >"$log"
-  fi
-  summarise "$metrics"
-}
-json="{\"bench\": \"planner_cpu\", \"model\": \"gpt2 8x256 vocab 50257 seq 128 mbs 2 m 8\", \"steps\": $STEPS"
-entries=""
-within=0
-total=0
-add() {  # name measured predicted
-  local ratio
-  ratio=$(python3 -c "print(round($3 / $2, 3))")
-  entries="$entries${entries:+, }\"$1\": {\"predicted_ms\": $(printf %.1f "$3"), \"measured_ms\": $(printf %.1f "$2"), \"ratio\": $ratio}"
-  total=$((total + 1))
-  python3 -c "import sys; sys.exit(0 if abs($3 / $2 - 1) <= 0.10 else 1)" && within=$((within + 1)) || true
-}
-read m p < <(run pp1 1);                                                         add pp1 "$m" "$p"
-read m p < <(run dp2 2 parallel.dp=2 parallel.microbatches=4);                   add dp2 "$m" "$p"
-read m p < <(run uniform 2 parallel.pp=2 "parallel.layers_per_stage=[4,4]");     add pp2_1f1b_uniform "$m" "$p"; uniform=$m
-read m p < <(run flops 2 parallel.pp=2 "parallel.layers_per_stage=[7,1]");       add pp2_1f1b_closed_form "$m" "$p"; flops=$m
-read m p < <(run profiled 2 parallel.pp=2);                                      add pp2_1f1b_profiled "$m" "$p"; profiled=$m
-split=$(grep -o 'layers_per_stage \[[0-9,]*\]' "$work/profiled.log" | head -1 | grep -o '\[.*\]')
-read m p < <(run zbh1 2 parallel.pp=2 parallel.schedule=zb-h1);                  add pp2_zbh1_profiled "$m" "$p"
-read m p < <(run zbv 2 parallel.pp=2 parallel.schedule=zbv parallel.stages_per_rank=2); add pp2_zbv_profiled "$m" "$p"
-read m p < <(run auto 2 parallel.pp=2 parallel.schedule=auto);                   add pp2_auto "$m" "$p"
 "$PPTRAIN" plan "$work/model.yaml" --ranks 2 --profile "$work/profile.json" --out "$work/best.yaml" >"$work/plan.txt"
 best=$(sed -n '3p' "$work/plan.txt" | awk '{print "pp"$2"_tp"$3"_dp"$4"_v"$5"_mbs"$6"_m"$7"_"$8}')
-read m p < <(CONFIG="$work/best.yaml" run plan_best 2);                        add plan_best "$m" "$p"
-json="$json, \"layouts\": {$entries}, \"within_10pct\": \"$within/$total\""
-json="$json, \"split_table_1f1b_ms\": {\"uniform_4_4\": $(printf %.1f "$uniform"), \"closed_form_7_1\": $(printf %.1f "$flops"), \"profiled_$split\": $(printf %.1f "$profiled")}"
-json="$json, \"profiled_vs_best_fixed_split\": $(python3 -c "print(round(min($uniform, $flops) / $profiled, 3))"), \"plan_best\": \"$best\"}"
-echo "$json"
+# The layouts: "name ranks config overrides...", config model.yaml or the plan's best.yaml.
+specs=("pp1 1 model"
+       "dp2 2 model parallel.dp=2 parallel.microbatches=4"
+       "pp2_1f1b_uniform 2 model parallel.pp=2 parallel.layers_per_stage=[4,4]"
+       "pp2_1f1b_closed_form 2 model parallel.pp=2 parallel.layers_per_stage=[7,1]"
+       "pp2_1f1b_profiled 2 model parallel.pp=2"
+       "pp2_zbh1_profiled 2 model parallel.pp=2 parallel.schedule=zb-h1"
+       "pp2_zbv_profiled 2 model parallel.pp=2 parallel.schedule=zbv parallel.stages_per_rank=2"
+       "pp2_auto 2 model parallel.pp=2 parallel.schedule=auto"
+       "plan_best 2 best")
+# This machine's speed drifts by more than the target within minutes (the same profile run
+# twice a minute apart has differed by 50% in a block's F), so the layouts run in ROUNDS
+# interleaved rounds (default 3), in an order rotated by one per round; a layout's
+# predicted and measured figures are the medians over its rounds (measured: the median of
+# each run's steps after the first two), and the per-run figures are printed; a layout
+# whose split and schedule are fixed (pp1, dp2, the two fixed splits) is predicted anew
+# each round, so the largest max/min of its predictions is the machine's drift between
+# profiles (fixed_layout_prediction_spread), the noise the ratios are read against.
+ROUNDS=${BENCH_ROUNDS:-3}
+for ((round = 0; round < ROUNDS; ++round)); do
+  for ((k = 0; k < ${#specs[@]}; ++k)); do
+    read -r name ranks config overrides <<<"${specs[$(((k + round) % ${#specs[@]}))]}"
+    launch=("$PPTRAIN")
+    [ "$ranks" = 1 ] || launch=($MPI "$ranks" "$PPTRAIN")
+    # shellcheck disable=SC2086  # the overrides are words
+    "${launch[@]}" train "$work/$config.yaml" parallel.profile=measure \
+      logging.metrics="$work/$name.$round.jsonl" $overrides >"$work/$name.$round.log"
+  done
+done
+python3 - "$work" "$ROUNDS" "$STEPS" "$best" "${specs[@]}" <<'PY'
+import json, re, statistics, sys
+work, rounds, steps, best = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+names = [spec.split()[0] for spec in sys.argv[5:]]
+layouts, measured, within, drift = {}, {}, 0, 1.0
+for name in names:
+    pred, meas = [], []
+    for r in range(rounds):
+        rows = [json.loads(l) for l in open(f"{work}/{name}.{r}.jsonl") if '"loss"' in l][2:]
+        meas.append(statistics.median(row["ms"] for row in rows))
+        pred.append(rows[-1].get("predicted_ms", 0.0))
+    p, m = statistics.median(pred), statistics.median(meas)
+    ratios = [a / b for a, b in zip(pred, meas)]
+    within += abs(p / m - 1) <= 0.10
+    measured[name] = m
+    layouts[name] = {"predicted_ms": round(p, 1), "measured_ms": round(m, 1), "ratio": round(p / m, 3),
+                     "run_predicted_ms": [round(x) for x in pred], "run_measured_ms": [round(x) for x in meas],
+                     "run_ratios": [round(x, 3) for x in ratios]}
+    # The same layout predicted from profiles taken minutes apart: the machine's own drift.
+    if name in ("pp1", "dp2", "pp2_1f1b_uniform", "pp2_1f1b_closed_form"):
+        drift = max(drift, max(pred) / min(pred))
+splits = sorted({re.search(r"layers_per_stage (\[[0-9,]*\])", open(f"{work}/pp2_1f1b_profiled.{r}.log").read()).group(1)
+                 for r in range(rounds)})
+uniform, closed, profiled = (measured[k] for k in ("pp2_1f1b_uniform", "pp2_1f1b_closed_form", "pp2_1f1b_profiled"))
+print(json.dumps({
+    "bench": "planner_cpu", "model": "gpt2 8x256 vocab 50257 seq 128 mbs 2 m 8", "steps": steps, "rounds": rounds,
+    "layouts": layouts, "within_10pct": f"{within}/{len(names)}",
+    "fixed_layout_prediction_spread": round(drift, 3),
+    "split_table_1f1b_ms": {"uniform_4_4": round(uniform, 1), "closed_form_7_1": round(closed, 1),
+                            "profiled_" + "|".join(splits): round(profiled, 1)},
+    "profiled_vs_best_fixed_split": round(min(uniform, closed) / profiled, 3), "plan_best": best}))
+PY

@@ -54,82 +54,102 @@ Buffer<int32_t> random_ids(Ops& ops, size_t n, int vocab, uint64_t stream) {
   return out;
 }
 
-// F, I and W of the stage `spec` on this rank of the tp group `tp` (its shard; its tp
-// all-reduces run as in training), and its bytes as one layer kind: the stages profiled
-// hold one layer each (the embedding, a block, the head).
+// One layer kind built as a stage of its own on this rank of the tp group `tp` (its shard;
+// its tp all-reduces run as in training), with what its neighbours would hand over:
+// time_once() runs one microbatch's F, I and W, cost() gives the medians and the kind's
+// bytes. The stages profiled hold one layer each (the embedding, a block, the head).
 // `recompute`: the training.recompute mode its blocks run under (the config's own key is
 // not read: a profile measures every mode).
-LayerCost profile_stage(const Config& cfg, Ops& ops, const StageSpec& spec, const ProfileOptions& opts,
-                        Communicator& tp, const std::string& recompute) {
-  PPTRAIN_CHECK(opts.repeats >= 1 && opts.warmup >= 0, "repeats ", opts.repeats, ", warmup ", opts.warmup);
-  ModelDims dims = ModelDims::from(cfg.model, cfg.training.micro_batch_size, tp.size(), tp.rank());
-  dims.recompute = ModelDims::recompute_of(recompute, dims.fused_attention);
-  const Precision precision = cfg.precision();
-  ParamStore params(ops, tp.size(), tp.rank(), cfg.training.seed);
-  std::unique_ptr<Stage> stage = make_stage(params, dims, spec, tp, precision);
-  if (precision == Precision::bf16) params.refresh_bf16();
-  const size_t n = size_t(dims.rows()), tensor = stage->transfer_bytes();
-
-  // What the neighbouring stages would hand over: the input [N,C] and the output gradient
-  // [N,C] (gradient-sized values), and one microbatch of tokens and targets.
-  Buffer<unsigned char> x, dy;
-  if (!spec.has_embedding) x = random_tensor(ops, precision, n * dims.d_model, 1, 1.0f);
-  if (!spec.has_head) dy = random_tensor(ops, precision, n * dims.d_model, 2, 1e-3f);
-  Buffer<int32_t> tokens = random_ids(ops, n, dims.vocab_size, 3), targets = random_ids(ops, n, dims.vocab_size, 4);
-  if (!opts.tokens.empty()) {
-    PPTRAIN_CHECK(opts.tokens.size() == n && opts.targets.size() == n, "profile: ", opts.tokens.size(),
-                  " token ids for a microbatch of ", n);
-    tokens.upload(opts.tokens.data());
-    targets.upload(opts.targets.data());
+class LayerTimer {
+ public:
+  LayerTimer(const Config& cfg, Ops& ops, const StageSpec& spec, const ProfileOptions& opts, Communicator& tp,
+             const std::string& recompute)
+      : ops_(ops),
+        spec_(spec),
+        precision_(cfg.precision()),
+        params_(ops, tp.size(), tp.rank(), cfg.training.seed) {
+    ModelDims dims = ModelDims::from(cfg.model, cfg.training.micro_batch_size, tp.size(), tp.rank());
+    dims.recompute = ModelDims::recompute_of(recompute, dims.fused_attention);
+    stage_ = make_stage(params_, dims, spec, tp, precision_);
+    if (precision_ == Precision::bf16) params_.refresh_bf16();
+    const size_t n = size_t(dims.rows());
+    tensor_ = stage_->transfer_bytes();
+    // The input [N,C] and the output gradient [N,C] (gradient-sized values), and one
+    // microbatch of tokens and targets.
+    if (!spec.has_embedding) x_ = random_tensor(ops, precision_, n * dims.d_model, 1, 1.0f);
+    if (!spec.has_head) dy_ = random_tensor(ops, precision_, n * dims.d_model, 2, 1e-3f);
+    tokens_ = random_ids(ops, n, dims.vocab_size, 3);
+    targets_ = random_ids(ops, n, dims.vocab_size, 4);
+    if (!opts.tokens.empty()) {
+      PPTRAIN_CHECK(opts.tokens.size() == n && opts.targets.size() == n, "profile: ", opts.tokens.size(),
+                    " token ids for a microbatch of ", n);
+      tokens_.upload(opts.tokens.data());
+      targets_.upload(opts.targets.data());
+    }
+    if (spec.has_head) stage_->set_loss_scale(float(1.0 / double(n)));
   }
-  const MicrobatchData data{tokens.data(), targets.data()};
-  if (spec.has_head) stage->set_loss_scale(float(1.0 / double(n)));
+  LayerTimer(const LayerTimer&) = delete;  // the stage refers to params_
+  LayerTimer& operator=(const LayerTimer&) = delete;
 
-  std::vector<double> f, i, w;
-  for (int rep = 0; rep < opts.warmup + opts.repeats; ++rep) {
+  // One microbatch through F, I and W; its times are kept when `timed` (not in warm-up).
+  void time_once(bool timed) {
     const int mb = 0;  // the slot freed by W serves the next repetition: no allocation timed
-    if (!spec.has_embedding) ops.copy(stage->input(mb), x.data(), tensor);
-    ops.synchronize();
+    const MicrobatchData data{tokens_.data(), targets_.data()};
+    if (!spec_.has_embedding) ops_.copy(stage_->input(mb), x_.data(), tensor_);
+    ops_.synchronize();
     const auto t0 = Clock::now();
-    stage->forward(mb, data);
-    ops.synchronize();
+    stage_->forward(mb, data);
+    ops_.synchronize();
     const auto t1 = Clock::now();
-    if (!spec.has_head) ops.copy(stage->output_grad(mb), dy.data(), tensor);
-    ops.synchronize();
+    if (!spec_.has_head) ops_.copy(stage_->output_grad(mb), dy_.data(), tensor_);
+    ops_.synchronize();
     const auto t2 = Clock::now();
-    stage->backward_input(mb);
-    ops.synchronize();
+    stage_->backward_input(mb);
+    ops_.synchronize();
     const auto t3 = Clock::now();
-    stage->backward_weight(mb);
-    ops.synchronize();
+    stage_->backward_weight(mb);
+    ops_.synchronize();
     const auto t4 = Clock::now();
-    if (rep < opts.warmup) continue;
-    f.push_back(ms_between(t0, t1));
-    i.push_back(ms_between(t2, t3));
-    w.push_back(ms_between(t3, t4));
+    if (!timed) return;
+    f_.push_back(ms_between(t0, t1));
+    i_.push_back(ms_between(t2, t3));
+    w_.push_back(ms_between(t3, t4));
   }
 
-  LayerCost cost;
-  cost.forward_ms = median(f);
-  cost.input_grad_ms = median(i);
-  cost.weight_grad_ms = median(w);
-  // Slots are freed whole by W (model/layer.h): nothing is freed by I. A layer's slot is
-  // taken by F, or under training.recompute: full a block's by I (its F keeps nothing but
-  // the stage's tensors): act_from_input_bytes, which the simulator takes at I. (attention:
-  // the probabilities are in no slot, so not here.) The blocks' recompute scratch is one per
-  // stage, not per microbatch: not a layer's bytes. Each layer but the head also owns its
-  // output [N,C] and that output's gradient, taken by F. I's time above includes the
-  // recompute (the forward again at its start).
-  cost.act_fi_bytes = 0;
-  cost.act_iw_bytes = double(stage->layer_slot_bytes()) + (spec.has_head ? 0.0 : 2.0 * double(tensor));
-  cost.act_from_input_bytes = double(stage->layer_slot_bytes_from_input());
-  double elements = 0;
-  for (const auto& [name, param] : params.all()) elements += double(param->numel());
-  // fp32 master and gradient (+ the bf16 copy); AdamW's fp32 m and v.
-  cost.param_bytes = elements * (precision == Precision::bf16 ? 4 + 4 + 2 : 4 + 4);
-  cost.optim_bytes = elements * (4 + 4);
-  return cost;
-}
+  LayerCost cost() const {
+    LayerCost cost;
+    cost.forward_ms = median(f_);
+    cost.input_grad_ms = median(i_);
+    cost.weight_grad_ms = median(w_);
+    // Slots are freed whole by W (model/layer.h): nothing is freed by I. A layer's slot is
+    // taken by F, or under training.recompute: full a block's by I (its F keeps nothing but
+    // the stage's tensors): act_from_input_bytes, which the simulator takes at I.
+    // (attention: the probabilities are in no slot, so not here.) The blocks' recompute
+    // scratch is one per stage, not per microbatch: not a layer's bytes. Each layer but the
+    // head also owns its output [N,C] and that output's gradient, taken by F. I's time
+    // above includes the recompute (the forward again at its start).
+    cost.act_fi_bytes = 0;
+    cost.act_iw_bytes = double(stage_->layer_slot_bytes()) + (spec_.has_head ? 0.0 : 2.0 * double(tensor_));
+    cost.act_from_input_bytes = double(stage_->layer_slot_bytes_from_input());
+    double elements = 0;
+    for (const auto& [name, param] : params_.all()) elements += double(param->numel());
+    // fp32 master and gradient (+ the bf16 copy); AdamW's fp32 m and v.
+    cost.param_bytes = elements * (precision_ == Precision::bf16 ? 4 + 4 + 2 : 4 + 4);
+    cost.optim_bytes = elements * (4 + 4);
+    return cost;
+  }
+
+ private:
+  Ops& ops_;
+  StageSpec spec_;
+  Precision precision_;
+  ParamStore params_;
+  std::unique_ptr<Stage> stage_;
+  size_t tensor_ = 0;
+  Buffer<unsigned char> x_, dy_;      // [N,C] input, [N,C] output gradient
+  Buffer<int32_t> tokens_, targets_;  // [N] each
+  std::vector<double> f_, i_, w_;     // ms per timed repetition
+};
 
 // The mean over the ranks of `world` of each rank's layer times (the bytes are the same on
 // every rank: tp shards are equal), on every rank.
@@ -281,24 +301,36 @@ double time_update(Ops& ops, size_t n, const ProfileOptions& opts) {
   return median(times) * 1e6 / double(n);
 }
 
-// The three layer kinds on this rank of `tp`, each a stage of its own ({index, first block,
-// blocks, embedding, head}). Ranks measuring together (`together`) start each kind after a
-// barrier, so their measurements overlap.
+// The layer kinds on this rank of `tp` (the embedding, the block under each recompute mode,
+// the head), each a stage of its own ({index, first block, blocks, embedding, head}). Their
+// repetitions are interleaved, one microbatch of each kind in turn: a machine's speed can
+// drift by tens of percent within seconds (shared hosts), and a kind timed in one stretch
+// would carry that stretch's speed into its median, skewing the kinds against each other;
+// interleaved, every kind's median is taken over the same stretches. Ranks measuring
+// together (`together`) start each kind's microbatch after a barrier, so their
+// measurements overlap.
 TpLayerCosts profile_kinds(const Config& cfg, Ops& ops, const ProfileOptions& opts, Communicator& tp,
                            MpiComm* together) {
-  auto in_step = [&] { if (together) together->barrier(); };
+  PPTRAIN_CHECK(opts.repeats >= 1 && opts.warmup >= 0, "repeats ", opts.repeats, ", warmup ", opts.warmup);
+  const StageSpec embedding{0, 0, 0, true, false}, block{1, 0, 1, false, false}, head{2, 1, 0, false, true};
+  std::unique_ptr<LayerTimer> timers[5] = {
+      std::make_unique<LayerTimer>(cfg, ops, embedding, opts, tp, "none"),
+      std::make_unique<LayerTimer>(cfg, ops, block, opts, tp, "none"),
+      std::make_unique<LayerTimer>(cfg, ops, block, opts, tp, "attention"),
+      std::make_unique<LayerTimer>(cfg, ops, block, opts, tp, "full"),
+      std::make_unique<LayerTimer>(cfg, ops, head, opts, tp, "none")};
+  for (int rep = 0; rep < opts.warmup + opts.repeats; ++rep)
+    for (auto& timer : timers) {
+      if (together) together->barrier();
+      timer->time_once(rep >= opts.warmup);
+    }
   TpLayerCosts out;
   out.tp = tp.size();
-  in_step();
-  out.embedding = profile_stage(cfg, ops, {0, 0, 0, true, false}, opts, tp, "none");
-  in_step();
-  out.block = profile_stage(cfg, ops, {1, 0, 1, false, false}, opts, tp, "none");
-  in_step();
-  out.block_attention = profile_stage(cfg, ops, {1, 0, 1, false, false}, opts, tp, "attention");
-  in_step();
-  out.block_full = profile_stage(cfg, ops, {1, 0, 1, false, false}, opts, tp, "full");
-  in_step();
-  out.head = profile_stage(cfg, ops, {2, 1, 0, false, true}, opts, tp, "none");
+  out.embedding = timers[0]->cost();
+  out.block = timers[1]->cost();
+  out.block_attention = timers[2]->cost();
+  out.block_full = timers[3]->cost();
+  out.head = timers[4]->cost();
   return out;
 }
 

@@ -4,9 +4,11 @@
 // tp consecutive ranks, each rank its shard, the tp all-reduces run as in training).
 //
 // Layer times: F, I and W of stages built with make_stage (the embedding alone, one block
-// alone under each training.recompute mode: none, attention, full, the head alone), each timed for `repeats` microbatches after `warmup`
-// untimed ones; the median, in ms. The device finishes each pass before the clock is read
-// (Ops::synchronize). Every rank of the profile measures at once and the figures are the
+// alone under each training.recompute mode: none, attention, full, the head alone), each
+// timed for `repeats` microbatches after `warmup` untimed ones, the kinds taking turns one
+// microbatch each (so a drift of the machine's speed reaches every kind alike); the
+// median, in ms. All five are built at once. The device finishes each pass before the
+// clock is read (Ops::synchronize). Every rank of the profile measures at once and the figures are the
 // mean over ranks: the job's ranks compute at the same time, and ranks sharing a node
 // (its memory bandwidth and caches) slow each other down. Profile with the ranks per node
 // the job will run with.
