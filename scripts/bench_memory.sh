@@ -9,11 +9,12 @@
 # mem_peak_mb_ranks (the backend's own count, model and first step included), beside the
 # prediction `pptrain train --dry-run` prints for the same rank (its total less the
 # workspace, which the backend does not allocate: the figure the peak is compared with).
-# Step time: the median of the steps after the first 2. Prints one JSON line with the
-# table and the ratios the design predicts: ZeRO-1's AdamW bytes per rank (expected 1/dp),
-# its peak saving, and recompute's time overhead (full: about one more forward per block,
-# 1.33x of a block's F+I+W at F = I = W) and activation saving.
-# Usage: scripts/bench_memory.sh [BUILD_DIR]   (BENCH_STEPS, default 6)
+# Step time: the median of the steps after the first 2, over BENCH_ROUNDS interleaved
+# rounds. Prints one JSON line with the table and the ratios the design predicts: ZeRO-1's
+# AdamW bytes per rank (expected 1/dp), its peak saving, and recompute's time overhead
+# (full: about one more forward per block, 1.33x of a block's F+I+W at F = I = W) and
+# activation saving.
+# Usage: scripts/bench_memory.sh [BUILD_DIR]   (BENCH_STEPS, default 6; BENCH_ROUNDS, 3)
 set -euo pipefail
 BUILD=${1:-build}
 PPTRAIN=$BUILD/pptrain
@@ -35,60 +36,81 @@ logging: {every: 1, sample_tokens: 0}
 YAML
 MPI="mpirun --oversubscribe --bind-to core -np 2"
 
-# One run: its name and overrides. Writes $work/NAME.{dry,log,jsonl} and prints its JSON
-# entry: per world rank the measured peak and the predicted MiB, the step time, and the
-# predicted AdamW MiB of rank 0.
-run() {
-  local name=$1; shift
-  "$PPTRAIN" train "$work/model.yaml" "$@" --dry-run >"$work/$name.dry" 2>&1
-  $MPI "$PPTRAIN" train "$work/model.yaml" logging.metrics="$work/$name.jsonl" "$@" >"$work/$name.log" 2>&1 ||
-    { echo "bench_memory: run $name failed:" >&2; tail -5 "$work/$name.log" >&2; exit 1; }
-  python3 - "$name" "$work/$name.dry" "$work/$name.jsonl" "$*" <<'PY'
+# The runs: "name overrides...".
+specs=()
+for zero in 0 1; do
+  for recompute in none attention full; do
+    specs+=("dp2_zero${zero}_${recompute} parallel.dp=2 parallel.zero=$zero training.recompute=$recompute")
+  done
+done
+specs+=("pp2_1f1b parallel.pp=2 parallel.microbatches=8 parallel.schedule=1f1b"
+        "pp2_zbh2 parallel.pp=2 parallel.microbatches=8 parallel.schedule=zb-h2"
+        "pp2_zbv parallel.pp=2 parallel.microbatches=8 parallel.schedule=zbv parallel.stages_per_rank=2")
+# This machine's speed drifts by more than recompute's overhead within minutes, so the
+# runs are interleaved: ROUNDS rounds (default 3), every run once per round in an order
+# rotated by one per round; a run's step time is the median of its steps after the first
+# 2 over all rounds. Peaks are the same every round (the allocator's count, not a timing):
+# the largest is kept.
+ROUNDS=${BENCH_ROUNDS:-3}
+for spec in "${specs[@]}"; do
+  read -r name overrides <<<"$spec"
+  # shellcheck disable=SC2086  # the overrides are words
+  "$PPTRAIN" train "$work/model.yaml" $overrides --dry-run >"$work/$name.dry" 2>&1
+done
+for ((round = 0; round < ROUNDS; ++round)); do
+  for ((k = 0; k < ${#specs[@]}; ++k)); do
+    read -r name overrides <<<"${specs[$(((k + round) % ${#specs[@]}))]}"
+    # shellcheck disable=SC2086
+    $MPI "$PPTRAIN" train "$work/model.yaml" logging.metrics="$work/$name.$round.jsonl" $overrides \
+      >"$work/$name.$round.log" 2>&1 ||
+      { echo "bench_memory: run $name failed:" >&2; tail -5 "$work/$name.$round.log" >&2; exit 1; }
+  done
+done
+
+# A run's JSON entry: per world rank the measured peak and the predicted MiB, the step
+# time, and the predicted AdamW MiB of rank 0.
+summarise() {  # name overrides
+  python3 - "$work" "$1" "$2" "$ROUNDS" <<'PY'
 import json, re, statistics, sys
-name, dry, metrics, overrides = sys.argv[1:5]
+work, name, overrides, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 def mib(text, key):
     return float(re.search(key + r" ([0-9.]+) MiB", text).group(1))
 # Dry-run lines "  pp P tp T: parameters ... | workspace W MiB | total X MiB".
 predicted, optimizer = {}, {}
-for line in open(dry):
+for line in open(f"{work}/{name}.dry"):
     m = re.match(r"\s*pp (\d+) tp (\d+): ", line)
     if m:
         key = (int(m.group(1)), int(m.group(2)))
         predicted[key] = mib(line, "total") - mib(line, "workspace")
         optimizer[key] = mib(line, "optimizer")
-rows = [json.loads(l) for l in open(metrics) if '"loss"' in l]
-ranks = len(rows[0]["mem_peak_mb_ranks"])
-peaks = [max(r["mem_peak_mb_ranks"][k] for r in rows) for k in range(ranks)]
+runs = [[json.loads(l) for l in open(f"{work}/{name}.{r}.jsonl") if '"loss"' in l] for r in range(rounds)]
+ranks = len(runs[0][0]["mem_peak_mb_ranks"])
+peaks = [max(row["mem_peak_mb_ranks"][k] for rows in runs for row in rows) for k in range(ranks)]
 pp = 2 if "parallel.pp=2" in overrides else 1
 # world rank = (dp_rank * pp + pp_rank) * tp + tp_rank, tp = 1 here
 pred = [predicted[(k % pp, 0)] for k in range(ranks)]
-steady = rows[2:] or rows
-entry = {"step_ms": round(statistics.median(r["ms"] for r in steady), 1),
+steady = [row["ms"] for rows in runs for row in (rows[2:] or rows)]
+entry = {"step_ms": round(statistics.median(steady), 1),
          "peak_mb": [round(p, 2) for p in peaks], "predicted_mb": [round(p, 2) for p in pred],
          "peak_over_predicted": [round(a / b, 4) for a, b in zip(peaks, pred)],
          "adamw_mb": optimizer[(0, 0)]}
 print(json.dumps({name: entry})[1:-1])
 PY
 }
-
 entries=()
-for zero in 0 1; do
-  for recompute in none attention full; do
-    entries+=("$(run "dp2_zero${zero}_${recompute}" parallel.dp=2 parallel.zero=$zero training.recompute=$recompute)")
-  done
+for spec in "${specs[@]}"; do
+  read -r name overrides <<<"$spec"
+  entries+=("$(summarise "$name" "$overrides")")
 done
-entries+=("$(run pp2_1f1b parallel.pp=2 parallel.microbatches=8 parallel.schedule=1f1b)")
-entries+=("$(run pp2_zbh2 parallel.pp=2 parallel.microbatches=8 parallel.schedule=zb-h2)")
-entries+=("$(run pp2_zbv parallel.pp=2 parallel.microbatches=8 parallel.schedule=zbv parallel.stages_per_rank=2)")
 
-python3 - "${entries[@]}" <<'PY'
+python3 - "$ROUNDS" "${entries[@]}" <<'PY'
 import json, sys
-runs = json.loads("{" + ", ".join(sys.argv[1:]) + "}")
+runs = json.loads("{" + ", ".join(sys.argv[2:]) + "}")
 def r(a, b): return round(a / b, 3)
 z0, z1 = runs["dp2_zero0_none"], runs["dp2_zero1_none"]
 out = {"bench": "memory_cpu",
        "model": "gpt2 8x256 naive attention, seq 256, vocab 256, mbs 2; dp2 m 4, pp2 m 8; 2 ranks x 1 thread",
-       "runs": runs,
+       "rounds": int(sys.argv[1]), "runs": runs,
        "adamw_bytes_zero1_over_zero0": r(z1["adamw_mb"], z0["adamw_mb"]),
        "peak_zero1_over_zero0": r(max(z1["peak_mb"]), max(z0["peak_mb"])),
        "step_ms_zero1_over_zero0": r(z1["step_ms"], z0["step_ms"])}
