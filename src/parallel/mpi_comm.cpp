@@ -38,6 +38,15 @@ bool mpi_finalized() {
   return finalized != 0;
 }
 
+// Whether a non-blocking collective is still running as its owner is destroyed (an error
+// unwinding the stack): MPI can neither cancel nor free one, so the owner must leave its
+// buffers to MPI.
+bool collective_still_running(MPI_Request& request, bool done) {
+  if (done || request == MPI_REQUEST_NULL || mpi_finalized()) return false;
+  int flag = 0;
+  return !(MPI_Test(&request, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag);
+}
+
 // Number of MPI calls needed to move n elements at most max_count at a time; a zero-size
 // transfer is still one (empty) message so that sends and receives pair up.
 size_t chunk_count(size_t n, size_t max_count) {
@@ -276,9 +285,7 @@ class MpiCollectiveRequest final : public Request {
   // Still pending (an error unwinding the stack): MPI can neither cancel nor free a
   // non-blocking collective, so the receive buffer is left to it, with a warning.
   ~MpiCollectiveRequest() override {
-    if (done_ || request_ == MPI_REQUEST_NULL || mpi_finalized()) return;
-    int flag = 0;
-    if (MPI_Test(&request_, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) return;
+    if (!collective_still_running(request_, done_)) return;
     static_cast<void>(new std::vector<float>(std::move(received_)));
     log::warn(where_, " was destroyed before completion: it is left to MPI");
   }
@@ -401,9 +408,7 @@ PendingAllgather::PendingAllgather(std::vector<double> mine, int size, std::stri
     : mine_(std::move(mine)), all_(mine_.size() * size_t(size)), where_(std::move(where)) {}
 
 PendingAllgather::~PendingAllgather() {
-  if (done_ || request_ == MPI_REQUEST_NULL || mpi_finalized()) return;
-  int flag = 0;
-  if (MPI_Test(&request_, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) return;
+  if (!collective_still_running(request_, done_)) return;
   // The moved-to vectors keep the storage MPI was given.
   static_cast<void>(new std::vector<double>(std::move(mine_)));
   static_cast<void>(new std::vector<double>(std::move(all_)));

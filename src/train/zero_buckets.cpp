@@ -35,6 +35,11 @@ std::vector<int> ZeroBuckets::buckets_of(int stage) const {
   return out;
 }
 
+std::string ZeroBuckets::bucket_name(size_t b) const {
+  const int stage = params_.flat_layout().buckets[b].stage;
+  return stage < 0 ? std::string("shared") : cat("stage ", stage);
+}
+
 void ZeroBuckets::wait(std::unique_ptr<Request>& request, const std::string& what) {
   if (!request) return;
   const double t0 = timeline_.now_us();
@@ -43,35 +48,41 @@ void ZeroBuckets::wait(std::unique_ptr<Request>& request, const std::string& wha
   timeline_.add(cat("wait ", what), t0, timeline_.now_us(), false);
 }
 
+void ZeroBuckets::wait_all(std::vector<std::unique_ptr<Request>>& requests) {
+  for (auto& request : requests)
+    if (request) {
+      request->wait();
+      request.reset();
+    }
+}
+
+void ZeroBuckets::start_bucket_reduction(size_t b) {
+  const FlatBucket& bucket = params_.flat_layout().buckets[b];
+  reduction_start_us_[b] = timeline_.now_us();
+  reductions_[b] = dp_.ireduce_scatter(params_.grad_arena() + bucket.begin, bucket.shard_size, ReduceOp::Sum);
+}
+
 void ZeroBuckets::start_reduction(int stage) {
   const FlatLayout& layout = params_.flat_layout();
   for (size_t b = 0; b < layout.buckets.size(); ++b) {
     if (layout.buckets[b].stage != stage) continue;
     PPTRAIN_CHECK(!reductions_[b], "ZeRO-1: the reduce-scatter of stage ", stage, "'s bucket started twice in a step");
-    reduction_start_us_[b] = timeline_.now_us();
-    reductions_[b] = dp_.ireduce_scatter(params_.grad_arena() + layout.buckets[b].begin, layout.buckets[b].shard_size,
-                                         ReduceOp::Sum);
+    start_bucket_reduction(b);
   }
 }
 
 void ZeroBuckets::finish_reductions() {
-  const FlatLayout& layout = params_.flat_layout();
-  std::vector<bool> started(layout.buckets.size());
-  for (size_t b = 0; b < layout.buckets.size(); ++b) {
+  const size_t n = reductions_.size();
+  std::vector<bool> started(n);
+  for (size_t b = 0; b < n; ++b) {
     started[b] = reductions_[b] != nullptr;
-    if (!reductions_[b]) {
-      reduction_start_us_[b] = timeline_.now_us();
-      reductions_[b] = dp_.ireduce_scatter(params_.grad_arena() + layout.buckets[b].begin,
-                                           layout.buckets[b].shard_size, ReduceOp::Sum);
-    }
+    if (!started[b]) start_bucket_reduction(b);
   }
-  for (size_t b = 0; b < layout.buckets.size(); ++b) {
-    const int stage = layout.buckets[b].stage;
+  for (size_t b = 0; b < n; ++b) {
     reductions_[b]->wait();
     reductions_[b].reset();
     // The collective's span in the trace: from its start to the end of the wait for it.
-    timeline_.add(cat("reduce-scatter ", stage < 0 ? std::string("shared") : cat("stage ", stage),
-                      started[b] ? " (started after its last W)" : ""),
+    timeline_.add(cat("reduce-scatter ", bucket_name(b), started[b] ? " (started after its last W)" : ""),
                   reduction_start_us_[b], timeline_.now_us(), false, /*track=*/1);
   }
 }
@@ -88,27 +99,14 @@ void ZeroBuckets::start_gathers() {
 }
 
 void ZeroBuckets::finish_gathers(int stage) {
-  for (int b : buckets_of(stage)) {
-    const int s = params_.flat_layout().buckets[size_t(b)].stage;
-    wait(gathers_[size_t(b)], cat("all-gather ", s < 0 ? std::string("shared") : cat("stage ", s)));
-  }
+  for (int b : buckets_of(stage)) wait(gathers_[size_t(b)], cat("all-gather ", bucket_name(size_t(b))));
 }
 
-void ZeroBuckets::finish_gathers() {
-  for (auto& g : gathers_)
-    if (g) {
-      g->wait();
-      g.reset();
-    }
-}
+void ZeroBuckets::finish_gathers() { wait_all(gathers_); }
 
 void ZeroBuckets::drain() {
-  finish_gathers();
-  for (auto& r : reductions_)
-    if (r) {
-      r->wait();
-      r.reset();
-    }
+  wait_all(gathers_);
+  wait_all(reductions_);
 }
 
 bool ZeroBuckets::gathers_pending() const {

@@ -20,6 +20,7 @@
 // reduce-scatter are per element, and an all-gather only copies.
 #pragma once
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/communicator.h"
@@ -57,7 +58,12 @@ class ZeroBuckets {
  private:
   // The buckets holding `stage`'s tensors and the shared ones.
   std::vector<int> buckets_of(int stage) const;
+  std::string bucket_name(size_t b) const;  // "stage 3" or "shared", for the trace
+  // Starts bucket b's reduce-scatter and notes when, for its span in the trace.
+  void start_bucket_reduction(size_t b);
+  // Waits for `request` if pending, with the wait as a span of the trace named `what`.
   void wait(std::unique_ptr<Request>& request, const std::string& what);
+  static void wait_all(std::vector<std::unique_ptr<Request>>& requests);  // the pending ones
 
   ParamStore& params_;
   Communicator& dp_;
