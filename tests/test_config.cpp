@@ -31,6 +31,7 @@ TEST(Config, DefaultsMatchDesign) {
   EXPECT_EQ(c.parallel.schedule, "1f1b");
   EXPECT_EQ(c.parallel.microbatches, 8);
   EXPECT_TRUE(c.parallel.layers_per_stage.empty());
+  EXPECT_EQ(c.parallel.profile_repeats, 10);
   EXPECT_DOUBLE_EQ(c.training.lr, 6.0e-4);
   EXPECT_EQ(c.training.seed, 1337u);
   EXPECT_EQ(c.checkpoint.keep_last, 2);
@@ -296,6 +297,8 @@ TEST(Config, RejectsIntegersOutsideTheirRangesAndOverflowingSizes) {
             "exp.yaml: key 'model.seq_len': expected an integer in [1, 1048576], got 2097152");
   EXPECT_EQ(error_of("", {"parallel.microbatches=-3"}),
             "exp.yaml: key 'parallel.microbatches': expected an integer in [1, 1048576], got -3");
+  EXPECT_EQ(error_of("", {"parallel.profile_repeats=0"}),
+            "exp.yaml: key 'parallel.profile_repeats': expected an integer in [1, 100000], got 0");
   EXPECT_EQ(error_of("", {"training.eval_batches=2000000"}),
             "exp.yaml: key 'training.eval_batches': expected an integer in [0, 1048576], got 2000000");
   EXPECT_EQ(error_of("", {"training.steps=4294967296"}),

@@ -504,6 +504,26 @@ TEST(ProfileCommand, TwoRanksMeasureTransferAndAllreduce) {
   size_t tables = 0;
   for (size_t at = r.output.find("wrote "); at != std::string::npos; at = r.output.find("wrote ", at + 1)) ++tables;
   EXPECT_EQ(tables, 1u) << r.output;
+  // A job's tp (as its start-up profile measures it): that degree only, its shards' bytes;
+  // the repeats from parallel.profile_repeats.
+  const std::string job = dir.file("tp2.json");
+  r = run_command(mpirun(2) + pptrain_bin() + " profile " + dir.file("c.yaml") +
+                      " parallel.tp=2 parallel.profile_repeats=2 --out " + job,
+                  60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("median of 2;"), std::string::npos) << r.output;
+  const CostProfile q = read_cost_profile(job);
+  EXPECT_EQ(q.tp, 2);
+  EXPECT_TRUE(q.other_tp.empty());
+  EXPECT_EQ(q.block.param_bytes, p.other_tp[0].block.param_bytes);
+  EXPECT_EQ(q.head.optim_bytes, p.other_tp[0].head.optim_bytes);
+  EXPECT_GT(q.transfer_ms, 0);
+  // The planner scales from tp = 1 and refuses it with one line.
+  r = run_command(pptrain_bin() + " plan " + dir.file("c.yaml") + " --ranks 2 --profile " + job, 60);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(job + ": tp: the planner needs layers timed at tp 1, this profile is of tp 2"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(ProfileCommand, Bf16OnTheEmulatedCudaBackendCountsTheCopiesAndHalvesActivations) {

@@ -61,6 +61,12 @@ TEST(Planner, AMeasuredSplitPrintsItsPredictionAndTheMetricsCarryIt) {
   EXPECT_NE(r.output.find("(costs measured at start-up): predicted step "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(" ms (predicted "), std::string::npos) << r.output;
   EXPECT_NE(read_file(dir.file("m_c.yaml.jsonl")).find("\"predicted_ms\": "), std::string::npos);
+  // Under tp the start-up profile times the layers at the job's tp (its shards, its
+  // all-reduces) and predicts from them.
+  write_config(dir, "tp.yaml", "tp: 2, microbatches: 4, profile: measure, profile_repeats: 2");
+  r = run_command("cd " + dir.path() + " && " + mpirun(2) + trainer() + " train tp.yaml training.steps=1", 120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("(costs measured at start-up): predicted step "), std::string::npos) << r.output;
 }
 
 TEST(Planner, AutoScheduleTrainsToTheSingleProcessLosses) {

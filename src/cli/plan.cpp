@@ -108,6 +108,11 @@ int cmd_plan(const Args& raw_args, MpiSession& mpi) {
     profile = profile_costs(one, *ops, world, profile_options(cfg));
   }
   check_profile_matches(profile, cfg, args.profile.empty() ? "the measured profile" : args.profile);
+  // Layouts of every tp are scaled from the layers at tp = 1 (and those measured beside it);
+  // a profile of one job's tp holds its all-reduces in every time and cannot be unscaled.
+  if (profile.tp != 1)
+    fail(args.profile, ": tp: the planner needs layers timed at tp 1, this profile is of tp ", profile.tp,
+         " (take one with parallel.tp=1 on the ranks to plan for)");
   if (mpi.rank() != 0) return 0;
   LayoutSearchOptions opts;
   opts.ranks = args.ranks;

@@ -26,7 +26,7 @@ const char* kProfileUsage = "usage: pptrain profile CONFIG [--out FILE] [--repea
 struct ProfileArgs {
   std::string config, out = "profile.json";
   std::vector<std::string> overrides;
-  int repeats = ProfileOptions{}.repeats;
+  int repeats = 0;  // 0: parallel.profile_repeats
 };
 
 ProfileArgs parse_args(const Args& args) {
@@ -43,8 +43,8 @@ ProfileArgs parse_args(const Args& args) {
       }
       char* end = nullptr;
       const long n = std::strtol(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || n < 1 || n > 100000)
-        fail("profile: --repeats: expected an integer in [1, 100000], got '", value, "'");
+      if (value.empty() || *end != '\0' || n < 1 || n > kMaxProfileRepeats)
+        fail("profile: --repeats: expected an integer in [1, ", kMaxProfileRepeats, "], got '", value, "'");
       out.repeats = int(n);
     } else if (a.rfind("--", 0) == 0) {
       fail("profile: unknown option '", a, "' (", kProfileUsage, ")");
@@ -70,11 +70,11 @@ std::string human_bytes(double bytes) {
   return buf;
 }
 
-void print_table(const CostProfile& p, const ProfileArgs& args, int ranks, const std::string& ids) {
+void print_table(const CostProfile& p, const ProfileArgs& args, int repeats, int ranks, const std::string& ids) {
   std::printf("profile: %s %s, attention %s; micro_batch_size %d x seq_len %d, d_model %d, %d heads, vocab %d\n",
               p.device.c_str(), p.precision.c_str(), p.attention.c_str(), p.micro_batch_size, p.seq_len, p.d_model,
               p.n_head, p.vocab_size);
-  std::printf("per microbatch, median of %d; token ids: %s\n", args.repeats, ids.c_str());
+  std::printf("per microbatch, median of %d; token ids: %s\n", repeats, ids.c_str());
   // Held between F and I, and between I and W (cost_profile.h).
   std::printf("  %-19s %9s %9s %9s %11s %11s %11s %11s\n", "layer", "F ms", "I ms", "W ms", "act F..I", "act I..W",
               "params", "optimizer");
@@ -112,6 +112,7 @@ ProfileOptions profile_options(const Config& cfg, std::string* source) {
       data::profile_sample(cfg.data.train, cfg.model.seq_len, cfg.model.vocab_size, cfg.training.micro_batch_size,
                            cfg.data.shuffle, cfg.training.seed);
   ProfileOptions opts;
+  opts.repeats = cfg.parallel.profile_repeats;
   opts.tokens = sample.tokens;
   opts.targets = sample.targets;
   if (source)
@@ -136,11 +137,11 @@ int cmd_profile(const Args& raw_args, MpiSession& mpi) {
   std::unique_ptr<Ops> ops = cfg.device == "cuda" ? make_cuda_ops(cfg) : make_cpu_ops();
   std::string ids;
   ProfileOptions opts = profile_options(cfg, &ids);
-  opts.repeats = args.repeats;
+  if (args.repeats > 0) opts.repeats = args.repeats;
   const CostProfile profile = profile_costs(cfg, *ops, world, opts);
   if (mpi.rank() == 0) {
     write_cost_profile(profile, args.out);
-    print_table(profile, args, world.size(), ids);
+    print_table(profile, args, opts.repeats, world.size(), ids);
   }
   return 0;
 }

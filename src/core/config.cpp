@@ -133,6 +133,7 @@ std::map<std::string, Section> schema(Config& c) {
   p["stages_per_rank"] = int_field(&c.parallel.stages_per_rank);
   p["layers_per_stage"] = layers_field(&c.parallel.layers_per_stage);
   p["profile"] = string_field(&c.parallel.profile);
+  p["profile_repeats"] = int_field(&c.parallel.profile_repeats);
   p["zero"] = int_field(&c.parallel.zero);
   p["memory_per_rank_gib"] = double_field(&c.parallel.memory_per_rank_gib);
   auto& t = s["training"];
@@ -392,6 +393,7 @@ void validate(const Config& c) {
   require_range(c, "parallel.dp", p.dp, 1, kMaxWorldSize);
   require_range(c, "parallel.microbatches", p.microbatches, 1, kMaxMicrobatches);
   require_range(c, "parallel.stages_per_rank", p.stages_per_rank, 1, kMaxStagesPerRank);
+  require_range(c, "parallel.profile_repeats", p.profile_repeats, 1, kMaxProfileRepeats);
   require(p.zero == 0 || p.zero == 1, c, "parallel.zero",
           cat("expected 0 or 1 (1: AdamW moments sharded over the dp ranks; with dp 1 it changes nothing), got ",
               p.zero));

@@ -54,6 +54,10 @@ struct ParallelConfig {
   // Measured costs for the planner (partition/auto_layout.h): "" none (layers_per_stage
   // auto balances FLOPs), "measure" (timed at start-up), or a cost file of pptrain profile.
   std::string profile;
+  // Microbatches each layer kind is timed for when profiled (median kept; pptrain profile,
+  // pptrain plan and parallel.profile: measure). More spread a profile over a longer
+  // stretch, which on a shared machine whose speed drifts makes it steadier.
+  int profile_repeats = 10;
   // ZeRO stage 1: 1 shards the AdamW moments over the dp group (each dp rank updates one
   // 1/dp range of the flattened parameters: reduce-scatter, sharded update, all-gather);
   // 0 keeps full moments on every replica. With dp 1 it changes nothing.
@@ -177,6 +181,7 @@ inline constexpr int kMaxVocab = 1 << 24;           // model.vocab_size
 inline constexpr int kMaxWorldSize = 1 << 20;       // parallel.pp, tp, dp and their product
 inline constexpr int kMaxMicrobatches = 1 << 20;    // parallel.microbatches
 inline constexpr int kMaxStagesPerRank = 1 << 10;   // parallel.stages_per_rank
+inline constexpr int kMaxProfileRepeats = 100000;   // parallel.profile_repeats
 inline constexpr int kMaxMicroBatchSize = 1 << 20;  // training.micro_batch_size
 inline constexpr int kMaxEvalBatches = 1 << 20;     // training.eval_batches
 inline constexpr int kMaxSampleTokens = 1 << 20;    // logging.sample_tokens

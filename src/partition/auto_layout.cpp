@@ -15,7 +15,7 @@
 namespace pptrain {
 namespace {
 
-// The profile the config names, or one measured now (tp = 1: scaled to the config's tp).
+// The profile the config names, or one measured now at the config's tp (all a job uses).
 CostProfile load_or_measure(const Config& cfg, MpiComm& world, const ProfileOptions& measure, std::string* source) {
   if (!cfg.parallel.profile.empty() && cfg.parallel.profile != "measure") {
     *source = cfg.parallel.profile;
@@ -24,10 +24,10 @@ CostProfile load_or_measure(const Config& cfg, MpiComm& world, const ProfileOpti
     return p;
   }
   *source = "measured at start-up";
-  Config one = cfg;
-  one.parallel.tp = 1;
   std::unique_ptr<Ops> ops = cfg.device == "cuda" ? make_cuda_ops(cfg) : make_cpu_ops();
-  return profile_costs(one, *ops, world, measure);
+  ProfileOptions job = measure;
+  job.job_tp_only = true;
+  return profile_costs(cfg, *ops, world, job);
 }
 
 }  // namespace

@@ -212,12 +212,9 @@ AllreduceFit time_allreduce(Communicator& comm, Ops& ops, MpiComm& world, const 
   return fit_allreduce(sizes, ms);
 }
 
-// What a profile is of, the stage tensor's size and the one-rank communication model;
-// no layer measured yet. Refuses what cannot be profiled.
-CostProfile profile_header(const Config& cfg) {
-  if (cfg.parallel.tp != 1)
-    fail(cfg.source, ": key 'parallel.tp': profiling measures tp = 1 only, got ", cfg.parallel.tp,
-         " (give parallel.tp=1: run on several ranks, larger degrees are measured beside it)");
+// What a profile is of (its layers measured at `tp`), the stage tensor's size and the
+// one-rank communication model; no layer measured yet.
+CostProfile profile_header(const Config& cfg, int tp) {
   const ModelConfig& m = cfg.model;
   CostProfile p;
   p.device = cfg.device;
@@ -229,7 +226,7 @@ CostProfile profile_header(const Config& cfg) {
   p.d_model = m.d_model;
   p.n_head = m.n_head;
   p.vocab_size = m.vocab_size;
-  p.tp = 1;
+  p.tp = tp;
   const double activation = cfg.precision() == Precision::bf16 ? sizeof(bfloat16) : sizeof(float);
   p.transfer_bytes = double(p.micro_batch_size) * p.seq_len * p.d_model * activation;  // [B·T, C]
   p.transfer_ms = 0;
@@ -273,6 +270,8 @@ AllreduceFit fit_allreduce(const std::vector<double>& bytes, const std::vector<d
   fit.bytes_per_ms = 1 / slope;
   return fit;
 }
+
+namespace {
 
 // The elements the update is timed over (8 bytes of moments per element): the model's
 // parameters, at most 4 Mi of them (64 MiB of fp32 value, gradient and moments, past any
@@ -343,15 +342,45 @@ std::vector<int> other_tp_degrees(const Config& cfg, int world_size) {
   return out;
 }
 
-CostProfile profile_layers(const Config& cfg, Ops& ops, const ProfileOptions& opts, MpiComm* together) {
-  CostProfile p = profile_header(cfg);
-  LocalComm alone;
-  const TpLayerCosts kinds = profile_kinds(cfg, ops, opts, alone, together);
+// Refuses a config whose tp the profile would not measure.
+void require_tp_one(const Config& cfg) {
+  if (cfg.parallel.tp != 1)
+    fail(cfg.source, ": key 'parallel.tp': profiling measures tp = 1 only, got ", cfg.parallel.tp,
+         " (give parallel.tp=1: run on several ranks, larger degrees are measured beside it)");
+}
+
+void set_layers(CostProfile& p, const TpLayerCosts& kinds) {
   p.embedding = kinds.embedding;
   p.block = kinds.block;
   p.head = kinds.head;
   p.block_attention = kinds.block_attention;
   p.block_full = kinds.block_full;
+}
+
+// The layer kinds at tp degree `tp` on every rank of `world` at once (groups of tp
+// consecutive ranks, as the job's grid places them), the mean over the ranks.
+TpLayerCosts layers_at_tp(const Config& cfg, Ops& ops, const ProfileOptions& opts, MpiComm& world, int tp) {
+  TpLayerCosts t;
+  if (tp == 1) {
+    LocalComm alone;
+    t = profile_kinds(cfg, ops, opts, alone, &world);
+  } else {
+    MpiComm group = world.split(world.rank() / tp, world.rank(), cat("tp", tp));
+    std::unique_ptr<Communicator> group_nccl = cfg.device == "cuda" ? make_nccl_comm(group, ops) : nullptr;
+    t = profile_kinds(cfg, ops, opts, group_nccl ? *group_nccl : static_cast<Communicator&>(group), &world);
+  }
+  LayerCost kinds[5] = {t.embedding, t.block, t.head, t.block_attention, t.block_full};
+  average_over_ranks(world, kinds, 5);
+  return {tp, kinds[0], kinds[1], kinds[2], kinds[3], kinds[4]};
+}
+
+}  // namespace
+
+CostProfile profile_layers(const Config& cfg, Ops& ops, const ProfileOptions& opts, MpiComm* together) {
+  require_tp_one(cfg);
+  CostProfile p = profile_header(cfg, 1);
+  LocalComm alone;
+  set_layers(p, profile_kinds(cfg, ops, opts, alone, together));
   if (together) together->barrier();
   p.update_ns_per_param = time_update(ops, update_elements(p), opts);
   return p;
@@ -361,15 +390,15 @@ CostProfile profile_costs(const Config& cfg, Ops& ops, MpiComm& world, const Pro
   // Every rank measures, all at once: a job's ranks compute at the same time, and ranks
   // that share a node's memory bandwidth and caches slow each other down; a measurement
   // taken alone would predict every step of such a job too fast.
+  const int tp = cfg.parallel.tp;
+  if (world.size() % tp != 0)
+    fail(cfg.source, ": key 'parallel.tp': profiling at tp ", tp, " needs a multiple of ", tp, " ranks, got ",
+         world.size());
+  CostProfile p = profile_header(cfg, tp);
   world.barrier();
-  CostProfile p = profile_layers(cfg, ops, opts, &world);
-  LayerCost layers[5] = {p.embedding, p.block, p.head, p.block_attention, p.block_full};
-  average_over_ranks(world, layers, 5);
-  p.embedding = layers[0];
-  p.block = layers[1];
-  p.head = layers[2];
-  p.block_attention = layers[3];
-  p.block_full = layers[4];
+  set_layers(p, layers_at_tp(cfg, ops, opts, world, tp));
+  world.barrier();
+  p.update_ns_per_param = time_update(ops, update_elements(p), opts);
   world.allreduce(&p.update_ns_per_param, 1, ReduceOp::Sum);
   p.update_ns_per_param /= world.size();
   if (world.size() < 2) return p;
@@ -377,15 +406,9 @@ CostProfile profile_costs(const Config& cfg, Ops& ops, MpiComm& world, const Pro
   std::unique_ptr<Communicator> nccl = cfg.device == "cuda" ? make_nccl_comm(world, ops) : nullptr;
   Communicator& comm = nccl ? *nccl : static_cast<Communicator&>(world);
   p.transfer_ms = time_transfer(comm, ops, world, size_t(p.transfer_bytes), opts);
-  // Larger tp degrees: the world in groups of tp consecutive ranks, every group at once.
-  for (int tp : other_tp_degrees(cfg, world.size())) {
-    MpiComm group = world.split(world.rank() / tp, world.rank(), cat("tp", tp));
-    std::unique_ptr<Communicator> group_nccl = cfg.device == "cuda" ? make_nccl_comm(group, ops) : nullptr;
-    TpLayerCosts t = profile_kinds(cfg, ops, opts, group_nccl ? *group_nccl : static_cast<Communicator&>(group), &world);
-    LayerCost kinds[5] = {t.embedding, t.block, t.head, t.block_attention, t.block_full};
-    average_over_ranks(world, kinds, 5);
-    p.other_tp.push_back({tp, kinds[0], kinds[1], kinds[2], kinds[3], kinds[4]});
-  }
+  // Larger tp degrees for the planner: every group of tp consecutive ranks at once.
+  if (tp == 1 && !opts.job_tp_only)
+    for (int other : other_tp_degrees(cfg, world.size())) p.other_tp.push_back(layers_at_tp(cfg, ops, opts, world, other));
   const AllreduceFit fit = time_allreduce(comm, ops, world, opts);
   p.allreduce_latency_ms = fit.latency_ms;
   p.allreduce_bytes_per_ms = fit.bytes_per_ms;

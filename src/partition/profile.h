@@ -1,7 +1,9 @@
 // Profiling: measures the CostProfile (partition/cost_profile.h) of a config's model on its
 // backend and precision, at its micro_batch_size and seq_len, on tp = 1 and, with several
 // ranks, on tp = 2, 4, ... (each dividing the ranks and the heads: the ranks in groups of
-// tp consecutive ranks, each rank its shard, the tp all-reduces run as in training).
+// tp consecutive ranks, each rank its shard, the tp all-reduces run as in training). A
+// config of parallel.tp > 1 is timed at that tp only, as a job's start-up profile is at its
+// own tp (ProfileOptions::job_tp_only).
 //
 // Layer times: F, I and W of stages built with make_stage (the embedding alone, one block
 // alone under each training.recompute mode: none, attention, full, the head alone), each
@@ -40,7 +42,12 @@ namespace pptrain {
 
 struct ProfileOptions {
   int warmup = 2;    // untimed microbatches per stage (and per transfer size) first
-  int repeats = 10;  // timed ones; the median is kept
+  int repeats = 10;  // timed ones; the median is kept (parallel.profile_repeats)
+  // The layers are timed at the config's parallel.tp (the profile's tp). At tp = 1 on
+  // several ranks every larger degree they allow is timed too (other_tp), for the planner
+  // to choose among, unless job_tp_only (a job's start-up profile: its prediction uses its
+  // own tp only).
+  bool job_tp_only = false;
   // Bytes of the all-reduces timed: 64 KiB .. 16 MiB by default.
   std::vector<size_t> allreduce_sizes = {size_t(64) << 10, size_t(256) << 10, size_t(1) << 20, size_t(4) << 20,
                                          size_t(16) << 20};
@@ -58,9 +65,9 @@ inline constexpr double kDefaultAllreduceLatencyMs = 0.02;
 inline constexpr double kDefaultCpuAllreduceBytesPerMs = 2e6;    // 2 GB/s
 inline constexpr double kDefaultCudaAllreduceBytesPerMs = 5e7;   // 50 GB/s
 
-// The whole profile. Collective over `world` (every rank calls it; any number of ranks,
-// whatever the config's layout). Throws pptrain::Error for a config it cannot profile
-// (parallel.tp > 1: only tp = 1 is measured for now).
+// The whole profile. Collective over `world` (every rank calls it; any multiple of the
+// config's parallel.tp, whatever the rest of its layout). Throws pptrain::Error for ranks
+// that are not a multiple of the tp.
 CostProfile profile_costs(const Config& cfg, Ops& ops, MpiComm& world, const ProfileOptions& opts = {});
 
 // The layer costs on this process, no communication: the one-rank profile (transfer_ms 0,
