@@ -195,6 +195,10 @@ inline constexpr uint64_t kMaxConfigBytes = 1 << 20;  // a config file
 // rounded up to a multiple of 256.
 int llama_ffn_hidden(int d_model);
 
+// Whether the handwritten flash kernels are instantiated for the model's head size
+// d_model / n_head (kernels/flash_attention.cu): the cuda default attention and a check.
+bool flash_kernel_head_dim(const ModelConfig& m);
+
 // Parses `path`, applies `overrides` ("section.key=value", value parsed as YAML) and
 // validates. Throws pptrain::Error naming the file and key on any problem.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
