@@ -116,19 +116,6 @@ class LayerTimer {
     w_.push_back(ms_between(t3, t4));
   }
 
-  // Each repetition's times replaced by the slowest rank's of `world` (every rank of it
-  // times the same repetitions at once, after a barrier).
-  void keep_slowest(MpiComm& world) {
-    std::vector<double> times;  // [3 · repetitions]: F, then I, then W
-    for (const auto* v : {&f_, &i_, &w_}) times.insert(times.end(), v->begin(), v->end());
-    world.allreduce(times.data(), times.size(), ReduceOp::Max);
-    auto at = times.begin();
-    for (auto* v : {&f_, &i_, &w_}) {
-      std::copy(at, at + std::ptrdiff_t(v->size()), v->begin());
-      at += std::ptrdiff_t(v->size());
-    }
-  }
-
   LayerCost cost() const {
     LayerCost cost;
     cost.forward_ms = median(f_);
@@ -163,6 +150,20 @@ class LayerTimer {
   Buffer<int32_t> tokens_, targets_;  // [N] each
   std::vector<double> f_, i_, w_;     // ms per timed repetition
 };
+
+// The mean over the ranks of `world` of each rank's layer times (the bytes are the same on
+// every rank: tp shards are equal), on every rank.
+void average_over_ranks(MpiComm& world, LayerCost* costs, size_t count) {
+  std::vector<double> times;  // [count·3]: F, I, W per layer kind
+  for (size_t k = 0; k < count; ++k)
+    times.insert(times.end(), {costs[k].forward_ms, costs[k].input_grad_ms, costs[k].weight_grad_ms});
+  world.allreduce(times.data(), times.size(), ReduceOp::Sum);
+  for (size_t k = 0; k < count; ++k) {
+    costs[k].forward_ms = times[3 * k] / world.size();
+    costs[k].input_grad_ms = times[3 * k + 1] / world.size();
+    costs[k].weight_grad_ms = times[3 * k + 2] / world.size();
+  }
+}
 
 // Half the median round trip of `bytes` between ranks 0 and 1 of `comm` (world order),
 // on every rank of `world`.
@@ -306,11 +307,7 @@ double time_update(Ops& ops, size_t n, const ProfileOptions& opts) {
 // would carry that stretch's speed into its median, skewing the kinds against each other;
 // interleaved, every kind's median is taken over the same stretches. Ranks measuring
 // together (`together`) start each kind's microbatch after a barrier, so their
-// measurements overlap, and a repetition counts at its slowest rank's time: a job's step
-// advances at the pace of its slowest rank wherever ranks wait for each other (the tp
-// all-reduces, the stage transfers, the dp reduction), and on a shared machine ranks slow
-// down at different moments, so the mean of the ranks predicted steps too fast. The
-// bytes are the same on every rank (tp shards are equal).
+// measurements overlap.
 TpLayerCosts profile_kinds(const Config& cfg, Ops& ops, const ProfileOptions& opts, Communicator& tp,
                            MpiComm* together) {
   PPTRAIN_CHECK(opts.repeats >= 1 && opts.warmup >= 0, "repeats ", opts.repeats, ", warmup ", opts.warmup);
@@ -326,8 +323,6 @@ TpLayerCosts profile_kinds(const Config& cfg, Ops& ops, const ProfileOptions& op
       if (together) together->barrier();
       timer->time_once(rep >= opts.warmup);
     }
-  if (together)
-    for (auto& timer : timers) timer->keep_slowest(*together);
   TpLayerCosts out;
   out.tp = tp.size();
   out.embedding = timers[0]->cost();
@@ -363,15 +358,20 @@ void set_layers(CostProfile& p, const TpLayerCosts& kinds) {
 }
 
 // The layer kinds at tp degree `tp` on every rank of `world` at once (groups of tp
-// consecutive ranks, as the job's grid places them), each repetition at its slowest rank.
+// consecutive ranks, as the job's grid places them), the mean over the ranks.
 TpLayerCosts layers_at_tp(const Config& cfg, Ops& ops, const ProfileOptions& opts, MpiComm& world, int tp) {
+  TpLayerCosts t;
   if (tp == 1) {
     LocalComm alone;
-    return profile_kinds(cfg, ops, opts, alone, &world);
+    t = profile_kinds(cfg, ops, opts, alone, &world);
+  } else {
+    MpiComm group = world.split(world.rank() / tp, world.rank(), cat("tp", tp));
+    std::unique_ptr<Communicator> group_nccl = cfg.device == "cuda" ? make_nccl_comm(group, ops) : nullptr;
+    t = profile_kinds(cfg, ops, opts, group_nccl ? *group_nccl : static_cast<Communicator&>(group), &world);
   }
-  MpiComm group = world.split(world.rank() / tp, world.rank(), cat("tp", tp));
-  std::unique_ptr<Communicator> group_nccl = cfg.device == "cuda" ? make_nccl_comm(group, ops) : nullptr;
-  return profile_kinds(cfg, ops, opts, group_nccl ? *group_nccl : static_cast<Communicator&>(group), &world);
+  LayerCost kinds[5] = {t.embedding, t.block, t.head, t.block_attention, t.block_full};
+  average_over_ranks(world, kinds, 5);
+  return {tp, kinds[0], kinds[1], kinds[2], kinds[3], kinds[4]};
 }
 
 }  // namespace

@@ -10,11 +10,10 @@
 // timed for `repeats` microbatches after `warmup` untimed ones, the kinds taking turns one
 // microbatch each (so a drift of the machine's speed reaches every kind alike); the
 // median, in ms. All five are built at once. The device finishes each pass before the
-// clock is read (Ops::synchronize). Every rank of the profile measures at once (the job's
-// ranks compute at the same time, and ranks sharing a node, its memory bandwidth and
-// caches, slow each other down: profile with the ranks per node the job will run with),
-// and each repetition counts at its slowest rank's time (a step waits for its slowest
-// rank wherever ranks synchronise).
+// clock is read (Ops::synchronize). Every rank of the profile measures at once and the figures are the
+// mean over ranks: the job's ranks compute at the same time, and ranks sharing a node
+// (its memory bandwidth and caches) slow each other down. Profile with the ranks per node
+// the job will run with.
 //
 // Update: zeroing, norm and AdamW per element, timed over the model's parameter count
 // capped at 4 Mi elements and at least one block's (the optimizer phase of a step scales
