@@ -10,13 +10,21 @@
 # (exact partition) under 1f1b, and the best layout of `pptrain plan` (planned from a
 # profile taken once under mpirun -np 2).
 # Usage: scripts/bench_planner.sh [BUILD_DIR]
-#   (BENCH_STEPS, default 10; BENCH_ROUNDS, 2; BENCH_PROFILE_REPEATS, 60)
+#   (BENCH_STEPS, default 10; BENCH_ROUNDS, 2; BENCH_PROFILE_REPEATS, 60; BENCH_THREADS, the
+#   OpenMP threads of each rank, 1, each rank bound to that many cores; BENCH_WORK, a folder
+#   to keep every run's log and metrics in, default a temporary one removed at the end)
 set -euo pipefail
 BUILD=${1:-build}
 PPTRAIN=$BUILD/pptrain
-work=$(mktemp -d /tmp/pptrain-bench-planner-XXXXXX)
-trap 'rm -rf "$work"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+THREADS=${BENCH_THREADS:-1}
+if [ -n "${BENCH_WORK:-}" ]; then
+  work=$BENCH_WORK
+  mkdir -p "$work"
+else
+  work=$(mktemp -d /tmp/pptrain-bench-planner-XXXXXX)
+  trap 'rm -rf "$work"' EXIT
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=$THREADS
 # This machine's speed drifts by up to a third between stretches of seconds to tens of
 # seconds (one run of 30 steps: the medians of 4 consecutive steps 1.19x apart, of 8 steps
 # 1.02x), so both sides of a ratio span several stretches: the measured time is the median
@@ -33,7 +41,7 @@ training: {steps: $STEPS, micro_batch_size: 2, lr: 1.0e-3, warmup_steps: 2, eval
 data: {train: "$work/data/train_*.bin"}
 logging: {every: 1, sample_tokens: 0}
 YAML
-MPI="mpirun --oversubscribe --bind-to core -np"
+MPI="mpirun --oversubscribe --map-by slot:PE=$THREADS --bind-to core -np"
 $MPI 2 "$PPTRAIN" profile "$work/model.yaml" --out "$work/profile.json" >/dev/null
 "$PPTRAIN" plan "$work/model.yaml" --ranks 2 --profile "$work/profile.json" --out "$work/best.yaml" >"$work/plan.txt"
 best=$(sed -n '3p' "$work/plan.txt" | awk '{print "pp"$2"_tp"$3"_dp"$4"_v"$5"_mbs"$6"_m"$7"_"$8}')
@@ -66,10 +74,10 @@ for ((round = 0; round < ROUNDS; ++round)); do
       logging.metrics="$work/$name.$round.jsonl" $overrides >"$work/$name.$round.log"
   done
 done
-python3 - "$work" "$ROUNDS" "$STEPS" "$best" "$REPEATS" "${specs[@]}" <<'PY'
+python3 - "$work" "$ROUNDS" "$STEPS" "$best" "$REPEATS" "$THREADS" "${specs[@]}" <<'PY'
 import json, re, statistics, sys
 work, rounds, steps, best = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-names = [spec.split()[0] for spec in sys.argv[6:]]
+names = [spec.split()[0] for spec in sys.argv[7:]]
 layouts, measured, within, drift = {}, {}, 0, 1.0
 for name in names:
     pred, meas = [], []
@@ -92,7 +100,7 @@ splits = sorted({re.search(r"layers_per_stage (\[[0-9,]*\])", open(f"{work}/pp2_
 uniform, closed, profiled = (measured[k] for k in ("pp2_1f1b_uniform", "pp2_1f1b_closed_form", "pp2_1f1b_profiled"))
 print(json.dumps({
     "bench": "planner_cpu", "model": "gpt2 8x256 vocab 50257 seq 128 mbs 2 m 8", "steps": steps, "rounds": rounds,
-    "profile_repeats": int(sys.argv[5]),
+    "profile_repeats": int(sys.argv[5]), "threads_per_rank": int(sys.argv[6]),
     "layouts": layouts, "within_10pct": f"{within}/{len(names)}",
     "fixed_layout_prediction_spread": round(drift, 3),
     "split_table_1f1b_ms": {"uniform_4_4": round(uniform, 1), "closed_form_7_1": round(closed, 1),
