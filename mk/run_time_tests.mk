@@ -1,10 +1,11 @@
 # Tests that use what the build made at run time (not linked): building one of them alone
 # builds that too (order-only).
-$(BUILD)/tests/test_readme $(BUILD)/tests/test_output_dirs $(BUILD)/tests/test_run_control $(BUILD)/tests/test_planner: | $(BUILD)/pptrain
+$(BUILD)/tests/test_readme $(BUILD)/tests/test_output_dirs $(BUILD)/tests/test_run_control \
+  $(BUILD)/tests/test_run_signals $(BUILD)/tests/test_planner: | $(BUILD)/pptrain
 # test_cuda_build seeds its real CUDA build with this build's library objects.
 $(BUILD)/tests/test_cuda_build: | $(BUILD)/pptrain $(LIB)
-# test_cost_profile runs `pptrain profile`, and pptrain-emu's for device: cuda.
-$(BUILD)/tests/test_cost_profile: | $(BUILD)/pptrain $(BUILD)/pptrain-emu
+# test_profile_command runs `pptrain profile`, and pptrain-emu's for device: cuda.
+$(BUILD)/tests/test_profile_command: | $(BUILD)/pptrain $(BUILD)/pptrain-emu
 # test_post_validation runs pptrain, pptrain-emu and the MPI program
 # tests/mpi/checkpoint_train.
 $(BUILD)/tests/test_post_validation: | $(BUILD)/pptrain $(BUILD)/pptrain-emu $(BUILD)/mpi_tests/checkpoint_train

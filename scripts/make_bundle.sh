@@ -18,6 +18,8 @@
 #   share/openmpi/, etc/  its help files and default parameters; pmix/ PMIx's components
 #                       and help files; lib/ucx/, lib/hwloc/ UCX's transports, hwloc's PCI plugin
 #   configs/, scripts/gpu_check.sh, scripts/bench_gpu.sh, scripts/json_string.sh,
+#   scripts/bench_planner.sh (the planner's cpu benchmark, on a node's steadier cores:
+#   `BENCH_THREADS=4 ./pptrain-gpu/run scripts/bench_planner.sh pptrain-gpu/build`),
 #   bench/cuda/train_throughput.sh
 #   run                 the launcher: ./pptrain-gpu/run CMD ARGS (scripts/bundle/run)
 # Assumes the node's glibc and libstdc++ are the build machine's or newer (Debian 12: glibc
@@ -58,7 +60,8 @@ done
 ln -s ../build/pptrain "$B/bin/pptrain"
 [ -x "$B/build/bench/gpu_model" ] && ln -s ../build/bench/gpu_model "$B/bin/gpu_model"
 cp -r "$ROOT/configs" "$B/"
-cp "$ROOT/scripts/gpu_check.sh" "$ROOT/scripts/bench_gpu.sh" "$ROOT/scripts/json_string.sh" "$B/scripts/"
+cp "$ROOT/scripts/gpu_check.sh" "$ROOT/scripts/bench_gpu.sh" "$ROOT/scripts/json_string.sh" "$ROOT/scripts/bench_planner.sh" \
+  "$B/scripts/"
 cp "$ROOT/bench/cuda/train_throughput.sh" "$B/bench/cuda/"
 cp "$ROOT/scripts/bundle/run" "$B/run"
 cp "$ROOT/README.md" "$B/"

@@ -13,10 +13,13 @@
 #include "pipeline/auto_schedule.h"
 #include "pipeline/registry.h"
 #include "pipeline/simulate.h"
+#include "support/error_of.h"
 #include "support/test_util.h"
 
 using namespace pptrain;
 using namespace pptrain::pipeline;
+using pptrain::testing::error_of;
+using pptrain::testing::max_of;
 namespace util = pptrain::testing;
 
 namespace {
@@ -44,17 +47,6 @@ std::vector<NamedCost> cost_cases() {
           {"large W", make(1, 1, 2, 0, 0.6, 0.4)},
           {"large F", make(2, 1, 1, 0, 1, 0)},
           {"comm", make(1, 1, 1, 0.3, 1, 0)}};
-}
-
-double max_of(const std::vector<double>& xs) { return *std::max_element(xs.begin(), xs.end()); }
-
-std::string error_of(auto fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 }  // namespace

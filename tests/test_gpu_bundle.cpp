@@ -112,7 +112,7 @@ TEST_F(GpuBundle, HoldsTheBinariesOpenMpiRuntimeScriptsAndConfigs) {
                         "build/bench/model_flops", "lib/libmpi.so.40", "lib/libhdf5_openmpi.so.103", "lib/libopenblas.so.0",
                         "lib/libpmix.so.2", "share/openmpi/help-mpi-api.txt", "configs/gpt2_124m_gpu.yaml",
                         "configs/gpt2_1558m_t4096.yaml", "scripts/gpu_check.sh", "scripts/bench_gpu.sh",
-                        "bench/cuda/train_throughput.sh", "MANIFEST"})
+                        "scripts/bench_planner.sh", "bench/cuda/train_throughput.sh", "MANIFEST"})
     EXPECT_TRUE(fs::exists(bundle() + "/" + f)) << f;
   int components = 0;
   for (const auto& e : fs::directory_iterator(bundle() + "/lib/openmpi")) components += e.path().extension() == ".so";

@@ -311,7 +311,7 @@ TEST_F(PostValidation, CheckpointAndResumeEqualTheUninterruptedRun) {
 
 // A stop signal to a post-validation run (pptrain train, pp=2, constant LR so that runs of
 // different lengths share a schedule; SIGUSR1 to mpirun, which forwards it to the ranks,
-// as the sbatch scripts ask Slurm for: test_run_control.cpp says why not SIGTERM): it
+// as the sbatch scripts ask Slurm for: test_run_signals.cpp says why not SIGTERM): it
 // stops after a settled step N with that step's checkpoint and exit 75; resumed to N + 3 it
 // ends bitwise where an uninterrupted synchronous N + 3 step run ends.
 TEST_F(PostValidation, StopSignalSavesASettledCheckpoint) {

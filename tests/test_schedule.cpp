@@ -13,9 +13,11 @@
 #include "pipeline/simulate.h"
 #include "pipeline/transform.h"
 #include "pipeline/validate.h"
+#include "support/test_util.h"
 
 using namespace pptrain;
 using namespace pptrain::pipeline;
+using pptrain::testing::max_of;
 
 namespace {
 
@@ -41,8 +43,6 @@ SimResult unit_sim(const Schedule& s, double weight_grad = 1) {
   cost.weight_grad = weight_grad;
   return simulate(s, cost);
 }
-
-double max_of(const std::vector<double>& x) { return *std::max_element(x.begin(), x.end()); }
 
 }  // namespace
 

@@ -16,23 +16,16 @@
 #include "pipeline/simulate.h"
 #include "pipeline/transform.h"
 #include "pipeline/validate.h"
+#include "support/error_of.h"
 #include "support/test_util.h"
 
 using namespace pptrain;
 using namespace pptrain::pipeline;
 namespace util = pptrain::testing;
 using util::TempDir;
+using pptrain::testing::error_of;
 
 namespace {
-
-std::string error_of(auto fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

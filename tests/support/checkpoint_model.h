@@ -1,6 +1,7 @@
 // The tiny single-rank model the checkpoint tests write, read and import into: the whole
 // GPT-2 as one Stage on the cpu backend with its optimizer moments.
 #pragma once
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -9,12 +10,15 @@
 #include "backend/ops.h"
 #include "checkpoint/checkpoint_manager.h"
 #include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/io_group.h"
+#include "checkpoint/tensor_table.h"
 #include "core/communicator.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "model/stage.h"
 #include "parallel/parallel_context.h"
 #include "model/optimizer_state.h"
+#include "support/error_of.h"
 #include "support/single_rank_model.h"
 
 namespace pptrain::testing {
@@ -55,9 +59,45 @@ struct Model : SingleRankModel {
     stage->discard(0);
     return l;
   }
+  // Every value of the model and its moments, in a fixed order (per tensor: value, m, v).
+  std::vector<float> all_values() {
+    std::vector<float> out;
+    for (auto& [name, p] : params->all())
+      for (Buffer<float>* b : {&p->value, &optimizer->m(name), &optimizer->v(name)}) {
+        const std::vector<float> v = b->to_host();
+        out.insert(out.end(), v.begin(), v.end());
+      }
+    return out;
+  }
 };
 
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
 inline ParallelContext single_process() { return ParallelContext{}; }
+
+// Loads checkpoint `path` into host vectors with the reader the manager uses (no optimizer
+// or device code runs: the corruption test forks it), `layout` giving the tensors. Returns
+// "" and fills `values` (the order of Model::all_values) and `meta`, or the error.
+inline std::string load_values(const std::string& path, Model& layout, std::vector<float>& values,
+                               CheckpointMeta& meta) {
+  const std::vector<ShardedTensor> tensors = sharded_tensors(*layout.params);
+  std::vector<std::vector<float>> by_section[3];
+  for (auto& v : by_section) v.resize(tensors.size());
+  IoGroup io = IoGroup::single();
+  try {
+    meta = read_checkpoint_file(path, tensors, [&](Section s, int i, const float* host) {
+      by_section[int(s)][i].assign(host, host + tensors[i].local_numel());
+    }, tiny_config(""), true, io);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  values.clear();
+  for (size_t i = 0; i < tensors.size(); ++i)
+    for (auto& section : by_section) values.insert(values.end(), section[i].begin(), section[i].end());
+  return "";
+}
 
 // Loads the weights of checkpoint `path` (a file of model `m`) into `model`.
 inline void load_weights(Model& model, const ModelConfig& m, const std::string& path) {
@@ -70,16 +110,6 @@ inline void load_weights(Model& model, const ModelConfig& m, const std::string& 
   read_checkpoint_file(path, sharded_tensors(*model.params), [&](Section, int i, const float* host) {
     by_index[i]->set_masters(host);
   }, cfg, false, io);
-}
-
-template <typename Fn>
-inline std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace pptrain::testing

@@ -62,6 +62,8 @@ std::vector<std::string> split_words(const std::string& text) {
   return words;
 }
 
+double max_of(const std::vector<double>& x) { return *std::max_element(x.begin(), x.end()); }
+
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b, double floor) {
   if (a.size() != b.size()) return INFINITY;
   double worst = 0;

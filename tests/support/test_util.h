@@ -54,4 +54,7 @@ std::vector<double> json_values(const std::string& jsonl, const std::string& key
 // Max over i of |a-b| / max(|b|, floor).
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b, double floor = 1e-6);
 
+// The largest element of a non-empty vector (a makespan over ranks, a rank's peak bytes).
+double max_of(const std::vector<double>& x);
+
 }  // namespace pptrain::testing
