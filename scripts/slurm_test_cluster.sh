@@ -140,9 +140,18 @@ setsid bash "$0" --watchdog $$ "$STATE" "$MUNGE_DIR" $OWN_WORKDIR </dev/null >/d
 WATCHDOG_PID=$!
 disown "$WATCHDOG_PID"  # no job-control notice when cleanup kills it
 
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# Ports below the kernel's ephemeral range: a port in it can be the local end of any
+# outgoing connection (an earlier cluster's sockets in TIME_WAIT, MPI's TCP), and then
+# slurmctld's bind fails with "Address already in use" although nothing listens there.
+# Free: no listener answers, and no socket of any state uses it as its local port.
+EPHEMERAL_LOW=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+[ "$EPHEMERAL_LOW" -gt 12002 ] 2>/dev/null || EPHEMERAL_LOW=32768
+port_free() {
+  ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null || return 1
+  ! command -v ss >/dev/null || [ -z "$(ss -Htan "( sport = :$1 )" 2>/dev/null)" ]
+}
 for _ in $(seq 20); do
-  CTLD_PORT=$((20000 + (RANDOM % 20000) * 2))
+  CTLD_PORT=$((12000 + (RANDOM % ((EPHEMERAL_LOW - 12002) / 2)) * 2))
   SLURMD_PORT=$((CTLD_PORT + 1))
   port_free "$CTLD_PORT" && port_free "$SLURMD_PORT" && break
 done
