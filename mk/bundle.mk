@@ -4,13 +4,14 @@
 #  - default: the real CUDA build in its own folder, $(BUNDLE_CUDA_BUILD) (CUDA=1, so the
 #    cpu build in $(BUILD) is not disturbed): pptrain, the GPU benchmarks, the real-device
 #    tests (mk/gpu_tests.mk), the performance model. CUDA_ARCH picks the GPUs (default
-#    "80 90": A100, H100/H200). BUNDLE_CUDA_LIBS=0 leaves cudart/cuBLAS/NCCL/cuDNN to the node.
+#    "80 90": A100, H100/H200). BUNDLE_CUDA_LIBS=0 leaves cudart/cuBLAS/NCCL/cuDNN to the node;
+#    BUNDLE_STRIP=1 strips the debug sections of the project's binaries.
 #  - BUNDLE_CPU_ONLY=1: the same packing of this cpu build (what tests/test_gpu_bundle runs).
 # Read last: the binaries to pack are the bench and gpu-tests entries of EXTRA_TARGETS.
 BUNDLE_CUDA_BUILD ?= build-cuda
 BUNDLE_OUT := $(BUILD)/gpu-bundle
 BUNDLE_TAR := $(BUILD)/pptrain-gpu.tar.gz
-BUNDLE_FLAGS := $(if $(filter 0,$(BUNDLE_CUDA_LIBS)),--no-cuda-libs)
+BUNDLE_FLAGS := $(if $(filter 0,$(BUNDLE_CUDA_LIBS)),--no-cuda-libs) $(if $(filter 1,$(BUNDLE_STRIP)),--strip)
 
 # Every binary the bundle takes from a build folder (used by the sub-make of gpu-bundle).
 .PHONY: bundle-binaries
