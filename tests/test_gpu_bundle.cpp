@@ -1,13 +1,13 @@
 // The relocatable GPU bundle (scripts/make_bundle.sh, `make gpu-bundle`) and the GPU check it
 // ships (scripts/gpu_check.sh). The real bundle packs the CUDA=1 build, minutes of nvcc; this
-// test packs the cpu build with --cpu-only (`make gpu-bundle BUNDLE_CPU_ONLY=1`), the same
-// script and the same packing of Open MPI, PMIx and every library, then unpacks the tarball
-// somewhere else (the bundle must be relocatable) and runs it with a clean environment whose
-// PATH has no mpirun: ldd resolves every library but the C library and C++ runtime from
-// the bundle; pptrain --version, prepare-data and one training step run, also under the
-// bundle's `mpirun -np 2`, and the dynamic loader's log (LD_DEBUG=libs) shows every library
-// and every dlopen'ed Open MPI / PMIx component came from the bundle. Runs from the
-// repository root.
+// test packs the cpu build with --cpu-only --strip (`make gpu-bundle BUNDLE_CPU_ONLY=1
+// BUNDLE_STRIP=1`: the binaries without debug sections), the same script and the same packing
+// of Open MPI, PMIx and every library, then unpacks the tarball somewhere else (the bundle
+// must be relocatable) and runs it with a clean environment whose PATH has no mpirun: ldd
+// resolves every library but the C library and C++ runtime from the bundle; pptrain --version,
+// prepare-data and one training step run, also under the bundle's `mpirun -np 2`, and the
+// dynamic loader's log (LD_DEBUG=libs) shows every library and every dlopen'ed Open MPI / PMIx
+// component came from the bundle. Runs from the repository root.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -44,7 +44,7 @@ class GpuBundle : public ::testing::Test {
     work_ = new TempDir;
     const std::string build = fs::path(testing::pptrain_bin()).parent_path().string();
     pack_ = run_command("scripts/make_bundle.sh --build " + build + " --out " + work_->file("pack") + " --tar " +
-                            work_->file("pptrain-gpu.tar.gz") + " --cpu-only 2>&1",
+                            work_->file("pptrain-gpu.tar.gz") + " --cpu-only --strip 2>&1",
                         120);
     if (pack_.exit_code == 0)
       unpack_ = run_command("mkdir -p " + work_->file("elsewhere") + " && tar -C " + work_->file("elsewhere") +
@@ -120,6 +120,19 @@ TEST_F(GpuBundle, HoldsTheBinariesOpenMpiRuntimeScriptsAndConfigs) {
   // The C library and the C++ runtime stay the node's.
   for (const auto& e : fs::directory_iterator(bundle() + "/lib"))
     EXPECT_FALSE(is_system_library(e.path().filename().string())) << e.path();
+}
+
+// --strip (what fits a bundle through a narrow copy): the project's binaries lose their
+// debug sections, the build's keep theirs, and the stripped ones run (the tests below).
+TEST_F(GpuBundle, StripDropsTheDebugSectionsOfTheProjectsBinaries) {
+  const std::string build = fs::path(testing::pptrain_bin()).parent_path().string();
+  auto debug_sections = [](const std::string& file) {
+    return run_command("readelf -S " + file + " | grep -c '\\.debug_info'").output;
+  };
+  EXPECT_EQ(debug_sections(build + "/pptrain"), "1\n") << "the build was not compiled with -g";
+  EXPECT_EQ(debug_sections(bundle() + "/build/pptrain"), "0\n");
+  EXPECT_EQ(debug_sections(bundle() + "/build/bench/model_flops"), "0\n");
+  EXPECT_LT(fs::file_size(bundle() + "/build/pptrain"), fs::file_size(build + "/pptrain") / 2);
 }
 
 TEST_F(GpuBundle, LddResolvesEveryOtherLibraryFromTheBundle) {
@@ -261,6 +274,11 @@ TEST(GpuBundleMake, TheMakeTargetRunsTheSamePackingScript) {
                             "/pptrain-gpu.tar.gz --cpu-only"),
             std::string::npos)
       << cpu.output;
+  EXPECT_EQ(cpu.output.find("--strip"), std::string::npos) << cpu.output;
+  CommandResult stripped = run_command("env -u MAKEFLAGS -u MAKELEVEL make -n --no-print-directory BUILD=" + build +
+                                       " BUNDLE_CPU_ONLY=1 BUNDLE_STRIP=1 -o bundle-binaries gpu-bundle 2>&1");
+  ASSERT_EQ(stripped.exit_code, 0) << stripped.output;
+  EXPECT_NE(stripped.output.find(" --strip\n"), std::string::npos) << stripped.output;
 }
 
 }  // namespace
