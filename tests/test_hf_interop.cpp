@@ -6,14 +6,9 @@
 // forward written from HF's layout; export -> import gives back every tensor bitwise.
 // Damaged and inconsistent files: tests/test_hf_interop_errors.cpp.
 #include <gtest/gtest.h>
-#include <sys/stat.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 #include <filesystem>
-#include <map>
-#include <random>
 
 #include "checkpoint/checkpoint_manager.h"
 #include "checkpoint/hf_export.h"

@@ -9,16 +9,11 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <map>
-#include <random>
 
-#include "checkpoint/checkpoint_manager.h"
-#include "checkpoint/hf_export.h"
 #include "checkpoint/hf_import.h"
 #include "checkpoint/safetensors.h"
 #include "core/bf16.h"
 #include "support/checkpoint_model.h"
-#include "support/checkpoint_util.h"
 #include "support/hf_files.h"
 #include "support/hf_gpt2.h"
 #include "support/test_util.h"
