@@ -57,6 +57,18 @@ CUDA_HOST_SRCS := $(sort $(wildcard src/backend/cuda/*.cpp)) src/parallel/nccl_c
 # binary only pulls the objects it references.
 LIB_SRCS := $(filter-out src/main.cpp src/backend/cuda/% $(CUDA_HOST_SRCS),$(shell find src -name '*.cpp' | sort))
 LIB_OBJS := $(LIB_SRCS:%.cpp=$(BUILD)/obj/%.o)
+
+# The cpu backend's op files are compiled a second time for AVX-512 on x86-64
+# (src/backend/cpu/isa.h): objects *.avx512.o beside the baseline ones, code in
+# cpu::avx512; cpu_isa.cpp (compiled once) picks a copy at run time, so one portable binary
+# runs the CPU's widest vectors. The files compiled once: cpu_isa.cpp and blas_setup.cpp.
+CPU_ONCE_SRCS := src/backend/cpu/cpu_isa.cpp src/backend/cpu/blas_setup.cpp
+CPU_ISA_SRCS := $(filter-out $(CPU_ONCE_SRCS),$(sort $(wildcard src/backend/cpu/*.cpp)))
+ifneq ($(findstring x86_64,$(shell $(CXX) -dumpmachine 2>/dev/null)),)
+CPU_AVX512_OBJS := $(CPU_ISA_SRCS:%.cpp=$(BUILD)/obj/%.avx512.o)
+LIB_OBJS += $(CPU_AVX512_OBJS)
+$(BUILD)/obj/src/backend/cpu/cpu_isa.o: CXXFLAGS += -DPPTRAIN_WITH_AVX512_COPY
+endif
 LIB := $(BUILD)/libpptrain.a
 
 # One GoogleTest binary per tests/test_*.cpp; tests/support holds the helpers the tests share
@@ -92,6 +104,10 @@ binaries: $(BUILD)/pptrain $(TEST_BINS) $(BENCH_BINS) $(EXTRA_TARGETS)
 $(BUILD)/obj/%.o: %.cpp $(CODEGEN_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.avx512.o: %.cpp $(CODEGEN_STAMP)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -DPPTRAIN_CPU_AVX512 -c $< -o $@
 
 $(LIB): $(LIB_OBJS)
 	@mkdir -p $(dir $@)

@@ -1,7 +1,12 @@
-// Benchmark: training throughput of the cpu backend on a GPT-2-small-shaped model, as a
-// fraction of the cblas_sgemm FLOP rate measured in the same run (the machine is shared
-// and noisy; a ratio taken in one run is what compares across commits). FLOPs per token:
-// training_flops_per_token of model_flops.h. Prints one JSON line.
+// Benchmark: training throughput of the cpu backend on a GPT-2-small-shaped model, against
+// the machine: as a fraction of a large cblas_sgemm measured in the same run with the
+// OpenBLAS core the start-up chose (the machine is shared and noisy; a ratio taken in one
+// run is what compares across commits), and of the CPU's peak estimate (threads x clock x
+// FLOPs per cycle of its widest FMA units), which a slow BLAS kernel cannot hide: a
+// fallback core lowers both the step and the SGEMM, so only the peak fraction shows it.
+// FLOPs per token: training_flops_per_token of model_flops.h. Prints one JSON line naming
+// the BLAS, its core and the cpu backend's instruction set.
+//   bench_model [STEPS=3] [SEQ=256] [BATCH=4]
 #include <cblas.h>
 #include <omp.h>
 
@@ -12,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/blas_setup.h"
+#include "backend/cpu/cpu_isa.h"
 #include "backend/ops.h"
 #include "core/communicator.h"
 #include "model/stage.h"
@@ -43,10 +50,16 @@ static double sgemm_gflops(int n) {
 }
 
 int main(int argc, char** argv) {
+  const cpu::BlasChoice& blas = cpu::ensure_blas_core(argv);  // may re-execute with a better core
   int steps = argc > 1 ? std::atoi(argv[1]) : 3;
   ModelConfig m;
-  m.n_layer = 12; m.n_head = 12; m.d_model = 768; m.seq_len = 256; m.vocab_size = 50304;
-  const int batch = 4, microbatches = 1;
+  m.n_layer = 12; m.n_head = 12; m.d_model = 768; m.vocab_size = 50304;
+  m.seq_len = argc > 2 ? std::atoi(argv[2]) : 256;
+  const int batch = argc > 3 ? std::atoi(argv[3]) : 4, microbatches = 1;
+  if (steps < 1 || m.seq_len < 1 || batch < 1) {
+    std::fprintf(stderr, "usage: bench_model [STEPS >= 1] [SEQ >= 1] [BATCH >= 1]\n");
+    return 2;
+  }
   auto ops = make_cpu_ops();
   LocalComm alone;
   ModelDims dims = ModelDims::from(m, batch, 1, 0);
@@ -92,12 +105,19 @@ int main(int argc, char** argv) {
   double sgemm = std::max(sgemm_before, sgemm_after);
   double mean_s = total_s / steps;
   double achieved = flops_per_token * tokens_per_step / mean_s / 1e9;
+  const cpu::CpuInfo cpu_info = cpu::read_cpu_info();
+  const double peak = cpu::peak_gflops_estimate(cpu_info, omp_get_max_threads());
   std::printf(
-      "{\"bench\": \"train_gpt2_small_cpu\", \"threads\": %d, \"params\": %zu, \"tokens_per_step\": %.0f, "
-      "\"steps\": %d, \"step_s_mean\": %.3f, \"step_s_best\": %.3f, \"tokens_per_s\": %.1f, "
-      "\"achieved_gflops\": %.2f, \"sgemm_gflops\": %.2f, \"sgemm_fraction\": %.3f, "
-      "\"sgemm_fraction_best_step\": %.3f, \"loss\": %.4f}\n",
-      omp_get_max_threads(), n_total, tokens_per_step, steps, mean_s, best_s, tokens_per_step / mean_s,
-      achieved, sgemm, achieved / sgemm, flops_per_token * tokens_per_step / best_s / 1e9 / sgemm, loss);
+      "{\"bench\": \"train_gpt2_small_cpu\", \"threads\": %d, \"seq\": %d, \"batch\": %d, \"params\": %zu, "
+      "\"tokens_per_step\": %.0f, \"steps\": %d, \"step_s_mean\": %.3f, \"step_s_best\": %.3f, "
+      "\"tokens_per_s\": %.1f, \"achieved_gflops\": %.2f, \"sgemm_gflops\": %.2f, \"sgemm_fraction\": %.3f, "
+      "\"sgemm_fraction_best_step\": %.3f, \"peak_gflops_estimate\": %.1f, \"peak_fraction\": %.3f, "
+      "\"sgemm_peak_fraction\": %.3f, \"blas\": \"%s\", \"blas_core\": \"%s\", \"blas_core_how\": \"%s\", "
+      "\"cpu_isa\": \"%s\", \"cpu\": \"%s\", \"loss\": %.4f}\n",
+      omp_get_max_threads(), m.seq_len, batch, n_total, tokens_per_step, steps, mean_s, best_s,
+      tokens_per_step / mean_s, achieved, sgemm, achieved / sgemm,
+      flops_per_token * tokens_per_step / best_s / 1e9 / sgemm, peak, peak > 0 ? achieved / peak : 0.0,
+      peak > 0 ? sgemm / peak : 0.0, cpu::blas_version().c_str(), blas.running.c_str(), blas.how.c_str(),
+      cpu::isa_name(cpu::process_isa()), cpu_info.model_name.c_str(), loss);
   return 0;
 }

@@ -4,6 +4,7 @@
 #include <exception>
 #include <string>
 
+#include "backend/cpu/blas_setup.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -34,6 +35,8 @@ const char* kUsage =
 }
 
 int main(int argc, char** argv) {
+  // Before MPI starts: may re-execute this process with OPENBLAS_CORETYPE set.
+  pptrain::cpu::ensure_blas_core(argv);
   pptrain::MpiSession mpi(&argc, &argv);
   if (argc < 2) {
     if (mpi.rank() == 0) std::fputs(kUsage, stderr);

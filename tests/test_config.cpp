@@ -203,6 +203,40 @@ TEST(Config, AttentionDefaultsToTheDevicesAndAcceptsEachChoice) {
   EXPECT_EQ(parse_config(to_yaml(c), "b.yaml").model.attention, "flash");
 }
 
+// On cuda the unset core is the fastest the build and the model allow: cuDNN's fused
+// attention where the binary has cuDNN and the model fits it, else the flash kernels,
+// else naive; the reason goes to the start-up line, and a named core has none.
+TEST(Config, AttentionDefaultOnCudaIsCudnnWhereTheBuildAndTheModelAllowIt) {
+  const BuildFeatures cudnn{.cudnn = true}, none{};
+  const std::string bf16 = "device: cuda\ntraining: {precision: bf16}\n";  // GPT-2 124M: head size 64
+  Config c = parse_config(bf16, "t.yaml", {}, cudnn);
+  EXPECT_EQ(c.model.attention, "cudnn");
+  EXPECT_EQ(c.model.attention_default, "default on cuda: cuDNN's fused attention, bf16, head size 64");
+  EXPECT_EQ(parse_config(to_yaml(c), "b.yaml").model.attention, "cudnn");  // written resolved
+  EXPECT_EQ(parse_config(to_yaml(c), "b.yaml").model.attention_default, "");
+  c = parse_config(bf16, "t.yaml", {}, none);
+  EXPECT_EQ(c.model.attention, "flash");
+  EXPECT_EQ(c.model.attention_default, "default on cuda: this binary has no cuDNN, so the flash kernels");
+  c = parse_config("device: cuda\n", "t.yaml", {}, cudnn);  // fp32
+  EXPECT_EQ(c.model.attention, "flash");
+  EXPECT_EQ(c.model.attention_default, "default on cuda: cuDNN's fused attention needs bf16, so the flash kernels");
+  c = parse_config(bf16, "t.yaml", {"model.arch=llama", "model.n_kv_head=4"}, cudnn);
+  EXPECT_EQ(c.model.attention, "flash");
+  EXPECT_EQ(c.model.attention_default,
+            "default on cuda: cuDNN runs multi-head attention only (n_kv_head < n_head), so the flash kernels");
+  c = parse_config(bf16, "t.yaml", {"model.n_head=2", "model.d_model=16"}, cudnn);  // head size 8: cuDNN's
+  EXPECT_EQ(c.model.attention, "cudnn");
+  c = parse_config(bf16, "t.yaml", {"model.n_head=4", "model.d_model=1000"}, cudnn);  // head size 250
+  EXPECT_EQ(c.model.attention, "naive");
+  EXPECT_EQ(c.model.attention_default,
+            "default on cuda: head size 250 is not cuDNN's (a multiple of 8 up to 128), and no flash kernel for head "
+            "size 250");
+  c = parse_config(bf16, "t.yaml", {"model.attention=flash"}, cudnn);
+  EXPECT_EQ(c.model.attention, "flash");
+  EXPECT_EQ(c.model.attention_default, "");
+  EXPECT_EQ(parse_config("", "t.yaml", {}, cudnn).model.attention, "naive");  // cpu
+}
+
 TEST(Config, RejectsAnUnknownAttentionAndCudnnOnTheCpu) {
   auto msg = error_of("model: {attention: fused}\n");
   EXPECT_EQ(msg, "exp.yaml: key 'model.attention': expected flash, cudnn or naive, got 'fused'");

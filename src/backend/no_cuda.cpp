@@ -19,4 +19,6 @@ __attribute__((weak)) std::unique_ptr<Ops> make_cuda_ops(int device) {
 
 __attribute__((weak)) const char* cuda_backend_build() { return ""; }
 
+__attribute__((weak)) bool cuda_backend_has_cudnn() { return false; }
+
 }  // namespace pptrain

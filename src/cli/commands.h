@@ -28,4 +28,8 @@ struct ProfileOptions;
 struct Config;
 ProfileOptions profile_options(const Config& cfg, std::string* source = nullptr);
 
+// What this binary's backends can run, for the defaults of a config (cli/version.cpp).
+struct BuildFeatures;
+BuildFeatures build_features();
+
 }  // namespace pptrain

@@ -95,7 +95,7 @@ void print_table(const std::vector<LayoutChoice>& layouts, const PlanArgs& args)
 
 int cmd_plan(const Args& raw_args, MpiSession& mpi) {
   const PlanArgs args = parse_args(raw_args);
-  const Config cfg = load_config(args.config, args.overrides);
+  const Config cfg = load_config(args.config, args.overrides, build_features());
   CostProfile profile;
   if (!args.profile.empty()) {
     profile = read_cost_profile(args.profile);

@@ -124,7 +124,7 @@ ProfileOptions profile_options(const Config& cfg, std::string* source) {
 
 int cmd_profile(const Args& raw_args, MpiSession& mpi) {
   const ProfileArgs args = parse_args(raw_args);
-  const Config cfg = load_config(args.config, args.overrides);
+  const Config cfg = load_config(args.config, args.overrides, build_features());
   // An output that cannot be written fails now, not after the measurement.
   if (mpi.rank() == 0) {
     const std::string probe = args.out + ".tmp";

@@ -109,7 +109,7 @@ int cmd_train(const Args& raw_args, MpiSession& mpi) {
   const TrainArgs args = parse_args(raw_args);
   // Planted faults (tests of the tests): parsed once, announced, handed to where they act.
   const Faults all_faults = Faults::from_env();
-  const Config loaded = load_config(args.config, args.overrides);
+  const Config loaded = load_config(args.config, args.overrides, build_features());
   if (args.dry_run) return dry_run(loaded, mpi);
   all_faults.announce(mpi.rank());
   JobPlan plan;

@@ -280,8 +280,42 @@ int llama_ffn_hidden(int d_model) {
   return int((hidden + 255) / 256 * 256);
 }
 
+void resolve_default_attention(Config& c, const BuildFeatures& build) {
+  ModelConfig& m = c.model;
+  if (!m.attention.empty()) return;
+  if (c.device != "cuda") {
+    // The cpu's flash core is no faster there; naive keeps the cpu's figures and losses.
+    m.attention = "naive";
+    m.attention_default = "the cpu default";
+    return;
+  }
+  if (m.n_head < 1 || m.d_model < 1 || m.d_model % m.n_head) {  // validate() names the key
+    m.attention = "naive";
+    return;
+  }
+  const int hd = m.d_model / m.n_head;
+  // cuDNN's fused attention was measured the fastest core on Hopper (GPT-2 124M on an H200:
+  // 35.2 ms a step against 54.9 ms with the flash kernels); it takes what validate() lets
+  // model.attention: cudnn take.
+  std::string no_cudnn;
+  if (!build.cudnn) no_cudnn = "this binary has no cuDNN";
+  else if (c.training.precision != "bf16") no_cudnn = "cuDNN's fused attention needs bf16";
+  else if (hd % 8 || hd > 128) no_cudnn = cat("head size ", hd, " is not cuDNN's (a multiple of 8 up to 128)");
+  else if (m.kv_heads() != m.n_head) no_cudnn = "cuDNN runs multi-head attention only (n_kv_head < n_head)";
+  if (no_cudnn.empty()) {
+    m.attention = "cudnn";
+    m.attention_default = cat("default on cuda: cuDNN's fused attention, bf16, head size ", hd);
+  } else if (flash_kernel_head_dim(m)) {
+    m.attention = "flash";
+    m.attention_default = cat("default on cuda: ", no_cudnn, ", so the flash kernels");
+  } else {
+    m.attention = "naive";
+    m.attention_default = cat("default on cuda: ", no_cudnn, ", and no flash kernel for head size ", hd);
+  }
+}
+
 Config parse_config(const std::string& yaml_text, const std::string& source,
-                    const std::vector<std::string>& overrides) {
+                    const std::vector<std::string>& overrides, const BuildFeatures& build) {
   Config c;
   c.source = source;
   YAML::Node root;
@@ -299,17 +333,17 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
     tie_given = tie_given || gives_key(node, "model", "tie_embeddings");
   }
   resolve_model_defaults(c.model, tie_given);
-  if (c.model.attention.empty())
-    c.model.attention = c.device == "cuda" && flash_kernel_head_dim(c.model) ? "flash" : "naive";
+  resolve_default_attention(c, build);
   validate(c);
   return c;
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+Config load_config(const std::string& path, const std::vector<std::string>& overrides,
+                   const BuildFeatures& build) {
   struct stat info;
   if (::stat(path.c_str(), &info) != 0) fail(path, ": cannot open config file (", std::strerror(errno), ")");
   // A regular file only (a directory would read as an empty config, a FIFO block forever).
-  return parse_config(read_small_file(path, "config", kMaxConfigBytes), path, overrides);
+  return parse_config(read_small_file(path, "config", kMaxConfigBytes), path, overrides, build);
 }
 
 std::string to_yaml(const Config& c_in) {

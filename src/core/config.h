@@ -36,9 +36,15 @@ struct ModelConfig {
   // keeps the per-row log-sum-exp), cudnn (cuDNN's fused attention, device: cuda). Empty
   // in the file means the device's default, resolved when the config is parsed: flash on
   // cuda; naive on cpu, which keeps the cpu's figures and losses as they were.
-  // On cuda the default is naive where the head size is not one the flash kernels take
-  // (32, 64, 128); an explicit flash there is a one-line error.
+  // On cuda the default is the fastest core this binary and the model allow: cudnn where
+  // the cuda backend was built with cuDNN (BuildFeatures) and the model fits cuDNN's fused
+  // attention (bf16, multi-head, head size a multiple of 8 up to 128), else flash where the
+  // head size is one the flash kernels take (32, 64, 128), else naive; an explicit flash
+  // where the kernels lack the head size is a one-line error.
   std::string attention;
+  // Why the default was taken, for the start-up line; "" when the config names the core.
+  // Not part of the config (to_yaml writes the resolved core).
+  std::string attention_default;
 };
 
 struct ParallelConfig {
@@ -199,12 +205,24 @@ int llama_ffn_hidden(int d_model);
 // d_model / n_head (kernels/flash_attention.cu): the cuda default attention and a check.
 bool flash_kernel_head_dim(const ModelConfig& m);
 
+// What this binary can run that a config's defaults depend on. cli/ fills it from the
+// backends; a config parsed without it (tests, a checkpoint's stored config, which names
+// every value anyway) assumes none of them.
+struct BuildFeatures {
+  bool cudnn = false;  // the cuda backend was built with cuDNN (model.attention: cudnn)
+};
+
+// An unset model.attention, resolved for the device, precision, model and build (the
+// default of ModelConfig::attention), with its reason in model.attention_default.
+void resolve_default_attention(Config& c, const BuildFeatures& build);
+
 // Parses `path`, applies `overrides` ("section.key=value", value parsed as YAML) and
 // validates. Throws pptrain::Error naming the file and key on any problem.
-Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {},
+                   const BuildFeatures& build = {});
 // Same, from YAML text (tests, checkpoints); `source` names it in messages.
 Config parse_config(const std::string& yaml_text, const std::string& source,
-                    const std::vector<std::string>& overrides = {});
+                    const std::vector<std::string>& overrides = {}, const BuildFeatures& build = {});
 // The fully resolved config as YAML (stored in checkpoints; parses back to the same Config).
 std::string to_yaml(const Config& c);
 // Checks values and combinations; throws pptrain::Error naming source and key.

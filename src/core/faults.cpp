@@ -49,6 +49,9 @@ const FaultKind kFaultKinds[] = {
      "under bf16) but keeps its own stale values outside its range"},
     {"uncounted_release", "", false,
      "the cpu backend on this rank leaves the bytes of its first release counted in use (Ops::memory_stats)"},
+    {"blas_detected", "CORE", false,
+     "stands in for the OpenBLAS core detected at start-up (e.g. Prescott), as on a CPU newer than the library; "
+     "the start-up then chooses by the CPU's features"},
 };
 
 const FaultKind* kind_of(const std::string& name) {

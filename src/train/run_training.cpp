@@ -11,6 +11,7 @@
 #include <optional>
 #include <utility>
 
+#include "backend/cpu/blas_setup.h"
 #include "checkpoint/checkpoint_manager.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -119,7 +120,10 @@ void log_startup(Job& job) {
             cfg.parallel.pp, " tp ", cfg.parallel.tp, " | schedule ", cfg.parallel.schedule, ", ",
             cfg.parallel.microbatches, " microbatches, blocks per stage ", blocks_text(blocks_per_stage(cfg)),
             " | backend ", job.ops().name(), " ", cfg.training.precision, " | comm ", job.transport(), " | attention ",
-            cfg.model.attention, " | recompute per stage ", ModelDims::recompute_per_stage_text(cfg));
+            cfg.model.attention, m.attention_default.empty() ? "" : cat(" (", m.attention_default, ")"), " | recompute per stage ", ModelDims::recompute_per_stage_text(cfg));
+  // On cpu, what the ops run on: rank 0's BLAS core and SGEMM rate against the CPU's peak
+  // (a 1024^3 SGEMM, tens of milliseconds), so a slow kernel choice shows at once.
+  if (cfg.device == "cpu" && job.world().rank() == 0) log::info(cpu::cpu_summary_line(true));
 }
 
 // What the loop does with each step's result once it is known — at once when synchronous,

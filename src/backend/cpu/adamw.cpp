@@ -3,8 +3,9 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/isa_begin.h"  // last: see there
 
-namespace pptrain::cpu {
+namespace pptrain::cpu::PPTRAIN_CPU_ISA {
 
 using Index = long long;
 
@@ -56,4 +57,4 @@ double CpuOps::sum_squares(const float* x, size_t n) {
   return total;
 }
 
-}  // namespace pptrain::cpu
+}  // namespace pptrain::cpu::PPTRAIN_CPU_ISA

@@ -19,8 +19,9 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/vector_math.h"
 #include "core/error.h"
+#include "backend/cpu/isa_begin.h"  // last: see there
 
-namespace pptrain::cpu {
+namespace pptrain::cpu::PPTRAIN_CPU_ISA {
 
 namespace {
 
@@ -350,4 +351,4 @@ void CpuOps::gqa_flash_attention_backward_input(View dqkvv, float* delta, ConstV
   }
 }
 
-}  // namespace pptrain::cpu
+}  // namespace pptrain::cpu::PPTRAIN_CPU_ISA

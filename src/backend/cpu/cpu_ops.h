@@ -19,10 +19,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cpu/isa.h"
 #include "backend/ops.h"
 #include "core/error.h"
 
 namespace pptrain::cpu {
+// cpu::avx2 or cpu::avx512: one copy of the backend per instruction set (isa.h).
+inline namespace PPTRAIN_CPU_ISA {
 
 // RAII float array, 64-byte aligned, grown on demand and never shrunk.
 class ScratchArray {
@@ -103,4 +106,5 @@ auto fp32(const char* op, Views... views) {
 // than the work (bias vectors, small parameter tensors).
 constexpr size_t kParallelMinElements = size_t(1) << 15;
 
+}  // namespace PPTRAIN_CPU_ISA
 }  // namespace pptrain::cpu

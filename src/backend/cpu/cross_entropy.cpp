@@ -7,8 +7,9 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/vector_math.h"
 #include "core/error.h"
+#include "backend/cpu/isa_begin.h"  // last: see there
 
-namespace pptrain::cpu {
+namespace pptrain::cpu::PPTRAIN_CPU_ISA {
 
 namespace {
 // Column of the target in this shard, or -1 when it lies in another shard.
@@ -84,4 +85,4 @@ void CpuOps::ce_backward(View dlogitsv, ConstView logitsv, const float* rmax,
   }
 }
 
-}  // namespace pptrain::cpu
+}  // namespace pptrain::cpu::PPTRAIN_CPU_ISA

@@ -3,8 +3,9 @@
 // exp in the vector unit).
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/vector_math.h"
+#include "backend/cpu/isa_begin.h"  // last: see there
 
-namespace pptrain::cpu {
+namespace pptrain::cpu::PPTRAIN_CPU_ISA {
 
 // Loop indices are signed (OpenMP canonical loops); sizes beyond 2^63 do not occur.
 using Index = long long;
@@ -58,4 +59,4 @@ void CpuOps::add_bias(View yv, ConstView bv, int n, int c) {
   }
 }
 
-}  // namespace pptrain::cpu
+}  // namespace pptrain::cpu::PPTRAIN_CPU_ISA

@@ -7,8 +7,9 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
+#include "backend/cpu/isa_begin.h"  // last: see there
 
-namespace pptrain::cpu {
+namespace pptrain::cpu::PPTRAIN_CPU_ISA {
 
 namespace {
 constexpr int kChannelChunk = 64;  // channels per task: whole cache lines, no false sharing
@@ -70,4 +71,4 @@ void CpuOps::embedding_backward_weight(float* dwte, float* dwpe, ConstView dyv,
   }
 }
 
-}  // namespace pptrain::cpu
+}  // namespace pptrain::cpu::PPTRAIN_CPU_ISA

@@ -4,8 +4,9 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/isa_begin.h"  // last: see there
 
-namespace pptrain::cpu {
+namespace pptrain::cpu::PPTRAIN_CPU_ISA {
 
 namespace {
 constexpr float kEps = 1e-5f;
@@ -130,4 +131,4 @@ void CpuOps::layernorm_backward_weight(float* dg, float* db, ConstView dyv, Cons
   }
 }
 
-}  // namespace pptrain::cpu
+}  // namespace pptrain::cpu::PPTRAIN_CPU_ISA

@@ -5,8 +5,9 @@
 #include <algorithm>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/isa_begin.h"  // last: see there
 
-namespace pptrain::cpu {
+namespace pptrain::cpu::PPTRAIN_CPU_ISA {
 
 // Sums the rows of dy[N,O] into db[O] (+=). Threads own disjoint column ranges and
 // walk the rows in order, so every column's sum order is fixed whatever the thread
@@ -82,4 +83,4 @@ void CpuOps::linear_backward_input_dgelu(View dpre, ConstView dy, ConstView w, C
   gelu_backward(dpre, dpre, pre, size_t(n) * in);
 }
 
-}  // namespace pptrain::cpu
+}  // namespace pptrain::cpu::PPTRAIN_CPU_ISA

@@ -15,12 +15,12 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
+#include "backend/cpu/isa_begin.h"  // last: see there
 
-namespace pptrain {
+namespace pptrain::cpu::PPTRAIN_CPU_ISA {
 
-std::unique_ptr<Ops> make_cpu_ops(const Faults& faults) { return std::make_unique<cpu::CpuOps>(faults); }
-
-namespace cpu {
+// This instruction set's copy of the backend (cpu_isa.cpp chooses).
+std::unique_ptr<Ops> make_ops(const Faults& faults) { return std::make_unique<CpuOps>(faults); }
 
 namespace {
 constexpr size_t kAlignment = 64;
@@ -104,5 +104,4 @@ void CpuOps::cast(View dstv, ConstView srcv, size_t n) {
   if (n) std::memcpy(dst, src, n * sizeof(float));
 }
 
-}  // namespace cpu
-}  // namespace pptrain
+}  // namespace pptrain::cpu::PPTRAIN_CPU_ISA

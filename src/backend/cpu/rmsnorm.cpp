@@ -6,8 +6,9 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/isa_begin.h"  // last: see there
 
-namespace pptrain::cpu {
+namespace pptrain::cpu::PPTRAIN_CPU_ISA {
 
 void CpuOps::rmsnorm_forward(View yv, float* rstd, ConstView xv, ConstView gv, int n, int c, float eps) {
   float* y;
@@ -81,4 +82,4 @@ void CpuOps::rmsnorm_backward_weight(float* dg, ConstView dyv, ConstView xv, con
   }
 }
 
-}  // namespace pptrain::cpu
+}  // namespace pptrain::cpu::PPTRAIN_CPU_ISA

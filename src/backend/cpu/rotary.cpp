@@ -8,8 +8,9 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
+#include "backend/cpu/isa_begin.h"  // last: see there
 
-namespace pptrain::cpu {
+namespace pptrain::cpu::PPTRAIN_CPU_ISA {
 
 namespace {
 
@@ -79,4 +80,4 @@ void CpuOps::rotary_backward_input(View dqkvv, int b, int t, int nh, int nkv, in
   rotate(dqkv, table, b, t, nh, nkv, hd, -1.0f);
 }
 
-}  // namespace pptrain::cpu
+}  // namespace pptrain::cpu::PPTRAIN_CPU_ISA

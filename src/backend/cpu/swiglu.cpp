@@ -3,8 +3,9 @@
 // exp in the vector unit).
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/vector_math.h"
+#include "backend/cpu/isa_begin.h"  // last: see there
 
-namespace pptrain::cpu {
+namespace pptrain::cpu::PPTRAIN_CPU_ISA {
 
 namespace {
 
@@ -37,4 +38,4 @@ void CpuOps::swiglu_backward_input(View dgatev, View dupv, ConstView dyv, ConstV
   }
 }
 
-}  // namespace pptrain::cpu
+}  // namespace pptrain::cpu::PPTRAIN_CPU_ISA

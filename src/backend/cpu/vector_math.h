@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <cstring>
 
-namespace pptrain::cpu {
+#include "backend/cpu/isa.h"
+
+namespace pptrain::cpu::PPTRAIN_CPU_ISA {
 
 // exp(x) with ~1 ulp error (Cephes expf). x = n·ln2 + r, |r| <= ln2/2, so
 // exp(x) = 2^n · exp(r), exp(r) from a degree-7 polynomial and 2^n built in the
@@ -64,4 +66,4 @@ inline float gelu_derivative(float x) {
   return s + x * 2.0f * s * (1.0f - s) * du;
 }
 
-}  // namespace pptrain::cpu
+}  // namespace pptrain::cpu::PPTRAIN_CPU_ISA

@@ -23,4 +23,8 @@ std::unique_ptr<Ops> make_cuda_ops(int device);
 // (pptrain --version).
 const char* cuda_backend_build();
 
+// Whether the cuda backend was built with cuDNN (model.attention: cudnn; the default
+// attention on cuda where the model allows it). False without the cuda backend.
+bool cuda_backend_has_cudnn();
+
 }  // namespace pptrain

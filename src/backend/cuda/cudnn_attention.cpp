@@ -305,3 +305,16 @@ void CudnnAttention::backward_input(View, ConstView, ConstView, ConstView, const
 }  // namespace pptrain::cuda
 
 #endif
+
+namespace pptrain {
+
+// cuda_backend.h: the default model.attention on cuda depends on it (core/config.h).
+bool cuda_backend_has_cudnn() {
+#ifdef PPTRAIN_WITH_CUDNN
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace pptrain

@@ -1,0 +1,217 @@
+// OpenBLAS's core against the CPU's features, and the start-up line (blas_setup.h).
+// Compiled once, for the baseline ISA.
+#include "backend/cpu/blas_setup.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_isa.h"
+#include "core/error.h"
+#include "core/faults.h"
+
+namespace pptrain::cpu {
+
+namespace {
+
+// Set beside OPENBLAS_CORETYPE by the re-execution, as "CORE:DETECTED", so the new process
+// knows the variable is ours (not the user's) and what OpenBLAS had detected.
+constexpr const char* kChosenVar = "PPTRAIN_BLAS_CHOSEN";
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t\r\n");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+// The value of the first "key : value" line of /proc/cpuinfo, "" if none.
+std::string cpuinfo_value(const std::string& key) {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    const size_t colon = line.find(':');
+    if (colon != std::string::npos && trim(line.substr(0, colon)) == key) return trim(line.substr(colon + 1));
+  }
+  return "";
+}
+
+double max_clock_ghz() {
+  std::ifstream sys("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq");  // kHz
+  double khz = 0;
+  if (sys >> khz && khz > 0) return khz / 1e6;
+  const std::string mhz = cpuinfo_value("cpu MHz");  // a VM's nominal clock
+  return mhz.empty() ? 0 : std::atof(mhz.c_str()) / 1e3;
+}
+
+std::string running_core() {
+  const char* name = openblas_get_corename();
+  return name ? trim(name) : "";
+}
+
+bool dynamic_arch() {
+  const char* config = openblas_get_config();
+  return config && std::strstr(config, "DYNAMIC_ARCH");
+}
+
+BlasChoice decide() {
+  BlasChoice c;
+  c.running = running_core();
+  const CpuInfo cpu = read_cpu_info();
+  const std::string best = best_blas_core(cpu);
+  const char* user = std::getenv("OPENBLAS_CORETYPE");
+  const char* chosen = std::getenv(kChosenVar);
+  c.below_cpu = blas_core_level(c.running) < blas_core_level(best);
+
+  // A pass that re-executed set both variables: this process runs what it chose.
+  if (user && chosen && std::string(chosen).rfind(std::string(user) + ":", 0) == 0) {
+    c.detected = std::string(chosen).substr(std::strlen(user) + 1);
+    c.how = cat("chosen by the CPU's features; OpenBLAS detected ", c.detected);
+    if (lower(c.running) != lower(user))
+      c.how += cat(", and OPENBLAS_CORETYPE=", user, " did not take");
+    return c;
+  }
+  if (user && *user) {
+    c.detected = c.running;
+    c.how = cat("OPENBLAS_CORETYPE=", user);
+    if (c.below_cpu) c.how += cat(", below this CPU's ", best);
+    return c;
+  }
+  // A malformed PPTRAIN_FAULTS is reported, in one line, where the command reads it.
+  Faults faults;
+  try {
+    faults = Faults::from_env();
+  } catch (const Error&) {
+  }
+  const Fault* stand_in = faults.find("blas_detected");
+  c.detected = stand_in ? stand_in->target : c.running;
+  if (stand_in) c.below_cpu = blas_core_level(c.detected) < blas_core_level(best);
+  c.how = "as detected";
+  if (c.below_cpu)
+    c.how = dynamic_arch() ? cat("as detected, below this CPU's ", best)
+                           : cat("as built: this OpenBLAS has no DYNAMIC_ARCH to run ", best);
+  return c;
+}
+
+}  // namespace
+
+CpuInfo read_cpu_info() {
+  CpuInfo cpu;
+  cpu.model_name = cpuinfo_value("model name");
+  cpu.amd = cpuinfo_value("vendor_id") == "AuthenticAMD";
+  cpu.family = std::atoi(cpuinfo_value("cpu family").c_str());
+  cpu.avx2_fma = cpu_runs(Isa::avx2);
+  cpu.avx512 = cpu_runs(Isa::avx512);
+#if defined(__x86_64__)
+  cpu.avx512_bf16 = cpu.avx512 && __builtin_cpu_supports("avx512bf16");
+#endif
+  cpu.ghz = max_clock_ghz();
+  return cpu;
+}
+
+int blas_core_level(std::string_view core) {
+  const std::string c = lower(core);
+  if (c == "skylakex" || c == "cooperlake" || c == "sapphirerapids") return 3;
+  if (c == "haswell" || c == "zen") return 2;
+  return 1;
+}
+
+std::string best_blas_core(const CpuInfo& cpu) {
+  if (cpu.avx512) return cpu.avx512_bf16 ? "Cooperlake" : "SkylakeX";
+  if (cpu.avx2_fma) return cpu.amd ? "Zen" : "Haswell";
+  return "";
+}
+
+int fp32_flops_per_cycle(const CpuInfo& cpu) {
+  if (cpu.avx512) return cpu.amd && cpu.family <= 0x19 ? 32 : 64;
+  if (cpu.avx2_fma) return 32;
+  return 8;
+}
+
+const BlasChoice& blas_choice() {
+  static const BlasChoice choice = decide();
+  return choice;
+}
+
+const BlasChoice& ensure_blas_core(char** argv) {
+  const BlasChoice& choice = blas_choice();
+  const bool ours_already = std::getenv(kChosenVar) != nullptr;
+  if (choice.below_cpu && choice.how.rfind("as detected", 0) == 0 && !ours_already && dynamic_arch()) {
+    const std::string best = best_blas_core(read_cpu_info());
+    setenv("OPENBLAS_CORETYPE", best.c_str(), 1);
+    setenv(kChosenVar, cat(best, ":", choice.detected).c_str(), 1);
+    std::fflush(nullptr);
+    execv("/proc/self/exe", argv);
+    // Only on failure: go on with what OpenBLAS took, and say so.
+    std::fprintf(stderr, "pptrain: warning: cannot re-execute with OPENBLAS_CORETYPE=%s (%s); running %s\n",
+                 best.c_str(), std::strerror(errno), choice.running.c_str());
+    unsetenv("OPENBLAS_CORETYPE");
+    unsetenv(kChosenVar);
+  }
+  return choice;
+}
+
+std::string blas_version() {
+  const char* config = openblas_get_config();
+  if (!config) return "OpenBLAS";
+  std::string s = config;
+  const size_t space = s.find(' ', s.find(' ') + 1);
+  return space == std::string::npos ? s : s.substr(0, space);
+}
+
+double peak_gflops_estimate(const CpuInfo& cpu, int threads) { return threads * cpu.ghz * fp32_flops_per_cycle(cpu); }
+
+double measure_sgemm_gflops(int n, int reps) {
+  std::vector<float> a(size_t(n) * n, 1.0f), b(size_t(n) * n, 0.5f), c(size_t(n) * n);
+  auto run = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
+                c.data(), n);
+  };
+  run();
+  double best = 1e300;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * n * n * double(n) / best / 1e9;
+}
+
+std::string cpu_summary_line(bool measure) {
+  const BlasChoice& blas = blas_choice();
+  const CpuInfo cpu = read_cpu_info();
+  const int threads = omp_get_max_threads();
+  const char* vectors = cpu.avx512 ? "AVX-512" : cpu.avx2_fma ? "AVX2" : "no AVX2";
+  const char* isa_var = std::getenv("PPTRAIN_CPU_ISA");
+  std::string line = cat("cpu: ", cpu.model_name.empty() ? "unknown CPU" : cpu.model_name, ", ", threads,
+                         threads == 1 ? " thread" : " threads", ", ", vectors, " | loops ", isa_name(process_isa()),
+                         isa_var && *isa_var ? cat(" (PPTRAIN_CPU_ISA=", isa_var, ")") : std::string(), " | ",
+                         blas_version(), " ", blas.running, " (", blas.how, ")");
+  if (!measure) return line;
+  char rate[160];
+  const double gflops = measure_sgemm_gflops(1024, 3);
+  const int per_cycle = fp32_flops_per_cycle(cpu);
+  if (cpu.ghz > 0) {
+    std::snprintf(rate, sizeof rate, " | sgemm 1024^3 %.0f GFLOP/s of %.0f peak (est. %d x %.1f GHz x %d FLOP/cycle)",
+                  gflops, peak_gflops_estimate(cpu, threads), threads, cpu.ghz, per_cycle);
+  } else {
+    std::snprintf(rate, sizeof rate, " | sgemm 1024^3 %.0f GFLOP/s (clock unknown: no peak estimate)", gflops);
+  }
+  return line + rate;
+}
+
+}  // namespace pptrain::cpu

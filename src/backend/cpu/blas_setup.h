@@ -1,0 +1,73 @@
+// OpenBLAS's kernel choice, checked against the CPU, and the one start-up line that says
+// what the cpu backend runs on.
+//
+// OpenBLAS built with DYNAMIC_ARCH (Debian's) picks its kernels once, when the library
+// loads, from the CPU's family and model numbers. A CPU newer than the library is not in
+// its tables, and it then falls back to its oldest kernels (Prescott, SSE3: seen 4-8x
+// slower SGEMM on an AVX-512 Xeon). The features the CPU reports (AVX2, AVX-512) say
+// which kernels it runs, whatever its model number. Since the choice is made before main()
+// and only OPENBLAS_CORETYPE changes it, ensure_blas_core() re-executes the process with
+// OPENBLAS_CORETYPE set when the detected core is below what the features allow; a
+// user's own OPENBLAS_CORETYPE is left as it is.
+#pragma once
+#include <string>
+#include <string_view>
+
+namespace pptrain::cpu {
+
+// What /proc/cpuinfo, sysfs and CPUID say of this CPU.
+struct CpuInfo {
+  std::string model_name;  // "AMD EPYC 9654", "Intel(R) Xeon(R) Processor"
+  bool amd = false;
+  int family = 0;          // CPUID's display family (0x19: AMD Zen 3/4)
+  bool avx2_fma = false;
+  bool avx512 = false;     // F, BW, DQ, VL and CD, with the OS saving their registers
+  bool avx512_bf16 = false;
+  double ghz = 0;          // the highest clock sysfs gives, else /proc/cpuinfo's; 0: unknown
+};
+CpuInfo read_cpu_info();
+
+// ISA level of an OpenBLAS core name: 3 AVX-512 kernels (SkylakeX, Cooperlake,
+// SapphireRapids), 2 AVX2 (Haswell, Zen), 1 anything older or unknown (Prescott, ...).
+int blas_core_level(std::string_view core);
+// The core the CPU's features allow: Cooperlake (AVX-512 with BF16), SkylakeX (AVX-512),
+// Zen or Haswell (AVX2 and FMA, AMD or Intel); "" below AVX2.
+std::string best_blas_core(const CpuInfo& cpu);
+// The fp32 FLOPs per cycle and core of the CPU's widest FMA units: 2 FMA pipes x lanes x 2
+// (Intel AVX-512: 64; AMD family 0x19 with AVX-512, Zen 4, runs 512-bit FMAs on 256-bit
+// pipes: 32; AVX2: 32; SSE: 8).
+int fp32_flops_per_cycle(const CpuInfo& cpu);
+
+// What ensure_blas_core found and did; kept for the start-up line.
+struct BlasChoice {
+  std::string detected;  // the core OpenBLAS took on its own (or the stand-in's)
+  std::string running;   // openblas_get_corename() now
+  std::string how;       // "as detected", "chosen by the CPU's features ...", "OPENBLAS_CORETYPE ..."
+  bool below_cpu = false;  // runs a core below what the CPU's features allow
+};
+
+// What OpenBLAS runs in this process and how it came to (worked out once, changes nothing).
+const BlasChoice& blas_choice();
+// Before MPI or any BLAS call, on every rank: when OpenBLAS detected a core below
+// best_blas_core() and neither the user nor an earlier pass set OPENBLAS_CORETYPE,
+// re-executes this process (/proc/self/exe, same argv and pid) with it set, and does not
+// return. The planted fault blas_detected:CORE (PPTRAIN_FAULTS) stands in for what
+// OpenBLAS detected, for the tests. Returns what it found otherwise.
+const BlasChoice& ensure_blas_core(char** argv);
+
+// "OpenBLAS 0.3.21", from the library's configuration string.
+std::string blas_version();
+// threads x clock x fp32_flops_per_cycle, GFLOP/s; 0 when the clock is unknown.
+double peak_gflops_estimate(const CpuInfo& cpu, int threads);
+
+// One line on what the cpu backend runs on, e.g.
+//   cpu: AMD EPYC, 2 threads, 2.6 GHz, AVX-512 | loops avx512 | OpenBLAS 0.3.21 Cooperlake
+//   (as detected) | sgemm 1024^3 92 GFLOP/s of 166 peak (est. 2 x 2.6 GHz x 32 FLOP/cycle)
+// measure = false leaves the SGEMM out (for --version).
+std::string cpu_summary_line(bool measure);
+
+// Best of `reps` timed n x n x n SGEMMs (after one untimed) on the threads OpenMP gives
+// BLAS, in GFLOP/s.
+double measure_sgemm_gflops(int n, int reps);
+
+}  // namespace pptrain::cpu

@@ -1,0 +1,217 @@
+// The cpu backend's copies per instruction set (backend/cpu/isa.h) and OpenBLAS's core
+// (backend/cpu/blas_setup.h): which copy and core a process takes; the copies give the
+// same bits where they do the same arithmetic, and every cpu op test passes on each copy;
+// no AVX-512 code sits outside the AVX-512 copy; a fallback core is replaced by the one the
+// CPU's features allow, and a user's OPENBLAS_CORETYPE is kept.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/blas_setup.h"
+#include "backend/cpu/cpu_isa.h"
+#include "backend/ops.h"
+#include "support/cpu_ops_util.h"
+#include "support/error_of.h"
+#include "support/test_util.h"
+
+namespace pptrain {
+namespace {
+
+using cpu::Isa;
+using testing::error_of;
+using testing::random_floats;
+using testing::run_command;
+
+bool both_copies_run() {
+  return cpu::compiled_isas().size() == 2 && cpu::cpu_runs(Isa::avx512);
+}
+
+TEST(CpuIsa, AutoTakesTheWidestCopyTheCpuRuns) {
+  const Isa expected = both_copies_run() ? Isa::avx512 : Isa::avx2;
+  EXPECT_EQ(cpu::choose_isa(nullptr), expected);
+  EXPECT_EQ(cpu::choose_isa(""), expected);
+  EXPECT_EQ(cpu::choose_isa("auto"), expected);
+  EXPECT_EQ(cpu::choose_isa("avx2"), Isa::avx2);  // every x86-64-v3 CPU runs the baseline
+  if (both_copies_run()) {
+    EXPECT_EQ(cpu::choose_isa("avx512"), Isa::avx512);
+  }
+}
+
+TEST(CpuIsa, UnknownOrUnrunnableNamesFailInOneLine) {
+  EXPECT_EQ(error_of([] { cpu::choose_isa("sse4"); }), "PPTRAIN_CPU_ISA=sse4: expected auto, avx2 or avx512");
+  if (!cpu::cpu_runs(Isa::avx512)) {
+    EXPECT_EQ(error_of([] { cpu::choose_isa("avx512"); }),
+              "PPTRAIN_CPU_ISA=avx512: this CPU does not run avx512 code");
+  }
+}
+
+// The pairs of outputs the same call of both copies wrote.
+struct Outputs {
+  std::vector<std::vector<float>> per_copy[2];
+};
+
+// Runs `call` (which fills its output vectors) on each copy.
+Outputs on_each_copy(const std::function<std::vector<std::vector<float>>(Ops&)>& call) {
+  Outputs out;
+  int i = 0;
+  for (Isa isa : {Isa::avx2, Isa::avx512}) {
+    std::unique_ptr<Ops> ops = cpu::make_ops(isa);
+    out.per_copy[i++] = call(*ops);
+  }
+  return out;
+}
+
+// Bitwise equality, counting the differing elements.
+size_t differing(const Outputs& o) {
+  size_t n = 0;
+  for (size_t t = 0; t < o.per_copy[0].size(); ++t)
+    for (size_t i = 0; i < o.per_copy[0][t].size(); ++i)
+      n += std::memcmp(&o.per_copy[0][t][i], &o.per_copy[1][t][i], sizeof(float)) != 0;
+  return n;
+}
+
+// The elementwise ops do the same operations on each element, in the same order, whatever
+// the vector width (GCC contracts a·b + c into one FMA alike for scalars, 256- and 512-bit
+// vectors), so their results must agree bit for bit. 1000 + 7 elements: the remainder
+// after the vectors is covered too.
+TEST(CpuIsa, ElementwiseOpsAgreeBitForBitBetweenCopies) {
+  if (!both_copies_run()) GTEST_SKIP() << "this CPU or build has one copy only";
+  constexpr size_t n = 1007;
+  const std::vector<float> x = random_floats(n, 1, -6.0f, 6.0f), y = random_floats(n, 2), z = random_floats(n, 3);
+  Outputs o = on_each_copy([&](Ops& ops) {
+    std::vector<float> g(n), dg(n), s(n), dgate(n), dup(n), sum(n), sc = y, ab = y;
+    ops.gelu_forward(g.data(), x.data(), n);
+    ops.gelu_backward(dg.data(), y.data(), x.data(), n);
+    ops.swiglu_forward(s.data(), x.data(), y.data(), n);
+    ops.swiglu_backward_input(dgate.data(), dup.data(), z.data(), x.data(), y.data(), n);
+    ops.add(sum.data(), x.data(), y.data(), n);
+    ops.scale(sc.data(), 0.37f, n);
+    ops.add_bias(ab.data(), z.data(), 19, 53);  // 19 x 53 = 1007
+    std::vector<float> p = x, m = y, v(n), p_out(n), m_out(n), v_out(n);
+    for (size_t i = 0; i < n; ++i) v[i] = z[i] * z[i];
+    ops.adamw(p_out.data(), m_out.data(), v_out.data(), nullptr, p.data(), y.data(), m.data(), v.data(), n, 0.8f,
+              1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7);
+    return std::vector<std::vector<float>>{g, dg, s, dgate, dup, sum, sc, ab, p_out, m_out, v_out};
+  });
+  EXPECT_EQ(differing(o), 0u);
+}
+
+// Every cpu op test (fp64 references, derived bounds, finite differences, planted bugs)
+// passes on the copy this process does not take by default too.
+TEST(CpuIsa, EveryCpuOpTestPassesOnTheOtherCopy) {
+  if (!both_copies_run()) GTEST_SKIP() << "this CPU or build has one copy only";
+  const std::string dir = testing::pptrain_bin().substr(0, testing::pptrain_bin().rfind('/')) + "/tests/";
+  for (const char* test : {"test_cpu_ops", "test_cpu_ops_adamw", "test_cpu_ops_llama", "test_cpu_flash_attention"}) {
+    auto r = run_command("PPTRAIN_CPU_ISA=avx2 " + dir + test + " --gtest_brief=1", 600);
+    EXPECT_EQ(r.exit_code, 0) << test << " on the avx2 copy:\n" << r.output;
+  }
+}
+
+// The functions of an object or binary with AVX-512 instructions, by (mangled) symbol,
+// from objdump's disassembly: an instruction whose first byte is 0x62, the EVEX prefix
+// that every AVX-512 instruction and no other carries in 64-bit code (a line with no
+// mnemonic continues the previous instruction's bytes).
+std::vector<std::string> functions_with_avx512(const std::string& file) {
+  auto r = run_command("objdump -d " + file +
+                           " | awk -F'\\t' '/^[0-9a-f]+ <.*>:$/ {f = $0; sub(/^[0-9a-f]+ /, \"\", f)} "
+                           "$3 != \"\" && $2 ~ /^62 / {if (!(f in seen)) {seen[f]; print f}}'",
+                       300);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::vector<std::string> names;
+  std::istringstream in(r.output);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) names.push_back(line);
+  return names;
+}
+
+// The AVX-512 code is its copy's and nowhere else: a function outside cpu::avx512 with
+// AVX-512 instructions could run on every CPU and stop an AVX2-only one with SIGILL. The
+// danger is an inline function or template that a copy's file emits for AVX-512 (a header
+// included after isa_begin.h): the linker keeps one copy of it for the whole program, and
+// which one depends on the link order, so the objects are checked as well as the binary.
+// Allowed: cpu::avx512 ("6avx512" in the mangled name, OpenMP's outlined regions
+// included) and the AVX-512 variants of `omp declare simd` functions (_ZGVe..., called only
+// from AVX-512 loops). And the copy really is AVX-512: its GELU has AVX-512 instructions.
+TEST(CpuIsa, NoAvx512CodeOutsideTheAvx512Copy) {
+  if (cpu::compiled_isas().size() != 2) GTEST_SKIP() << "this build has no AVX-512 copy";
+  const std::string bin = testing::pptrain_bin(), build = bin.substr(0, bin.rfind('/'));
+  for (const std::string& file : {bin, build + "/obj/src/backend/cpu/*.avx512.o"}) {
+    bool copy_gelu = false;
+    std::string outside;
+    for (const std::string& f : functions_with_avx512(file)) {
+      const bool in_copy = f.find("6avx512") != std::string::npos, simd_clone = f.rfind("<_ZGVe", 0) == 0;
+      if (!in_copy && !simd_clone) outside += f + "\n";
+      copy_gelu = copy_gelu || (in_copy && f.find("gelu_forward") != std::string::npos);
+    }
+    EXPECT_EQ(outside, "") << "AVX-512 outside cpu::avx512 in " << file;
+    EXPECT_TRUE(copy_gelu) << "the avx512 copy's gelu_forward has no AVX-512 instruction in " << file
+                           << ": compiled for AVX2?";
+  }
+}
+
+// --- OpenBLAS's core --------------------------------------------------------------------
+
+TEST(BlasCore, LevelsAndTheBestCoreFollowTheFeatures) {
+  EXPECT_EQ(cpu::blas_core_level("Prescott"), 1);
+  EXPECT_EQ(cpu::blas_core_level("Sandybridge"), 1);
+  EXPECT_EQ(cpu::blas_core_level("Haswell"), 2);
+  EXPECT_EQ(cpu::blas_core_level("ZEN"), 2);
+  EXPECT_EQ(cpu::blas_core_level("SkylakeX"), 3);
+  EXPECT_EQ(cpu::blas_core_level("Cooperlake"), 3);
+  cpu::CpuInfo c;
+  EXPECT_EQ(cpu::best_blas_core(c), "");
+  c.avx2_fma = true;
+  EXPECT_EQ(cpu::best_blas_core(c), "Haswell");
+  c.amd = true;
+  EXPECT_EQ(cpu::best_blas_core(c), "Zen");
+  c.avx512 = true;
+  EXPECT_EQ(cpu::best_blas_core(c), "SkylakeX");
+  c.avx512_bf16 = true;
+  EXPECT_EQ(cpu::best_blas_core(c), "Cooperlake");
+  c.family = 0x19;  // Zen 4: 512-bit FMAs on 256-bit pipes
+  EXPECT_EQ(cpu::fp32_flops_per_cycle(c), 32);
+  c.amd = false;
+  EXPECT_EQ(cpu::fp32_flops_per_cycle(c), 64);
+}
+
+std::string version_cpu_line(const std::string& env) {
+  auto r = run_command(env + " " + testing::pptrain_bin() + " --version 2>&1", 60);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const size_t at = r.output.find("cpu: ");
+  return at == std::string::npos ? r.output : r.output.substr(at, r.output.find('\n', at) - at);
+}
+
+// With a stand-in for the detected core (planted fault blas_detected:Prescott, as OpenBLAS
+// on a CPU newer than its tables), the start-up re-executes with the core the CPU's
+// features allow, and the one line says so; a user's OPENBLAS_CORETYPE wins, even below.
+TEST(BlasCore, AFallbackCoreIsReplacedByTheFeaturesChoiceAndTheUsersIsKept) {
+  const std::string best = cpu::best_blas_core(cpu::read_cpu_info());
+  if (best.empty()) GTEST_SKIP() << "a CPU without AVX2";
+  const std::string chosen = version_cpu_line("PPTRAIN_FAULTS=blas_detected:Prescott");
+  EXPECT_NE(chosen.find(" " + best + " (chosen by the CPU's features; OpenBLAS detected Prescott)"),
+            std::string::npos)
+      << chosen;
+  const std::string user = version_cpu_line("OPENBLAS_CORETYPE=Prescott");
+  EXPECT_NE(user.find(" Prescott (OPENBLAS_CORETYPE=Prescott, below this CPU's " + best + ")"), std::string::npos)
+      << user;
+  // Without either, this machine's own detection: a non-fallback core or the line says it is below.
+  const std::string plain = version_cpu_line("");
+  EXPECT_TRUE(plain.find("(as detected)") != std::string::npos || plain.find("below this CPU's") != std::string::npos)
+      << plain;
+}
+
+TEST(BlasCore, TheLineNamesTheCopyAndTheRequestedOne) {
+  const std::string line = version_cpu_line("PPTRAIN_CPU_ISA=avx2");
+  EXPECT_NE(line.find("| loops avx2 (PPTRAIN_CPU_ISA=avx2) |"), std::string::npos) << line;
+  auto bad = run_command("PPTRAIN_CPU_ISA=neon " + testing::pptrain_bin() + " --version 2>&1", 60);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("PPTRAIN_CPU_ISA=neon: expected auto, avx2 or avx512"), std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace pptrain
