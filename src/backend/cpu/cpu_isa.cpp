@@ -54,7 +54,8 @@ Isa choose_isa(const char* requested) {
     if (std::strcmp(requested, isa_name(isa)) != 0) continue;
     bool in_binary = false;
     for (Isa c : compiled) in_binary = in_binary || c == isa;
-    if (!in_binary) fail("PPTRAIN_CPU_ISA=", requested, ": this binary holds no ", requested, " copy of the cpu backend");
+    if (!in_binary)
+      fail("PPTRAIN_CPU_ISA=", requested, ": this binary holds no ", requested, " copy of the cpu backend");
     if (!cpu_runs(isa)) fail("PPTRAIN_CPU_ISA=", requested, ": this CPU does not run ", requested, " code");
     return isa;
   }
