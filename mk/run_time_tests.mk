@@ -9,3 +9,8 @@ $(BUILD)/tests/test_profile_command: | $(BUILD)/pptrain $(BUILD)/pptrain-emu
 # test_post_validation runs pptrain, pptrain-emu and the MPI program
 # tests/mpi/checkpoint_train.
 $(BUILD)/tests/test_post_validation: | $(BUILD)/pptrain $(BUILD)/pptrain-emu $(BUILD)/mpi_tests/checkpoint_train
+# test_op_profile and test_cpu_isa run pptrain (test_op_profile: pptrain-emu too, for the
+# emulated cuda backend's events; test_cpu_isa: the avx512 objects beside it).
+$(BUILD)/tests/test_op_profile: | $(BUILD)/pptrain $(BUILD)/pptrain-emu
+$(BUILD)/tests/test_cpu_isa: | $(BUILD)/pptrain $(BUILD)/tests/test_cpu_ops $(BUILD)/tests/test_cpu_ops_adamw \
+  $(BUILD)/tests/test_cpu_ops_llama $(BUILD)/tests/test_cpu_flash_attention

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/bf16.h"
 #include "core/faults.h"
@@ -308,10 +309,26 @@ struct MemoryStats {
 #define PPTRAIN_OP_PURE(ret, name, params, args) virtual ret name params = 0;
 #define PPTRAIN_OP_OVERRIDE(ret, name, params, args) ret name params override;
 
+// Marks in a backend's own order of work, for timing its ops (backend/profiled_ops.h):
+// mark(i) records mark i where the backend's work has got to (marks are numbered from 0
+// and reused after resolve); resolve(n) waits until marks 0..n-1 are reached and returns
+// each one's time in milliseconds after mark 0. Between two marks lies exactly the work
+// issued between them, so an op's time is the difference of the marks around it.
+class OpClock {
+ public:
+  virtual ~OpClock() = default;
+  virtual void mark(size_t i) = 0;
+  virtual std::vector<double> resolve(size_t n) = 0;
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
   virtual std::string name() const = 0;
+  // A clock for op profiling. The default reads the host's steady clock at each mark, which
+  // is right for a backend whose ops complete before they return (cpu); cuda records events
+  // on its stream, so profiling adds no host wait inside a step.
+  virtual std::unique_ptr<OpClock> make_op_clock();
 
   // ---- memory ------------------------------------------------------------------
   virtual void* allocate(size_t bytes) = 0;  // zero-filled

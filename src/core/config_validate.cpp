@@ -208,6 +208,9 @@ void validate(const Config& c) {
   require(!c.checkpoint.resume.empty(), c, "checkpoint.resume", "expected auto, none or a path");
   require_range(c, "logging.every", c.logging.every, 1, INT32_MAX);
   require_range(c, "logging.sample_tokens", c.logging.sample_tokens, 0, kMaxSampleTokens);
+  require_range(c, "logging.op_profile", c.logging.op_profile, 0, INT32_MAX);
+  require(c.logging.op_profile_file.empty() || c.logging.op_profile > 0, c, "logging.op_profile_file",
+          "needs logging.op_profile > 0 (the steps to profile)");
   // std::isfinite: a YAML .nan or .inf parses as a double; an infinite wait is spelled 0.
   require(std::isfinite(c.runtime.watchdog_s) && c.runtime.watchdog_s >= 0, c, "runtime.watchdog_s",
           cat("expected a finite number of seconds >= 0 (0 disables the watchdog), got ", c.runtime.watchdog_s));

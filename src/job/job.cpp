@@ -64,6 +64,13 @@ Job::Job(const Config& cfg, const Faults& faults, std::unique_ptr<Ops> ops, JobP
     use_nccl(grid_.dp_comm(), par_.dp_comm);
     use_nccl(grid_.embedding_comm(), par_.embedding_comm);
   }
+  // Wrapped after the NCCL communicators took the cuda backend's stream from the backend
+  // itself; everything built from here on calls the ops through the profiler.
+  if (cfg.logging.op_profile > 0) {
+    auto profiled = std::make_unique<ProfiledOps>(std::move(ops_));
+    op_profiler_ = profiled.get();
+    ops_ = std::move(profiled);
+  }
 
   const bool fused_attention = ModelDims::from(cfg.model, 1, par_.tp, par_.tp_rank).fused_attention;
   if (cfg.training.recompute.uses("attention") && fused_attention)

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/ops.h"
+#include "backend/profiled_ops.h"
 #include "core/config.h"
 #include "core/faults.h"
 #include "model/param.h"
@@ -58,6 +59,9 @@ class Job {
   MpiComm& world() { return world_; }
   const ParallelContext& parallel() const { return par_; }
   Ops& ops() { return *ops_; }
+  // The backend's op profiler when logging.op_profile > 0 (ops() is then the profiler,
+  // forwarding to the backend), else null.
+  ProfiledOps* op_profiler() { return op_profiler_; }
   const char* transport() const { return nccl_.empty() ? "mpi" : "nccl"; }
   ParamStore& params() { return *params_; }
   // This rank's stages, in increasing stage index.
@@ -72,6 +76,7 @@ class Job {
   double predicted_step_ms_ = 0;
   Grid grid_;
   std::unique_ptr<Ops> ops_;
+  ProfiledOps* op_profiler_ = nullptr;  // ops_ itself, when profiling
   std::vector<std::unique_ptr<Communicator>> nccl_;  // declared after ops_: destroyed first
   ParallelContext par_;
   std::unique_ptr<ParamStore> params_;

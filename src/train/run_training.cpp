@@ -22,6 +22,7 @@
 #include "runtime/watchdog.h"
 #include "train/measured_memory.h"
 #include "train/metrics.h"
+#include "train/op_profile_report.h"
 #include "train/param_dump.h"
 #include "train/sample.h"
 #include "train/stop_signals.h"
@@ -242,10 +243,14 @@ int run_training(Job& job, const TrainingHooks& hooks) {
   auto watchdog = std::make_unique<Watchdog>(progress, cfg.runtime.watchdog_s, world_rank);
   StepResults results(job, trainer, checkpoints, hooks, progress);
   bool memory_logged = false;
+  OpProfileWindow op_profile(job, trainer.step());
   while (trainer.step() < cfg.training.steps) {
     maybe_inject_failure(world_rank, trainer.step() + 1);
     maybe_freeze(job.faults(), trainer.step() + 1);
+    const int making = trainer.step() + 1;
+    op_profile.before(making);
     const std::optional<StepResult> r = trainer.train_step();
+    op_profile.after(making);
     // After the first step every buffer exists (slot pools and bf16 copies grow in it).
     if (!memory_logged) {
       log_memory_reports(job, trainer.optimizer());
@@ -263,6 +268,7 @@ int run_training(Job& job, const TrainingHooks& hooks) {
       break;
   }
   PPTRAIN_CHECK(!trainer.has_pending(), "the training loop ended with step ", trainer.step(), " unsettled");
+  op_profile.finish();
   watchdog.reset();  // joined: the trace and the sample below have no progress points
   trainer.set_progress(nullptr);
   if (hooks.at_end) hooks.at_end(trainer);

@@ -3,6 +3,7 @@
 // emulator; the asynchronous work a stream can hold is what enqueue_stream_work queued on
 // it (the emulated NCCL's transfers), kept in a side table keyed by stream. An event holds
 // the work its stream had pending when it was recorded.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +19,8 @@ using WorkList = std::vector<std::shared_ptr<StreamWork>>;
 
 struct CUevent_st {
   WorkList work;  // what the stream had pending at the last cudaEventRecord
+  bool recorded = false;
+  std::chrono::steady_clock::time_point at;  // the host's clock at the last record
 };
 
 namespace {
@@ -184,7 +187,16 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (!event) return cudaErrorInvalidResourceHandle;
   cudaError_t status = cudaSuccess;
   event->work = pending_of(stream, &status);
+  event->recorded = true;
+  event->at = std::chrono::steady_clock::now();
   return status;
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (!ms || !start || !end || !start->recorded || !end->recorded) return cudaErrorInvalidResourceHandle;
+  for (cudaEvent_t e : {start, end})
+    if (cudaError_t status = settle(e->work, false); status != cudaSuccess) return status;
+  *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
+  return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (!event) return cudaErrorInvalidResourceHandle;

@@ -63,6 +63,10 @@ cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventQuery(cudaEvent_t event);
+// Milliseconds from `start` to `end`, both recorded and reached (cudaErrorNotReady while
+// either has work pending). The emulator runs a stream's kernels as they are launched, so
+// an event's time is the host's clock at its record, once what it waits for has finished.
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
 // ---- emulator extension (not CUDA API) --------------------------------------------------------
 namespace pptrain::cuda_emu {

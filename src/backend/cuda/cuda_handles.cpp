@@ -10,7 +10,9 @@ namespace pptrain::cuda {
 Stream::Stream() { PPTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
 Stream::~Stream() { (void)cudaStreamDestroy(stream_); }
 
-Event::Event() { PPTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
+Event::Event(bool timing) {
+  PPTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+}
 Event::~Event() { (void)cudaEventDestroy(event_); }
 
 CublasHandle::CublasHandle(cudaStream_t stream) {

@@ -29,10 +29,11 @@ class Stream {
   cudaStream_t stream_ = nullptr;
 };
 
-// An owned cudaEvent_t (timing disabled: used for ordering only).
+// An owned cudaEvent_t: for ordering only (timing disabled, the cheaper kind), or with
+// timing for cudaEventElapsedTime (op profiling).
 class Event {
  public:
-  Event();
+  explicit Event(bool timing = false);
   ~Event();
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;

@@ -88,6 +88,8 @@ class CudaOps final : public Ops {
   // cudnn_attention: flash_attention_* run cuDNN's fused attention (model.attention: cudnn);
   // fails with one line in a build without cuDNN.
   explicit CudaOps(int device, bool cudnn_attention = false);
+  // Timing events recorded on the compute stream (op_clock.cpp).
+  std::unique_ptr<OpClock> make_op_clock() override;
   std::string name() const override { return "cuda"; }
   int device() const { return device_; }
   cudaStream_t compute_stream() const { return stream_.get(); }

@@ -1,0 +1,31 @@
+// The steps logging.op_profile times (backend/profiled_ops.h) and what is reported when
+// they are done: every rank's table in the log (world rank 0 prints them in rank order)
+// and, with logging.op_profile_file, each rank's JSON (rank N > 0 at PATH.rankN).
+#pragma once
+#include <chrono>
+
+#include "job/job.h"
+
+namespace pptrain {
+
+class OpProfileWindow {
+ public:
+  // Steps first_step + 1 .. first_step + logging.op_profile: the step after the first one
+  // this run makes (which allocates and warms up) and on; all the run has if it is shorter.
+  OpProfileWindow(Job& job, int first_step);
+  // Around each train_step call; `step` is the step it makes (1-based).
+  void before(int step);
+  void after(int step);
+  // After the loop: reports what was profiled if the window was cut short. Every rank.
+  void finish();
+
+ private:
+  bool in_window(int step) const { return job_.op_profiler() && step >= first_ && step < first_ + count_; }
+  void report();
+  Job& job_;
+  int first_, count_;
+  bool reported_ = false;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace pptrain
