@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# pptrain's cpu backend against plain PyTorch (bench/torch_reference.py) on the same GPT-2
+# small shape (12 layers, 12 heads, d_model 768, vocab 50304), fp32, same threads, same
+# batch and sequence length. Prints one JSON line per sequence length:
+#   {"bench": "cpu_vs_torch", "seq", "batch", "threads", "pptrain_step_s", "torch_step_s",
+#    "speedup" (torch / pptrain: > 1 means pptrain is faster), "blas_core", "cpu_isa", "torch", ...}
+# Without torch it prints one line saying so and exits 0 (CI has no torch).
+#
+# Usage: scripts/bench_cpu_vs_torch.sh [BUILD=build]     (from the repository root)
+#   BENCH_SEQS="64 256"  sequence lengths           BENCH_BATCH=4   batch
+#   BENCH_THREADS=$(nproc --all)  threads, both     BENCH_STEPS=3   timed steps per run
+#   BENCH_ROUNDS=2       runs of each side per length, interleaved A B A B
+set -uo pipefail
+BUILD=${1:-build}
+SEQS=${BENCH_SEQS:-64 256}
+BATCH=${BENCH_BATCH:-4}
+THREADS=${BENCH_THREADS:-$(nproc --all)}
+STEPS=${BENCH_STEPS:-3}
+ROUNDS=${BENCH_ROUNDS:-2}
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+BENCH_MODEL="$BUILD/bench/bench_model"
+
+if ! python3 -c 'import torch' 2>/dev/null; then
+  echo '{"bench": "cpu_vs_torch", "skipped": "torch is not installed"}'
+  exit 0
+fi
+if [ ! -x "$BENCH_MODEL" ]; then
+  echo "bench_cpu_vs_torch: $BENCH_MODEL not found (build it first: make)" >&2
+  exit 1
+fi
+
+# The fields KEYS... of the last JSON object line of stdin, tab-separated; status 1 if none.
+# (Both benchmarks print their JSON line last; anything before it is commentary.)
+json_fields() {
+  python3 -c '
+import json, sys
+for line in reversed(sys.stdin.read().splitlines()):
+    try:
+        d = json.loads(line)
+    except ValueError:
+        continue
+    if isinstance(d, dict):
+        print("\t".join(str(d.get(k)) for k in sys.argv[1:]))
+        sys.exit(0)
+sys.exit(1)' "$@"
+}
+
+# Compared statistic: each run's BEST step (bench_model's step_s_best, torch_reference's
+# step_ms_min), both the fastest of STEPS timed steps after one warm-up step: the same
+# statistic on both sides (bench_model has no median, torch_reference no mean), and the one a
+# shared machine's noise moves least. Over the rounds, each side's median of those.
+status=0
+for seq in $SEQS; do
+  pp_s=() torch_s=() blas_core="" cpu_isa="" torch_version=""
+  for ((round = 1; round <= ROUNDS; round++)); do
+    # A: pptrain (OpenMP threads; OpenBLAS follows OMP_NUM_THREADS in its OpenMP build).
+    if out=$(OMP_NUM_THREADS=$THREADS "$BENCH_MODEL" "$STEPS" "$seq" "$BATCH") &&
+       fields=$(json_fields step_s_best blas_core cpu_isa <<<"$out"); then
+      IFS=$'\t' read -r best blas_core cpu_isa <<<"$fields"
+      pp_s+=("$best")
+    else
+      echo "bench_cpu_vs_torch: bench_model failed (seq $seq, round $round)" >&2
+      status=1
+    fi
+    # B: PyTorch, same shape and threads.
+    if out=$(python3 "$HERE/bench/torch_reference.py" --arch gpt2 --n-layer 12 --n-head 12 --d-model 768 \
+               --vocab 50304 --seq "$seq" --batch "$BATCH" --device cpu --threads "$THREADS" \
+               --steps "$STEPS" --warmup 1 --json-only) &&
+       fields=$(json_fields step_ms_min torch <<<"$out"); then
+      IFS=$'\t' read -r best_ms torch_version <<<"$fields"
+      torch_s+=("$(python3 -c 'import sys; print(float(sys.argv[1]) / 1e3)' "$best_ms")")
+    else
+      echo "bench_cpu_vs_torch: torch_reference failed (seq $seq, round $round)" >&2
+      status=1
+    fi
+  done
+  if [ ${#pp_s[@]} -eq 0 ] || [ ${#torch_s[@]} -eq 0 ]; then
+    status=1
+    continue
+  fi
+  python3 -c '
+import json, statistics, sys
+seq, batch, threads, steps, rounds, blas_core, cpu_isa, torch_version, pp, tr = sys.argv[1:]
+pp_s = statistics.median(float(x) for x in pp.split())
+torch_s = statistics.median(float(x) for x in tr.split())
+print(json.dumps({
+    "bench": "cpu_vs_torch", "seq": int(seq), "batch": int(batch), "threads": int(threads),
+    "pptrain_step_s": round(pp_s, 4), "torch_step_s": round(torch_s, 4),
+    "speedup": round(torch_s / pp_s, 3) if pp_s > 0 else None,
+    "blas_core": blas_core, "cpu_isa": cpu_isa, "torch": torch_version,
+    "statistic": "median over rounds of each run best step", "steps": int(steps), "rounds": int(rounds)}))
+' "$seq" "$BATCH" "$THREADS" "$STEPS" "$ROUNDS" "$blas_core" "$cpu_isa" "$torch_version" "${pp_s[*]}" "${torch_s[*]}" ||
+    status=1
+done
+exit $status
