@@ -141,7 +141,8 @@ TEST(OpProfile, ConfigKeys) {
     parse_config("logging: {op_profile_file: p.json}\n", "t.yaml");
     ADD_FAILURE() << "accepted";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "t.yaml: key 'logging.op_profile_file': needs logging.op_profile > 0 (the steps to profile)");
+    EXPECT_STREQ(e.what(),
+                 "t.yaml: key 'logging.op_profile_file': needs logging.op_profile > 0 (the steps to profile)");
   }
 }
 
