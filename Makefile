@@ -51,7 +51,7 @@ endif
 # The host sources that need the CUDA runtime, cuBLAS or NCCL (the cuda backend and
 # NcclComm): built by mk/cuda.mk, for real with the toolkit or emulated for the tests.
 # Builds without them link backend/no_cuda.cpp and parallel/no_nccl.cpp, which say so.
-CUDA_HOST_SRCS := $(sort $(wildcard src/backend/cuda/*.cpp)) src/parallel/nccl_comm.cpp
+CUDA_HOST_SRCS := $(sort $(wildcard src/backend/cuda/*.cpp)) src/parallel/nccl_comm.cpp src/parallel/staged_comm.cpp
 
 # Every other .cpp under src/ except the CLI entry goes into one static library; a linked
 # binary only pulls the objects it references.
@@ -64,7 +64,8 @@ LIB_OBJS := $(LIB_SRCS:%.cpp=$(BUILD)/obj/%.o)
 # runs the CPU's widest vectors. The files compiled once: cpu_isa.cpp and blas_setup.cpp.
 CPU_ONCE_SRCS := src/backend/cpu/cpu_isa.cpp src/backend/cpu/blas_setup.cpp
 CPU_ISA_SRCS := $(filter-out $(CPU_ONCE_SRCS),$(sort $(wildcard src/backend/cpu/*.cpp)))
-ifneq ($(findstring x86_64,$(shell $(CXX) -dumpmachine 2>/dev/null)),)
+# (The machine's, not the compiler's: make reads this before `make deps` installed mpicxx.)
+ifeq ($(shell uname -m),x86_64)
 CPU_AVX512_OBJS := $(CPU_ISA_SRCS:%.cpp=$(BUILD)/obj/%.avx512.o)
 LIB_OBJS += $(CPU_AVX512_OBJS)
 $(BUILD)/obj/src/backend/cpu/cpu_isa.o: CXXFLAGS += -DPPTRAIN_WITH_AVX512_COPY

@@ -4,7 +4,10 @@
 #   {"check": "device"}           the GPU, its driver, the bundle's pptrain
 #   {"check": "device_tests"}     build/gpu-tests/*: every op of the cuda backend against the
 #                                 cpu op on the device, the whole model fp32 (1e-5) and bf16
-#                                 (its derived bound) against the cpu backend
+#                                 (its derived bound) against the cpu backend; test_staged_comm:
+#                                 pp 2 (1F1B, ZB-H1, ZB-V, DualPipeV), pp 2 x tp 2 ZB-V, dp 2 ZeRO-1
+#                                 and post-validation with every rank on this one GPU
+#                                 (parallel.comm: mpi), each against the cpu backend
 #   {"check": "attention"}        flash vs cudnn vs naive: build/bench/attention_check's lines,
 #                                 or that it is missing from this build
 #   {"check": "bf16_learning"}    real pptrain, bf16, learns a Markov source: validation loss
@@ -51,12 +54,14 @@ found_tests=0
 for t in "$BUILD"/gpu-tests/test_*; do
   [ -x "$t" ] || continue
   found_tests=1
-  out=$(timeout 90 "$t" --gtest_color=no 2>&1)
+  # test_staged_comm starts a job of 2 or 4 ranks on the one GPU per layout (parallel.comm: mpi).
+  limit=90; [ "$(basename "$t")" = test_staged_comm ] && limit=300
+  out=$(timeout $limit "$t" --gtest_color=no 2>&1)
   rc=$?
   passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' <<<"$out")
   failed=$(sed -n 's/^\[  FAILED  \] \([A-Za-z_][A-Za-z0-9_./]*\).*/\1/p' <<<"$out" | sort -u | tr '\n' ' ' | sed 's/ $//')
   first=$(grep -m1 -B2 -A6 'Failure$' <<<"$out" | tr '\n' ' ' | cut -c1-600)
-  [ $rc -eq 124 ] && first="timed out after 90 s"
+  [ $rc -eq 124 ] && first="timed out after $limit s"
   ok=$([ $rc -eq 0 ] && echo true || echo false)
   echo "{\"check\": \"device_tests\", \"binary\": \"$(basename "$t")\", \"ok\": $ok, \"exit\": $rc, \"passed\": ${passed:-0}, \"failed\": $(json_string "$failed"), \"first_failure\": $(json_string "$first")}"
   [ $rc -eq 0 ] || fail

@@ -170,6 +170,7 @@ TEST(CudaBackendBuild, HostSourcesCompileAgainstTheCudaToolkitHeaders) {
     if (e.path().extension() == ".cpp") sources.push_back(e.path());
   ASSERT_GE(sources.size(), 5u) << "run from the repository root";
   sources.push_back("src/parallel/nccl_comm.cpp");
+  sources.push_back("src/parallel/staged_comm.cpp");
   for (const fs::path& src : sources) {
     // The flags of the real build (mk/cuda.mk), syntax only: no GPU or nvcc needed.
     const std::string cmd = "mpicxx -std=c++20 -fsyntax-only -Wall -Wextra -Werror -Wno-unused-parameter "

@@ -21,4 +21,8 @@ __attribute__((weak)) const char* cuda_backend_build() { return ""; }
 
 __attribute__((weak)) bool cuda_backend_has_cudnn() { return false; }
 
+__attribute__((weak)) int cuda_device_of(Ops&) { return -1; }
+
+__attribute__((weak)) std::optional<CudaDeviceInfo> cuda_device_info() { return std::nullopt; }
+
 }  // namespace pptrain

@@ -134,6 +134,7 @@ std::map<std::string, Section> schema(Config& c) {
   p["profile"] = string_field(&c.parallel.profile);
   p["profile_repeats"] = int_field(&c.parallel.profile_repeats);
   p["zero"] = int_field(&c.parallel.zero);
+  p["comm"] = string_field(&c.parallel.comm);
   p["memory_per_rank_gib"] = double_field(&c.parallel.memory_per_rank_gib);
   auto& t = s["training"];
   t["steps"] = int_field(&c.training.steps);

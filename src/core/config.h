@@ -68,6 +68,11 @@ struct ParallelConfig {
   // 1/dp range of the flattened parameters: reduce-scatter, sharded update, all-gather);
   // 0 keeps full moments on every replica. With dp 1 it changes nothing.
   int zero = 0;
+  // How the groups of a cuda job move tensors: nccl; mpi (StagedMpiComm: through pinned
+  // host buffers, for ranks that share a GPU, which NCCL refuses); auto: nccl for a group
+  // whose ranks each have a GPU of their own, mpi for one where two share a device. The
+  // cpu backend always uses MPI (auto or mpi).
+  std::string comm = "auto";
   // The memory one rank may use, in GiB (0: no limit): what the planner at start-up fits
   // its choices to (parallel.profile given): the split of layers_per_stage auto and the
   // per-stage choice of training.recompute: auto. `pptrain plan --memory-per-rank` writes it.

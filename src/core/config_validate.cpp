@@ -126,6 +126,10 @@ void validate(const Config& c) {
   require_range(c, "parallel.microbatches", p.microbatches, 1, kMaxMicrobatches);
   require_range(c, "parallel.stages_per_rank", p.stages_per_rank, 1, kMaxStagesPerRank);
   require_range(c, "parallel.profile_repeats", p.profile_repeats, 1, kMaxProfileRepeats);
+  require(p.comm == "auto" || p.comm == "nccl" || p.comm == "mpi", c, "parallel.comm",
+          "expected auto, nccl or mpi, got '" + p.comm + "'");
+  require(p.comm != "nccl" || c.device == "cuda", c, "parallel.comm",
+          "nccl needs device: cuda (the cpu backend's groups use MPI)");
   require(p.zero == 0 || p.zero == 1, c, "parallel.zero",
           cat("expected 0 or 1 (1: AdamW moments sharded over the dp ranks; with dp 1 it changes nothing), got ",
               p.zero));

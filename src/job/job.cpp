@@ -3,13 +3,14 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "job/memory_estimate.h"
 #include "model/dims.h"
-#include "parallel/nccl.h"
+#include "parallel/device_comm.h"
 #include "partition/partition.h"
 #include "pipeline/registry.h"
 
@@ -41,6 +42,21 @@ std::unique_ptr<Ops> make_ops(const Config& cfg, const Faults& faults) {
 
 }  // namespace
 
+std::string Job::transport() const {
+  if (transports_.empty()) return "mpi";
+  bool all_nccl = true, all_mpi = true;
+  for (const auto& [name, t] : transports_) {
+    all_nccl = all_nccl && t.nccl;
+    all_mpi = all_mpi && !t.nccl;
+  }
+  if (all_nccl) return "nccl";
+  std::string s;
+  for (const auto& [name, t] : transports_)
+    s += cat(s.empty() ? "" : ", ", name, " ", t.nccl ? "nccl" : "mpi", " (", t.why, ")");
+  return all_mpi ? cat("mpi through pinned host buffers (", transports_.front().second.why, ")")
+                 : cat(s, "; mpi through pinned host buffers");
+}
+
 Job::Job(const Config& cfg, const Faults& faults, std::unique_ptr<Ops> ops, JobPlan plan)
     : cfg_(cfg),
       faults_(faults),
@@ -52,17 +68,21 @@ Job::Job(const Config& cfg, const Faults& faults, std::unique_ptr<Ops> ops, JobP
       par_(grid_.context(world_)) {
   if (cfg.device == "cuda") {
     // On GPUs the pp, tp, dp and embedding groups talk over NCCL (in pptrain-emu over the
-    // emulated NCCL, which runs on MPI). Every rank creates its groups in the same order,
-    // so the collective inits cannot cross; a group of one communicates nothing.
-    auto use_nccl = [&](MpiComm& group, Communicator*& slot) {
+    // emulated NCCL, which runs on MPI), or over MPI through pinned host buffers where
+    // parallel.comm says so or NCCL cannot serve the group (two of its ranks on one GPU).
+    // Every rank creates its groups in the same order, so the collective inits cannot
+    // cross; a group of one communicates nothing.
+    auto connect = [&](const char* name, MpiComm& group, Communicator*& slot) {
       if (group.size() < 2) return;
-      nccl_.push_back(make_nccl_comm(group, *ops_));
-      slot = nccl_.back().get();
+      GroupTransport t;
+      comms_.push_back(make_device_comm(cfg.parallel.comm, group, *ops_, &t));
+      slot = comms_.back().get();
+      transports_.push_back({name, t});
     };
-    use_nccl(grid_.pp_comm(), par_.pp_comm);
-    use_nccl(grid_.tp_comm(), par_.tp_comm);
-    use_nccl(grid_.dp_comm(), par_.dp_comm);
-    use_nccl(grid_.embedding_comm(), par_.embedding_comm);
+    connect("pp", grid_.pp_comm(), par_.pp_comm);
+    connect("tp", grid_.tp_comm(), par_.tp_comm);
+    connect("dp", grid_.dp_comm(), par_.dp_comm);
+    connect("embedding", grid_.embedding_comm(), par_.embedding_comm);
   }
   // Wrapped after the NCCL communicators took the cuda backend's stream from the backend
   // itself; everything built from here on calls the ops through the profiler.

@@ -16,6 +16,8 @@
 #pragma once
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/ops.h"
@@ -24,6 +26,7 @@
 #include "core/faults.h"
 #include "model/param.h"
 #include "model/stage.h"
+#include "parallel/device_comm.h"
 #include "parallel/grid.h"
 #include "parallel/mpi_comm.h"
 #include "parallel/parallel_context.h"
@@ -62,7 +65,9 @@ class Job {
   // The backend's op profiler when logging.op_profile > 0 (ops() is then the profiler,
   // forwarding to the backend), else null.
   ProfiledOps* op_profiler() { return op_profiler_; }
-  const char* transport() const { return nccl_.empty() ? "mpi" : "nccl"; }
+  // How the groups move tensors, for the start-up line: "mpi" (cpu), "nccl" (every group of
+  // a cuda job), else which group uses which and why (parallel.comm).
+  std::string transport() const;
   ParamStore& params() { return *params_; }
   // This rank's stages, in increasing stage index.
   const std::vector<std::unique_ptr<Stage>>& stages() const { return stages_; }
@@ -77,7 +82,8 @@ class Job {
   Grid grid_;
   std::unique_ptr<Ops> ops_;
   ProfiledOps* op_profiler_ = nullptr;  // ops_ itself, when profiling
-  std::vector<std::unique_ptr<Communicator>> nccl_;  // declared after ops_: destroyed first
+  std::vector<std::unique_ptr<Communicator>> comms_;  // NCCL or staged MPI; after ops_: destroyed first
+  std::vector<std::pair<std::string, GroupTransport>> transports_;  // group name -> its transport
   ParallelContext par_;
   std::unique_ptr<ParamStore> params_;
   std::vector<std::unique_ptr<Stage>> stages_;

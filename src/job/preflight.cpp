@@ -12,7 +12,9 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <vector>
 
+#include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "data/token_dataset.h"
 #include "job/host_memory.h"
@@ -128,6 +130,29 @@ MpiComm node_comm(const MpiComm& world) {
   return MpiComm(node, "node", /*owned=*/true);
 }
 
+std::string check_device_memory(const MemoryEstimate& mine, MpiComm& node) {
+  const std::optional<CudaDeviceInfo> gpu = cuda_device_info();
+  // Every rank of the node takes part in the gather, with device -1 when it has none.
+  const std::vector<double> all =
+      node.allgather(std::vector<double>{gpu ? double(gpu->device) : -1.0, mine.total()});
+  if (!gpu) return "";
+  double together = 0;
+  int sharing = 0;
+  for (size_t r = 0; r + 1 < all.size(); r += 2)
+    if (all[r] == double(gpu->device)) {
+      together += all[r + 1];
+      ++sharing;
+    }
+  if (together <= gpu->total_bytes) return "";
+  const MemoryItem& largest = mine.largest();
+  const std::string needs = sharing > 1 ? cat("the ", sharing, " ranks on it need an estimated ", gib(together),
+                                              " together (this rank ", gib(mine.total()), "; ")
+                                        : cat("this rank needs an estimated ", gib(together), " (");
+  return cat("memory: GPU ", gpu->device, " of this node has ", gib(gpu->total_bytes), ", but ", needs,
+             "largest: ", largest.what, ", ", gib(largest.bytes),
+             "); reduce the model, training.micro_batch_size or parallel.microbatches, or use more GPUs");
+}
+
 std::string check_memory(const Config& cfg, const pipeline::Schedule& schedule, MpiComm& world) {
   const int tp = cfg.parallel.tp, pp = cfg.parallel.pp;
   const int pp_rank = world.rank() / tp % pp, tp_rank = world.rank() % tp;
@@ -135,9 +160,10 @@ std::string check_memory(const Config& cfg, const pipeline::Schedule& schedule, 
   MpiComm node = node_comm(world);
   double node_total = mine.total();
   node.allreduce(&node_total, 1, ReduceOp::Sum);
-  // The cuda backend keeps all but a few host buffers on the GPU; its device memory is not
-  // queried here (the backend exposes no cudaMemGetInfo).
-  if (cfg.device != "cpu") return "";
+  // The cuda backend keeps all but a few host buffers on the GPU. Ranks that share one
+  // (several ranks on a one-GPU node, parallel.comm: mpi) divide its memory: their
+  // estimates together must fit the device.
+  if (cfg.device != "cpu") return check_device_memory(mine, node);
   const MemoryItem& largest = mine.largest();
   auto refusal = [&](const std::string& needs, const HostMemory& host) {
     return cat("memory: ", needs, " (largest: ", largest.what, ", ", gib(largest.bytes), "), but ",

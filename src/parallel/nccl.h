@@ -15,4 +15,8 @@ namespace pptrain {
 // compute stream of `ops`, which must be the cuda backend. Collective over `group`.
 std::unique_ptr<Communicator> make_nccl_comm(MpiComm& group, Ops& ops);
 
+// A StagedMpiComm (parallel/staged_comm.h) over `group`: the cuda backend's tensors of
+// `ops` moved by MPI through pinned host buffers. Collective over `group`.
+std::unique_ptr<Communicator> make_staged_mpi_comm(MpiComm& group, Ops& ops);
+
 }  // namespace pptrain

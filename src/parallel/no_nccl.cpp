@@ -12,4 +12,8 @@ __attribute__((weak)) std::unique_ptr<Communicator> make_nccl_comm(MpiComm& grou
        "make CUDA=1 builds it)");
 }
 
+__attribute__((weak)) std::unique_ptr<Communicator> make_staged_mpi_comm(MpiComm& group, Ops& ops) {
+  fail("parallel.comm: mpi for device: cuda, but this pptrain was built without CUDA (see pptrain --version)");
+}
+
 }  // namespace pptrain

@@ -12,7 +12,7 @@
 #include "model/dims.h"
 #include "model/param.h"
 #include "model/stage.h"
-#include "parallel/nccl.h"
+#include "parallel/device_comm.h"
 
 namespace pptrain {
 namespace {
@@ -366,7 +366,8 @@ TpLayerCosts layers_at_tp(const Config& cfg, Ops& ops, const ProfileOptions& opt
     t = profile_kinds(cfg, ops, opts, alone, &world);
   } else {
     MpiComm group = world.split(world.rank() / tp, world.rank(), cat("tp", tp));
-    std::unique_ptr<Communicator> group_nccl = cfg.device == "cuda" ? make_nccl_comm(group, ops) : nullptr;
+    std::unique_ptr<Communicator> group_nccl =
+        cfg.device == "cuda" ? make_device_comm(cfg.parallel.comm, group, ops) : nullptr;
     t = profile_kinds(cfg, ops, opts, group_nccl ? *group_nccl : static_cast<Communicator&>(group), &world);
   }
   LayerCost kinds[5] = {t.embedding, t.block, t.head, t.block_attention, t.block_full};
@@ -402,8 +403,9 @@ CostProfile profile_costs(const Config& cfg, Ops& ops, MpiComm& world, const Pro
   world.allreduce(&p.update_ns_per_param, 1, ReduceOp::Sum);
   p.update_ns_per_param /= world.size();
   if (world.size() < 2) return p;
-  // The job's transport between these ranks: NCCL on GPUs, MPI otherwise.
-  std::unique_ptr<Communicator> nccl = cfg.device == "cuda" ? make_nccl_comm(world, ops) : nullptr;
+  // The job's transport between these ranks: on GPUs NCCL, or MPI through pinned host buffers
+  // (parallel.comm, as the job's groups); MPI on cpus.
+  std::unique_ptr<Communicator> nccl = cfg.device == "cuda" ? make_device_comm(cfg.parallel.comm, world, ops) : nullptr;
   Communicator& comm = nccl ? *nccl : static_cast<Communicator&>(world);
   p.transfer_ms = time_transfer(comm, ops, world, size_t(p.transfer_bytes), opts);
   // Larger tp degrees for the planner: every group of tp consecutive ranks at once.

@@ -100,13 +100,41 @@ const char* cudaGetErrorString(cudaError_t error) {
 // Kernel faults surface as exceptions from the launch itself, never as a sticky error.
 cudaError_t cudaGetLastError() { return cudaSuccess; }
 
+namespace {
+int emulated_devices() {
+  const char* v = std::getenv("PPTRAIN_EMU_DEVICES");
+  const int n = v ? std::atoi(v) : 8;
+  return n >= 1 ? n : 1;
+}
+int current_device = 0;
+}  // namespace
+
 cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
+  *count = emulated_devices();
   return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t cudaSetDevice(int device) {
+  if (device < 0 || device >= emulated_devices()) return cudaErrorInvalidDevice;
+  current_device = device;
+  return cudaSuccess;
+}
 cudaError_t cudaGetDevice(int* device) {
-  *device = 0;
+  *device = current_device;
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  const char* v = std::getenv("PPTRAIN_EMU_DEVICE_GIB");
+  const double gib = v ? std::atof(v) : 80.0;
+  *total_bytes = size_t((gib > 0 ? gib : 80.0) * 1073741824.0);
+  *free_bytes = *total_bytes;
+  return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
+  *ptr = std::malloc(bytes ? bytes : 1);
+  return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFreeHost(void* ptr) {
+  std::free(ptr);
   return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize() {

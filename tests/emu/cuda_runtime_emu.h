@@ -39,14 +39,21 @@ constexpr unsigned cudaStreamNonBlocking = 0x1;
 const char* cudaGetErrorString(cudaError_t error);
 cudaError_t cudaGetLastError();
 
-cudaError_t cudaGetDeviceCount(int* count);  // one emulated device
+// PPTRAIN_EMU_DEVICES emulated devices (default 8, so each rank of a test job has one of
+// its own; 1 emulates a one-GPU node, whose ranks share it). They share the host's memory.
+cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int* device);
+// Each emulated device has PPTRAIN_EMU_DEVICE_GIB GiB (default 80), all of it free.
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 cudaError_t cudaDeviceSynchronize();
 
 // 256-byte aligned like cudaMalloc; cudaErrorMemoryAllocation when the host is out of memory.
 cudaError_t cudaMalloc(void** ptr, size_t bytes);
 cudaError_t cudaFree(void* ptr);
+// Page-locked host memory: plain host memory here.
+cudaError_t cudaMallocHost(void** ptr, size_t bytes);
+cudaError_t cudaFreeHost(void* ptr);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream);

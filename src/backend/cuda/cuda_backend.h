@@ -4,6 +4,7 @@
 // with one line saying so.
 #pragma once
 #include <memory>
+#include <optional>
 
 #include "backend/ops.h"
 
@@ -26,5 +27,17 @@ const char* cuda_backend_build();
 // Whether the cuda backend was built with cuDNN (model.attention: cudnn; the default
 // attention on cuda where the model allows it). False without the cuda backend.
 bool cuda_backend_has_cudnn();
+
+// The GPU this rank's cuda backend will take (node-local rank mod the device count, as
+// make_cuda_ops does) and its memory, for the preflight; nullopt in a build without the
+// cuda backend or where no device is visible.
+struct CudaDeviceInfo {
+  int device = 0;
+  double total_bytes = 0;
+};
+std::optional<CudaDeviceInfo> cuda_device_info();
+
+// The device index of a cuda backend (CudaOps); -1 for another backend.
+int cuda_device_of(Ops& ops);
 
 }  // namespace pptrain

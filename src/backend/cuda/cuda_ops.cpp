@@ -97,6 +97,11 @@ double CudaOps::sum_squares(const float* x, size_t n) {
 
 namespace pptrain {
 
+int cuda_device_of(Ops& ops) {
+  auto* cuda_ops = dynamic_cast<cuda::CudaOps*>(&ops);
+  return cuda_ops ? cuda_ops->device() : -1;
+}
+
 std::unique_ptr<Ops> make_cuda_ops(int device) { return std::make_unique<cuda::CudaOps>(device); }
 
 std::unique_ptr<Ops> make_cuda_ops(const Config& cfg) {

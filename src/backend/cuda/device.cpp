@@ -39,6 +39,18 @@ int select_device() {
 
 namespace pptrain {
 
+std::optional<CudaDeviceInfo> cuda_device_info() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return std::nullopt;
+  CudaDeviceInfo info;
+  info.device = cuda::node_local_rank() % count;
+  PPTRAIN_CUDA_CHECK(cudaSetDevice(info.device));
+  size_t free_bytes = 0, total_bytes = 0;
+  PPTRAIN_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  info.total_bytes = double(total_bytes);
+  return info;
+}
+
 const char* cuda_backend_build() {
 #ifdef PPTRAIN_EMULATED
   return "cuda (emulated on the CPU by the SIMT emulator; NCCL emulated over MPI)";
