@@ -173,6 +173,8 @@ class Llama(nn.Module):
         self.h = nn.ModuleList(LlamaBlock(a) for _ in range(a.n_layer))
         self.ln_f = RMSNorm(a.d_model, a.norm_eps)
         self.lm_head = nn.Linear(a.d_model, a.vocab, bias=False)  # [V, C], untied (Llama's default)
+        if a.tie_embeddings:                        # Llama 3.2 1B/3B tie it (model.tie_embeddings: true)
+            self.lm_head.weight = self.wte.weight
         # Rotary tables (rotate-half): angle(t, i) = t / theta^(2i/HD), the halves repeated.
         inv_freq = 1.0 / (a.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))  # [HD/2]
         ang = torch.outer(torch.arange(a.seq, dtype=torch.float32), inv_freq)  # [T, HD/2]
@@ -210,6 +212,7 @@ def parse_args():
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--threads", type=int, default=0, help="cpu: torch.set_num_threads (0: torch's default)")
     p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--tie-embeddings", action="store_true", help="llama: the head shares the token embedding")
     p.add_argument("--json-only", action="store_true", help="print only the JSON line")
     a = p.parse_args()
     a.n_kv_head = a.n_kv_head or a.n_head

@@ -146,5 +146,45 @@ TEST(BenchGpu, TrainThroughputOnTheEmulatedBackend) {
   EXPECT_NE(r.output.find("no peak bf16 FLOP/s known for device 'Some GPU'"), std::string::npos) << r.output;
 }
 
+// bench/cuda/vs_torch.sh on the emulated backend with a tiny model: pptrain's tokens/s from
+// its timed steps, its GPU-busy fraction from the op profile, its MFU against the device's
+// peak; where torch cannot be imported (a stand-in torch package that raises ImportError
+// shadows any installed one) the PyTorch columns and the ratios are null, and the run still
+// succeeds.
+TEST(BenchGpu, VsTorchOnTheEmulatedBackendWithoutTorch) {
+  TempDir dir;
+  fs::create_directories(dir.file("shadow/torch"));
+  testing::write_file(dir.file("shadow/torch/__init__.py"), "raise ImportError('hidden by the test')\n");
+  const std::string prefix = fake_nvidia_smi(dir, "NVIDIA H100 80GB HBM3\n", 0) + "PYTHONPATH=" + dir.file("shadow") +
+                             " BENCH_SHAPES=tiny ";
+  CommandResult r = run_command(prefix + "bench/cuda/vs_torch.sh " + build_dir() + " --pptrain " + build_dir() +
+                                    "/pptrain-emu --torch-device cpu --steps 3 --warmup 4 --workdir " + dir.file("w"),
+                                300);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_NE(r.output.find("\"shape\": \"tiny\", \"device\": \"NVIDIA H100 80GB HBM3\", \"tokens_per_step\": 32"),
+            std::string::npos)
+      << r.output;
+  std::smatch pp;
+  ASSERT_TRUE(std::regex_search(r.output, pp, std::regex("\"pptrain\": (\\{[^}]*\\})"))) << r.output;
+  const std::string p = pp[1];
+  const double rate = json_number(p, "tokens_per_s");
+  EXPECT_GT(rate, 0) << r.output;
+  EXPECT_NEAR(rate, 32.0 / (json_number(p, "step_ms") / 1000.0), 0.01 * rate) << r.output;
+  // The tiny model: 2 layers, C = 32, T = 16, V = 64 (model_flops counts it).
+  CommandResult flops = run_command(build_dir() + "/bench/model_flops configs/gpt2_124m_gpu.yaml model.n_layer=2 "
+                                    "model.n_head=2 model.d_model=32 model.seq_len=16 model.vocab_size=64 "
+                                    "training.micro_batch_size=2 training.precision=fp32");
+  const double per_token = json_number(flops.output, "flops_per_token");
+  ASSERT_GT(per_token, 0) << flops.output;
+  EXPECT_NEAR(json_number(p, "mfu"), rate * per_token / 989.4e12, 0.01 * json_number(p, "mfu")) << r.output;
+  const double busy = json_number(p, "busy_fraction");
+  EXPECT_GT(busy, 0) << r.output;
+  EXPECT_LE(busy, 1.0001) << r.output;
+  EXPECT_NE(r.output.find("\"torch_eager\": null, \"torch_compile\": null, \"vs_eager\": null, \"vs_compile\": null"),
+            std::string::npos)
+      << r.output;
+}
+
 }  // namespace
 }  // namespace pptrain

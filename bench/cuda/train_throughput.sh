@@ -12,7 +12,7 @@
 # (default 10: cuBLAS heuristics, allocator growth). MFU = tokens/s · FLOPs per token /
 # peak dense bf16 FLOP/s of the device; the FLOPs per token come from build/bench/model_flops
 # (the formula of bench/model_flops.h, shared with bench_model), the peak from the table
-# below keyed by the name nvidia-smi gives. Unknown device: "mfu": null and a note.
+# of bench/cuda/device_peak.sh keyed by the name nvidia-smi gives. Unknown device: "mfu": null and a note.
 # The fp32 run's MFU is taken against the same bf16 peak (what the hardware could do).
 # --pptrain and the overrides let the tests run the whole script on pptrain-emu with a
 # tiny model.
@@ -65,14 +65,10 @@ if [ -z "$DEVICE_NAME" ]; then
   DEVICE_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -1)
   DEVICE_NAME=${DEVICE_NAME:-unknown}
 fi
-# Peak dense bf16 tensor-core FLOP/s (NVIDIA data sheets, without sparsity).
-case "$DEVICE_NAME" in
-  *H100*PCIe*) peak=756e12 ;;
-  *H100*NVL*) peak="" ;;                 # a different clock and power envelope: not in the table
-  *H100*|*H200*) peak=989.4e12 ;;        # H100 SXM, H200 (SXM and GH200 alike)
-  *A100*) peak=312e12 ;;
-  *) peak="" ;;
-esac
+# Peak dense bf16 tensor-core FLOP/s (bench/cuda/device_peak.sh's table).
+# shellcheck source=bench/cuda/device_peak.sh
+. bench/cuda/device_peak.sh
+peak=$(device_peak_bf16 "$DEVICE_NAME")
 peak_note=""
 [ -z "$peak" ] && peak_note="no peak bf16 FLOP/s known for device '$DEVICE_NAME': MFU not computed"
 

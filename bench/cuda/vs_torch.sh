@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# pptrain against PyTorch on the same GPU, the same model and shape, in one call: for each
+# shape one JSON line
+#   {"bench": "gpu_vs_torch", "shape", "device", "tokens_per_step",
+#    "pptrain": {"tokens_per_s", "step_ms", "mfu", "busy_fraction"},
+#    "torch_eager": {"tokens_per_s", "step_ms", "mfu"} | null, "torch_compile": ... | null,
+#    "vs_eager", "vs_compile"}           (vs_*: pptrain's tokens/s over torch's; > 1: faster)
+# Shapes (BENCH_SHAPES, default "gpt2_b16 gpt2_b32 llama1b_t8192"):
+#   gpt2_b16       configs/gpt2_124m_gpu.yaml: GPT-2 124M, B 16, T 1024, bf16
+#   gpt2_b32       the same at B 32
+#   llama1b_t8192  configs/llama3_1b_gpu.yaml on one GPU: Llama 3.2 1B shape, B 1, T 8192, bf16
+#   tiny           a 2-layer GPT-2 (T 16), for the tests on the emulated backend
+# The PyTorch side is bench/torch_reference.py (the same model written in plain PyTorch:
+# SDPA attention, fused AdamW, bf16 autocast with fp32 masters, as nanoGPT), eager and
+# torch.compile; where torch is not installed its columns are null. pptrain's timed steps
+# follow its warm-up ones (cuBLAS heuristics, allocator growth); its GPU-busy fraction comes
+# from logging.op_profile (3 steps right after the first, so before the timed window:
+# profiling records two events per op). MFU = tokens/s x FLOPs per token (build/bench/
+# model_flops, pptrain's count, for both) / the device's peak dense bf16 FLOP/s.
+#
+#   bench/cuda/vs_torch.sh [BUILD] [--pptrain BIN] [--torch-device cuda|cpu] [--steps N]
+#                          [--warmup K] [--workdir DIR] [--no-compile]
+set -uo pipefail
+BUILD=build
+[ $# -gt 0 ] && [[ "$1" != --* ]] && { BUILD=$1; shift; }
+PPTRAIN=$BUILD/pptrain
+TORCH_DEVICE=cuda
+STEPS=${BENCH_STEPS:-20}
+WARMUP=${BENCH_WARMUP:-10}
+WORKDIR=""
+COMPILE=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --pptrain) PPTRAIN=$2; shift 2 ;;
+    --torch-device) TORCH_DEVICE=$2; shift 2 ;;
+    --steps) STEPS=$2; shift 2 ;;
+    --warmup) WARMUP=$2; shift 2 ;;
+    --workdir) WORKDIR=$2; shift 2 ;;
+    --no-compile) COMPILE=0; shift ;;
+    *) echo "vs_torch.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+cd "$(dirname "$0")/../.." || exit 1
+WORKDIR=${WORKDIR:-$BUILD/bench-vs-torch}
+TIMEOUT=${BENCH_TRAIN_TIMEOUT:-900}
+mkdir -p "$WORKDIR"
+# shellcheck source=scripts/json_string.sh
+. scripts/json_string.sh
+# shellcheck source=bench/cuda/device_peak.sh
+. bench/cuda/device_peak.sh
+
+json_number() { sed -n "s/.*\"$1\": *\([-+0-9.eE]*\).*/\1/p" <<<"$2" | head -1; }
+
+DEVICE_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -1)
+DEVICE_NAME=${DEVICE_NAME:-unknown}
+peak=$(device_peak_bf16 "$DEVICE_NAME")
+
+# A shape: pptrain's config and overrides, and the same model's torch_reference arguments.
+shape() {
+  case "$1" in
+    gpt2_b16 | gpt2_b32)
+      CONFIG=configs/gpt2_124m_gpu.yaml
+      local b=16; [ "$1" = gpt2_b32 ] && b=32
+      OVERRIDES=(training.micro_batch_size=$b)
+      TORCH_ARGS=(--arch gpt2 --n-layer 12 --n-head 12 --d-model 768 --vocab 50304 --seq 1024 --batch $b) ;;
+    llama1b_t8192)
+      CONFIG=configs/llama3_1b_gpu.yaml
+      OVERRIDES=(parallel.dp=1 parallel.microbatches=1)
+      TORCH_ARGS=(--arch llama --n-layer 16 --n-head 32 --n-kv-head 8 --d-model 2048 --ffn 8192 --vocab 128256
+                  --seq 8192 --batch 1 --rope-theta 500000 --norm-eps 1e-5 --tie-embeddings) ;;
+    tiny)
+      CONFIG=configs/gpt2_124m_gpu.yaml
+      OVERRIDES=(model.n_layer=2 model.n_head=2 model.d_model=32 model.seq_len=16 model.vocab_size=64
+                 training.micro_batch_size=2 training.precision=fp32)
+      TORCH_ARGS=(--arch gpt2 --n-layer 2 --n-head 2 --d-model 32 --vocab 64 --seq 16 --batch 2) ;;
+    *) return 1 ;;
+  esac
+}
+
+# pptrain: sets PP (a JSON object) and PP_RATE (tokens/s; empty on failure).
+run_pptrain() {
+  local name=$1 log=$WORKDIR/$1.log metrics=$WORKDIR/$1.metrics.jsonl profile=$WORKDIR/$1.op_profile.json
+  local data=$WORKDIR/data
+  PP_RATE=""
+  if [ ! -f "$data/train_000.bin" ]; then
+    "$PPTRAIN" prepare-data --markov --out "$data" --vocab 32 --tokens 2000000 >"$WORKDIR/prepare.log" 2>&1 ||
+      { PP=$(printf '{"error": %s}' "$(json_string "prepare-data failed: $(tail -1 "$WORKDIR/prepare.log")")"); return 1; }
+  fi
+  rm -f "$metrics" "$profile"
+  timeout "$TIMEOUT" "$PPTRAIN" train "$CONFIG" "${OVERRIDES[@]}" training.steps=$((WARMUP + STEPS)) \
+    training.eval_every=0 checkpoint.dir= logging.every=1 logging.metrics="$metrics" logging.sample_tokens=0 \
+    logging.op_profile=3 logging.op_profile_file="$profile" data.train="$data/train_*.bin" data.val= \
+    >"$log" 2>&1
+  local rc=$?
+  if [ $rc -ne 0 ]; then
+    PP=$(printf '{"error": %s}' "$(json_string "pptrain train exited with $rc: $(grep -m1 'error' "$log" || tail -1 "$log")")")
+    return 1
+  fi
+  local stats
+  stats=$(awk -v skip="$WARMUP" '
+    function field(key,   s) {
+      if (!match($0, "\"" key "\": *[-+0-9.eE]+")) return ""
+      s = substr($0, RSTART, RLENGTH); sub(/^[^:]*: */, "", s); return s
+    }
+    /"tokens_per_s"/ && field("step") + 0 > skip { n++; ms += field("ms") }
+    END { if (n > 0) printf "%.6f\n", ms / n }' "$metrics")
+  [ -n "$stats" ] || { PP='{"error": "no timed step in the metrics"}'; return 1; }
+  PP_RATE=$(awk -v t="$TOKENS_PER_STEP" -v ms="$stats" 'BEGIN { printf "%.1f", t / (ms / 1000) }')
+  local busy mfu=null
+  busy=$(json_number busy_fraction "$(cat "$profile" 2>/dev/null)")
+  [ -n "$peak" ] && mfu=$(awk -v r="$PP_RATE" -v f="$FLOPS_PER_TOKEN" -v p="$peak" 'BEGIN { printf "%.4g", r * f / p }')
+  PP=$(printf '{"tokens_per_s": %s, "step_ms": %.3f, "mfu": %s, "busy_fraction": %s}' "$PP_RATE" "$stats" "$mfu" \
+    "${busy:-null}")
+}
+
+# torch_reference: prints its JSON object (null where torch is missing or the run failed).
+run_torch() {
+  local out
+  out=$(timeout "$TIMEOUT" python3 bench/torch_reference.py "${TORCH_ARGS[@]}" --device "$TORCH_DEVICE" \
+    --dtype "$([ "$TORCH_DEVICE" = cuda ] && echo bf16 || echo fp32)" --steps "$STEPS" --warmup "$WARMUP" \
+    --json-only "$@" 2>"$WORKDIR/torch.err" | tail -1)
+  if [ -z "$out" ] || grep -q '"skipped"' <<<"$out" || ! grep -q '"tokens_per_s"' <<<"$out"; then
+    echo null
+    return
+  fi
+  local rate ms mfu=null
+  rate=$(json_number tokens_per_s "$out")
+  ms=$(json_number step_ms_median "$out")
+  [ -n "$peak" ] && mfu=$(awk -v r="$rate" -v f="$FLOPS_PER_TOKEN" -v p="$peak" 'BEGIN { printf "%.4g", r * f / p }')
+  printf '{"tokens_per_s": %s, "step_ms": %s, "mfu": %s, "torch": %s}' "$rate" "$ms" "$mfu" \
+    "$(json_string "$(sed -n 's/.*"torch": "\([^"]*\)".*/\1/p' <<<"$out")")"
+}
+
+ratio() {  # pptrain's rate over the torch object's, or null
+  local t
+  t=$(json_number tokens_per_s "$2")
+  [ -n "$1" ] && [ -n "$t" ] && awk -v a="$1" -v b="$t" 'BEGIN { printf "%.3f", a / b }' || echo null
+}
+
+status=0
+for name in ${BENCH_SHAPES:-gpt2_b16 gpt2_b32 llama1b_t8192}; do
+  shape "$name" || { echo "vs_torch.sh: unknown shape '$name'" >&2; exit 2; }
+  flops=$("$BUILD/bench/model_flops" "$CONFIG" "${OVERRIDES[@]}" 2>&1) || {
+    printf '{"bench": "gpu_vs_torch", "shape": "%s", "error": %s}\n' "$name" "$(json_string "model_flops: $flops")"
+    status=1
+    continue
+  }
+  FLOPS_PER_TOKEN=$(json_number flops_per_token "$flops")
+  TOKENS_PER_STEP=$(json_number tokens_per_step "$flops")
+  run_pptrain "$name" || status=1
+  eager=$(run_torch)
+  compiled=null
+  [ $COMPILE = 1 ] && [ "$eager" != null ] && compiled=$(run_torch --compile)
+  printf '{"bench": "gpu_vs_torch", "shape": "%s", "device": %s, "tokens_per_step": %s, "pptrain": %s, ' \
+    "$name" "$(json_string "$DEVICE_NAME")" "$TOKENS_PER_STEP" "$PP"
+  printf '"torch_eager": %s, "torch_compile": %s, "vs_eager": %s, "vs_compile": %s}\n' "$eager" "$compiled" \
+    "$(ratio "$PP_RATE" "$eager")" "$(ratio "$PP_RATE" "$compiled")"
+done
+exit $status
