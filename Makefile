@@ -143,7 +143,9 @@ check-layering: $(BUILD)/tests/test_layering
 # all of them otherwise), then re-enters make, which reads the packages' flags anew and
 # builds on every core (unless -j was given). One line per phase says where the time goes.
 .PHONY: all run test bench deps
-NPROC := $(shell nproc 2>/dev/null || echo 2)
+# nproc honours OMP_NUM_THREADS, which MPI scripts often export as 1: the cores the build may
+# use are what nproc says without it (the affinity mask, as before).
+NPROC := $(shell env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 2)
 JOBS := $(if $(filter -j%,$(MAKEFLAGS)),,-j$(NPROC))
 ON_CORES := $(if $(JOBS),$(NPROC) jobs in parallel,with the -j given)
 

@@ -187,3 +187,14 @@ TEST(FreshMachine, ATestThatFailsToCompileCountsAsOneFailureAndMakeTestStillEnds
   EXPECT_NE(r.output.find("(not built)"), std::string::npos) << r.output;
   EXPECT_FALSE(m.command_writing("build/tests/test_train").empty()) << "make test stopped at the first error";
 }
+
+// OMP_NUM_THREADS (MPI scripts often export 1) does not limit the build's jobs: make takes
+// the cores nproc gives without it (derived here the same way, so any machine agrees).
+TEST(MakeEntry, OmpNumThreadsDoesNotLimitTheBuildsJobs) {
+  CommandResult cores = run_command("env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc");
+  ASSERT_EQ(cores.exit_code, 0) << cores.output;
+  const int n = std::stoi(cores.output);
+  if (n < 2) GTEST_SKIP() << "one core: nothing to tell apart";
+  CommandResult r = run_command("OMP_NUM_THREADS=1 make -n run 2>&1");
+  EXPECT_NE(r.output.find("build/pptrain, " + std::to_string(n) + " jobs in parallel"), std::string::npos) << r.output;
+}
