@@ -206,3 +206,44 @@ TEST(Safetensors, FilesWrittenByAnotherWriterRead) {
   EXPECT_TRUE(plain.metadata().empty());
   EXPECT_EQ(plain.find("x")->shape, (std::vector<int64_t>{2, 2}));
 }
+
+// ---- the output is a new file -----------------------------------------------------------
+
+// The importers never replace what is at their output path: a file (left byte for byte), a
+// directory, a FIFO (as /dev/null would be: a device turned into a regular file), a link,
+// even a dangling one, or a path whose folder is missing; each is one line, a non-zero
+// exit, and no OUT.tmp* left behind. A new path then imports.
+TEST(HfImport, AnExistingOutputIsNeverReplaced) {
+  TempDir tmp;
+  const HfGpt2 hf(24, false);
+  const std::string dir = tmp.file("model");
+  hf.write_dir(dir, "F32", 1, kConfigJson);
+  write_file(tmp.file("file.h5"), "the user's own bytes");
+  fs::create_directories(tmp.file("folder"));
+  ASSERT_EQ(::mkfifo(tmp.file("fifo").c_str(), 0600), 0);
+  fs::create_symlink(tmp.file("file.h5"), tmp.file("link.h5"));
+  fs::create_symlink(tmp.file("nowhere.h5"), tmp.file("dangling.h5"));
+  const std::pair<std::string, std::string> cases[] = {
+      {"file.h5", "' exists (a file); the output must be a new file: remove it or give another path"},
+      {"folder", "' exists (a directory)"},
+      {"fifo", "' exists (a FIFO)"},
+      {"link.h5", "' exists (a symbolic link)"},
+      {"dangling.h5", "' exists (a symbolic link)"},
+      {"missing/out.h5", "the folder of '"}};
+  for (const auto& [name, why] : cases) {
+    for (const std::string cmd : {"import-hf " + dir, std::string("import-llmc /nonexistent.bin")}) {
+      auto r = run_command("timeout 20 " + pptrain_bin() + " " + cmd + " " + tmp.file(name) + " 2>&1", 60);
+      EXPECT_NE(r.exit_code, 0) << cmd << " " << name << "\n" << r.output;
+      EXPECT_NE(r.output.find(why), std::string::npos) << cmd << " " << name << "\n" << r.output;
+      EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    }
+  }
+  EXPECT_EQ(read_file(tmp.file("file.h5")), "the user's own bytes");
+  EXPECT_TRUE(fs::is_fifo(tmp.file("fifo")));
+  EXPECT_TRUE(fs::is_directory(tmp.file("folder")) && fs::is_empty(tmp.file("folder")));
+  for (const auto& e : fs::directory_iterator(tmp.path()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << "left behind: " << e.path();
+  auto ok = run_command(pptrain_bin() + " import-hf " + dir + " " + tmp.file("new.h5") + " 2>&1", 60);
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_TRUE(fs::is_regular_file(tmp.file("new.h5")));
+}

@@ -95,6 +95,7 @@ std::string hf_model_section(const ModelConfig& m) {
 }
 
 HfImportResult import_hf(const std::string& dir, const std::string& out_path) {
+  check_new_output(out_path, "import-hf");  // before the model is read
   HfImportResult result;
   auto [arch, model] = read_hf_config(dir);
   result.arch = arch;

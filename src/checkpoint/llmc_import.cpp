@@ -8,6 +8,7 @@
 namespace pptrain {
 
 LlmcModel import_llmc(const std::string& llmc_path, const std::string& out_path) {
+  check_new_output(out_path, "import-llmc");  // before the model is read
   LlmcModel m = read_llmc_model(llmc_path);
   std::vector<WeightTensor> tensors;
   for (const NamedTensor& t : m.tensors) tensors.push_back({t.name, t.shape});
