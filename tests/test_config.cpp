@@ -1,5 +1,7 @@
 // Config parsing, overrides and validation: every rejected input names file and key.
 #include <gtest/gtest.h>
+
+#include <chrono>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -433,4 +435,28 @@ TEST(Config, TrainRefusesFifosAndDirectoriesWithoutBlocking) {
 TEST(Config, RejectsKeysThatAreNotNames) {
   EXPECT_EQ(error_of("[~=r=]: 1\n"), "exp.yaml:1: expected a section name, got a list as a key");
   EXPECT_EQ(error_of("training:\n  {a: 1}: 2\n"), "exp.yaml:2: section 'training': expected a key name, got a mapping as a key");
+}
+
+// An alias bomb (9 levels of 9 aliases: 9^9 nodes in 400 bytes) is refused at once, in one
+// line, before any walk over the tree; aliases in a normal config still work.
+TEST(Config, AnAliasBombIsRefusedAtOnce) {
+  std::string yaml = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n";
+  for (int level = 1; level < 9; ++level) {
+    const std::string prev = "*a" + std::to_string(level - 1);
+    yaml += "a" + std::to_string(level) + ": &a" + std::to_string(level) + " [";
+    for (int i = 0; i < 9; ++i) yaml += (i ? ", " : "") + prev;
+    yaml += "]\n";
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    parse_config(yaml, "bomb.yaml");
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "bomb.yaml: the config expands to more than 100000 YAML nodes (aliases that repeat "
+                           "aliases); a config has a few hundred");
+  }
+  // The bound walks at most 100000 nodes (milliseconds); the 7-level bomb's full walk took 7 s.
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  const Config c = parse_config("model: {n_layer: &n 2, n_head: *n, d_model: 16}\n", "alias.yaml");
+  EXPECT_EQ(c.model.n_head, 2);
 }

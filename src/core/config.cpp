@@ -184,6 +184,23 @@ std::string known_keys(const Section& sec) {
 
 // yaml-cpp keeps both entries of a key given twice in one mapping (and a lookup would
 // silently take one of them): refuse it, naming the key path and both lines.
+// A config's nodes, counting each once per path to it, as every walk over the tree does.
+// YAML aliases let a kilobyte name billions of them (an alias of a list of aliases, nine
+// levels deep, of a list of nine), so before any other walk the count is bounded: a real
+// config has a few hundred nodes. Returns false once `budget` is spent.
+bool within_node_budget(const YAML::Node& node, long& budget) {
+  if (--budget < 0) return false;
+  if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i)
+      if (!within_node_budget(node[i], budget)) return false;
+  } else if (node.IsMap()) {
+    for (auto it = node.begin(); it != node.end(); ++it)
+      if (!within_node_budget(it->first, budget) || !within_node_budget(it->second, budget)) return false;
+  }
+  return true;
+}
+constexpr long kMaxConfigNodes = 100000;
+
 void reject_duplicate_keys(const YAML::Node& node, const std::string& path, const std::string& source) {
   if (node.IsSequence()) {
     for (size_t i = 0; i < node.size(); ++i) reject_duplicate_keys(node[i], cat(path, "[", i, "]"), source);
@@ -327,6 +344,10 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
   } catch (const YAML::Exception& e) {
     fail(source, ":", e.mark.line + 1, ": invalid YAML: ", e.msg);
   }
+  long budget = kMaxConfigNodes;
+  if (!within_node_budget(root, budget))
+    fail(source, ": the config expands to more than ", kMaxConfigNodes,
+         " YAML nodes (aliases that repeat aliases); a config has a few hundred");
   reject_duplicate_keys(root, "", source);
   apply(c, root, source);
   bool tie_given = gives_key(root, "model", "tie_embeddings");
