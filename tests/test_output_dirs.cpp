@@ -79,3 +79,20 @@ TEST(OutputDirs, AFolderThatCannotBeCreatedIsOneLineNamingKeyAndPath) {
     EXPECT_EQ(r.output.find("step 1"), std::string::npos) << "trained before failing:\n" << r.output;
   }
 }
+
+// A metrics file that cannot take a line (a full disk; /dev/full answers every write with
+// ENOSPC) stops the run with one line and a non-zero exit on every rank, instead of a
+// metrics file that silently ends.
+TEST(OutputDirs, AMetricsLineThatCannotBeWrittenStopsTheRun) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+  TempDir dir;
+  ASSERT_EQ(prepare_markov_corpus(dir.file("d"), 16, 4000).exit_code, 0);
+  write_config(dir, "2", "logging: {every: 1, metrics: '/dev/full'}\n");
+  CommandResult r = run_command("cd " + dir.path() + " && " + mpirun(2) + trainer() + " train c.yaml", 60);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, 124) << "timed out:\n" << r.output;
+  EXPECT_NE(r.output.find("error: logging.metrics: cannot write '/dev/full': No space left on device"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("step 2/2"), std::string::npos) << "went on:\n" << r.output;
+}

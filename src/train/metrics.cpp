@@ -1,6 +1,8 @@
 #include "train/metrics.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -28,7 +30,7 @@ std::string json_number(double v) {
 }
 }  // namespace
 
-MetricsLog::MetricsLog(const std::string& path, bool enabled) : enabled_(enabled) {
+MetricsLog::MetricsLog(const std::string& path, bool enabled) : enabled_(enabled), path_(path) {
   if (!enabled_ || path.empty()) return;
   file_ = std::fopen(path.c_str(), "a");
   if (!file_) fail("logging.metrics: cannot open '", path, "' for appending");
@@ -40,9 +42,14 @@ MetricsLog::~MetricsLog() {
 
 void MetricsLog::write(const std::string& line) {
   if (!file_) return;
-  std::fputs(line.c_str(), file_);
-  std::fputc('\n', file_);
-  std::fflush(file_);
+  // Every line reaches the file or the run stops: a metrics file that silently ends (a full
+  // disk, /dev/full) would pass for a shorter run.
+  errno = 0;
+  const bool written = std::fputs(line.c_str(), file_) >= 0 && std::fputc('\n', file_) != EOF &&
+                       std::fflush(file_) == 0;
+  if (!written)
+    fail("logging.metrics: cannot write '", path_, "': ", errno ? std::strerror(errno) : "write error",
+         " (the metrics would end here; free space or give another path, then resume)");
 }
 
 void MetricsLog::step(const StepResult& r, int total_steps, double tokens_per_step, double mean_ms,

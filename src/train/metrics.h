@@ -26,6 +26,7 @@ class MetricsLog {
  private:
   void write(const std::string& json_line);
   bool enabled_;
+  std::string path_;
   FILE* file_ = nullptr;
 };
 
