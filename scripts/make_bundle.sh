@@ -20,7 +20,7 @@
 #   configs/, scripts/gpu_check.sh, scripts/bench_gpu.sh, scripts/json_string.sh,
 #   scripts/bench_planner.sh (the planner's cpu benchmark, on a node's steadier cores:
 #   `BENCH_THREADS=4 ./pptrain-gpu/run scripts/bench_planner.sh pptrain-gpu/build`),
-#   bench/cuda/train_throughput.sh, vs_torch.sh, device_peak.sh, bench/torch_reference.py
+#   bench/cuda/train_throughput.sh, vs_torch.sh, bench_lib.sh, bench/torch_reference.py
 #   run                 the launcher: ./pptrain-gpu/run CMD ARGS (scripts/bundle/run)
 # Assumes the node's glibc and libstdc++ are the build machine's or newer (Debian 12: glibc
 # 2.36, GCC 12), which any node with a current PyTorch has.
@@ -68,7 +68,7 @@ ln -s ../build/pptrain "$B/bin/pptrain"
 cp -r "$ROOT/configs" "$B/"
 cp "$ROOT/scripts/gpu_check.sh" "$ROOT/scripts/bench_gpu.sh" "$ROOT/scripts/json_string.sh" "$ROOT/scripts/bench_planner.sh" \
   "$B/scripts/"
-cp "$ROOT/bench/cuda/train_throughput.sh" "$ROOT/bench/cuda/vs_torch.sh" "$ROOT/bench/cuda/device_peak.sh" "$B/bench/cuda/"
+cp "$ROOT/bench/cuda/train_throughput.sh" "$ROOT/bench/cuda/vs_torch.sh" "$ROOT/bench/cuda/bench_lib.sh" "$B/bench/cuda/"
 cp "$ROOT/bench/torch_reference.py" "$B/bench/"
 cp "$ROOT/scripts/bundle/run" "$B/run"
 cp "$ROOT/README.md" "$B/"

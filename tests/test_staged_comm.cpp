@@ -21,6 +21,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "support/dump_compare.h"
+#include "support/step_model.h"
 #include "support/test_util.h"
 
 using namespace pptrain;
@@ -44,14 +45,8 @@ class StagedComm : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(fs::exists(cuda_bin())) << cuda_bin() << " not built";
-    auto r = prepare_markov_corpus(dir_.file("data"), 19, 6000, 5);
+    auto r = write_step_model(dir_, 6000);
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    // 4 blocks (one per stage of the V for pp 2); grad_clip 0 compares raw gradients.
-    write_file(dir_.file("model.yaml"),
-               "model: {n_layer: 4, n_head: 2, d_model: 16, seq_len: 8, vocab_size: 19}\n"
-               "training: {steps: 1, micro_batch_size: 2, lr: 1.0e-2, warmup_steps: 0, grad_clip: 0.0, eval_every: 0}\n"
-               "data: {train: '" + dir_.file("data") + "/train_*.bin'}\n"
-               "logging: {every: 1, sample_tokens: 0}\n");
   }
 
   // One step of `layout` on `ranks` ranks; the merged dump of the dp-rank-0 ranks, and the

@@ -12,7 +12,7 @@
 # (default 10: cuBLAS heuristics, allocator growth). MFU = tokens/s · FLOPs per token /
 # peak dense bf16 FLOP/s of the device; the FLOPs per token come from build/bench/model_flops
 # (the formula of bench/model_flops.h, shared with bench_model), the peak from the table
-# of bench/cuda/device_peak.sh keyed by the name nvidia-smi gives. Unknown device: "mfu": null and a note.
+# of bench/cuda/bench_lib.sh keyed by the name nvidia-smi gives. Unknown device: "mfu": null and a note.
 # The fp32 run's MFU is taken against the same bf16 peak (what the hardware could do).
 # --pptrain and the overrides let the tests run the whole script on pptrain-emu with a
 # tiny model.
@@ -66,8 +66,8 @@ if [ -z "$DEVICE_NAME" ]; then
   DEVICE_NAME=${DEVICE_NAME:-unknown}
 fi
 # Peak dense bf16 tensor-core FLOP/s (bench/cuda/device_peak.sh's table).
-# shellcheck source=bench/cuda/device_peak.sh
-. bench/cuda/device_peak.sh
+# shellcheck source=bench/cuda/bench_lib.sh
+. bench/cuda/bench_lib.sh
 peak=$(device_peak_bf16 "$DEVICE_NAME")
 peak_note=""
 [ -z "$peak" ] && peak_note="no peak bf16 FLOP/s known for device '$DEVICE_NAME': MFU not computed"
@@ -98,15 +98,9 @@ run_precision() {
     RESULT=$(printf '{"error": %s}' "$(json_string "pptrain train exited with $rc: $why")")
     return 1
   fi
-  # Step lines (they carry tokens_per_s; evaluation lines do not) after the warm-up.
+  # The step lines after the warm-up.
   local stats
-  stats=$(awk -v skip="$WARMUP" '
-    function field(key,   s) {
-      if (!match($0, "\"" key "\": *[-+0-9.eE]+")) return ""
-      s = substr($0, RSTART, RLENGTH); sub(/^[^:]*: */, "", s); return s
-    }
-    /"tokens_per_s"/ && field("step") + 0 > skip { n++; ms += field("ms"); loss = field("loss") }
-    END { if (n > 0) printf "%d %.6f %s\n", n, ms, loss }' "$metrics" 2>/dev/null)
+  stats=$(timed_steps "$metrics" "$WARMUP")
   if [ -z "$stats" ]; then
     RESULT=$(printf '{"error": %s}' "$(json_string "no step after the $WARMUP warm-up steps in $metrics")")
     return 1

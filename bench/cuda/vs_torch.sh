@@ -46,8 +46,8 @@ TIMEOUT=${BENCH_TRAIN_TIMEOUT:-900}
 mkdir -p "$WORKDIR"
 # shellcheck source=scripts/json_string.sh
 . scripts/json_string.sh
-# shellcheck source=bench/cuda/device_peak.sh
-. bench/cuda/device_peak.sh
+# shellcheck source=bench/cuda/bench_lib.sh
+. bench/cuda/bench_lib.sh
 
 json_number() { sed -n "s/.*\"$1\": *\([-+0-9.eE]*\).*/\1/p" <<<"$2" | head -1; }
 
@@ -96,15 +96,10 @@ run_pptrain() {
     PP=$(printf '{"error": %s}' "$(json_string "pptrain train exited with $rc: $(grep -m1 'error' "$log" || tail -1 "$log")")")
     return 1
   fi
-  local stats
-  stats=$(awk -v skip="$WARMUP" '
-    function field(key,   s) {
-      if (!match($0, "\"" key "\": *[-+0-9.eE]+")) return ""
-      s = substr($0, RSTART, RLENGTH); sub(/^[^:]*: */, "", s); return s
-    }
-    /"tokens_per_s"/ && field("step") + 0 > skip { n++; ms += field("ms") }
-    END { if (n > 0) printf "%.6f\n", ms / n }' "$metrics")
-  [ -n "$stats" ] || { PP='{"error": "no timed step in the metrics"}'; return 1; }
+  local stats n sum
+  read -r n sum _ <<<"$(timed_steps "$metrics" "$WARMUP")"
+  [ -n "${n:-}" ] || { PP='{"error": "no timed step in the metrics"}'; return 1; }
+  stats=$(awk -v s="$sum" -v n="$n" 'BEGIN { printf "%.6f", s / n }')
   PP_RATE=$(awk -v t="$TOKENS_PER_STEP" -v ms="$stats" 'BEGIN { printf "%.1f", t / (ms / 1000) }')
   local busy mfu=null
   busy=$(json_number busy_fraction "$(cat "$profile" 2>/dev/null)")
