@@ -141,20 +141,25 @@ void StagedMpiComm::give_back(std::shared_ptr<Staging> s) {
 
 // ---- blocking collectives: out, MPI on the host, back in --------------------------------
 
+namespace {
+// data[bytes] to the host, `on_host` on the host copy (typed as data), and all of it back.
+template <typename T, typename OnHost>
+void round_trip(StagedMpiComm& comm, T* data, size_t bytes, OnHost on_host) {
+  std::shared_ptr<StagedMpiComm::Staging> s = comm.stage_out(data, bytes);
+  on_host(reinterpret_cast<T*>(s->host()));
+  comm.stage_in(*s, data, 0, bytes, nullptr);
+  comm.give_back(std::move(s));
+}
+}  // namespace
+
 void StagedMpiComm::allreduce(float* data, size_t n, ReduceOp op) {
-  std::shared_ptr<Staging> s = stage_out(data, n * sizeof(float));
-  group_.allreduce(reinterpret_cast<float*>(s->host()), n, op);
-  stage_in(*s, data, 0, n * sizeof(float), nullptr);
-  give_back(std::move(s));
+  round_trip(*this, data, n * sizeof(float), [&](float* host) { group_.allreduce(host, n, op); });
 }
 
 void StagedMpiComm::allreduce(double* data, size_t n, ReduceOp op) { group_.allreduce(data, n, op); }
 
 void StagedMpiComm::allreduce(bfloat16* data, size_t n, ReduceOp op) {
-  std::shared_ptr<Staging> s = stage_out(data, n * sizeof(bfloat16));
-  group_.allreduce(reinterpret_cast<bfloat16*>(s->host()), n, op);
-  stage_in(*s, data, 0, n * sizeof(bfloat16), nullptr);
-  give_back(std::move(s));
+  round_trip(*this, data, n * sizeof(bfloat16), [&](bfloat16* host) { group_.allreduce(host, n, op); });
 }
 
 void StagedMpiComm::reduce_scatter(const float* send, float* recv, size_t count, ReduceOp op) {
@@ -167,19 +172,12 @@ void StagedMpiComm::reduce_scatter(const float* send, float* recv, size_t count,
 }
 
 void StagedMpiComm::allgather(float* data, size_t count) {
-  const size_t bytes = size_t(size()) * count * sizeof(float);
-  std::shared_ptr<Staging> s = stage_out(data, bytes);
-  group_.allgather(reinterpret_cast<float*>(s->host()), count);
-  stage_in(*s, data, 0, bytes, nullptr);
-  give_back(std::move(s));
+  round_trip(*this, data, size_t(size()) * count * sizeof(float), [&](float* host) { group_.allgather(host, count); });
 }
 
 void StagedMpiComm::allgather(bfloat16* data, size_t count) {
-  const size_t bytes = size_t(size()) * count * sizeof(bfloat16);
-  std::shared_ptr<Staging> s = stage_out(data, bytes);
-  group_.allgather(reinterpret_cast<bfloat16*>(s->host()), count);
-  stage_in(*s, data, 0, bytes, nullptr);
-  give_back(std::move(s));
+  round_trip(*this, data, size_t(size()) * count * sizeof(bfloat16),
+             [&](bfloat16* host) { group_.allgather(host, count); });
 }
 
 void StagedMpiComm::broadcast(void* data, size_t bytes, int root) { group_.broadcast(data, bytes, root); }
