@@ -460,3 +460,23 @@ TEST(Config, AnAliasBombIsRefusedAtOnce) {
   const Config c = parse_config("model: {n_layer: &n 2, n_head: *n, d_model: 16}\n", "alias.yaml");
   EXPECT_EQ(c.model.n_head, 2);
 }
+
+// A second YAML document is refused, not dropped; `layers_per_stage: []` is not read as auto.
+TEST(Config, ASecondDocumentAndAnEmptySplitAreRefused) {
+  try {
+    parse_config("model: {n_layer: 2}\n---\ntraining: {steps: 5}\n", "two.yaml");
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "two.yaml: 2 YAML documents (separated by '---'); a config is one document");
+  }
+  EXPECT_EQ(parse_config("---\nmodel: {n_layer: 2}\n", "one.yaml").model.n_layer, 2);  // one, marked
+  try {
+    parse_config("parallel: {layers_per_stage: []}\n", "empty.yaml");
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("key 'parallel.layers_per_stage': expected 'auto' or a list of one block "
+                                         "count per stage, got []"),
+              std::string::npos)
+        << e.what();
+  }
+}

@@ -16,7 +16,7 @@
 //
 // Root attributes (strings are fixed-length, NUL-terminated UTF-8; integers 8 bytes):
 //   format               "pptrain-checkpoint"
-//   format_version       1
+//   format_version       2 (kCheckpointFormatVersion)
 //   step                 optimizer steps taken (the next step is step + 1)
 //   tokens_seen          training tokens consumed so far
 //   data_next_batch      index of the next global batch of the training stream

@@ -1,7 +1,10 @@
 // Communicator: the one interface through which pptrain talks between ranks.
 // MpiComm (parallel/) implements it over an MPI communicator on CPUs, NcclComm over
 // NCCL on GPUs; LocalComm is the group of one. Buffers are backend memory (device
-// pointers under CUDA). No other code calls MPI or NCCL directly.
+// pointers under CUDA). Collectives and transfers between ranks go through it; MPI is called
+// directly only where a communicator cannot serve: the session (parallel/mpi_session),
+// the grid's splits, node-local queries (backend/cuda/device, job/preflight's node
+// communicator) and parallel HDF5's MPI-IO (checkpoint/).
 #pragma once
 #include <cstddef>
 #include <memory>

@@ -76,6 +76,8 @@ Field layers_field(std::vector<int>* p) {
             p->clear();
             if (n.IsScalar() && n.Scalar() == "auto") return;
             if (!n.IsSequence()) fail(w, ": expected 'auto' or a list of integers, got ", describe(n));
+            // [] would read as auto (an empty list is how auto is held): say so instead.
+            if (n.size() == 0) fail(w, ": expected 'auto' or a list of one block count per stage, got []");
             for (size_t i = 0; i < n.size(); ++i)
               p->push_back(scalar<int>(n[i], cat(w, "[", i, "]"), "an integer"));
           },
@@ -340,7 +342,11 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
   c.source = source;
   YAML::Node root;
   try {
-    root = YAML::Load(yaml_text);
+    // Every document, so that a second one (after a '---') is refused, not silently dropped.
+    const std::vector<YAML::Node> documents = YAML::LoadAll(yaml_text);
+    if (documents.size() > 1)
+      fail(source, ": ", documents.size(), " YAML documents (separated by '---'); a config is one document");
+    if (!documents.empty()) root = documents.front();
   } catch (const YAML::Exception& e) {
     fail(source, ":", e.mark.line + 1, ": invalid YAML: ", e.msg);
   }

@@ -8,7 +8,8 @@
 //       for the measured costs, with its split chosen jointly (partition for a fixed
 //       schedule, program for that split, partition again for the program)
 // The profile is parallel.profile: a cost file of `pptrain profile`, or `measure`: timed
-// here on world rank 0 and shared (a schedule: auto with no profile measures too). With
+// here at start-up, every rank at once, each layer kind's time the mean over the ranks of
+// each rank's median (a schedule: auto with no profile measures too). With
 // costs, every layout (planned or given) comes with the step time they predict
 // (layout_search.h), which the log and the metrics show beside the measured one.
 #pragma once
@@ -31,10 +32,11 @@ struct ResolvedLayout {
   std::string profile_source;                  // the cost file, or "measured at start-up"
 };
 
-// Collective over `world` (the profile is measured on rank 0 and broadcast). Throws
+// Collective over `world` (every rank measures, partition/profile.h). Throws
 // pptrain::Error naming the config and key (a profile of other shapes, an unreadable file).
-// training.recompute: auto is resolved to none here (no memory limit at start-up: see
-// recompute_choice.h for the rule `pptrain plan --memory-per-rank` applies); a scalar or a
+// training.recompute: auto is chosen here, per stage, by recompute_choice.h's rule (the
+// least recompute whose plan fits parallel.memory_per_rank_gib, the stages with the most
+// microbatches in flight first) and written into the resolved config; a scalar or a
 // per-stage list is planned and predicted with as given.
 // `measure`: how a profile is taken when parallel.profile is `measure` (its token ids).
 ResolvedLayout resolve_layout(const Config& cfg, MpiComm& world, const ProfileOptions& measure = {});
