@@ -285,3 +285,26 @@ TEST_F(Integrity, NonFiniteValueInAFileIsNamedOnLoad) {
     EXPECT_EQ(r.output, message + "\n");
   }
 }
+
+// inspect prints an unsigned attribute (the checksums) as stored: above INT64_MAX it was
+// clamped to 9223372036854775807 when read as a signed integer.
+TEST(CheckpointInspect, UnsignedAttributesPrintAsStored) {
+  TempDir dir;
+  const std::string path = dir.file("attrs.h5");
+  const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  const hid_t space = H5Screate(H5S_SCALAR);
+  auto text_of = [&](const char* name, hid_t type, const void* value) {
+    const hid_t a = H5Acreate2(file, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+    EXPECT_GE(H5Awrite(a, type, value), 0);
+    const std::string text = h5::attribute_as_text(a);
+    H5Aclose(a);
+    return text;
+  };
+  const uint64_t big = 11828510861253941135ull;
+  const int64_t negative = -5;
+  EXPECT_EQ(text_of("meta_checksum", H5T_NATIVE_UINT64, &big), "11828510861253941135");
+  EXPECT_EQ(text_of("signed", H5T_NATIVE_INT64, &negative), "-5");
+  H5Sclose(space);
+  H5Fclose(file);
+}

@@ -200,17 +200,23 @@ std::string attribute_as_text(hid_t attribute) {
       if (n > kMaxTextValues) return cat("(", n, " values)");
       if (!stored_matches || type_bytes > 8) return "(damaged: stored size does not match the type)";
       const bool integer = H5Tget_class(t.id()) == H5T_INTEGER;
+      // Unsigned integers (the checksums) read as such: as int64 the library would clamp
+      // one above INT64_MAX to 9223372036854775807.
+      const bool is_unsigned = integer && H5Tget_sign(t.id()) == H5T_SGN_NONE;
       std::vector<double> d(n);
       std::vector<int64_t> i(n);
+      std::vector<uint64_t> u(n);
       if (n > 0) {
-        herr_t rc = integer ? H5Aread(attribute, H5T_NATIVE_INT64, i.data())
-                            : H5Aread(attribute, H5T_NATIVE_DOUBLE, d.data());
+        herr_t rc = is_unsigned ? H5Aread(attribute, H5T_NATIVE_UINT64, u.data())
+                    : integer   ? H5Aread(attribute, H5T_NATIVE_INT64, i.data())
+                                : H5Aread(attribute, H5T_NATIVE_DOUBLE, d.data());
         if (rc < 0) return "(unreadable)";
       }
       if (n != 1) out << "[";
       for (int64_t k = 0; k < n; ++k) {
         if (k) out << ", ";
-        if (integer) out << i[k];
+        if (is_unsigned) out << u[k];
+        else if (integer) out << i[k];
         else out << d[k];
       }
       if (n != 1) out << "]";
