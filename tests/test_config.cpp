@@ -467,7 +467,7 @@ TEST(Config, ASecondDocumentAndAnEmptySplitAreRefused) {
     parse_config("model: {n_layer: 2}\n---\ntraining: {steps: 5}\n", "two.yaml");
     ADD_FAILURE() << "accepted";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "two.yaml: 2 YAML documents (separated by '---'); a config is one document");
+    EXPECT_STREQ(e.what(), "two.yaml:2: a second YAML document ('---' after the first); a config is one document");
   }
   EXPECT_EQ(parse_config("---\nmodel: {n_layer: 2}\n", "one.yaml").model.n_layer, 2);  // one, marked
   try {

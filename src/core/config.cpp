@@ -340,13 +340,23 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
                     const std::vector<std::string>& overrides, const BuildFeatures& build) {
   Config c;
   c.source = source;
+  // A second document (a '---' line after content) would be dropped by YAML::Load: refused.
+  // (Not YAML::LoadAll: yaml-cpp 0.7's loops forever on some malformed input.)
+  std::istringstream lines(yaml_text);
+  bool content = false;
+  int line_number = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++line_number;
+    const bool marker = line.rfind("---", 0) == 0 && (line.size() == 3 || line[3] == ' ' || line[3] == '\t' ||
+                                                      line[3] == '\r');
+    if (marker && content)
+      fail(source, ":", line_number, ": a second YAML document ('---' after the first); a config is one document");
+    const size_t first = line.find_first_not_of(" \t\r");
+    content = content || (!marker && first != std::string::npos && line[first] != '#');
+  }
   YAML::Node root;
   try {
-    // Every document, so that a second one (after a '---') is refused, not silently dropped.
-    const std::vector<YAML::Node> documents = YAML::LoadAll(yaml_text);
-    if (documents.size() > 1)
-      fail(source, ": ", documents.size(), " YAML documents (separated by '---'); a config is one document");
-    if (!documents.empty()) root = documents.front();
+    root = YAML::Load(yaml_text);
   } catch (const YAML::Exception& e) {
     fail(source, ":", e.mark.line + 1, ": invalid YAML: ", e.msg);
   }
