@@ -170,6 +170,7 @@ TEST(BenchGpu, VsTorchOnTheEmulatedBackendWithoutTorch) {
   const std::string p = pp[1];
   const double rate = json_number(p, "tokens_per_s");
   EXPECT_GT(rate, 0) << r.output;
+  // 1%: step_ms is printed with 3 decimals and tokens/s with 1, each rounded from the same mean.
   EXPECT_NEAR(rate, 32.0 / (json_number(p, "step_ms") / 1000.0), 0.01 * rate) << r.output;
   // The tiny model: 2 layers, C = 32, T = 16, V = 64 (model_flops counts it).
   CommandResult flops = run_command(build_dir() + "/bench/model_flops configs/gpt2_124m_gpu.yaml model.n_layer=2 "
@@ -177,6 +178,7 @@ TEST(BenchGpu, VsTorchOnTheEmulatedBackendWithoutTorch) {
                                     "training.micro_batch_size=2 training.precision=fp32");
   const double per_token = json_number(flops.output, "flops_per_token");
   ASSERT_GT(per_token, 0) << flops.output;
+  // 1%: mfu is printed with 4 significant digits (%.4g) from the unrounded rate.
   EXPECT_NEAR(json_number(p, "mfu"), rate * per_token / 989.4e12, 0.01 * json_number(p, "mfu")) << r.output;
   const double busy = json_number(p, "busy_fraction");
   EXPECT_GT(busy, 0) << r.output;

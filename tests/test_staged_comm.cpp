@@ -137,6 +137,8 @@ TEST_F(StagedComm, PlantedBugsAreRejected) {
         Plant{"planted_tp", "parallel.tp=2 parallel.microbatches=2", "skip_tp_allreduce@1:row", 2}}) {
     const Verdict v = staged_against_cpu(p.name, p.layout, p.ranks, "PPTRAIN_FAULTS=" + p.fault);
     EXPECT_FALSE(v.passed()) << p.fault;
+    // 3x the bound: the margin the cpu equivalence tests ask of a planted bug (test_parallel_equivalence),
+    // so a rejection is not a rounding accident.
     EXPECT_GE(v.worst().ratio(), 3.0) << p.fault << ": " << v.summary();
     std::cout << "planted " << p.fault << ": " << v.summary() << "\n";
   }
