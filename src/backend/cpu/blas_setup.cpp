@@ -109,18 +109,22 @@ BlasChoice decide() {
 
 }  // namespace
 
-CpuInfo read_cpu_info() {
-  CpuInfo cpu;
-  cpu.model_name = cpuinfo_value("model name");
-  cpu.amd = cpuinfo_value("vendor_id") == "AuthenticAMD";
-  cpu.family = std::atoi(cpuinfo_value("cpu family").c_str());
-  cpu.avx2_fma = cpu_runs(Isa::avx2);
-  cpu.avx512 = cpu_runs(Isa::avx512);
+const CpuInfo& read_cpu_info() {
+  // Read once: the start-up choice, the start-up line and the benchmark all ask.
+  static const CpuInfo info = [] {
+    CpuInfo cpu;
+    cpu.model_name = cpuinfo_value("model name");
+    cpu.amd = cpuinfo_value("vendor_id") == "AuthenticAMD";
+    cpu.family = std::atoi(cpuinfo_value("cpu family").c_str());
+    cpu.avx2_fma = cpu_runs(Isa::avx2);
+    cpu.avx512 = cpu_runs(Isa::avx512);
 #if defined(__x86_64__)
-  cpu.avx512_bf16 = cpu.avx512 && __builtin_cpu_supports("avx512bf16");
+    cpu.avx512_bf16 = cpu.avx512 && __builtin_cpu_supports("avx512bf16");
 #endif
-  cpu.ghz = max_clock_ghz();
-  return cpu;
+    cpu.ghz = max_clock_ghz();
+    return cpu;
+  }();
+  return info;
 }
 
 int blas_core_level(std::string_view core) {

@@ -15,7 +15,7 @@
 
 namespace pptrain::cpu {
 
-// What /proc/cpuinfo, sysfs and CPUID say of this CPU.
+// What /proc/cpuinfo, sysfs and CPUID say of this CPU (read on the first call).
 struct CpuInfo {
   std::string model_name;  // "AMD EPYC 9654", "Intel(R) Xeon(R) Processor"
   bool amd = false;
@@ -25,7 +25,7 @@ struct CpuInfo {
   bool avx512_bf16 = false;
   double ghz = 0;          // the highest clock sysfs gives, else /proc/cpuinfo's; 0: unknown
 };
-CpuInfo read_cpu_info();
+const CpuInfo& read_cpu_info();
 
 // ISA level of an OpenBLAS core name: 3 AVX-512 kernels (SkylakeX, Cooperlake,
 // SapphireRapids), 2 AVX2 (Haswell, Zen), 1 anything older or unknown (Prescott, ...).
