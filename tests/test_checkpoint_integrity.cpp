@@ -13,10 +13,12 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <random>
 
 #include "checkpoint/checkpoint_manager.h"
+#include "checkpoint/checkpoint_format.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checksum.h"
 #include "checkpoint/hdf5_io.h"
@@ -145,11 +147,11 @@ TEST_F(Integrity, DamagedDataIsNamedByItsChecksum) {
     H5Dclose(d);
   });
   EXPECT_EQ(resume_error(path_),
-            "checkpoint " + path_ + ": dataset /model/wpe.weight does not match its checksum (the file is damaged)");
+            "checkpoint " + path_ + ": dataset /model/wpe.weight does not match its checksum (the file is damaged, or the dataset was written under another name)");
   CommandResult r = run_command(pptrain_bin() + " inspect --verify " + path_);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_EQ(r.output, "checkpoint " + path_ + ": dataset /model/wpe.weight does not match its checksum (the file is "
-                      "damaged)\n");
+                      "damaged, or the dataset was written under another name)\n");
 }
 
 TEST_F(Integrity, DamagedRootAttributeIsNamedByTheMetaChecksum) {
@@ -169,15 +171,15 @@ TEST_F(Integrity, VerifyNamesAMissingMoment) {
   edit_h5(path_, [](hid_t f) { H5Ldelete(f, "/optim/m/h.0.ln_1.bias", H5P_DEFAULT); });
   CommandResult r = run_command(pptrain_bin() + " inspect --verify " + path_);
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_EQ(r.output, "checkpoint " + path_ + ": dataset /optim/m/h.0.ln_1.bias is missing (the other groups hold "
-                      "h.0.ln_1.bias)\n");
+  EXPECT_EQ(r.output, "checkpoint " + path_ + ": dataset /optim/m/h.0.ln_1.bias is missing (the model expects shape "
+                      "[8])\n");
 }
 
 TEST_F(Integrity, VerifyPassesAnIntactFile) {
   CommandResult r = run_command(pptrain_bin() + " inspect --verify " + path_);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   // /model, /optim/m and /optim/v of the tiny model's 28 tensors.
-  EXPECT_EQ(r.output, "ok: " + path_ + ": 84 datasets verified (type, checksum, finite values)\n");
+  EXPECT_EQ(r.output, "ok: " + path_ + ": 84 datasets verified (name, shape, type, checksum, values)\n");
 }
 
 TEST_F(Integrity, ChecksumIsTheSameForAnyPartitionOfATensor) {
@@ -259,7 +261,7 @@ TEST_F(Integrity, FormatVersion1IsAClearError) {
   });
   EXPECT_EQ(resume_error(path_), "checkpoint " + path_ +
                                      ": checkpoint format version 1 (written by an older pptrain) has no checksums "
-                                     "and cannot be verified; this pptrain reads version 2");
+                                     "and cannot be verified; this pptrain reads version 3");
 }
 
 TEST_F(Integrity, NonFiniteValueInAFileIsNamedOnLoad) {
@@ -274,7 +276,10 @@ TEST_F(Integrity, NonFiniteValueInAFileIsNamedOnLoad) {
       H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
       v[3] = bad;
       H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
-      h5::write_attribute(d, "checksum", digest_range(v.data(), int64_t(v.size()), 0).sum, "test");
+      h5::write_attribute(d, "checksum",
+                          digest_range(v.data(), int64_t(v.size()), 0).sum +
+                              dataset_binding("/optim/v/h.1.mlp.fc.bias", {int64_t(4) * tiny_model().d_model}),
+                          "test");
       H5Dclose(d);
     });
     const std::string message = cat("checkpoint ", path, ": dataset /optim/v/h.1.mlp.fc.bias holds a non-finite "
@@ -284,6 +289,139 @@ TEST_F(Integrity, NonFiniteValueInAFileIsNamedOnLoad) {
     EXPECT_EQ(r.exit_code, 1) << r.output;
     EXPECT_EQ(r.output, message + "\n");
   }
+}
+
+// ---- a checkpoint that verifies is the checkpoint it claims to be -------------------------
+// Each edit below keeps every checksum consistent with the bytes it covers, as a careless
+// tool or a hostile one could: only the binding of checksums to names and shapes, the
+// link checks and the validated counters can tell. A resume and `inspect --verify` give
+// the same line (checkpoint_checks.h: one function each, both call it).
+
+namespace {
+
+// Rewrites the root attributes after `edit`, with a meta_checksum that matches them.
+template <typename Edit>
+void rewrite_meta(const std::string& path, Edit edit) {
+  CheckpointMeta m = meta_of(path);
+  edit(m);
+  edit_h5(path, [&](hid_t f) { write_meta(f, m, "test"); });
+}
+
+// A dataset of `shape` holding `values`, with the checksum a writer gives it under `name`.
+void put_dataset(hid_t f, const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& values) {
+  if (H5Lexists(f, name.c_str(), H5P_DEFAULT) > 0) H5Ldelete(f, name.c_str(), H5P_DEFAULT);
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  hid_t s = H5Screate_simple(int(dims.size()), dims.data(), nullptr);
+  hid_t d = H5Dcreate2(f, name.c_str(), H5T_IEEE_F32LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
+  h5::write_attribute(d, "checksum", digest_range(values.data(), int64_t(values.size()), 0).sum +
+                                         dataset_binding(name, shape), "test");
+  H5Dclose(d);
+  H5Sclose(s);
+}
+
+}  // namespace
+
+class Binding : public Integrity {
+ protected:
+  // The resume's error and inspect --verify's first line must both be `message` (verify
+  // goes on to list every problem: a swap damages two datasets).
+  void expect_refused(const std::string& message) {
+    EXPECT_EQ(resume_error(path_), message);
+    CommandResult r = run_command(pptrain_bin() + " inspect --verify " + path_);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_EQ(r.output.substr(0, r.output.find('\n')), message) << r.output;
+  }
+};
+
+TEST_F(Binding, SameShapeDatasetsSwappedWithTheirChecksumsAreRefused) {
+  edit_h5(path_, [](hid_t f) {
+    H5Lmove(f, "/model/h.0.ln_1.weight", f, "/model/swap", H5P_DEFAULT, H5P_DEFAULT);
+    H5Lmove(f, "/model/h.1.ln_1.weight", f, "/model/h.0.ln_1.weight", H5P_DEFAULT, H5P_DEFAULT);
+    H5Lmove(f, "/model/swap", f, "/model/h.1.ln_1.weight", H5P_DEFAULT, H5P_DEFAULT);
+  });
+  expect_refused("checkpoint " + path_ + ": dataset /model/h.0.ln_1.weight does not match its checksum (the file is "
+                 "damaged, or the dataset was written under another name)");
+}
+
+TEST_F(Binding, ADatasetHardLinkedUnderAnotherNameIsRefused) {
+  edit_h5(path_, [](hid_t f) {
+    H5Ldelete(f, "/model/h.1.mlp.fc.bias", H5P_DEFAULT);
+    H5Lcreate_hard(f, "/model/h.0.mlp.fc.bias", f, "/model/h.1.mlp.fc.bias", H5P_DEFAULT, H5P_DEFAULT);
+  });
+  expect_refused("checkpoint " + path_ + ": dataset /model/h.0.mlp.fc.bias is linked under 2 names, expected one (a "
+                 "checkpoint stores each tensor once)");
+}
+
+TEST_F(Binding, ASoftLinkInPlaceOfADatasetIsRefused) {
+  edit_h5(path_, [](hid_t f) {
+    H5Ldelete(f, "/model/wpe.weight", H5P_DEFAULT);
+    H5Lcreate_soft("/model/wte.weight", f, "/model/wpe.weight", H5P_DEFAULT, H5P_DEFAULT);
+  });
+  expect_refused("checkpoint " + path_ + ": /model/wpe.weight is a soft link, expected a dataset or group stored under "
+                 "that name");
+}
+
+TEST_F(Binding, AWrongShapeWithAConsistentChecksumIsRefusedByVerifyToo) {
+  // wte [V, C] = [11, 8] stored transposed, then flat, each with its own valid checksum.
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{8, 11}, std::vector<int64_t>{88}}) {
+    edit_h5(path_, [&](hid_t f) { put_dataset(f, "/model/wte.weight", shape, std::vector<float>(88, 0.5f)); });
+    expect_refused("checkpoint " + path_ + ": dataset /model/wte.weight has shape " + h5::shape_text(shape) +
+                   " in the file but the model expects [11, 8]");
+  }
+}
+
+TEST_F(Binding, ALinkAddedOutsideTheGroupsIsRefusedByTheRoot) {
+  edit_h5(path_, [](hid_t f) { put_dataset(f, "/extra", {2}, {1.0f, 2.0f}); });
+  expect_refused("checkpoint " + path_ + ": its groups and datasets (89 links) are not the ones it was written with "
+                 "(attribute 'contents_checksum'): a dataset was added, removed, linked or renamed");
+}
+
+TEST_F(Binding, AStoredConfigThatDoesNotParseIsRefusedByVerifyToo) {
+  rewrite_meta(path_, [](CheckpointMeta& m) { m.config_yaml = "model: {n_layer: -3}"; });
+  const std::string resume = resume_error(path_);
+  EXPECT_EQ(resume.rfind("checkpoint " + path_ + ": the stored config does not parse: ", 0), 0u) << resume;
+  CommandResult r = run_command(pptrain_bin() + " inspect --verify " + path_);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.output.rfind("checkpoint " + path_ + ": the stored config does not parse: ", 0), 0u) << r.output;
+}
+
+TEST_F(Binding, ImpossibleCountersAreRefused) {
+  struct Case { std::function<void(CheckpointMeta&)> edit; std::string message; };
+  const std::vector<Case> cases = {
+      {[](CheckpointMeta& m) { m.data_next_batch = -1; },
+       "attribute 'data_next_batch' is negative (-1): impossible in a checkpoint"},
+      {[](CheckpointMeta& m) { m.tokens_seen = -5; }, "attribute 'tokens_seen' is negative (-5): impossible in a checkpoint"},
+      {[](CheckpointMeta& m) { m.data_sequences_seen = 3; },
+       "attribute 'data_sequences_seen' (3) is less than 'step' (7): impossible, every step reads at least one sequence"},
+      {[](CheckpointMeta& m) { m.tokens_seen = m.data_sequences_seen - 1; },
+       "is less than 'data_sequences_seen'"},
+  };
+  const std::string original = dir_.file("original.h5");
+  fs::copy_file(path_, original);
+  for (const Case& c : cases) {
+    fs::copy_file(original, path_, fs::copy_options::overwrite_existing);
+    edit_h5(path_, [&](hid_t f) {
+      CheckpointMeta m = meta_of(original);
+      c.edit(m);
+      write_meta(f, m, "test");
+    });
+    const std::string error = resume_error(path_);
+    EXPECT_NE(error.find(c.message), std::string::npos) << error;
+    CommandResult r = run_command(pptrain_bin() + " inspect --verify " + path_);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_EQ(r.output, error + "\n");
+  }
+}
+
+TEST_F(Binding, ANegativeSecondMomentIsRefused) {
+  edit_h5(path_, [](hid_t f) {
+    std::vector<float> v(8, 1e-4f);
+    v[2] = -1e-6f;
+    put_dataset(f, "/optim/v/h.0.ln_2.bias", {8}, v);
+  });
+  expect_refused("checkpoint " + path_ + ": dataset /optim/v/h.0.ln_2.bias holds a negative second moment (-1e-06 at "
+                 "element 2 in row-major order): impossible for AdamW's running mean of squares");
 }
 
 // inspect prints an unsigned attribute (the checksums) as stored: above INT64_MAX it was

@@ -231,7 +231,7 @@ TEST(HfImport, AnExistingOutputIsNeverReplaced) {
       {"dangling.h5", "' exists (a symbolic link)"},
       {"missing/out.h5", "the folder of '"}};
   for (const auto& [name, why] : cases) {
-    for (const std::string cmd : {"import-hf " + dir, std::string("import-llmc /nonexistent.bin")}) {
+    for (const std::string& cmd : {"import-hf " + dir, std::string("import-llmc /nonexistent.bin")}) {
       auto r = run_command("timeout 20 " + pptrain_bin() + " " + cmd + " " + tmp.file(name) + " 2>&1", 60);
       EXPECT_NE(r.exit_code, 0) << cmd << " " << name << "\n" << r.output;
       EXPECT_NE(r.output.find(why), std::string::npos) << cmd << " " << name << "\n" << r.output;

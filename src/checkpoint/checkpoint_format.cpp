@@ -1,5 +1,8 @@
 #include "checkpoint/checkpoint_format.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "checkpoint/checksum.h"
 #include "checkpoint/hdf5_io.h"
 
@@ -9,7 +12,14 @@ std::string meta_text(const CheckpointMeta& m) {
   return cat(kCheckpointFormat, "\n", m.format_version, "\n", m.step, "\n", m.tokens_seen, "\n", m.data_next_batch,
              "\n", m.data_sequences_seen, "\n", m.rng_seed, "\n", m.rng_counter, "\n", m.layout_pp, ",", m.layout_tp,
              ",", m.layout_dp, "\n", m.has_optimizer_state ? 1 : 0, "\n", m.writer, "\n", m.lineage, "\n",
-             m.config_yaml);
+             m.config_yaml, m.binds_names() ? cat("\n", m.contents_checksum) : std::string());
+}
+
+std::string contents_text(std::vector<std::string> links) {
+  std::sort(links.begin(), links.end());
+  std::string text;
+  for (const std::string& l : links) text += l + "\n";
+  return text;
 }
 
 void write_meta(hid_t file, const CheckpointMeta& m, const std::string& where) {
@@ -27,6 +37,7 @@ void write_meta(hid_t file, const CheckpointMeta& m, const std::string& where) {
   write_attribute(file, "has_optimizer_state", int64_t(m.has_optimizer_state ? 1 : 0), where);
   write_attribute(file, "writer", m.writer, where);
   write_attribute(file, "lineage", m.lineage, where);
+  if (m.binds_names()) write_attribute(file, "contents_checksum", m.contents_checksum, where);
   write_attribute(file, "meta_checksum", checksum_text(meta_text(m)), where);
 }
 
@@ -42,9 +53,9 @@ CheckpointMeta read_meta(hid_t file, const std::string& where) {
   if (h5::read_string_attribute(file, "format", where) != kCheckpointFormat)
     fail(where, ": an HDF5 file but not a pptrain checkpoint (root attribute 'format' is not '",
          kCheckpointFormat, "')");
-  if (m.format_version != kCheckpointFormatVersion)
-    fail(where, ": checkpoint format version ", m.format_version, " is not supported (this pptrain reads version ",
-         kCheckpointFormatVersion, ")");
+  if (m.format_version < kOldestReadableFormatVersion || m.format_version > kCheckpointFormatVersion)
+    fail(where, ": checkpoint format version ", m.format_version, " is not supported (this pptrain reads versions ",
+         kOldestReadableFormatVersion, " to ", kCheckpointFormatVersion, ")");
   m.step = h5::read_int_attribute(file, "step", where);
   m.tokens_seen = h5::read_int_attribute(file, "tokens_seen", where);
   m.data_next_batch = h5::read_int_attribute(file, "data_next_batch", where);
@@ -63,9 +74,24 @@ CheckpointMeta read_meta(hid_t file, const std::string& where) {
   m.has_optimizer_state = has_optimizer_state == 1;
   m.writer = h5::read_string_attribute(file, "writer", where);
   m.lineage = h5::read_string_attribute(file, "lineage", where, kMaxLineageRuns * 40);
+  if (m.binds_names()) m.contents_checksum = h5::read_uint_attribute(file, "contents_checksum", where);
   if (h5::read_uint_attribute(file, "meta_checksum", where) != checksum_text(meta_text(m)))
     fail(where, ": the root attributes do not match their checksum (attribute 'meta_checksum'): the file is damaged");
-  if (m.step < 0) fail(where, ": attribute 'step' is negative (", m.step, ")");
+  // The counters a resume continues from: each one a count, and every step consumed at
+  // least one sequence of at least one token.
+  for (const auto& [key, value] : {std::pair<const char*, int64_t>{"step", m.step}, {"tokens_seen", m.tokens_seen},
+                                   {"data_next_batch", m.data_next_batch},
+                                   {"data_sequences_seen", m.data_sequences_seen}, {"rng_counter", m.rng_counter}})
+    if (value < 0) fail(where, ": attribute '", key, "' is negative (", value, "): impossible in a checkpoint");
+  if (m.data_next_batch < m.step)
+    fail(where, ": attribute 'data_next_batch' (", m.data_next_batch, ") is less than 'step' (", m.step,
+         "): impossible, every step reads one batch");
+  if (m.data_sequences_seen < m.step)
+    fail(where, ": attribute 'data_sequences_seen' (", m.data_sequences_seen, ") is less than 'step' (", m.step,
+         "): impossible, every step reads at least one sequence");
+  if (m.tokens_seen < m.data_sequences_seen)
+    fail(where, ": attribute 'tokens_seen' (", m.tokens_seen, ") is less than 'data_sequences_seen' (",
+         m.data_sequences_seen, "): impossible, every sequence has at least one token");
   return m;
 }
 

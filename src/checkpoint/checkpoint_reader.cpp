@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "checkpoint/checkpoint_checks.h"
 #include "checkpoint/checksum.h"
 #include "checkpoint/hdf5_io.h"
 
@@ -49,50 +50,18 @@ std::string compare_models(const Config& job, const CheckpointMeta& meta, const 
   return "";
 }
 
-herr_t collect_name(hid_t, const char* name, const H5L_info_t*, void* out) {
-  static_cast<std::set<std::string>*>(out)->insert(name);
-  return 0;
-}
-
-// Every dataset of `group` that the table needs exists as IEEE float32 of the model's
-// shape with a checksum, and the group holds no dataset the model lacks. Returns the
-// first problem; stores each dataset's checksum in `checksums` (by dataset path).
+// Every dataset of `section` that the table needs passes check_dataset_header (its
+// checksum stored in `checksums` by dataset path), and the group holds no other link.
 std::string check_group(hid_t file, Section section, const std::vector<TableEntry>& table, const std::string& path,
                         std::map<std::string, uint64_t>& checksums) {
-  const std::string group = section_group(section);
-  if (!h5::path_exists(file, group)) return cat("checkpoint ", path, ": group ", group, " is missing");
+  std::vector<std::string> names;
+  for (const TableEntry& e : table) names.push_back(e.name);
+  if (std::string problem = check_group_members(file, section, names, path); !problem.empty()) return problem;
   for (const TableEntry& e : table) {
-    const std::string name = cat(group, "/", e.name);
-    if (H5Lexists(file, name.c_str(), H5P_DEFAULT) <= 0)
-      return cat("checkpoint ", path, ": dataset ", name, " is missing (the model expects shape ",
-                 h5::shape_text(e.shape), ")");
-    h5::Dataset ds(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
-    if (!ds.valid()) return cat("checkpoint ", path, ": ", name, " is not a readable dataset: ", h5::hdf5_error_text());
-    h5::Datatype type(H5Dget_type(ds.id()));
-    if (!type.valid()) return cat("checkpoint ", path, ": dataset ", name, " has an unreadable type");
-    if (!h5::is_float32(type.id()))
-      return cat("checkpoint ", path, ": dataset ", name, " is ", h5::type_name(type.id()), ", expected float32");
-    if (!h5::is_ieee_float32(type.id()))
-      return cat("checkpoint ", path, ": dataset ", name,
-                 " is a 32-bit float whose layout (byte order, precision, offset, exponent or mantissa) is not IEEE "
-                 "binary32, expected float32");
-    const std::vector<int64_t> shape = h5::dataset_shape(ds.id());
-    if (shape != e.shape)
-      return cat("checkpoint ", path, ": dataset ", name, " has shape ", h5::shape_text(shape),
-                 " in the file but the model expects ", h5::shape_text(e.shape));
-    try {
-      checksums[name] = h5::read_uint_attribute(ds.id(), "checksum", cat("checkpoint ", path, ": dataset ", name));
-    } catch (const Error& err) {
-      return err.what();
-    }
+    const std::string name = cat(section_group(section), "/", e.name);
+    if (std::string problem = check_dataset_header(file, name, e.shape, path, &checksums[name]); !problem.empty())
+      return problem;
   }
-  std::set<std::string> present;
-  h5::Group g(H5Gopen2(file, group.c_str(), H5P_DEFAULT));
-  hsize_t index = 0;
-  H5Literate(g.id(), H5_INDEX_NAME, H5_ITER_NATIVE, &index, collect_name, &present);
-  for (const TableEntry& e : table) present.erase(e.name);
-  if (!present.empty())
-    return cat("checkpoint ", path, ": dataset ", group, "/", *present.begin(), " in the file is not part of the model");
   return "";
 }
 
@@ -151,6 +120,7 @@ CheckpointMeta read_checkpoint_file(const std::string& path, const std::vector<S
   std::map<std::string, uint64_t> checksums;
   for (Section s : sections)
     if (error.empty()) error = check_group(file.id(), s, table, path, checksums);
+  if (error.empty()) error = check_contents(file.id(), meta, path);
   io.agree(error);
 
   // Independent transfers: a rank's slabs are large contiguous extents (a chunk per
@@ -163,7 +133,8 @@ CheckpointMeta read_checkpoint_file(const std::string& path, const std::vector<S
   std::vector<float> local;
   std::vector<std::string> names;  // every dataset read, in order
   std::vector<uint64_t> sums;      // this rank's part of each one's checksum
-  std::string nonfinite;           // the first dataset this rank found a NaN or inf in
+  std::vector<std::vector<int64_t>> shapes;  // each one's global shape
+  std::string nonfinite;           // the first bad value this rank found (NaN, inf, v < 0)
   for (Section section : sections) {
     for (const TableEntry& e : table) {
       const std::string name = cat(section_group(section), "/", e.name);
@@ -194,11 +165,10 @@ CheckpointMeta read_checkpoint_file(const std::string& path, const std::vector<S
       SlabDigest digest;
       if (mine && e.writes) {  // the first holder of this shard verifies it (checksum.h)
         digest = digest_slabs(local.data(), mine->local_cols, mine->slabs, e.shape.size() > 1 ? e.shape[1] : 1);
-        if (digest.first_nonfinite >= 0 && nonfinite.empty())
-          nonfinite = cat(ctx, " holds a non-finite value (", digest.nonfinite_value, " at element ",
-                          digest.first_nonfinite, " in row-major order)");
+        if (nonfinite.empty()) nonfinite = check_values(name, section, digest, path);
       }
       names.push_back(name);
+      shapes.push_back(e.shape);
       sums.push_back(digest.sum);
       try {
         if (mine && error.empty()) upload(section, e.local, local.data());
@@ -211,8 +181,9 @@ CheckpointMeta read_checkpoint_file(const std::string& path, const std::vector<S
   // The group's partial sums against the stored checksums: the same verdict on every rank.
   io.sum(sums);
   for (size_t i = 0; i < names.size(); ++i)
-    if (sums[i] != checksums.at(names[i]))
-      fail(where, ": dataset ", names[i], " does not match its checksum (the file is damaged)");
+    if (std::string problem = check_checksum(names[i], shapes[i], sums[i], checksums.at(names[i]), meta, path);
+        !problem.empty())
+      throw Error(problem);
   io.agree(nonfinite);
   return meta;
 }

@@ -267,8 +267,17 @@ WriteStats write_checkpoint_file(const std::string& path, const std::vector<Shar
   w.step([&] {
     if (io.rank() == 0) reserve_space(path, file_bytes_bound(table, int(sections.size()), meta, io), where);
   });
+  // Every link the file will hold, bound to the root (checkpoint_format.h).
+  CheckpointMeta bound = meta;
+  bound.format_version = kCheckpointFormatVersion;
+  std::vector<std::string> links;
+  for (const char* g : {"/model", "/optim", "/optim/m", "/optim/v"})
+    if (meta.has_optimizer_state || std::string(g) == "/model") links.push_back(g);
+  for (Section section : sections)
+    for (const TableEntry& e : table) links.push_back(cat(section_group(section), "/", e.name));
+  bound.contents_checksum = checksum_text(contents_text(links));
   w.step([&] {
-    write_meta(w.file.id(), meta, where);
+    write_meta(w.file.id(), bound, where);
     for (const char* g : {"/model", "/optim", "/optim/m", "/optim/v"}) {
       if (!meta.has_optimizer_state && std::string(g) != "/model") continue;
       h5::PropertyList gcpl = compact_objects(H5P_GROUP_CREATE, where);
@@ -296,10 +305,13 @@ WriteStats write_checkpoint_file(const std::string& path, const std::vector<Shar
         const int64_t global_cols = e.shape.size() > 1 ? e.shape[1] : 1;
         digest = digest_slabs(local.data(), mine->local_cols, mine->slabs, global_cols);
         if (std::string error = nonfinite_error(ctx, e, digest); !error.empty()) throw Error(error);
+        if (section == Section::OptimV && digest.first_negative >= 0)
+          throw Error(cat(ctx, " holds a negative second moment (", digest.negative_value, " at element ",
+                          digest.first_negative, "); refusing to write a checkpoint that cannot be trained from"));
       });
       std::vector<uint64_t> sum = {digest.sum};
       io.sum(sum);  // every element is hashed by the one rank that writes it
-      write_dataset(w, e, name, sum[0], mine, local, dxpl.id(), hooks, stats);
+      write_dataset(w, e, name, sum[0] + dataset_binding(name, e.shape), mine, local, dxpl.id(), hooks, stats);
     }
     if (section == Section::Model && hooks.probe) hooks.probe("model_written");
   }

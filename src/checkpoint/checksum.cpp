@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "core/error.h"
+
 namespace pptrain {
 namespace {
 
@@ -17,6 +19,11 @@ void add(SlabDigest& d, int64_t index, float x) {
   if (!is_finite_bits(b) && (d.first_nonfinite < 0 || index < d.first_nonfinite)) {
     d.first_nonfinite = index;
     d.nonfinite_value = x;
+  }
+  if ((b & 0x80000000u) && b != 0x80000000u && is_finite_bits(b) &&
+      (d.first_negative < 0 || index < d.first_negative)) {
+    d.first_negative = index;
+    d.negative_value = x;
   }
 }
 
@@ -44,6 +51,12 @@ uint64_t checksum_text(const std::string& text) {
   uint64_t sum = mix64(text.size());
   for (size_t i = 0; i < text.size(); ++i) sum += checksum_term(i, uint8_t(text[i]));
   return sum;
+}
+
+uint64_t dataset_binding(const std::string& path, const std::vector<int64_t>& shape) {
+  std::string text = cat("float32 ", path, " [");
+  for (size_t i = 0; i < shape.size(); ++i) text += cat(i ? "," : "", shape[i]);
+  return checksum_text(text + "]");
 }
 
 }  // namespace pptrain

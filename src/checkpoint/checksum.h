@@ -23,6 +23,14 @@
 //
 // A changed element changes its term to an unrelated 64-bit value, so a corruption goes
 // unnoticed with probability about 2^-64; swapped elements differ in i, and are caught too.
+//
+// Binding (format version 3): the stored attribute is h(x) + binding(path, shape), the
+// text checksum of the dataset's path, dtype and shape. The element terms alone say
+// nothing of which tensor they belong to: two same-shape datasets swapped together with
+// their attributes, or one dataset hard-linked under another's name, would verify. With
+// the binding, a dataset read under any other name or shape than it was written with
+// fails its checksum. The set of links in the file is bound to the root in turn
+// (checkpoint_format.h, contents_checksum), so nothing can be added, removed or renamed.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -50,6 +58,8 @@ struct SlabDigest {
   uint64_t sum = 0;              // Σ term over the elements, mod 2^64
   int64_t first_nonfinite = -1;  // the smallest global index holding NaN or ±inf, -1 if none
   float nonfinite_value = 0;
+  int64_t first_negative = -1;   // the smallest global index holding a value < 0 (not -0), -1 if none
+  float negative_value = 0;      // (an Adam second moment must not have one)
 };
 
 // The digest of the elements of `slabs` in a local buffer [local_rows, local_cols] of a
@@ -62,5 +72,9 @@ SlabDigest digest_range(const float* values, int64_t n, int64_t first);
 
 // A digest of text (attributes): the same terms over the bytes, index-keyed.
 uint64_t checksum_text(const std::string& text);
+
+// What format version 3 adds to a dataset's element sum: its path ("/model/wte.weight"),
+// dtype and global shape, as text.
+uint64_t dataset_binding(const std::string& path, const std::vector<int64_t>& shape);
 
 }  // namespace pptrain

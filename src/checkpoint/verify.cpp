@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <set>
 
+#include "checkpoint/checkpoint_checks.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checksum.h"
 #include "checkpoint/hdf5_io.h"
@@ -71,32 +73,52 @@ SlabDigest digest_dataset(hid_t ds, int64_t rows, int64_t cols, const std::strin
       total.first_nonfinite = d.first_nonfinite;
       total.nonfinite_value = d.nonfinite_value;
     }
+    if (total.first_negative < 0 && d.first_negative >= 0) {
+      total.first_negative = d.first_negative;
+      total.negative_value = d.negative_value;
+    }
   }
   return total;
 }
 
-// "" when the dataset passes, else its problem.
-std::string verify_dataset(hid_t file, const std::string& name, const std::string& where) {
-  const std::string ctx = cat(where, ": dataset ", name);
+// The section a dataset path belongs to (its moments' checks differ).
+Section section_of(const std::string& name) {
+  if (name.rfind("/optim/v/", 0) == 0) return Section::OptimV;
+  if (name.rfind("/optim/m/", 0) == 0) return Section::OptimM;
+  return Section::Model;
+}
+
+// "" when the dataset passes, else its problem: the header checks a resume makes, then
+// its values read whole (in blocks) against the checksum, as a resume reads them in shards.
+std::string verify_dataset(hid_t file, const std::string& name, const std::vector<int64_t>& expected,
+                           const CheckpointMeta& meta, const std::string& path) {
+  const std::string ctx = cat("checkpoint ", path, ": dataset ", name);
   try {
-    h5::Dataset ds(h5::check(H5Dopen2(file, name.c_str(), H5P_DEFAULT), ctx));
-    h5::Datatype type(h5::check(H5Dget_type(ds.id()), ctx));
-    if (!h5::is_ieee_float32(type.id())) return cat(ctx, " is ", h5::type_name(type.id()), ", expected IEEE float32");
-    const std::vector<int64_t> shape = h5::dataset_shape(ds.id());
-    if (shape.empty() || shape.size() > 2) return cat(ctx, " has rank ", shape.size(), ", expected 1 or 2");
-    const int64_t rows = shape[0], cols = shape.size() > 1 ? shape[1] : 1;
+    uint64_t stored = 0;
+    if (std::string problem = check_dataset_header(file, name, expected, path, &stored); !problem.empty())
+      return problem;
+    const int64_t rows = expected[0], cols = expected.size() > 1 ? expected[1] : 1;
     if (!checked_product({rows, cols}) || cols > kBlockElements)
-      return cat(ctx, " has shape ", h5::shape_text(shape), ", beyond what a checkpoint holds");
-    const uint64_t stored = h5::read_uint_attribute(ds.id(), "checksum", ctx);
+      return cat(ctx, " has shape ", h5::shape_text(expected), ", beyond what a checkpoint holds");
+    h5::Dataset ds(h5::check(H5Dopen2(file, name.c_str(), H5P_DEFAULT), ctx));
     const SlabDigest d = digest_dataset(ds.id(), rows, cols, ctx);
-    if (d.sum != stored) return cat(ctx, " does not match its checksum (the file is damaged)");
-    if (d.first_nonfinite >= 0)
-      return cat(ctx, " holds a non-finite value (", d.nonfinite_value, " at element ", d.first_nonfinite,
-                 " in row-major order)");
+    if (std::string problem = check_checksum(name, expected, d.sum, stored, meta, path); !problem.empty())
+      return problem;
+    return check_values(name, section_of(name), d, path);
   } catch (const Error& e) {
     return e.what();
   }
-  return "";
+}
+
+// The shape the file gives `name`, for a file whose model is unknown; empty when it has
+// none that a checkpoint dataset could have.
+std::vector<int64_t> stored_shape(hid_t file, const std::string& name) {
+  h5::QuietHdf5 quiet;
+  h5::Dataset ds(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
+  if (!ds.valid()) return {};
+  std::vector<int64_t> shape = h5::dataset_shape(ds.id());
+  if (shape.empty() || shape.size() > 2) return {};
+  return shape;
 }
 
 }  // namespace
@@ -107,25 +129,61 @@ VerifyReport verify_checkpoint_file(const std::string& path) {
   h5::QuietHdf5 quiet;
   const std::string where = cat("checkpoint ", path);
   VerifyReport report;
-  bool meta_ok = true, has_optimizer_state = false;
+  auto problem = [&](const std::string& p) {
+    if (!p.empty()) report.problems.push_back(p);
+  };
+  std::optional<CheckpointMeta> meta;
   try {
-    has_optimizer_state = read_meta(file.id(), where).has_optimizer_state;
+    meta = read_meta(file.id(), where);
   } catch (const Error& e) {
-    report.problems.push_back(e.what());
-    meta_ok = false;
+    problem(e.what());
+  }
+  // The model the file was written for, from its stored config, as a resume's job has it.
+  std::optional<std::vector<std::pair<std::string, std::vector<int64_t>>>> model;
+  if (meta) {
+    try {
+      const Config stored = parse_config(meta->config_yaml, cat(path, " (attribute 'config')"));
+      model = checkpoint_tensors(stored.model, cat(path, " (attribute 'config')"));
+    } catch (const Error& e) {
+      problem(cat(where, ": the stored config does not parse: ", e.what()));
+    }
   }
   Listing listing;
   if (H5Lvisit(file.id(), H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &listing) < 0)
-    report.problems.push_back(cat(where, ": the group structure is damaged: ", h5::hdf5_error_text()));
-  for (const std::string& problem : listing.unreadable) report.problems.push_back(cat(where, ": ", problem));
+    problem(cat(where, ": the group structure is damaged: ", h5::hdf5_error_text()));
+  for (const std::string& p : listing.unreadable) problem(cat(where, ": ", p));
+
+  if (meta && model) {
+    // Exactly a resume's checks (checkpoint_checks.h), over every section the file has.
+    std::vector<Section> sections = {Section::Model};
+    if (meta->has_optimizer_state) sections.insert(sections.end(), {Section::OptimM, Section::OptimV});
+    std::vector<std::string> names;
+    for (const auto& [name, shape] : *model) names.push_back(name);
+    for (Section section : sections) {
+      problem(check_group_members(file.id(), section, names, path));
+      for (const auto& [name, shape] : *model) {
+        const std::string p = verify_dataset(file.id(), cat(section_group(section), "/", name), shape, *meta, path);
+        if (p.empty()) ++report.datasets_verified;
+        problem(p);
+      }
+    }
+    // What the checks above did not explain: an extra link elsewhere, a renamed group.
+    if (report.problems.empty()) problem(check_contents(file.id(), *meta, path));
+    return report;
+  }
+  // Without a model: whatever datasets the file holds, each of the shape it has.
   const std::vector<std::string>& names = listing.datasets;
-  if (names.empty()) report.problems.push_back(cat(where, ": holds no dataset"));
-  if (meta_ok && has_optimizer_state)
-    for (const std::string& problem : unmatched(names, where)) report.problems.push_back(problem);
+  if (names.empty()) problem(cat(where, ": holds no dataset"));
+  if (meta && meta->has_optimizer_state)
+    for (const std::string& p : unmatched(names, where)) problem(p);
+  // Root attributes unreadable: checksums as the current version binds them.
+  const CheckpointMeta as_written = meta.value_or(CheckpointMeta{});
   for (const std::string& name : names) {
-    const std::string problem = verify_dataset(file.id(), name, where);
-    if (problem.empty()) ++report.datasets_verified;
-    else report.problems.push_back(problem);
+    const std::vector<int64_t> shape = stored_shape(file.id(), name);
+    const std::string p = shape.empty() ? cat(where, ": dataset ", name, " has no shape a checkpoint tensor has (rank 1 or 2)")
+                                        : verify_dataset(file.id(), name, shape, as_written, path);
+    if (p.empty()) ++report.datasets_verified;
+    problem(p);
   }
   return report;
 }

@@ -109,7 +109,7 @@ int cmd_verify(const std::string& path) {
   const VerifyReport report = verify_checkpoint_file(path);
   for (const std::string& problem : report.problems) std::printf("%s\n", problem.c_str());
   if (!report.problems.empty()) return 1;
-  std::printf("ok: %s: %d datasets verified (type, checksum, finite values)\n", path.c_str(),
+  std::printf("ok: %s: %d datasets verified (name, shape, type, checksum, values)\n", path.c_str(),
               report.datasets_verified);
   return 0;
 }

@@ -1,6 +1,7 @@
 // The tiny single-rank model the checkpoint tests write, read and import into: the whole
 // GPT-2 as one Stage on the cpu backend with its optimizer moments.
 #pragma once
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -44,7 +45,9 @@ struct Model : SingleRankModel {
     for (auto& [name, p] : params->all())
       for (Buffer<float>* b : {&p->value, &optimizer->m(name), &optimizer->v(name)}) {
         std::vector<float> v(b->size());
-        for (float& x : v) x = noise(gen);
+        // A second moment is a mean of squares: never negative (a checkpoint refuses one).
+        const bool second_moment = b == &optimizer->v(name);
+        for (float& x : v) x = second_moment ? std::fabs(noise(gen)) : noise(gen);
         b->upload(v.data());
         p->bf16_stale = true;  // the masters changed
       }
