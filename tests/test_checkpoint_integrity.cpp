@@ -424,6 +424,34 @@ TEST_F(Binding, ANegativeSecondMomentIsRefused) {
                  "element 2 in row-major order): impossible for AdamW's running mean of squares");
 }
 
+TEST_F(Binding, FormatVersion2StillLoadsWithItsUnboundChecksums) {
+  // A version 2 file, as the previous writer made it: no binding term, no contents_checksum.
+  std::vector<float> want;
+  CheckpointMeta unused;
+  ASSERT_EQ(load_values(path_, model_, want, unused), "");
+  CheckpointMeta m = meta_of(path_);
+  edit_h5(path_, [&](hid_t f) {
+    for (const char* group : {"/model", "/optim/m", "/optim/v"})
+      for (const auto& [name, p] : model_.params->all()) {
+        const std::string path = cat(group, "/", name);
+        hid_t d = H5Dopen2(f, path.c_str(), H5P_DEFAULT);
+        const uint64_t bound = h5::read_uint_attribute(d, "checksum", "test");
+        h5::write_attribute(d, "checksum", bound - dataset_binding(path, p->spec.global_shape), "test");
+        H5Dclose(d);
+      }
+    H5Adelete(f, "contents_checksum");
+    m.format_version = 2;
+    write_meta(f, m, "test");
+  });
+  std::vector<float> got;
+  CheckpointMeta meta;
+  EXPECT_EQ(load_values(path_, model_, got, meta), "");
+  EXPECT_EQ(meta.format_version, 2);
+  EXPECT_TRUE(same_bits(got, want));
+  CommandResult r = run_command(pptrain_bin() + " inspect --verify " + path_);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 // inspect prints an unsigned attribute (the checksums) as stored: above INT64_MAX it was
 // clamped to 9223372036854775807 when read as a signed integer.
 TEST(CheckpointInspect, UnsignedAttributesPrintAsStored) {
