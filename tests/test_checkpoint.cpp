@@ -207,6 +207,11 @@ TEST_F(CheckpointFile, HdfFileThatIsNoCheckpointIsAClearError) {
   hid_t f = H5Fcreate(dir_.file("other.h5").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   H5Fclose(f);
   EXPECT_NE(resume_error(dir_.file("other.h5")).find("an HDF5 file but not a pptrain checkpoint"), std::string::npos);
+  // `inspect` lists it as it is and fails (it exited 0, as for a checkpoint).
+  CommandResult r = run_command(pptrain_bin() + " inspect " + dir_.file("other.h5"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("error: " + dir_.file("other.h5") + ": an HDF5 file but not a pptrain checkpoint"),
+            std::string::npos) << r.output;
 }
 
 TEST_F(CheckpointFile, MissingDatasetIsNamed) {

@@ -97,4 +97,14 @@ TEST(Faults, TheBinaryAnnouncesEachActiveFaultOnceAndRejectsUnknownOnes) {
   r = run_command("PPTRAIN_FAULTS=bogus " + train);
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_EQ(count("[rank 0] error: PPTRAIN_FAULTS: unknown fault 'bogus'"), 1) << r.output;
+
+  // A tensor the model lacks would plant nothing, and the test it guards would pass for the
+  // wrong reason.
+  for (const std::string& entry : {std::string("grad_scale:h.0.mlp.fc.wieght:2"), std::string("resume_zero:optim/m/h.9.ln_1.bias")}) {
+    r = run_command("PPTRAIN_FAULTS=" + entry + " " + train);
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    const std::string name = entry.find("wieght") != std::string::npos ? "h.0.mlp.fc.wieght" : "h.9.ln_1.bias";
+    EXPECT_EQ(count("[rank 0] error: PPTRAIN_FAULTS: fault '" + entry + "': the model has no tensor '" + name + "'"), 1)
+        << r.output;
+  }
 }

@@ -67,6 +67,10 @@ TEST(HfImport, DamagedHeadersAndMismatchedTensorsAreOneLineErrors) {
   fs::remove(fifo_dir + "/model.safetensors");
   ASSERT_EQ(::mkfifo((fifo_dir + "/model.safetensors").c_str(), 0600), 0);
   expect_refused(fifo_dir, "safetensors file " + fifo_dir + "/model.safetensors: is a FIFO (expected a regular file)");
+  // architectures and model_type that disagree: which one was meant is a guess.
+  expect_refused(dir_with("", gpt2_config_with("model_type", "\"bert\"")),
+                 "architectures names GPT2LMHeadModel but model_type is \"bert\" (expected \"gpt2\"); the two keys "
+                 "disagree");
 }
 
 // The rest of the checks, in process (each message names the file and what was expected).

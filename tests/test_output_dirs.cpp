@@ -78,6 +78,12 @@ TEST(OutputDirs, AFolderThatCannotBeCreatedIsOneLineNamingKeyAndPath) {
     EXPECT_LE(lines, 2u) << r.output;
     EXPECT_EQ(r.output.find("step 1"), std::string::npos) << "trained before failing:\n" << r.output;
   }
+  // --dump's folder the same way (it was "internal error: filesystem error", exit 3).
+  write_config(dir, "2", "");
+  CommandResult r = run_command("cd " + dir.path() + " && " + mpirun(2) + trainer() + " train c.yaml --dump file/dump", 60);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_GE(count(r.output, "--dump: cannot create directory 'file/dump': "), 1u) << r.output;
+  EXPECT_EQ(count(r.output, "internal error"), 0u) << r.output;
 }
 
 // A metrics file that cannot take a line (a full disk; /dev/full answers every write with

@@ -129,6 +129,16 @@ TEST_F(Preflight, CheckpointsLargerThanTheFreeSpace) {
                  "free, but the run will write up to");
 }
 
+// A small folder's shortfall in units that show it (it was "0.01 GiB free ... up to 0.01 GiB").
+TEST(OutputSpace, ASmallShortfallIsPrintedInAUnitThatShowsIt) {
+  TempDir mnt;
+  if (::mount("tmpfs", mnt.path().c_str(), "tmpfs", 0, "size=1m") != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here (not root, or no mount permission)";
+  const std::string error = check_output_dir("checkpoint.dir", mnt.path(), 3.5 * 1024 * 1024);
+  ::umount(mnt.path().c_str());
+  EXPECT_EQ(error, "checkpoint.dir: '" + mnt.path() + "' has 1.00 MiB free, but the run will write up to 3.50 MiB");
+}
+
 // The files that coexist: E already there, S saves to come, keep_last K.
 TEST(CheckpointSpace, CountsTheFilesThatCoexist) {
   Config cfg = parse_config("model: {n_layer: 2, n_head: 2, d_model: 16, seq_len: 8, vocab_size: 16}\n"

@@ -274,6 +274,11 @@ TEST(ScheduleCommand, BadInputIsOneLineAndANonZeroExit) {
   EXPECT_TRUE(contains(over.output, "\"valid\": false")) << over.output;
   EXPECT_TRUE(contains(over.output, "3 microbatches of activations in flight, above the limit 2"));
 
+  // A cost file where --cost wants KEY=NUMBER items (it said "needs a number >= 0 (got '')").
+  auto cost_file = pptrain_schedule("--schedule auto --pp 2 --microbatches 4 --cost base.csv");
+  EXPECT_NE(cost_file.exit_code, 0);
+  EXPECT_TRUE(contains(cost_file.output, "--cost 'base.csv': 'base.csv' is not KEY=NUMBER")) << cost_file.output;
+
   auto missing = pptrain_schedule("--schedule 1f1b --microbatches 4");
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_TRUE(contains(missing.output, "--pp is required")) << missing.output;

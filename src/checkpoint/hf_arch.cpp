@@ -29,11 +29,18 @@ std::string known_classes() {
 
 const HfArchitecture& hf_architecture_of_config(const YAML::Node& config, const std::string& where) {
   const auto classes = hf_config_value(config, "architectures", where);
+  const auto type = hf_config_value(config, "model_type", where);
   if (classes && classes->IsSequence())
     for (const YAML::Node& c : *classes)
       for (const HfArchitecture& a : hf_architectures())
-        if (json::is_string(c) && c.Scalar() == a.hf_class) return a;
-  const auto type = hf_config_value(config, "model_type", where);
+        if (json::is_string(c) && c.Scalar() == a.hf_class) {
+          // transformers builds the class from model_type's config class: a file whose two
+          // keys disagree was edited by hand, and which of them it meant is a guess.
+          if (type && !(json::is_string(*type) && type->Scalar() == a.model_type))
+            fail(where, ": architectures names ", a.hf_class, " but model_type is ", json::describe(*type),
+                 " (expected \"", a.model_type, "\"); the two keys disagree");
+          return a;
+        }
   for (const HfArchitecture& a : hf_architectures())
     if (type && json::is_string(*type) && type->Scalar() == a.model_type) return a;
   std::string names = "missing";

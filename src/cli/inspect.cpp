@@ -11,6 +11,7 @@
 #include <optional>
 #include <sstream>
 
+#include "checkpoint/checkpoint_format.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/hdf5_io.h"
 #include "checkpoint/verify.h"
@@ -145,7 +146,15 @@ int cmd_inspect(const Args& args) {
     std::snprintf(line, sizeof line, "  %-20s %s\n", name.c_str(), value.c_str());
     out << line;
   }
-  if (!h5::has_attribute(file.id(), "format")) out << "  (no 'format' attribute: not a pptrain checkpoint)\n";
+  // A file that is not a pptrain checkpoint is listed as it is, and the command fails:
+  // a script that asks `inspect` whether it has a checkpoint gets no.
+  bool is_checkpoint = false;
+  try {
+    is_checkpoint = h5::has_attribute(file.id(), "format") &&
+                    h5::read_string_attribute(file.id(), "format", where) == kCheckpointFormat;
+  } catch (const Error&) {
+  }
+  if (!is_checkpoint) out << "  (no 'format' attribute '" << kCheckpointFormat << "': not a pptrain checkpoint)\n";
   if (!config.empty()) {
     Config cfg;
     std::string model_line;
@@ -185,6 +194,12 @@ int cmd_inspect(const Args& args) {
     out << line;
   }
   std::fputs(out.str().c_str(), stdout);
+  if (!is_checkpoint) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s: an HDF5 file but not a pptrain checkpoint (listed above as it is)\n",
+                 path.c_str());
+    return 1;
+  }
   return 0;
 }
 

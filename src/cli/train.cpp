@@ -8,6 +8,7 @@
 // whatever the config's world size; world rank 0 prints.
 #include <cstdio>
 
+#include "checkpoint/checkpoint_checks.h"
 #include "cli/commands.h"
 #include "core/config.h"
 #include "core/error.h"
@@ -110,6 +111,11 @@ int cmd_train(const Args& raw_args, MpiSession& mpi) {
   // Planted faults (tests of the tests): parsed once, announced, handed to where they act.
   const Faults all_faults = Faults::from_env();
   const Config loaded = load_config(args.config, args.overrides, build_features());
+  {
+    std::vector<std::string> tensors;
+    for (const auto& [name, shape] : checkpoint_tensors(loaded.model, loaded.source)) tensors.push_back(name);
+    all_faults.check_tensor_names(tensors);
+  }
   if (args.dry_run) return dry_run(loaded, mpi);
   all_faults.announce(mpi.rank());
   JobPlan plan;

@@ -150,6 +150,19 @@ Faults Faults::parse(const std::string& spec, const std::string& source) {
   return out;
 }
 
+void Faults::check_tensor_names(const std::vector<std::string>& tensors, const std::string& source) const {
+  for (const Fault& f : faults_) {
+    const std::string form = kind_of(f.name)->target;
+    if (form != "TENSOR" && form != "DATASET") continue;
+    const std::string name = form == "TENSOR" ? f.target : f.target.substr(f.target.rfind('/') + 1);
+    bool known = false;
+    for (const std::string& t : tensors) known = known || t == name;
+    if (!known)
+      fail(source, ": fault '", f.text(), "': the model has no tensor '", name, "' (its tensors are named like ",
+           tensors.empty() ? std::string("h.0.mlp.fc.weight") : tensors.back(), ")");
+  }
+}
+
 Faults Faults::from_env() {
   const char* spec = std::getenv("PPTRAIN_FAULTS");
   return spec ? parse(spec) : Faults{};

@@ -41,6 +41,10 @@ class Faults {
   std::vector<const Fault*> find_all(const std::string& name) const;
   const std::vector<Fault>& all() const { return faults_; }
   bool empty() const { return faults_.empty(); }
+  // Every TENSOR and DATASET target names one of `tensors` (the model's parameter names):
+  // a misspelt name would otherwise act nowhere, and the test it guards would pass for the
+  // wrong reason. Throws pptrain::Error naming the entry and an example name.
+  void check_tensor_names(const std::vector<std::string>& tensors, const std::string& source = "PPTRAIN_FAULTS") const;
   // One warning line per fault, printed by the rank it acts on (world rank 0 for a fault
   // on every rank).
   void announce(int world_rank) const;

@@ -39,6 +39,18 @@ std::string gib(double bytes) {
   return text;
 }
 
+// A file size in the largest unit that keeps it >= 1 (bytes, KiB, MiB, GiB, TiB), three
+// significant digits: a small output folder's need is not "0.01 GiB", nor its free space.
+std::string size_text(double bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (u < 4 && bytes >= 1024) bytes /= 1024, ++u;
+  char text[32];
+  if (u == 0) std::snprintf(text, sizeof text, "%.0f bytes", bytes);
+  else std::snprintf(text, sizeof text, bytes < 10 ? "%.2f %s" : bytes < 100 ? "%.1f %s" : "%.0f %s", bytes, units[u]);
+  return text;
+}
+
 // When any rank has a problem, every rank throws the line of the lowest failing rank.
 void agree(MpiComm& world, const std::string& problem) {
   double first = -(problem.empty() ? double(world.size()) : double(world.rank()));  // max of -rank = min rank
@@ -225,7 +237,8 @@ std::string check_output_dir(const std::string& key, const std::string& dir, dou
     return cat(key, ": cannot query free space of '", dir, "': ", std::strerror(errno));
   const double free_bytes = double(fsinfo.f_bavail) * double(fsinfo.f_frsize);
   if (free_bytes < need_bytes)
-    return cat(key, ": '", dir, "' has ", gib(free_bytes), " free, but the run will write up to ", gib(need_bytes));
+    return cat(key, ": '", dir, "' has ", size_text(free_bytes), " free, but the run will write up to ",
+               size_text(need_bytes));
   return "";
 }
 

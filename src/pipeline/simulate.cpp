@@ -19,6 +19,9 @@ CostModel parse_cost(const std::string& spec) {
   while (std::getline(items, item, ',')) {
     if (item.empty()) continue;
     size_t eq = item.find('=');
+    if (eq == std::string::npos)
+      fail("--cost '", spec, "': '", item, "' is not KEY=NUMBER (keys f, i, w, comm, act_i, act_w, act_from_i, e.g. "
+           "f=1,i=1,w=1); a cost file of `pptrain profile` is for the planner (parallel.profile=FILE), not a schedule");
     std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
     char* end = nullptr;
     double x = std::strtod(value.c_str(), &end);

@@ -34,12 +34,13 @@ namespace {
 // rank 0 creates them before any work, so a path that cannot be created fails in the first
 // second, not at the first write hours later; the barrier orders the creation before any
 // rank writes there (every rank writes a part of the trace).
-void create_output_dirs(const Config& cfg, Communicator& world) {
+void create_output_dirs(const Config& cfg, const std::string& dump_dir, Communicator& world) {
   if (world.rank() == 0) {
     const std::pair<const char*, std::string> outputs[] = {
         {"logging.metrics", std::filesystem::path(cfg.logging.metrics).parent_path().string()},
         {"logging.trace", std::filesystem::path(cfg.logging.trace).parent_path().string()},
-        {"checkpoint.dir", cfg.checkpoint.dir}};
+        {"checkpoint.dir", cfg.checkpoint.dir},
+        {"--dump", dump_dir}};
     for (const auto& [key, dir] : outputs) {
       if (dir.empty()) continue;
       std::error_code ec;
@@ -220,7 +221,7 @@ int run_training(Job& job, const TrainingHooks& hooks) {
   const ParallelContext& par = job.parallel();
   const int world_rank = job.world().rank();
   const bool rank0 = world_rank == 0;
-  create_output_dirs(cfg, job.world());
+  create_output_dirs(cfg, hooks.dump_dir, job.world());
   Trainer trainer(job);
   CheckpointManager checkpoints(cfg, par, job.faults());
   const int resumed_from = checkpoints.resume(trainer.params(), trainer.optimizer().state());
@@ -231,7 +232,6 @@ int run_training(Job& job, const TrainingHooks& hooks) {
   }
   if (hooks.after_resume) hooks.after_resume(trainer, resumed_from);
 
-  if (!hooks.dump_dir.empty()) std::filesystem::create_directories(hooks.dump_dir);
   pipeline::ChromeTrace trace;
   trace.process_name(world_rank, cat("rank ", world_rank, " (dp ", par.dp_rank, " pp ", par.pp_rank, " tp ",
                                      par.tp_rank, ")"));
