@@ -2,6 +2,7 @@
 // rank into one printed line and a non-zero exit of the whole job.
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <string>
 
 #include "backend/cpu/blas_setup.h"
@@ -9,6 +10,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "parallel/mpi_session.h"
+#include "train/stop_signals.h"
 
 namespace {
 const char* kUsage =
@@ -37,6 +39,10 @@ const char* kUsage =
 int main(int argc, char** argv) {
   // Before MPI starts: may re-execute this process with OPENBLAS_CORETYPE set.
   pptrain::cpu::ensure_blas_core(argv);
+  // A training run's stop signals count from here, not from when the loop starts: a
+  // SIGTERM during start-up (MPI, config, preflight, model build) stops after one step.
+  std::optional<pptrain::StopSignals> stop_signals;
+  if (argc >= 2 && std::string(argv[1]) == "train") stop_signals.emplace();
   pptrain::MpiSession mpi(&argc, &argv);
   if (argc < 2) {
     if (mpi.rank() == 0) std::fputs(kUsage, stderr);

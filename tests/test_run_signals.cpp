@@ -186,6 +186,43 @@ TEST_F(RunControl, ASecondSignalEndsTheProcessAtOnce) {
   EXPECT_EQ(run.output().find("stopped by"), std::string::npos) << run.output();
 }
 
+// The bits of /proc/PID/status's SigCgt (signals with a handler), 0 if unreadable.
+uint64_t caught_signals(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("SigCgt:", 0) == 0) return std::stoull(line.substr(7), nullptr, 16);
+  return 0;
+}
+
+int threads_of(pid_t pid) {
+  int n = 0;
+  std::error_code ec;
+  for ([[maybe_unused]] const auto& t : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) ++n;
+  return n;
+}
+
+// SIGTERM during start-up: the handler is in place before MPI starts (the process has one
+// thread: MPI and OpenMP make more), so the signal counts; the run stops after its first
+// step, saves and exits 75. It used to be installed only when the loop began: a signal in
+// the first ~0.15 s killed the process with no line.
+TEST_F(RunControl, SigtermDuringStartUpStopsAfterTheFirstStep) {
+  TempDir out;
+  Background run(train(1, "training.steps=1000000 logging.every=1000 checkpoint.dir=" + out.file("ck")),
+                 out.file("out.txt"));
+  const uint64_t sigterm_bit = uint64_t(1) << (SIGTERM - 1);
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (!(caught_signals(run.pid()) & sigterm_bit) && Clock::now() < deadline) {
+  }
+  ASSERT_TRUE(caught_signals(run.pid()) & sigterm_bit) << "no SIGTERM handler within 30 s\n" << run.output();
+  kill(run.pid(), SIGSTOP);  // hold it where it was when the handler appeared
+  const int threads = threads_of(run.pid());
+  kill(run.pid(), SIGTERM);
+  kill(run.pid(), SIGCONT);
+  EXPECT_EQ(threads, 1) << "the handler was installed after start-up began its threads";
+  EXPECT_EQ(run.wait(60), 75) << run.output();
+  EXPECT_EQ(stopped_after(run.output(), "SIGTERM"), 1) << run.output();
+}
+
 // Under mpirun, pp=2. SIGUSR1 to mpirun (forwarded to every rank; what the sbatch scripts
 // ask Slurm for) and SIGTERM to one rank only both stop every rank after the same step
 // with exit 75. (SIGTERM to mpirun itself: below.)

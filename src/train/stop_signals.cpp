@@ -9,6 +9,9 @@ namespace {
 // else, and may only write a lock-free object (a volatile sig_atomic_t) to stay
 // async-signal-safe. Written by the handler, read by the training loop.
 volatile std::sig_atomic_t g_received_signal = 0;
+// Instances alive: main's (installed before MPI starts, so a signal during start-up counts)
+// and run_training's inside it; only the outermost installs and restores.
+int g_depth = 0;
 
 void on_stop_signal(int signal) {
   if (g_received_signal != 0) {
@@ -27,6 +30,7 @@ void on_stop_signal(int signal) {
 }  // namespace
 
 StopSignals::StopSignals() {
+  if (g_depth++ > 0) return;  // an outer instance already records the signals
   g_received_signal = 0;
   struct sigaction action = {};
   action.sa_handler = on_stop_signal;
@@ -39,6 +43,7 @@ StopSignals::StopSignals() {
 }
 
 StopSignals::~StopSignals() {
+  if (--g_depth > 0) return;
   for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &previous_[i], nullptr);
 }
 

@@ -7,8 +7,10 @@
 // nothing to resume from). A second signal of the three while
 // the first is pending ends the process at once (default action, re-raised).
 //
-// RAII: the constructor installs the handlers, the destructor restores the previous ones;
-// one instance at a time per process.
+// RAII: the constructor installs the handlers, the destructor restores the previous ones.
+// Instances nest: `pptrain train` makes one in main before MPI starts (a signal in the
+// first second of start-up counts, instead of killing the process with no line), and
+// run_training makes its own for library callers; only the outermost installs.
 #pragma once
 #include <csignal>
 
