@@ -185,7 +185,8 @@ TEST(CheckpointLineage, RollbackKeepsTheNewRunAndMovesTheAbandonedOneAside) {
   for (const auto& e : fs::directory_iterator(ck + "/abandoned", ec)) aside.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   std::sort(aside.begin(), aside.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"abandoned", "latest", "step_00000004.h5", "step_00000006.h5"}));
+  // .lock: the run's hold on the folder (checkpoint/dir_lock.h).
+  EXPECT_EQ(names, (std::vector<std::string>{".lock", "abandoned", "latest", "step_00000004.h5", "step_00000006.h5"}));
   EXPECT_EQ(aside, (std::vector<std::string>{"step_00000004.h5", "step_00000006.h5"}));
   EXPECT_EQ(read_file(ck + "/latest"), "step_00000006.h5\n");
   std::vector<float> got;
@@ -208,7 +209,7 @@ TEST(CheckpointLineage, RollbackKeepsTheNewRunAndMovesTheAbandonedOneAside) {
   names.clear();
   for (const auto& e : fs::directory_iterator(ck)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"abandoned", "latest", "step_00000006.h5", "step_00000008.h5"}));
+  EXPECT_EQ(names, (std::vector<std::string>{".lock", "abandoned", "latest", "step_00000006.h5", "step_00000008.h5"}));
   EXPECT_TRUE(fs::exists(ck + "/abandoned/step_00000004.h5"));
   EXPECT_TRUE(fs::exists(ck + "/abandoned/step_00000006.h5"));
 }

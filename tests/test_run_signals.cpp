@@ -223,6 +223,30 @@ TEST_F(RunControl, SigtermDuringStartUpStopsAfterTheFirstStep) {
   EXPECT_EQ(stopped_after(run.output(), "SIGTERM"), 1) << run.output();
 }
 
+// Two runs on one checkpoint folder: the second is refused at start-up in one line naming
+// the first's host and pid (it used to die at its second save, after the first had
+// removed "its" leftover .tmp). Once the first ends, the folder is free again: the lock
+// is the kernel's flock, released however its holder ends (here: SIGKILL).
+TEST_F(RunControl, ASecondRunOnTheSameCheckpointFolderIsRefused) {
+  TempDir out;
+  const std::string ck = out.file("ck");
+  Background first(train(1, "training.steps=1000000 logging.every=1000 logging.metrics=" + out.file("m.jsonl") +
+                                " checkpoint.dir=" + ck), out.file("first.txt"));
+  ASSERT_TRUE(wait_for_step(out.file("m.jsonl"), 1)) << first.output();
+  auto r = run_command(train(1, "training.steps=2 checkpoint.dir=" + ck), 60);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  EXPECT_NE(r.output.find("error: checkpoint.dir " + ck + " (rank 0): is in use by another run (host " +
+                          std::string(host) + " pid " + std::to_string(first.pid()) + " since "),
+            std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("step 1"), std::string::npos) << "the second run trained:\n" << r.output;
+  kill(first.pid(), SIGKILL);
+  first.wait(30);
+  r = run_command(train(1, "training.steps=2 checkpoint.dir=" + ck), 60);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 // Under mpirun, pp=2. SIGUSR1 to mpirun (forwarded to every rank; what the sbatch scripts
 // ask Slurm for) and SIGTERM to one rank only both stop every rank after the same step
 // with exit 75. (SIGTERM to mpirun itself: below.)
@@ -312,6 +336,27 @@ TEST_F(RunControl, WatchdogEndsAJobWithAFrozenRank) {
 
 // A healthy run with a short watchdog and checkpoints completes: every step makes progress
 // well within 2 s, and the saves pause the watchdog.
+// A rank frozen in the middle of a checkpoint save (the watchdog used to be paused for the
+// whole save, and such a job hung forever): the other rank waits in the save's collective
+// and its watchdog ends the job, the line naming the save's phase.
+TEST_F(RunControl, WatchdogEndsAJobWithARankFrozenMidSave) {
+  TempDir out;
+  const auto start = Clock::now();
+  auto r = run_command("PPTRAIN_FAULTS=freeze_save@1:model_written " +
+                           train(2, "runtime.watchdog_s=3 checkpoint.every=2 checkpoint.dir=" + out.file("ck")),
+                       60);
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, 124) << r.output;
+  EXPECT_LT(elapsed, 3 + 10 + 5) << r.output;  // + 5 s: starting mpirun and 2 steps
+  std::smatch m;
+  EXPECT_TRUE(std::regex_search(r.output, m, std::regex("\\[rank 0\\] error: watchdog: world rank 0 made no progress "
+                                                        "for [0-9.]+ s \\(runtime.watchdog_s 3\\) in step 2: "
+                                                        "checkpoint save: [a-z]+ (dataset /optim/m/|the file)")))
+      << r.output;
+  EXPECT_FALSE(fs::exists(out.file("ck") + "/latest")) << "the interrupted save was completed";
+}
+
 TEST_F(RunControl, WatchdogLeavesAHealthyRunAlone) {
   TempDir out;
   auto r = run_command(train(2, "runtime.watchdog_s=2 checkpoint.every=2 checkpoint.dir=" + out.file("ck")), 120);

@@ -237,6 +237,17 @@ void CheckpointManager::start_lineage(const std::string& parent_lineage, int64_t
 }
 
 int CheckpointManager::resume(ParamStore& params, OptimizerState& optimizer) {
+  // The run's folder is its own from here to its end (dir_lock.h).
+  if (!cfg_.checkpoint.dir.empty()) {
+    std::string error;
+    if (io_.rank() == 0) {
+      std::error_code ec;
+      fs::create_directories(cfg_.checkpoint.dir, ec);
+      error = ec ? cat("cannot create directory: ", ec.message()) : dir_lock_.acquire(cfg_.checkpoint.dir);
+      if (!error.empty()) error = cat("checkpoint.dir ", cfg_.checkpoint.dir, " (rank 0): ", error);
+    }
+    io_.agree(error);
+  }
   const std::string path = resume_path();
   if (path.empty()) {
     if (!cfg_.checkpoint.dir.empty()) log::info("checkpoint: no checkpoint to resume from, starting at step 0");
@@ -365,12 +376,22 @@ std::string CheckpointManager::save(ParamStore& params, OptimizerState& optimize
   // is taken for an abandoned branch.
   if (run_id_.empty()) start_lineage("", 0, "", false);
   WriteHooks hooks;
-  hooks.probe = [&](const char* point) { maybe_crash(world_rank, step, point); };
+  const Fault* freeze = faults_.find("freeze_save");
+  hooks.probe = [&](const char* point) {
+    maybe_crash(world_rank, step, point);
+    if (freeze && freeze->target == point) std::raise(SIGSTOP);  // a rank hung mid-save (the watchdog's test)
+  };
+  auto phase = [&](const std::string& what) {
+    if (progress_) progress_(cat("checkpoint save: ", what, " (collective over every rank)"));
+  };
+  hooks.progress = phase;
   if (const Fault* f = faults_.find("checkpoint_write_fail")) hooks.fail_dataset = "/" + f->target;
   // The writer agrees on every step and removes the .tmp itself when it throws.
   last_write_ = write_checkpoint_file(tmp_path.string(), tensors, download, meta_for(step), io_, hooks);
+  phase("waiting for every rank's part to be in the closed file");
   io_.barrier();  // every rank's part is in the closed file
   hooks.probe("before_rename");
+  phase(cat("rank 0 renaming ", tmp_path.filename().string(), " and updating 'latest'"));
 
   if (world_rank == 0) {
     std::error_code ec;
@@ -388,6 +409,7 @@ std::string CheckpointManager::save(ParamStore& params, OptimizerState& optimize
     }
   }
   io_.agree(error);
+  phase("done");
 
   double bytes = double(last_write_.bytes), seconds = last_write_.seconds;
   io_.comm().allreduce(&bytes, 1, ReduceOp::Sum);

@@ -28,9 +28,11 @@
 #pragma once
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/dir_lock.h"
 #include "checkpoint/io_group.h"
 #include "checkpoint/tensor_table.h"
 #include "core/config.h"
@@ -66,6 +68,9 @@ class CheckpointManager {
   std::string resume_path() const;
   // This rank's part of the most recent save.
   const WriteStats& last_write() const { return last_write_; }
+  // Where a save reports its phases ("checkpoint save: writing dataset ..."), for
+  // the watchdog; none by default.
+  void set_progress(ProgressFn progress) { progress_ = std::move(progress); }
 
  private:
   CheckpointMeta meta_for(int step) const;
@@ -85,6 +90,8 @@ class CheckpointManager {
   // they stay right when the global batch size changes between runs.
   int64_t base_step_ = 0, base_tokens_ = 0, base_sequences_ = 0;
   WriteStats last_write_;
+  ProgressFn progress_;
+  DirLock dir_lock_;  // world rank 0, from resume() on
   std::string run_id_, lineage_;  // set by resume() or the first save
 };
 

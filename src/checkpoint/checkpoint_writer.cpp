@@ -138,7 +138,8 @@ std::string with_reason(const std::string& error, const std::string& path, int64
 // agreement; on an agreed failure the file is abandoned on every rank together.
 class CollectiveWrite {
  public:
-  CollectiveWrite(const std::string& path, const IoGroup& io) : path_(path), where_(cat("checkpoint ", path)), io_(io) {}
+  CollectiveWrite(const std::string& path, const IoGroup& io, const ProgressFn& progress)
+      : path_(path), where_(cat("checkpoint ", path)), io_(io), progress_(progress) {}
   ~CollectiveWrite() {
     // Reached with the file open only when an exception that is not a pptrain::Error
     // unwinds past every step (a bug): closing here could wait for ranks that are
@@ -154,8 +155,12 @@ class CollectiveWrite {
   // rank abandons the file and throws the lowest failing rank's message.
   // `io_bytes`: how much the step writes to the file system (a failure's reason is then
   // diagnosed, with_reason), 0 for steps that do not write.
+  // `phase` says what the step does, for the watchdog (WriteHooks::progress): reported
+  // before the body, which may block in a collective HDF5 call, and again once the ranks
+  // agreed, so a save that moves on is seen to.
   template <typename Body>
-  void step(Body&& body, int64_t io_bytes = 0) {
+  void step(const std::string& phase, Body&& body, int64_t io_bytes = 0) {
+    if (progress_) progress_(phase);
     std::string error;
     try {
       body();
@@ -163,6 +168,7 @@ class CollectiveWrite {
       error = io_bytes > 0 ? with_reason(e.what(), path_, io_bytes, io_.rank()) : e.what();
     }
     agree(error);
+    if (progress_) progress_(phase + ", done");
   }
 
   void agree(const std::string& error) {
@@ -194,6 +200,7 @@ class CollectiveWrite {
 
   std::string path_, where_;
   const IoGroup& io_;
+  const ProgressFn& progress_;
 };
 
 // A dataset's values may be stored only if finite: the first non-finite element, named.
@@ -214,7 +221,7 @@ void write_dataset(CollectiveWrite& w, const TableEntry& e, const std::string& n
                    WriteStats& stats) {
   const std::string ctx = cat(w.where(), ": dataset ", name);
   h5::Dataset& ds = w.dataset;
-  w.step([&] {
+  w.step(cat("creating dataset ", name), [&] {
     std::vector<hsize_t> dims(e.shape.begin(), e.shape.end());
     h5::Dataspace file_space(h5::check(H5Screate_simple(int(dims.size()), dims.data(), nullptr), ctx));
     h5::PropertyList dcpl = dataset_creation(e, ctx);
@@ -223,7 +230,7 @@ void write_dataset(CollectiveWrite& w, const TableEntry& e, const std::string& n
                                ctx));
     h5::write_attribute(ds.id(), "checksum", checksum, ctx);
   });
-  w.step([&] {
+  w.step(cat("writing dataset ", name), [&] {
     const std::vector<int64_t> local_shape = mine ? local_shape_of(*mine) : std::vector<int64_t>(e.shape.size(), 1);
     std::string first_error;
     for (int k = 0; k < e.transfers; ++k) {
@@ -250,11 +257,11 @@ WriteStats write_checkpoint_file(const std::string& path, const std::vector<Shar
   const auto start = std::chrono::steady_clock::now();
   h5::QuietHdf5 quiet;
   const std::vector<TableEntry> table = build_global_table(tensors, io);
-  CollectiveWrite w(path, io);
+  CollectiveWrite w(path, io, hooks.progress);
   const std::string& where = w.where();
 
   h5::PropertyList fapl = file_access(io, where);
-  w.step([&] {
+  w.step("creating the file", [&] {
     errno = 0;
     h5::PropertyList fcpl = compact_objects(H5P_FILE_CREATE, where);  // the root group's
     w.file = h5::File(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.id(), fapl.id()));
@@ -264,7 +271,7 @@ WriteStats write_checkpoint_file(const std::string& path, const std::vector<Shar
 
   std::vector<Section> sections = {Section::Model};
   if (meta.has_optimizer_state) sections.insert(sections.end(), {Section::OptimM, Section::OptimV});
-  w.step([&] {
+  w.step("reserving space", [&] {
     if (io.rank() == 0) reserve_space(path, file_bytes_bound(table, int(sections.size()), meta, io), where);
   });
   // Every link the file will hold, bound to the root (checkpoint_format.h).
@@ -276,7 +283,7 @@ WriteStats write_checkpoint_file(const std::string& path, const std::vector<Shar
   for (Section section : sections)
     for (const TableEntry& e : table) links.push_back(cat(section_group(section), "/", e.name));
   bound.contents_checksum = checksum_text(contents_text(links));
-  w.step([&] {
+  w.step("writing the root attributes and groups", [&] {
     write_meta(w.file.id(), bound, where);
     for (const char* g : {"/model", "/optim", "/optim/m", "/optim/v"}) {
       if (!meta.has_optimizer_state && std::string(g) != "/model") continue;
@@ -298,7 +305,7 @@ WriteStats write_checkpoint_file(const std::string& path, const std::vector<Shar
       // The checksum and the finiteness in one pass over this rank's slabs, agreed
       // before the dataset exists: nothing non-finite is ever written.
       SlabDigest digest;
-      w.step([&] {
+      w.step(cat("hashing dataset ", name), [&] {
         if (!mine) return;
         local.resize(mine->local_numel());
         download(section, e.local, local.data());
@@ -317,11 +324,11 @@ WriteStats write_checkpoint_file(const std::string& path, const std::vector<Shar
   }
   // With MPI-IO, a flush is an MPI_File_sync: the data is on the file system before the
   // manager renames the file.
-  w.step([&] {
+  w.step("flushing the file", [&] {
     errno = 0;
     h5::io_check(H5Fflush(w.file.id(), H5F_SCOPE_GLOBAL), cat(where, ": flush"));
   }, kMetadataBytes);
-  w.step([&] {
+  w.step("closing the file", [&] {
     errno = 0;
     h5::io_check(w.file.close(), cat(where, ": close"));
   }, kMetadataBytes);

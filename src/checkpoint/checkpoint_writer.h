@@ -30,8 +30,14 @@ using DownloadFn = std::function<void(Section section, int index, float* host)>;
 // crash tests kill the job there.
 using ProbeFn = std::function<void(const char* point)>;
 
+// Called by every rank as its write enters a collective phase ("writing dataset
+// /model/wte.weight") and when the ranks have agreed it is done: the training loop's
+// watchdog reads it (runtime/watchdog.h), so a save that makes no progress is caught.
+using ProgressFn = std::function<void(const std::string& phase)>;
+
 struct WriteHooks {
   ProbeFn probe;
+  ProgressFn progress;
   // Planted fault checkpoint_write_fail (core/faults.h): this rank's write of this
   // dataset ("/model/NAME", "/optim/m/NAME", ...) fails as on a full disk (ENOSPC),
   // after taking part in the collective transfer, as a real failed write does.

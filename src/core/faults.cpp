@@ -44,6 +44,9 @@ const FaultKind kFaultKinds[] = {
      "at the step given as the value (1-based) this rank's gradient of the tensor becomes NaN before the "
      "gradient reductions"},
     {"freeze", "STEP", false, "this rank stops itself with SIGSTOP at the start of that step (1-based)"},
+    {"freeze_save", "file_created|model_written|before_rename", false,
+     "this rank stops itself with SIGSTOP at that point of its first checkpoint save, as a rank hung on a file "
+     "system would"},
     {"zero_keep_stale", "", false,
      "under ZeRO-1 this rank takes part in the all-gather of the weights (the masters, or the bf16 copies "
      "under bf16) but keeps its own stale values outside its range"},

@@ -45,7 +45,7 @@ void Watchdog::watch() {
   while (!wake_.wait_for(lock, poll, [this] { return stop_; })) {
     const uint64_t now_count = progress_.count();
     const auto now = Clock::now();
-    if (now_count != seen || progress_.paused()) {
+    if (now_count != seen) {
       seen = now_count;
       last_progress = now;
       continue;

@@ -8,8 +8,11 @@
 // runtime.watchdog_s seconds, it prints that line and ends the process with
 // kExitWatchdog (_Exit from the watchdog thread: the main thread is blocked and cannot
 // be asked; mpirun and srun then end the other ranks, within seconds, as for any rank
-// that dies). A long checkpoint save pauses the watchdog (Progress::Pause): the writer
-// has no progress points of its own, so a hang inside a save is not caught.
+// that dies). A checkpoint save reports each collective phase (create, write each dataset,
+// flush, close, rename; CheckpointManager::set_progress), so a save that makes no progress
+// for runtime.watchdog_s (a rank frozen mid-save, a stuck network file system) ends the job
+// the same way, the line naming the phase. runtime.watchdog_s must then exceed the time of
+// the longest one phase: writing the largest dataset.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -32,25 +35,10 @@ class Progress {
   std::string activity() const;
   void set_step(int step) { step_.store(step, std::memory_order_relaxed); }
   int step() const { return step_.load(std::memory_order_relaxed); }
-  bool paused() const { return paused_.load(std::memory_order_relaxed) > 0; }
-
-  // While one lives, the watchdog does not count time (a checkpoint save); it ticks on
-  // both ends, so the time before and after is measured afresh.
-  class Pause {
-   public:
-    explicit Pause(Progress* p) : p_(p) { if (p_) { p_->tick(); p_->paused_.fetch_add(1); } }
-    ~Pause() { if (p_) { p_->paused_.fetch_sub(1); p_->tick(); } }
-    Pause(const Pause&) = delete;
-    Pause& operator=(const Pause&) = delete;
-
-   private:
-    Progress* p_;
-  };
 
  private:
   std::atomic<uint64_t> count_{0};
   std::atomic<int> step_{0};
-  std::atomic<int> paused_{0};
   mutable std::mutex mutex_;
   std::string activity_;  // guarded by mutex_
 };

@@ -157,15 +157,12 @@ class StepResults {
     if (settled) dump_and_evaluate(r.step, r.loss, final);
     if (hooks_.after_step) hooks_.after_step(trainer_, r);
     if (!settled) return false;
-    {
-      // A save has no progress points of its own (runtime/watchdog.h).
-      Progress::Pause saving(&progress_);
-      if (stop) stop_code_ = stop_early(stop, r.step, checkpoints_, trainer_, job_.world().rank() == 0);
-      // Only a save asks for the parameters: Trainer::params() waits for ZeRO-1's all-gathers,
-      // which otherwise overlap the next step's start.
-      else if (checkpoints_.due(r.step, final))
-        checkpoints_.after_step(trainer_.params(), trainer_.optimizer().state(), r.step, final);
-    }
+    // A save reports its phases to the watchdog (CheckpointManager::set_progress).
+    if (stop) stop_code_ = stop_early(stop, r.step, checkpoints_, trainer_, job_.world().rank() == 0);
+    // Only a save asks for the parameters: Trainer::params() waits for ZeRO-1's all-gathers,
+    // which otherwise overlap the next step's start.
+    else if (checkpoints_.due(r.step, final))
+      checkpoints_.after_step(trainer_.params(), trainer_.optimizer().state(), r.step, final);
     stopped_by_ = stop;
     return stop || r.step == hooks_.stop_after;
   }
@@ -239,7 +236,13 @@ int run_training(Job& job, const TrainingHooks& hooks) {
   double trace_offset_us = 0;
   // Progress is reported only when someone watches it (runtime.watchdog_s > 0).
   Progress progress;
-  if (cfg.runtime.watchdog_s > 0) trainer.set_progress(&progress);
+  if (cfg.runtime.watchdog_s > 0) {
+    trainer.set_progress(&progress);
+    checkpoints.set_progress([&progress](const std::string& phase) {
+      progress.set_activity(phase);
+      progress.tick();
+    });
+  }
   auto watchdog = std::make_unique<Watchdog>(progress, cfg.runtime.watchdog_s, world_rank);
   StepResults results(job, trainer, checkpoints, hooks, progress);
   bool memory_logged = false;
@@ -271,6 +274,7 @@ int run_training(Job& job, const TrainingHooks& hooks) {
   op_profile.finish();
   watchdog.reset();  // joined: the trace and the sample below have no progress points
   trainer.set_progress(nullptr);
+  checkpoints.set_progress(nullptr);
   if (hooks.at_end) hooks.at_end(trainer);
   if (!cfg.logging.trace.empty()) write_trace(cfg.logging.trace, trace, job.world());
   if (results.stopped_by()) return results.stop_code();
