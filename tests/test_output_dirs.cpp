@@ -102,3 +102,19 @@ TEST(OutputDirs, AMetricsLineThatCannotBeWrittenStopsTheRun) {
       << r.output;
   EXPECT_EQ(r.output.find("step 2/2"), std::string::npos) << "went on:\n" << r.output;
 }
+
+// A parameter dump that cannot be written (its file a link to /dev/full, which takes the
+// buffered bytes and fails their flush with ENOSPC) stops the run: the close is checked.
+TEST(OutputDirs, ADumpThatCannotBeWrittenStopsTheRun) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+  TempDir dir;
+  ASSERT_EQ(prepare_markov_corpus(dir.file("d"), 16, 4000).exit_code, 0);
+  write_config(dir, "1", "");
+  fs::create_directories(dir.file("dump"));
+  fs::create_symlink("/dev/full", dir.file("dump/step1.rank0.bin"));
+  CommandResult r = run_command("cd " + dir.path() + " && " + trainer() + " train c.yaml --dump dump", 60);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("error: dump/step1.rank0.bin: write failed: No space left on device"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("step 2/2"), std::string::npos) << "went on:\n" << r.output;
+}

@@ -1,5 +1,6 @@
 #include "train/param_dump.h"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -17,7 +18,7 @@ struct File {
   std::string path;
   ~File() { if (f) std::fclose(f); }
   void put(const void* p, size_t n) {
-    if (std::fwrite(p, 1, n, f) != n) fail(path, ": write failed");
+    if (std::fwrite(p, 1, n, f) != n) fail(path, ": write failed: ", std::strerror(errno));
   }
   void get(void* p, size_t n) {
     if (std::fread(p, 1, n, f) != n) fail(path, ": truncated dump");
@@ -53,6 +54,10 @@ void write_param_dump(const std::string& path, double loss, ParamStore& params, 
     out.put(v.data(), v.size() * sizeof(float));
     out.put(g.data(), g.size() * sizeof(float));
   }
+  // Buffered writes fail at the flush (a full disk): checked, not lost in the destructor.
+  FILE* f = out.f;
+  out.f = nullptr;
+  if (std::fclose(f) != 0) fail(path, ": write failed: ", std::strerror(errno));
 }
 
 GlobalDump read_param_dumps(const std::vector<std::string>& paths) {
