@@ -254,6 +254,27 @@ int CheckpointManager::resume(ParamStore& params, OptimizerState& optimizer) {
     start_lineage("", 0, "", true);
     return 0;
   }
+  const CheckpointMeta meta = load(path, params, optimizer);
+  const Config stored = parse_config(meta.config_yaml, cat(path, " (attribute 'config')"));
+  if (meta.step > 0 && cfg_.data.shuffle && meta.rng_seed != cfg_.training.seed)
+    fail("checkpoint ", path, ": written with training.seed ", meta.rng_seed, " but ", cfg_.source, " has ",
+         cfg_.training.seed, "; with data.shuffle the seed fixes the data order, so set training.seed=",
+         meta.rng_seed, " to continue the same run");
+  if (meta.step > 0 && stored.global_batch_sequences() != cfg_.global_batch_sequences())
+    log::warn("checkpoint: the global batch was ", stored.global_batch_sequences(), " sequences when ", path,
+              " was written and is ", cfg_.global_batch_sequences(),
+              " now; the data stream continues at batch ", meta.data_next_batch, " of the new size");
+  start_lineage(meta.lineage, meta.step, path, true);
+  continue_from(meta);
+  log::info("checkpoint: resumed from ", path, " at step ", meta.step, " (written with pp ", meta.layout_pp, " tp ",
+            meta.layout_tp, " dp ", meta.layout_dp, meta.has_optimizer_state ? "" : ", no optimizer state", ")");
+  if (meta.step >= cfg_.training.steps)
+    log::info("checkpoint: step ", meta.step, " is not before training.steps ", cfg_.training.steps,
+              ", nothing left to train");
+  return int(meta.step);
+}
+
+CheckpointMeta CheckpointManager::load(const std::string& path, ParamStore& params, OptimizerState& optimizer) {
   std::vector<ShardedTensor> tensors = sharded_tensors(params);
   std::vector<Param*> by_index;
   for (auto& [name, p] : params.all()) by_index.push_back(p.get());
@@ -269,26 +290,28 @@ int CheckpointManager::resume(ParamStore& params, OptimizerState& optimizer) {
   const CheckpointMeta meta = read_checkpoint_file(path, tensors, upload, cfg_, true, io_);
   if (!meta.has_optimizer_state) optimizer.zero();
   plant_load_faults(params, optimizer);
+  return meta;
+}
 
-  const Config stored = parse_config(meta.config_yaml, cat(path, " (attribute 'config')"));
-  if (meta.step > 0 && cfg_.data.shuffle && meta.rng_seed != cfg_.training.seed)
-    fail("checkpoint ", path, ": written with training.seed ", meta.rng_seed, " but ", cfg_.source, " has ",
-         cfg_.training.seed, "; with data.shuffle the seed fixes the data order, so set training.seed=",
-         meta.rng_seed, " to continue the same run");
-  if (meta.step > 0 && stored.global_batch_sequences() != cfg_.global_batch_sequences())
-    log::warn("checkpoint: the global batch was ", stored.global_batch_sequences(), " sequences when ", path,
-              " was written and is ", cfg_.global_batch_sequences(),
-              " now; the data stream continues at batch ", meta.data_next_batch, " of the new size");
-  start_lineage(meta.lineage, meta.step, path, true);
+void CheckpointManager::continue_from(const CheckpointMeta& meta) {
   base_step_ = meta.step;
   base_tokens_ = meta.tokens_seen;
   base_sequences_ = meta.data_sequences_seen;
-  log::info("checkpoint: resumed from ", path, " at step ", meta.step, " (written with pp ", meta.layout_pp, " tp ",
-            meta.layout_tp, " dp ", meta.layout_dp, meta.has_optimizer_state ? "" : ", no optimizer state", ")");
-  if (meta.step >= cfg_.training.steps)
-    log::info("checkpoint: step ", meta.step, " is not before training.steps ", cfg_.training.steps,
-              ", nothing left to train");
-  return int(meta.step);
+  data_offset_ = meta.data_next_batch - meta.step;  // batches skipped by rollbacks (read_meta: >= 0)
+}
+
+CheckpointManager::Rollback CheckpointManager::rollback(ParamStore& params, OptimizerState& optimizer) {
+  std::string path, error;
+  if (io_.rank() == 0) {
+    path = latest_in(cfg_.checkpoint.dir, error);
+    if (path.empty() && error.empty()) error = "holds no checkpoint to roll back to";
+    if (!error.empty()) error = cat("checkpoint.dir ", cfg_.checkpoint.dir, " (rank 0): ", error);
+  }
+  io_.agree(error);
+  path = broadcast_string(io_.comm(), path, 0);
+  const CheckpointMeta meta = load(path, params, optimizer);
+  continue_from(meta);
+  return {int(meta.step), path};
 }
 
 bool CheckpointManager::due(int step, bool final) const {
@@ -304,7 +327,7 @@ CheckpointMeta CheckpointManager::meta_for(int step) const {
   CheckpointMeta m;
   const int64_t steps = step - base_step_;
   m.step = step;
-  m.data_next_batch = step;  // the trainer reads global batch `step` at step + 1
+  m.data_next_batch = step + data_offset_;  // the trainer reads global batch step + offset at step + 1
   m.data_sequences_seen = base_sequences_ + steps * cfg_.global_batch_sequences();
   m.tokens_seen = base_tokens_ + steps * cfg_.global_batch_sequences() * int64_t(cfg_.model.seq_len);
   m.rng_seed = cfg_.training.seed;

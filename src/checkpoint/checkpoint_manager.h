@@ -64,6 +64,20 @@ class CheckpointManager {
   // and returns its path.
   std::string save(ParamStore& params, OptimizerState& optimizer, int step);
 
+  // Collective, for a loss spike (train/spike_guard.h): loads the newest checkpoint of
+  // checkpoint.dir (parameters and moments), as resume() would, within the same run (no
+  // new lineage, nothing moved aside). Returns its step and path; the caller sets the
+  // trainer's step and then the data offset (set_data_offset) past the spike's batches.
+  struct Rollback {
+    int step;
+    std::string path;
+  };
+  Rollback rollback(ParamStore& params, OptimizerState& optimizer);
+  // Global batches skipped by rollbacks: the trainer reads batch step + offset at step + 1,
+  // and a checkpoint stores data_next_batch = step + offset, which resume() restores.
+  int64_t data_offset() const { return data_offset_; }
+  void set_data_offset(int64_t offset) { data_offset_ = offset; }
+
   // Collective: the file resume() would load ("" for none). Throws pptrain::Error.
   std::string resume_path() const;
   // This rank's part of the most recent save.
@@ -73,6 +87,10 @@ class CheckpointManager {
   void set_progress(ProgressFn progress) { progress_ = std::move(progress); }
 
  private:
+  // Collective: reads `path` into the parameters and moments (checked; resume_zero faults).
+  CheckpointMeta load(const std::string& path, ParamStore& params, OptimizerState& optimizer);
+  // Counts tokens, sequences and skipped batches on from `meta`.
+  void continue_from(const CheckpointMeta& meta);
   CheckpointMeta meta_for(int step) const;
   // Collective: a new run id, the run's lineage from `parent_lineage` at step `start`,
   // and, with `move_aside`, rule 1 of lineage.h (`resumed`: the file resumed from, "" if
@@ -89,6 +107,7 @@ class CheckpointManager {
   // What the run resumed from: tokens and sequences seen are counted on from there, so
   // they stay right when the global batch size changes between runs.
   int64_t base_step_ = 0, base_tokens_ = 0, base_sequences_ = 0;
+  int64_t data_offset_ = 0;
   WriteStats last_write_;
   ProgressFn progress_;
   DirLock dir_lock_;  // world rank 0, from resume() on

@@ -155,6 +155,10 @@ std::map<std::string, Section> schema(Config& c) {
   t["eval_batches"] = int_field(&c.training.eval_batches);
   t["on_nonfinite"] = string_field(&c.training.on_nonfinite);
   t["max_skipped"] = int_field(&c.training.max_skipped);
+  t["on_spike"] = string_field(&c.training.on_spike);
+  t["spike_factor"] = double_field(&c.training.spike_factor);
+  t["spike_window"] = int_field(&c.training.spike_window);
+  t["max_rollbacks"] = int_field(&c.training.max_rollbacks);
   t["post_validation"] = bool_field(&c.training.post_validation);
   t["recompute"] = recompute_field(&c.training.recompute);
   auto& d = s["data"];

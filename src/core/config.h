@@ -117,6 +117,16 @@ struct TrainingConfig {
   // max_skipped non-finite steps in a row.
   std::string on_nonfinite = "stop";   // stop | skip
   int max_skipped = 10;
+  // A finite divergence (train/spike_guard.h): a step whose loss exceeds spike_factor
+  // times the running mean of the previous losses (an exponential moving average over
+  // about spike_window steps, watched once that many steps of this run have passed) is a
+  // spike. stop = exit 1 naming the step, saving nothing; rollback = load the newest
+  // checkpoint of checkpoint.dir, skip the batches from it to the spike and go on (PaLM's
+  // recipe), at most max_rollbacks times in the run; off = train on.
+  std::string on_spike = "stop";       // stop | rollback | off
+  double spike_factor = 3.0;
+  int spike_window = 50;
+  int max_rollbacks = 3;
   // Post-validation (train/trainer.h): apply each step's update optimistically (no
   // clipping, finite) without waiting for the step's loss and norm reduction, validate it
   // during the next step and roll the rare failing step back exactly. Costs a backup of

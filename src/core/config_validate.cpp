@@ -190,6 +190,14 @@ void validate(const Config& c) {
   require(t.on_nonfinite == "stop" || t.on_nonfinite == "skip", c, "training.on_nonfinite",
           "expected stop or skip, got '" + t.on_nonfinite + "'");
   require_range(c, "training.max_skipped", t.max_skipped, 1, INT32_MAX);
+  require(t.on_spike == "stop" || t.on_spike == "rollback" || t.on_spike == "off", c, "training.on_spike",
+          "expected stop, rollback or off, got '" + t.on_spike + "'");
+  require(t.spike_factor > 1 && t.spike_factor <= 1e6, c, "training.spike_factor",
+          cat("expected a factor > 1 (a spike is a loss above factor x its running mean), got ", t.spike_factor));
+  require_range(c, "training.spike_window", t.spike_window, 1, 1000000);
+  require_range(c, "training.max_rollbacks", t.max_rollbacks, 1, INT32_MAX);
+  require(t.on_spike != "rollback" || !c.checkpoint.dir.empty(), c, "training.on_spike",
+          "rollback needs checkpoint.dir (the checkpoints it rolls back to)");
   const auto is_mode = [](const std::string& m) { return m == "none" || m == "attention" || m == "full"; };
   if (t.recompute.per_stage.empty()) {
     require(is_mode(t.recompute.every) || t.recompute.every == "auto", c, "training.recompute",

@@ -43,6 +43,9 @@ const FaultKind kFaultKinds[] = {
     {"nan_grad", "TENSOR", true,
      "at the step given as the value (1-based) this rank's gradient of the tensor becomes NaN before the "
      "gradient reductions"},
+    {"spike_update", "STEP", true,
+     "multiplies the learning rate of that step (1-based) by the value, once per process: a finite loss spike "
+     "at the next step"},
     {"freeze", "STEP", false, "this rank stops itself with SIGSTOP at the start of that step (1-based)"},
     {"freeze_save", "file_created|model_written|before_rename", false,
      "this rank stops itself with SIGSTOP at that point of its first checkpoint save, as a rank hung on a file "

@@ -20,6 +20,7 @@
 #include "pipeline/chrome_trace.h"
 #include "runtime/timeline.h"
 #include "runtime/watchdog.h"
+#include "train/spike_guard.h"
 #include "train/measured_memory.h"
 #include "train/metrics.h"
 #include "train/op_profile_report.h"
@@ -128,6 +129,49 @@ void log_startup(Job& job) {
   if (cfg.device == "cpu" && job.world().rank() == 0) log::info(cpu::cpu_summary_line(true));
 }
 
+// A step whose loss SpikeGuard judged a spike.
+struct Spike {
+  int step;
+  double loss, mean;
+};
+
+// training.on_spike after `spike` (every rank alike: the loss is the same on all): false
+// when the run must stop (on_spike: stop, or training.max_rollbacks used up), after one
+// line; for rollback, the newest checkpoint is loaded and the batches from it to the
+// spike are skipped, so the steps after it see data the diverged ones did not (PaLM).
+bool recover_from_spike(const Spike& spike, Trainer& trainer, CheckpointManager& checkpoints, const Config& cfg,
+                        int& rollbacks, bool rank0) {
+  const TrainingConfig& t = cfg.training;
+  const std::string what =
+      cat("loss spike at step ", spike.step, ": loss ", spike.loss, " is above ", t.spike_factor,
+          " x the running mean ", spike.mean, " of the losses before it (training.spike_factor, spike_window ",
+          t.spike_window, ")");
+  if (t.on_spike == "stop") {
+    if (rank0)
+      log::error(what, "; stopped without saving (training.on_spike: stop): lower training.lr, or set "
+                 "training.on_spike: rollback");
+    return false;
+  }
+  if (rollbacks >= t.max_rollbacks) {
+    if (rank0)
+      log::error(what, "; stopped without saving: ", rollbacks, " rollbacks already (training.max_rollbacks ",
+                 t.max_rollbacks, ")");
+    return false;
+  }
+  const int64_t next_batch = spike.step + checkpoints.data_offset();  // the first batch no step has read
+  const CheckpointManager::Rollback back = checkpoints.rollback(trainer.params(), trainer.optimizer().state());
+  const int64_t first_skipped = back.step + checkpoints.data_offset();
+  ++rollbacks;
+  trainer.set_step(back.step);
+  checkpoints.set_data_offset(next_batch - back.step);
+  trainer.set_data_offset(next_batch - back.step);
+  if (rank0)
+    log::warn(what, "; rolled back to ", back.path, " (step ", back.step, "), skipping global batches ",
+              first_skipped, " to ", next_batch - 1, " (rollback ", rollbacks, " of at most ", t.max_rollbacks,
+              ")");
+  return true;
+}
+
 // What the loop does with each step's result once it is known — at once when synchronous,
 // one train_step later under post-validation: the timing, the metrics line and the
 // after_step hook; and once the trainer's state is settled at that step, the parameter
@@ -137,7 +181,8 @@ class StepResults {
   StepResults(Job& job, Trainer& trainer, CheckpointManager& checkpoints, const TrainingHooks& hooks,
               Progress& progress)
       : job_(job), cfg_(job.config()), trainer_(trainer), checkpoints_(checkpoints), hooks_(hooks),
-        progress_(progress), metrics_(cfg_.logging.metrics, job.world().rank() == 0) {}
+        progress_(progress), metrics_(cfg_.logging.metrics, job.world().rank() == 0),
+        guard_(cfg_.training.spike_factor, cfg_.training.spike_window) {}
 
   // Returns true when the run ends after this step (a stop signal, hooks.stop_after).
   bool take(const StepResult& r) {
@@ -154,6 +199,13 @@ class StepResults {
       // the step after it.)
       job_.ops().reset_peak_memory();
     }
+    // A spike is neither evaluated nor saved: a checkpoint of a diverged state never pushes
+    // a good one out of keep_last. The loop acts on it (recover_from_spike).
+    if (!r.skipped && cfg_.training.on_spike != "off")
+      if (const std::optional<double> mean = guard_.check(r.loss)) {
+        spike_ = Spike{r.step, r.loss, *mean};
+        return false;
+      }
     if (settled) dump_and_evaluate(r.step, r.loss, final);
     if (hooks_.after_step) hooks_.after_step(trainer_, r);
     if (!settled) return false;
@@ -177,6 +229,8 @@ class StepResults {
            checkpoints_.due(step, final);
   }
 
+  // The spike the last take() found (cleared by reading it).
+  std::optional<Spike> take_spike() { return std::exchange(spike_, std::nullopt); }
   int stopped_by() const { return stopped_by_; }
   int stop_code() const { return stop_code_; }
 
@@ -207,6 +261,8 @@ class StepResults {
   MetricsLog metrics_;
   double total_ms_ = 0;
   int timed_steps_ = 0, stopped_by_ = 0, stop_code_ = 0;
+  SpikeGuard guard_;
+  std::optional<Spike> spike_;
 };
 
 }  // namespace
@@ -247,6 +303,18 @@ int run_training(Job& job, const TrainingHooks& hooks) {
   StepResults results(job, trainer, checkpoints, hooks, progress);
   bool memory_logged = false;
   OpProfileWindow op_profile(job, trainer.step());
+  trainer.set_data_offset(checkpoints.data_offset());
+  int rollbacks = 0;
+  bool spike_stop = false;
+  // Takes one step's result; true when the loop ends.
+  auto take = [&](const StepResult& r) {
+    if (results.take(r)) return true;
+    const std::optional<Spike> spike = results.take_spike();
+    if (!spike) return false;
+    if (trainer.has_pending()) (void)trainer.settle();  // post-validation: the step after it is undone too
+    spike_stop = !recover_from_spike(*spike, trainer, checkpoints, cfg, rollbacks, rank0);
+    return spike_stop;
+  };
   while (trainer.step() < cfg.training.steps) {
     maybe_inject_failure(world_rank, trainer.step() + 1);
     maybe_freeze(job.faults(), trainer.step() + 1);
@@ -263,11 +331,11 @@ int run_training(Job& job, const TrainingHooks& hooks) {
       add_to_trace(trainer.timeline(), world_rank, trace_offset_us, trace);
       trace_offset_us += trainer.timeline_ms() * 1000.0;
     }
-    if (r && results.take(*r)) break;
+    if (r && take(*r)) break;
     // Post-validation: settle where the run needs this step's state, and after a stop
     // signal (the stop then follows the pending step, which still sees the signal).
     if (trainer.has_pending() && (results.needs_settled(trainer.step()) || (r && r->stop_signal)) &&
-        results.take(*trainer.settle()))
+        take(*trainer.settle()))
       break;
   }
   PPTRAIN_CHECK(!trainer.has_pending(), "the training loop ended with step ", trainer.step(), " unsettled");
@@ -278,6 +346,7 @@ int run_training(Job& job, const TrainingHooks& hooks) {
   if (hooks.at_end) hooks.at_end(trainer);
   if (!cfg.logging.trace.empty()) write_trace(cfg.logging.trace, trace, job.world());
   if (results.stopped_by()) return results.stop_code();
+  if (spike_stop) return 1;
   if (cfg.logging.sample_tokens > 0 && cfg.model.vocab_size == 256) {
     const std::string text = generate_sample(trainer, cfg.logging.sample_tokens);
     if (rank0 && !text.empty()) log::info("sample:\n", text);

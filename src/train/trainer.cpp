@@ -258,7 +258,7 @@ void Trainer::handle_nonfinite(StepResult& r) {
 void Trainer::begin_step() {
   if (progress_) progress_->set_step(step_ + 1);
   timeline_.start_step();
-  if (train_data_) load_microbatches(*train_data_, uint64_t(step_));
+  if (train_data_) load_microbatches(*train_data_, uint64_t(step_ + data_offset_));
 }
 
 double Trainer::run_pipeline(double start_us) {
@@ -301,6 +301,12 @@ void Trainer::update(double lr, int step, float clip_scale, bool optimistic) {
   // into the backup's buffers and exchanges them in: under ZeRO-1 the masters are then
   // gathered into the exchanged arena, and a rollback restores the full arena before it.
   if (zero_) zero_->finish_gathers();  // AdamW writes this rank's parts of the gathered arena
+  // Planted fault spike_update:STEP:FACTOR: step STEP's learning rate times FACTOR, once per
+  // process (a loss-spike rollback that trains the step again trains it normally).
+  if (const Fault* f = faults_.find("spike_update"); f && !spike_planted_ && std::stoi(f->target) == step) {
+    lr *= *f->value;
+    spike_planted_ = true;
+  }
   if (optimistic) backup_->update(lr, step, clip_scale);
   else optimizer_->step(lr, step, clip_scale);
   if (faults_.find("repeat_update")) optimizer_->step(lr, step, clip_scale);

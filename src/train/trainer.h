@@ -112,6 +112,9 @@ class Trainer {
   // Steps taken, the pending one included.
   int step() const { return step_; }
   void set_step(int s) { step_ = s; }
+  // Global batches skipped by loss-spike rollbacks (CheckpointManager::data_offset): step
+  // s + 1 reads training batch s + offset.
+  void set_data_offset(int64_t offset) { data_offset_ = offset; }
 
   const Config& config() const { return cfg_; }
   const ParallelContext& parallel() const { return par_; }
@@ -192,6 +195,8 @@ class Trainer {
   Ops& ops_;
   const Faults& faults_;
   int step_ = 0;
+  int64_t data_offset_ = 0;
+  bool spike_planted_ = false;  // the planted fault spike_update acted
   pipeline::Schedule eval_schedule_;
   std::unique_ptr<PipelineExecutor> train_exec_, eval_exec_;
   std::unique_ptr<AdamW> optimizer_;
