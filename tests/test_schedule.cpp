@@ -284,7 +284,10 @@ TEST(ScheduleBubble, CostSpecParsesAndRejectsBadKeys) {
   };
   EXPECT_EQ(error("f=1,x=2"), "--cost 'f=1,x=2': unknown key 'x' (f, i, w, comm, act_i, act_w, act_from_i)");
   EXPECT_EQ(error("w=-1"), "--cost 'w=-1': w needs a number >= 0 (got '-1')");
-  EXPECT_EQ(error("i"), "--cost 'i': i needs a number >= 0 (got '')");
+  EXPECT_EQ(error("i"), "--cost 'i': 'i' is not KEY=NUMBER (keys f, i, w, comm, act_i, act_w, act_from_i, e.g. "
+                       "f=1,i=1,w=1); a cost file of `pptrain profile` is for the planner (parallel.profile=FILE), "
+                       "not a schedule");
+  EXPECT_EQ(error("i="), "--cost 'i=': i needs a number >= 0 (got '')");
 }
 
 TEST(ScheduleBubble, MemoryFreedAtIAndAtW) {
