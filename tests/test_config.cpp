@@ -147,7 +147,28 @@ TEST(Config, RejectsImpossibleLlamaShapesWithOneLine) {
   msg = error_of("model: {arch: llama, n_head: 4, d_model: 64, n_kv_head: 8}\n");
   EXPECT_NE(msg.find("key 'model.n_kv_head': expected an integer in [1, 4], got 8"), std::string::npos) << msg;
   msg = error_of("model: {arch: llama, n_head: 4, d_model: 12}\n");
-  EXPECT_NE(msg.find("head size d_model/n_head = 3 must be even"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("key 'model.n_head': the head size 3 must be even"), std::string::npos) << msg;
+  msg = error_of(llama, {"model.head_dim=7"});
+  EXPECT_NE(msg.find("key 'model.head_dim': the head size 7 must be even"), std::string::npos) << msg;
+  msg = error_of(llama, {"model.rope_scaling=yarn"});
+  EXPECT_NE(msg.find("key 'model.rope_scaling': expected none, linear or llama3, got 'yarn'"), std::string::npos) << msg;
+  msg = error_of(llama, {"model.rope_scaling=llama3", "model.rope_factor=8", "model.rope_low_freq_factor=4"});
+  EXPECT_NE(msg.find("key 'model.rope_high_freq_factor': expected 0 < rope_low_freq_factor < rope_high_freq_factor"),
+            std::string::npos) << msg;
+  msg = error_of(llama, {"model.rope_factor=8"});
+  EXPECT_NE(msg.find("key 'model.rope_factor': applies with rope_scaling linear or llama3 only"), std::string::npos)
+      << msg;
+  msg = error_of("model: {n_head: 4, d_model: 64, head_dim: 32}\n");
+  EXPECT_NE(msg.find("key 'model.head_dim': applies to the Llama family only"), std::string::npos) << msg;
+  msg = error_of("model: {n_head: 4, d_model: 64, rope_scaling: linear, rope_factor: 2}\n");
+  EXPECT_NE(msg.find("key 'model.rope_scaling': applies to the Llama family only"), std::string::npos) << msg;
+  // Another head width than d_model/n_head (Mistral's, Qwen's), and the family's other archs.
+  for (const char* arch : {"llama", "mistral", "qwen2"}) {
+    const Config c = parse_config(cat("model: {arch: ", arch, ", n_head: 4, d_model: 64, n_kv_head: 2, head_dim: 32}\n"),
+                                  "h.yaml");
+    EXPECT_EQ(c.model.attention_head_dim(), 32);
+    EXPECT_EQ(c.model.qkv_bias(), std::string(arch) == "qwen2");
+  }
   msg = error_of(llama, {"model.ffn_hidden=31", "parallel.tp=2"});
   EXPECT_NE(msg.find("tp 2 must divide model.ffn_hidden 31"), std::string::npos) << msg;
   msg = error_of(llama, {"model.rope_theta=0.5"});
@@ -160,7 +181,7 @@ TEST(Config, RejectsImpossibleLlamaShapesWithOneLine) {
   EXPECT_NE(msg.find("key 'model.attention': cudnn runs multi-head attention only, got n_kv_head 2 < n_head 4"),
             std::string::npos) << msg;
   msg = error_of("model: {arch: llama3}\n");
-  EXPECT_NE(msg.find("expected gpt2 or llama, got 'llama3'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("expected gpt2, llama, mistral or qwen2, got 'llama3'"), std::string::npos) << msg;
   // gpt2 takes none of the Llama keys.
   msg = error_of("model: {n_kv_head: 2}\n");
   EXPECT_NE(msg.find("key 'model.n_kv_head': applies to arch: llama only"), std::string::npos) << msg;
@@ -246,7 +267,7 @@ TEST(Config, RejectsAnUnknownAttentionAndCudnnOnTheCpu) {
   EXPECT_EQ(msg, "exp.yaml: key 'model.attention': cudnn needs device: cuda (on the cpu expected naive or flash)");
   EXPECT_EQ(msg.find('\n'), std::string::npos);
   msg = error_of("device: cuda\nmodel: {n_head: 2, d_model: 16, attention: flash}\n");
-  EXPECT_EQ(msg, "exp.yaml: key 'model.attention': flash on cuda needs a head size d_model/n_head of 32, 64 or 128 "
+  EXPECT_EQ(msg, "exp.yaml: key 'model.attention': flash on cuda needs a head size of 32, 64 or 128 "
                  "(its kernels' tiles), got 8; naive takes any");
   // On the cpu flash takes any head size.
   EXPECT_EQ(parse_config("model: {n_head: 2, d_model: 16, attention: flash}\n", "t.yaml").model.attention, "flash");
@@ -269,7 +290,7 @@ TEST(Config, CudnnAttentionNeedsBf16AndAHeadSizeCudnnTakes) {
   // Head sizes 12 (not a multiple of 8) and 136 (above 128).
   for (const char* d_model : {"24", "272"})
     EXPECT_EQ(error_of(ok, {"training.precision=bf16", std::string("model.d_model=") + d_model}),
-              std::string("exp.yaml: key 'model.attention': cudnn needs a head size d_model/n_head that is a "
+              std::string("exp.yaml: key 'model.attention': cudnn needs a head size that is a "
                           "multiple of 8 and at most 128, got ") +
                   (d_model == std::string("24") ? "12" : "136"));
   // 128 itself is taken.

@@ -85,13 +85,13 @@ TEST_F(CpuOpsLlamaTest, RmsnormGradients) {
 // Hugging Face's rotate-half RoPE on qkv[B,T,(NH + 2·NKV)·HD] in double: q and k heads turned,
 // v untouched.
 std::vector<double> rotary_reference(const std::vector<float>& qkv, int b, int t, int nh, int nkv, int hd,
-                                     double theta) {
+                                     double theta, const RotaryFrequencies* scaled = nullptr) {
   std::vector<double> out(qkv.begin(), qkv.end());
   const int width = (nh + 2 * nkv) * hd, half = hd / 2;
   for (int row = 0; row < b * t; ++row)
     for (int head = 0; head < nh + nkv; ++head)
       for (int i = 0; i < half; ++i) {
-        const double angle = (row % t) * std::pow(theta, -2.0 * i / hd);
+        const double angle = (row % t) * (scaled ? double(scaled->inv_freq[i]) : std::pow(theta, -2.0 * i / hd));
         const size_t at = size_t(row) * width + size_t(head) * hd + i;
         const double x1 = qkv[at], x2 = qkv[at + half];
         out[at] = x1 * std::cos(angle) - x2 * std::sin(angle);
@@ -105,7 +105,7 @@ TEST_F(CpuOpsLlamaTest, RotaryForwardMatchesDoubleReference) {
   const float theta = 10000.0f;
   auto qkv = random_floats(size_t(b) * t * (nh + 2 * nkv) * hd, 5);
   const auto want = rotary_reference(qkv, b, t, nh, nkv, hd, theta);
-  ops->rotary_forward(qkv.data(), b, t, nh, nkv, hd, theta);
+  ops->rotary_forward(qkv.data(), b, t, nh, nkv, hd, rotary_frequencies(hd, theta));
   // The angles are rounded to fp32 as transformers computes them: |Δangle| <= pos · 2u.
   EXPECT_LT(normalized_error(qkv, want), 4e-6);
   for (size_t i = 0; i < qkv.size(); ++i) {  // the values are untouched bit for bit
@@ -122,17 +122,64 @@ TEST_F(CpuOpsLlamaTest, RotaryBackwardIsTheTransposeAndMatchesFiniteDifferences)
   auto x = random_floats(size_t(b) * t * (nh + 2 * nkv) * hd, 6), r = random_floats(x.size(), 7);
   auto loss = [&] {
     std::vector<float> y = x;
-    ops->rotary_forward(y.data(), b, t, nh, nkv, hd, theta);
+    ops->rotary_forward(y.data(), b, t, nh, nkv, hd, rotary_frequencies(hd, theta));
     return weighted_sum(y, r);
   };
   std::vector<float> dx = r;
-  ops->rotary_backward_input(dx.data(), b, t, nh, nkv, hd, theta);
+  ops->rotary_backward_input(dx.data(), b, t, nh, nkv, hd, rotary_frequencies(hd, theta));
   EXPECT_LT(normalized_error(dx, finite_difference(x, loss, kStep)), kGradTolerance);
   // Orthogonal: backward after forward gives the input back.
   std::vector<float> round_trip = x;
-  ops->rotary_forward(round_trip.data(), b, t, nh, nkv, hd, theta);
-  ops->rotary_backward_input(round_trip.data(), b, t, nh, nkv, hd, theta);
+  ops->rotary_forward(round_trip.data(), b, t, nh, nkv, hd, rotary_frequencies(hd, theta));
+  ops->rotary_backward_input(round_trip.data(), b, t, nh, nkv, hd, rotary_frequencies(hd, theta));
   EXPECT_LT(normalized_error(round_trip, x), 1e-6);
+}
+
+// The inverse frequencies of transformers 5.24's ROPE_INIT_FUNCTIONS (fp32 bit patterns
+// printed by float.hex()), for Llama 3.1/3.2's scaling (head size 64, theta 500000, factor
+// 32, original 8192: planes on each side of the band and none in it), a llama3 scaling
+// whose band holds a plane (original 16: plane 0 interpolated), and linear.
+TEST_F(CpuOpsLlamaTest, RotaryFrequenciesAreTransformers) {
+  struct Case {
+    int hd;
+    double theta;
+    RopeScaling scaling;
+    std::vector<double> want;
+  };
+  const std::vector<Case> cases = {
+      {64, 500000.0, {"llama3", 32.0, 1.0, 4.0, 8192},
+       {0x1.0000000000000p+0, 0x1.53c38c0000000p-1, 0x1.c2ef780000000p-2, 0x1.2b3dc60000000p-2, 0x1.8d27600000000p-3,
+        0x1.078d400000000p-3, 0x1.5dc95a0000000p-4, 0x1.d03cce0000000p-5, 0x1.3411900000000p-5, 0x1.98de920000000p-6,
+        0x1.0f53860000000p-6, 0x1.681ada0000000p-7, 0x1.ddee9e0000000p-8, 0x1.3d28040000000p-8, 0x1.a4ee400000000p-9,
+        0x1.524f360000000p-10, 0x1.c26c400000000p-12, 0x1.9731ee0000000p-14, 0x1.46831a0000000p-16,
+        0x1.b159020000000p-17, 0x1.1f91f00000000p-17, 0x1.7da9e80000000p-18, 0x1.fa8b860000000p-19,
+        0x1.5024d60000000p-19, 0x1.be21880000000p-20, 0x1.280d960000000p-20, 0x1.88ec200000000p-21,
+        0x1.04be680000000p-21, 0x1.5a0f4e0000000p-22, 0x1.cb4a9a0000000p-23, 0x1.30c94e0000000p-23,
+        0x1.9483600000000p-24}},
+      {16, 10000.0, {"linear", 4.0},
+       {0x1.0000000000000p-2, 0x1.43d1360000000p-4, 0x1.99999a0000000p-6, 0x1.030dc60000000p-7, 0x1.47ae140000000p-9,
+        0x1.9e7c700000000p-11, 0x1.0624de0000000p-12, 0x1.4b96c00000000p-14}},
+      {16, 10000.0, {"llama3", 8.0, 1.0, 4.0, 16},
+       {0x1.26f0dc0000000p-1, 0x1.43d1360000000p-5, 0x1.99999a0000000p-7, 0x1.030dc60000000p-8, 0x1.47ae140000000p-10,
+        0x1.9e7c700000000p-12, 0x1.0624de0000000p-13, 0x1.4b96c00000000p-15}},
+  };
+  for (const Case& c : cases) {
+    const RotaryFrequencies f = rotary_frequencies(c.hd, c.theta, c.scaling);
+    ASSERT_EQ(f.planes, c.hd / 2);
+    for (int i = 0; i < f.planes; ++i)  // within an ulp: glibc's powf and torch's pow may round apart
+      EXPECT_NEAR(f.inv_freq[i], c.want[i], c.want[i] * 1.2e-7) << c.scaling.type << " plane " << i;
+  }
+}
+
+TEST_F(CpuOpsLlamaTest, ScaledRotaryTurnsByTheScaledFrequencies) {
+  const int b = 1, t = 40, nh = 2, nkv = 1, hd = 16;
+  const RotaryFrequencies f = rotary_frequencies(hd, 10000.0, {"llama3", 8.0, 1.0, 4.0, 16});
+  auto qkv = random_floats(size_t(b) * t * (nh + 2 * nkv) * hd, 8);
+  const auto want = rotary_reference(qkv, b, t, nh, nkv, hd, 10000.0, &f);
+  const auto unscaled = rotary_reference(qkv, b, t, nh, nkv, hd, 10000.0);
+  ops->rotary_forward(qkv.data(), b, t, nh, nkv, hd, f);
+  EXPECT_LT(normalized_error(qkv, want), 4e-6);
+  EXPECT_GT(normalized_error(qkv, unscaled), 1e-2);  // the scaling matters at these positions
 }
 
 // ---- SwiGLU ---------------------------------------------------------------------------
@@ -275,7 +322,9 @@ TEST_F(CpuOpsLlamaTest, BadShapesFailWithOneLine) {
     }
     return "no error";
   };
-  const std::string odd = message([&] { ops->rotary_forward(x.data(), 1, 2, 1, 1, 3, 10000.0f); });
+  RotaryFrequencies three;  // as for a head size of 3
+  three.planes = 1;
+  const std::string odd = message([&] { ops->rotary_forward(x.data(), 1, 2, 1, 1, 3, three); });
   EXPECT_NE(odd.find("hd even"), std::string::npos) << odd;
   std::vector<float> lse(8);
   const std::string group = message([&] { ops->gqa_flash_attention_forward(x.data(), lse.data(), x.data(), 1, 2, 3, 2, 2); });

@@ -454,8 +454,8 @@ TEST(CudaBackendOps, RmsnormRotaryAndSwiglu) {
     r.ops().rmsnorm_backward_weight(r.f("dg"), r.f("dy"), r.f("x"), r.f("rstd"), n, c);
     r.put("qkv", random_floats(size_t(b) * t * qkv, 27));
     r.put("dqkv", random_floats(size_t(b) * t * qkv, 28));
-    r.ops().rotary_forward(r.f("qkv"), b, t, nh, nkv, hd, 10000.0f);
-    r.ops().rotary_backward_input(r.f("dqkv"), b, t, nh, nkv, hd, 10000.0f);
+    r.ops().rotary_forward(r.f("qkv"), b, t, nh, nkv, hd, rotary_frequencies(hd, 10000.0));
+    r.ops().rotary_backward_input(r.f("dqkv"), b, t, nh, nkv, hd, rotary_frequencies(hd, 10000.0));
     r.put("gate", random_floats(f, 29, -5.0f, 5.0f));
     r.put("up", random_floats(f, 30));
     r.put("dact", random_floats(f, 31));

@@ -356,12 +356,22 @@ TEST(HfLlamaImport, Transformers5RopeParametersAreRead) {
   const std::string in = tmp.file("d/config.json") + ": ";
   EXPECT_EQ(read(R"({"rope_theta": 500000.0, "rope_type": "default"})", true).second,
             in + "rope_theta 10000.0 and rope_parameters' rope_theta 500000.0 differ");
-  EXPECT_NE(read(R"({"factor": 32.0, "rope_theta": 500000.0, "rope_type": "llama3"})").second.find(
-                in + "rope_parameters: rope_type is \"llama3\", but pptrain's rotary embedding has no frequency scaling"),
-            std::string::npos);
+  EXPECT_EQ(read(R"({"factor": 32.0, "rope_theta": 500000.0, "rope_type": "dynamic"})").second,
+            in + "rope_parameters: rope_type \"dynamic\" is not one pptrain's rotary embedding computes (default, "
+                 "linear, llama3); the weights would compute another model");
   EXPECT_EQ(read(R"({"partial_rotary_factor": 0.5, "rope_theta": 500000.0, "rope_type": "default"})").second,
-            in + "rope_parameters: \"partial_rotary_factor\" is not a key pptrain's rotary embedding computes "
-                 "(expected only rope_type \"default\" and rope_theta)");
+            in + "rope_parameters: \"partial_rotary_factor\" is not a key pptrain's default rotary embedding computes");
+  // Llama 3.1-3.3's scaling, in either spelling.
+  write_file(tmp.file("d/config.json"),
+             config_with("rope_scaling", "null,\n  \"rope_parameters\": " R"({"factor": 32.0, "high_freq_factor": 4.0,
+             "low_freq_factor": 1.0, "original_max_position_embeddings": 8192, "rope_theta": 10000.0,
+             "rope_type": "llama3"})", kLlamaConfigJson));
+  const ModelConfig v5 = read_hf_config(tmp.file("d")).second;
+  EXPECT_EQ(v5.rope_scaling, (RopeScaling{"llama3", 32.0, 1.0, 4.0, 8192}));
+  write_file(tmp.file("d/config.json"),
+             config_with("rope_scaling", R"({"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+             "original_max_position_embeddings": 8192, "rope_type": "llama3"})", kLlamaConfigJson));
+  EXPECT_EQ(read_hf_config(tmp.file("d")).second.rope_scaling, v5.rope_scaling);
   EXPECT_NE(read("[1]").second.find(in + "rope_parameters is an array, expected an object"), std::string::npos);
 }
 
@@ -452,8 +462,9 @@ TEST(HfLlamaImport, MissingAndMisshapenTensorsAndRopeScalingAreOneLineErrors) {
                  "tensor model.layers.0.self_attn.v_proj.weight has shape [32, 16], expected [16, 32]");
   expect_refused(dir_with([&](auto& e) { std::erase_if(e, named("lm_head.weight")); }, config),
                  "tensor lm_head.weight is missing");
-  expect_refused(dir_with([](auto&) {}, config_with("rope_scaling", R"({"factor": 8.0, "rope_type": "llama3"})", config)),
-                 "config.json: rope_scaling is an object, but pptrain's rotary embedding has no frequency scaling");
+  expect_refused(dir_with([](auto&) {}, config_with("rope_scaling", R"({"factor": 8.0, "rope_type": "yarn"})", config)),
+                 "config.json: rope_scaling: rope_type \"yarn\" is not one pptrain's rotary embedding computes (default, "
+                 "linear, llama3)");
   expect_refused(dir_with([&](auto& e) { e.push_back({"model.layers.0.self_attn.q_proj.bias", "F32", {32},
                                                       std::string(128, '\0')}); }, config),
                  "unexpected tensor model.layers.0.self_attn.q_proj.bias");
@@ -469,12 +480,11 @@ TEST(HfLlamaImport, ConfigKeysOfAnotherModelAreNamed) {
   };
   const std::pair<std::pair<const char*, const char*>, const char*> cases[] = {
       {{"hidden_act", "\"gelu\""}, "hidden_act is \"gelu\", but pptrain's MLP computes SiLU-gated units"},
-      {{"attention_bias", "true"}, "attention_bias is true, but pptrain's Llama attention has no biases"},
-      {{"mlp_bias", "true"}, "mlp_bias is true, but pptrain's Llama MLP has no biases"},
-      {{"head_dim", "16"}, "head_dim is 16, but pptrain's heads are hidden_size/num_attention_heads = 8 wide"},
+      {{"attention_bias", "true"}, "attention_bias is true, but pptrain's llama has no attention biases"},
+      {{"mlp_bias", "true"}, "mlp_bias is true, but pptrain's Llama-family MLP has no biases"},
+      {{"head_dim", "7"}, "the head size 7 is odd or above 512"},
       {{"num_key_value_heads", "3"}, "num_key_value_heads 3 does not divide num_attention_heads 4"},
       {{"num_key_value_heads", "8"}, "num_key_value_heads is 8, expected an integer in [1, 4]"},
-      {{"hidden_size", "30"}, "hidden_size 30 is not a multiple of num_attention_heads 4"},
       {{"rms_norm_eps", "\"1e-5\""}, "rms_norm_eps is \"1e-5\", expected a number in (0, 1]"},
       {{"rope_theta", "0.5"}, "rope_theta is 0.5, expected a number in (1, 1e+12]"},
       {{"tie_word_embeddings", "1"}, "tie_word_embeddings is 1, expected true or false"},
@@ -486,6 +496,11 @@ TEST(HfLlamaImport, ConfigKeysOfAnotherModelAreNamed) {
     EXPECT_EQ(error.rfind(tmp.file("d/config.json") + ": ", 0), 0u) << error;
   }
   EXPECT_EQ(config_error("hidden_size", "32"), "(no error)");
-  EXPECT_NE(config_error("hidden_size", "20").find("the head size hidden_size/num_attention_heads = 5 is odd"),
+  // head_dim need not be hidden_size / num_attention_heads (Mistral, Qwen); without it, it is.
+  EXPECT_EQ(config_error("hidden_size", "20"), "(no error)");
+  EXPECT_EQ(read_hf_config(tmp.file("d")).second.head_dim, 8);
+  write_file(tmp.file("d/config.json"), config_with("hidden_size", "30", config_with("head_dim", "null", kLlamaConfigJson)));
+  EXPECT_NE(error_of([&] { read_hf_config(tmp.file("d")); })
+                .find("hidden_size 30 is not a multiple of num_attention_heads 4 and head_dim is not given"),
             std::string::npos);
 }

@@ -101,7 +101,7 @@ TEST(KernelsRmsnorm, Bf16) {
 // ---- rotary embedding ------------------------------------------------------------------------
 
 template <typename T>
-void check_rotary(int b, int t, int nh, int nkv, int hd, float theta) {
+void check_rotary(int b, int t, int nh, int nkv, int hd, float theta, const RopeScaling& scaling = {}) {
   SCOPED_TRACE(::testing::Message() << "b=" << b << " t=" << t << " nh=" << nh << " nkv=" << nkv << " hd=" << hd
                                     << " theta=" << theta);
   auto cpu = make_cpu_ops();
@@ -109,14 +109,15 @@ void check_rotary(int b, int t, int nh, int nkv, int hd, float theta) {
   std::vector<float> qkv = representable<T>(random_floats(n, 21, -2.0f, 2.0f));
   std::vector<float> dqkv = representable<T>(random_floats(n, 22));
   std::vector<float> rotated = qkv, back = dqkv;
-  cpu->rotary_forward(rotated.data(), b, t, nh, nkv, hd, theta);
-  cpu->rotary_backward_input(back.data(), b, t, nh, nkv, hd, theta);
+  const RotaryFrequencies rope = rotary_frequencies(hd, theta, scaling);
+  cpu->rotary_forward(rotated.data(), b, t, nh, nkv, hd, rope);
+  cpu->rotary_backward_input(back.data(), b, t, nh, nkv, hd, rope);
 
   Outputs out = run_both_orders([&](const LaunchContext& ctx) {
     Guarded<T> gqkv(store_as<T>(qkv)), gdqkv(store_as<T>(dqkv));
     Guarded<float> table{std::vector<float>(rotary_table_bytes(t, hd) / 4)};
-    launch_rotary_forward<T>(ctx, gqkv.data(), table.data(), b, t, nh, nkv, hd, theta);
-    launch_rotary_backward_input<T>(ctx, gdqkv.data(), table.data(), b, t, nh, nkv, hd, theta);
+    launch_rotary_forward<T>(ctx, gqkv.data(), table.data(), b, t, nh, nkv, hd, rope.inv_freq, rope.planes);
+    launch_rotary_backward_input<T>(ctx, gdqkv.data(), table.data(), b, t, nh, nkv, hd, rope.inv_freq, rope.planes);
     return Outputs{checked(gqkv, "qkv"), checked(gdqkv, "dqkv"), checked(table, "table")};
   });
   EXPECT_TRUE(close_as<T>(out[0], rotated)) << "forward";
@@ -134,6 +135,9 @@ TEST(KernelsRotary, Fp32) {
   check_rotary<float>(1, 5, 3, 1, 14, 10000.0f);   // 7 planes per head: not a warp multiple
   check_rotary<float>(2, 9, 2, 2, 64, 500000.0f);  // Llama 3's theta, multi-head
   check_rotary<float>(1, 1000, 1, 1, 16, 10000.0f);  // angles up to ~1000 rad
+  check_rotary<float>(2, 40, 2, 1, 64, 500000.0f, {"llama3", 32.0, 1.0, 4.0, 8192});  // Llama 3.1's scaling
+  check_rotary<float>(1, 40, 2, 1, 16, 10000.0f, {"llama3", 8.0, 1.0, 4.0, 16});      // a plane in the band
+  check_rotary<float>(1, 12, 2, 2, 16, 10000.0f, {"linear", 4.0});
 }
 
 TEST(KernelsRotary, Bf16) {
@@ -142,14 +146,14 @@ TEST(KernelsRotary, Bf16) {
 }
 
 TEST(KernelsRotary, OddHeadSizeFailsWithOneLine) {
-  std::vector<float> qkv(3 * 5), table(16);
+  std::vector<float> qkv(3 * 5), table(16), inv_freq(2, 1.0f);
   emu::Stream stream;
   try {
-    launch_rotary_forward<float>(LaunchContext{&stream}, qkv.data(), table.data(), 1, 1, 1, 1, 5, 10000.0f);
+    launch_rotary_forward<float>(LaunchContext{&stream}, qkv.data(), table.data(), 1, 1, 1, 1, 5, inv_freq.data(), 2);
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "rotary_forward: expected b >= 0, t, nh, nkv >= 1 and an even head size hd, got "
-                           "b=1 t=1 nh=1 nkv=1 hd=5");
+    EXPECT_STREQ(e.what(), "rotary_forward: expected b >= 0, t, nh, nkv >= 1, an even head size hd up to 512 and "
+                           "hd/2 inverse frequencies, got b=1 t=1 nh=1 nkv=1 hd=5 planes=2");
   }
   EXPECT_EQ(stream.launches, 0);
 }

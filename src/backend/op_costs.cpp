@@ -63,10 +63,10 @@ OpCost rmsnorm_backward_weight(float* dg, ConstView dy, ConstView x, const float
 }
 
 // Rotary: the query and key heads, read and written in place.
-OpCost rotary_forward(View qkv, int b, int t, int nh, int nkv, int hd, float theta) {
+OpCost rotary_forward(View qkv, int b, int t, int nh, int nkv, int hd, const RotaryFrequencies&) {
   return {0, es(qkv) * 2.0 * b * t * (nh + nkv) * hd};
 }
-OpCost rotary_backward_input(View dqkv, int b, int t, int nh, int nkv, int hd, float theta) {
+OpCost rotary_backward_input(View dqkv, int b, int t, int nh, int nkv, int hd, const RotaryFrequencies&) {
   return {0, es(dqkv) * 2.0 * b * t * (nh + nkv) * hd};
 }
 

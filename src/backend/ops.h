@@ -35,6 +35,7 @@
 
 #include "core/bf16.h"
 #include "core/faults.h"
+#include "core/rotary.h"
 
 namespace pptrain {
 
@@ -152,15 +153,16 @@ struct ConstView {
                                                                                                    \
   /* ---- rotary position embedding (RoPE, rotate-half convention of Hugging Face Llama) ------- */ \
   /* In place on the query and key heads of qkv[B,T,(NH + 2·NKV)·HD] (the values are untouched):   \
-     for each head and i < HD/2, with angle a = pos · theta^(-2i/HD) and pos = the row's position  \
-     in its sequence (row mod T), (x_i, x_{i+HD/2}) <- (x_i cos a - x_{i+HD/2} sin a,              \
-     x_{i+HD/2} cos a + x_i sin a). HD is even. */                                                \
-  OP(void, rotary_forward, (View qkv, int b, int t, int nh, int nkv, int hd, float theta),         \
-     (qkv, b, t, nh, nkv, hd, theta))                                                              \
+     for each head and i < HD/2, with angle a = pos · rope.inv_freq[i] (core/rotary.h: theta and \
+     the scaling) and pos = the row's position in its sequence (row mod T), (x_i, x_{i+HD/2}) <-  \
+     (x_i cos a - x_{i+HD/2} sin a, x_{i+HD/2} cos a + x_i sin a). HD is even, rope.planes HD/2. */ \
+  OP(void, rotary_forward, (View qkv, int b, int t, int nh, int nkv, int hd, const RotaryFrequencies& rope), \
+     (qkv, b, t, nh, nkv, hd, rope))                                                               \
   /* The dgrad, in place on dqkv of the same layout: the transposed (inverse) rotation, so the    \
      gradient at the rotated q, k becomes the gradient at the projections' outputs. */            \
-  OP(void, rotary_backward_input, (View dqkv, int b, int t, int nh, int nkv, int hd, float theta), \
-     (dqkv, b, t, nh, nkv, hd, theta))                                                             \
+  OP(void, rotary_backward_input,                                                                  \
+     (View dqkv, int b, int t, int nh, int nkv, int hd, const RotaryFrequencies& rope),            \
+     (dqkv, b, t, nh, nkv, hd, rope))                                                              \
                                                                                                    \
   /* ---- SwiGLU (Llama MLP): y = silu(gate) · up, silu(x) = x · sigmoid(x) ------------------- */ \
   /* y[n] from gate[n], up[n]; y may alias neither. */                                             \

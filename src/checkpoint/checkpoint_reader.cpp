@@ -45,7 +45,8 @@ std::string compare_models(const Config& job, const CheckpointMeta& meta, const 
         differs("d_model", a.d_model, b.d_model), b.llama() ? "" : differs("seq_len", a.seq_len, b.seq_len),
         differs("vocab_size", a.vocab_size, b.vocab_size),
         differs("tie_embeddings", a.tie_embeddings, b.tie_embeddings),
-        differs("n_kv_head", a.kv_heads(), b.kv_heads()), differs("ffn_hidden", a.mlp_hidden(), b.mlp_hidden())})
+        differs("n_kv_head", a.kv_heads(), b.kv_heads()), differs("ffn_hidden", a.mlp_hidden(), b.mlp_hidden()),
+        differs("head_dim", a.attention_head_dim(), b.attention_head_dim())})
     if (!e.empty()) return e;
   return "";
 }

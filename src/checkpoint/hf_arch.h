@@ -72,7 +72,9 @@ struct HfArchitecture {
 // Every architecture, one HfArchitecture per file.
 const std::vector<HfArchitecture>& hf_architectures();
 HfArchitecture hf_gpt2();   // hf_gpt2.cpp
-HfArchitecture hf_llama();  // hf_llama.cpp
+HfArchitecture hf_llama();    // hf_llama.cpp
+HfArchitecture hf_mistral();  // hf_mistral.cpp
+HfArchitecture hf_qwen2();    // hf_qwen2.cpp
 
 // The architecture of a config.json: the first of its "architectures" pptrain knows, else
 // its "model_type". Throws pptrain::Error naming `where` and what pptrain imports.

@@ -88,9 +88,16 @@ std::pair<const HfArchitecture*, ModelConfig> read_hf_config(const std::string& 
 std::string hf_model_section(const ModelConfig& m) {
   std::string s = cat("{arch: ", m.arch, ", n_layer: ", m.n_layer, ", n_head: ", m.n_head, ", d_model: ", m.d_model,
                       ", seq_len: ", m.seq_len, ", vocab_size: ", m.vocab_size);
-  if (m.llama())
+  if (m.llama()) {
     s += cat(", n_kv_head: ", m.kv_heads(), ", ffn_hidden: ", m.mlp_hidden(), ", rope_theta: ", hf_number(m.rope_theta),
              ", norm_eps: ", hf_number(m.norm_eps), ", tie_embeddings: ", m.tie_embeddings ? "true" : "false");
+    if (m.head_dim) s += cat(", head_dim: ", m.head_dim);
+    const RopeScaling& r = m.rope_scaling;
+    if (r.type != "none") s += cat(", rope_scaling: ", r.type, ", rope_factor: ", hf_number(r.factor));
+    if (r.type == "llama3")
+      s += cat(", rope_low_freq_factor: ", hf_number(r.low_freq_factor), ", rope_high_freq_factor: ",
+               hf_number(r.high_freq_factor), ", rope_original_max_positions: ", r.original_max_positions);
+  }
   return s + "}";
 }
 

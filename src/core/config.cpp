@@ -124,6 +124,12 @@ std::map<std::string, Section> schema(Config& c) {
   m["n_kv_head"] = int_field(&c.model.n_kv_head);
   m["ffn_hidden"] = int_field(&c.model.ffn_hidden);
   m["rope_theta"] = double_field(&c.model.rope_theta);
+  m["rope_scaling"] = string_field(&c.model.rope_scaling.type);
+  m["rope_factor"] = double_field(&c.model.rope_scaling.factor);
+  m["rope_low_freq_factor"] = double_field(&c.model.rope_scaling.low_freq_factor);
+  m["rope_high_freq_factor"] = double_field(&c.model.rope_scaling.high_freq_factor);
+  m["rope_original_max_positions"] = int_field(&c.model.rope_scaling.original_max_positions);
+  m["head_dim"] = int_field(&c.model.head_dim);
   m["norm_eps"] = double_field(&c.model.norm_eps);
   auto& p = s["parallel"];
   p["pp"] = int_field(&c.parallel.pp);
@@ -319,7 +325,7 @@ void resolve_default_attention(Config& c, const BuildFeatures& build) {
     m.attention = "naive";
     return;
   }
-  const int hd = m.d_model / m.n_head;
+  const int hd = m.attention_head_dim();
   // cuDNN's fused attention was measured the fastest core on Hopper (GPT-2 124M on an H200:
   // 35.2 ms a step against 54.9 ms with the flash kernels); it takes what validate() lets
   // model.attention: cudnn take.

@@ -11,8 +11,23 @@
 
 namespace pptrain {
 
+// Rotary frequency scaling as transformers' rope_scaling / rope_parameters computes it
+// (core/rotary.h): none; linear (every inverse frequency / factor); llama3 (Llama 3.1's:
+// the planes whose wavelength exceeds original_max_positions / low_freq_factor turn
+// factor times slower, those shorter than original_max_positions / high_freq_factor as
+// they were, the ones between interpolated).
+struct RopeScaling {
+  std::string type = "none";           // none | linear | llama3
+  double factor = 1.0;
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
+  int original_max_positions = 8192;   // llama3
+  bool operator==(const RopeScaling&) const = default;
+};
+
 struct ModelConfig {
-  std::string arch = "gpt2";           // gpt2 | llama
+  // gpt2, or the Llama family (one block, model/llama_block.h): llama, mistral (Llama's
+  // block; Hugging Face MistralForCausalLM), qwen2 (biases on q, k and v).
+  std::string arch = "gpt2";           // gpt2 | llama | mistral | qwen2
   int n_layer = 12;
   int n_head = 12;
   int d_model = 768;
@@ -26,9 +41,19 @@ struct ModelConfig {
   int n_kv_head = 0;                   // key/value heads (grouped-query attention); divides n_head
   int ffn_hidden = 0;                  // SwiGLU width F
   double rope_theta = 10000.0;         // rotary embedding base
+  RopeScaling rope_scaling;            // model.rope_scaling (type), rope_factor, rope_low_freq_factor, ...
   double norm_eps = 1.0e-6;            // RMSNorm epsilon (inside the square root)
+  // The width of one attention head; 0 = d_model / n_head. The Llama family may set another
+  // (Mistral's and Qwen's configs do): q is n_head·head_dim wide, k and v n_kv_head·head_dim,
+  // the output projection maps n_head·head_dim back to d_model.
+  int head_dim = 0;
 
-  bool llama() const { return arch == "llama"; }
+  // The Llama family's block (llama, mistral, qwen2).
+  bool llama() const { return arch == "llama" || arch == "mistral" || arch == "qwen2"; }
+  // Biases on the q, k and v projections (qwen2).
+  bool qkv_bias() const { return arch == "qwen2"; }
+  // The resolved head width (0 when n_head does not divide d_model and none is set).
+  int attention_head_dim() const { return head_dim ? head_dim : (n_head > 0 && d_model % n_head == 0 ? d_model / n_head : 0); }
   // The resolved values, also for a ModelConfig built in code (no parse): 0 means the default.
   int kv_heads() const { return n_kv_head ? n_kv_head : n_head; }
   int mlp_hidden() const;              // ffn_hidden, or its default for the arch
@@ -200,6 +225,7 @@ struct Config {
 // Integer bounds are far above any real run and keep every product the trainer forms from
 // them in 64 bits (validate() also checks the buffer sizes B·T·C, B·T·V, B·NH·T², L·12C²).
 inline constexpr int kMaxLayers = 1 << 14;          // model.n_layer
+inline constexpr int kMaxRotaryPlanes = 256;        // model.head_dim / 2 (core/rotary.h)
 inline constexpr int kMaxWidth = 1 << 17;           // model.d_model, model.n_head
 inline constexpr int kMaxSeqLen = 1 << 20;          // model.seq_len
 inline constexpr int kMaxVocab = 1 << 24;           // model.vocab_size

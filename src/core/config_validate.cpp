@@ -56,8 +56,10 @@ void validate_sizes(const Config& c) {
 // grouped-query attention, a 4·d_model GELU MLP, learned positions and layernorm).
 void validate_llama_keys(const Config& c) {
   const auto& m = c.model;
-  if (m.arch != "llama") {
+  if (!m.llama()) {
     const ModelConfig defaults;
+    require(m.rope_scaling == defaults.rope_scaling, c, "model.rope_scaling",
+            "applies to the Llama family only (gpt2 learns its positions)");
     require(m.kv_heads() == m.n_head, c, "model.n_kv_head", "applies to arch: llama only (gpt2 has n_head key/value heads)");
     require(m.mlp_hidden() == 4 * int64_t(m.d_model), c, "model.ffn_hidden",
             "applies to arch: llama only (the gpt2 MLP is 4 x d_model wide)");
@@ -69,8 +71,20 @@ void validate_llama_keys(const Config& c) {
   require_range(c, "model.n_kv_head", m.kv_heads(), 1, m.n_head);
   require(m.n_head % m.kv_heads() == 0, c, "model.n_kv_head",
           cat("n_kv_head ", m.kv_heads(), " must divide n_head ", m.n_head, " (each key/value head serves a group of query heads)"));
-  require((m.d_model / m.n_head) % 2 == 0, c, "model.n_head",
-          cat("the head size d_model/n_head = ", m.d_model / m.n_head, " must be even (the rotary embedding turns pairs)"));
+  require(m.attention_head_dim() % 2 == 0 && m.attention_head_dim() / 2 <= kMaxRotaryPlanes, c,
+          m.head_dim ? "model.head_dim" : "model.n_head",
+          cat("the head size ", m.attention_head_dim(), " must be even (the rotary embedding turns pairs) and at most ",
+              2 * kMaxRotaryPlanes));
+  const RopeScaling& r = m.rope_scaling;
+  require(r.type == "none" || r.type == "linear" || r.type == "llama3", c, "model.rope_scaling",
+          "expected none, linear or llama3, got '" + r.type + "'");
+  require(r.factor > 0 && r.factor <= 1e6, c, "model.rope_factor", cat("expected 0 < rope_factor <= 1e6, got ", r.factor));
+  require(r.type != "none" || r.factor == 1, c, "model.rope_factor", "applies with rope_scaling linear or llama3 only");
+  require(r.low_freq_factor > 0 && r.high_freq_factor > r.low_freq_factor && r.high_freq_factor <= 1e6, c,
+          "model.rope_high_freq_factor",
+          cat("expected 0 < rope_low_freq_factor < rope_high_freq_factor <= 1e6, got ", r.low_freq_factor, " and ",
+              r.high_freq_factor));
+  require_range(c, "model.rope_original_max_positions", r.original_max_positions, 1, kMaxSeqLen);
   require_range(c, "model.ffn_hidden", m.mlp_hidden(), 1, kMaxWidth * 4);
   require(m.rope_theta > 1 && m.rope_theta <= 1e12, c, "model.rope_theta",
           cat("expected 1 < rope_theta <= 1e12, got ", m.rope_theta));
@@ -82,8 +96,7 @@ void validate_llama_keys(const Config& c) {
 // The head sizes the handwritten flash kernels are instantiated for (kernels/flash_attention.cu;
 // a kernel test checks that the two lists agree).
 bool flash_kernel_head_dim(const ModelConfig& m) {
-  if (m.n_head < 1 || m.d_model % m.n_head != 0) return false;
-  const int hd = m.d_model / m.n_head;
+  const int hd = m.attention_head_dim();
   return hd == 32 || hd == 64 || hd == 128;
 }
 
@@ -92,12 +105,19 @@ void validate(const Config& c) {
   const auto& p = c.parallel;
   const auto& t = c.training;
   require(c.device == "cpu" || c.device == "cuda", c, "device", "expected cpu or cuda, got '" + c.device + "'");
-  require(m.arch == "gpt2" || m.arch == "llama", c, "model.arch", "expected gpt2 or llama, got '" + m.arch + "'");
+  require(m.arch == "gpt2" || m.llama(), c, "model.arch",
+          "expected gpt2, llama, mistral or qwen2, got '" + m.arch + "'");
   require_range(c, "model.n_layer", m.n_layer, 1, kMaxLayers);
   require_range(c, "model.n_head", m.n_head, 1, kMaxWidth);
   require_range(c, "model.d_model", m.d_model, 1, kMaxWidth);
-  require(m.d_model % m.n_head == 0, c, "model.n_head",
-          cat("n_head ", m.n_head, " must divide d_model ", m.d_model));
+  require_range(c, "model.head_dim", m.head_dim, 0, kMaxWidth);
+  require(m.head_dim == 0 || m.llama(), c, "model.head_dim",
+          "applies to the Llama family only (gpt2's heads are d_model/n_head wide)");
+  require(m.head_dim != 0 || m.d_model % m.n_head == 0, c, "model.n_head",
+          cat("n_head ", m.n_head, " must divide d_model ", m.d_model, " (or set model.head_dim)"));
+  require_size(c, "model.head_dim", "n_head x head_dim (query width)", {m.n_head, m.head_dim});
+  require(int64_t(m.n_head) * m.attention_head_dim() <= kMaxWidth, c, "model.head_dim",
+          cat("n_head x head_dim = ", int64_t(m.n_head) * m.attention_head_dim(), ", more than ", kMaxWidth));
   require_range(c, "model.seq_len", m.seq_len, 1, kMaxSeqLen);
   require_range(c, "model.vocab_size", m.vocab_size, 2, kMaxVocab);
   require(m.attention == "flash" || m.attention == "cudnn" || m.attention == "naive", c, "model.attention",
@@ -105,16 +125,15 @@ void validate(const Config& c) {
   require(m.attention != "cudnn" || c.device == "cuda", c, "model.attention",
           "cudnn needs device: cuda (on the cpu expected naive or flash)");
   require(m.attention != "flash" || c.device != "cuda" || flash_kernel_head_dim(m), c, "model.attention",
-          cat("flash on cuda needs a head size d_model/n_head of 32, 64 or 128 (its kernels' tiles), got ",
-              m.d_model / m.n_head, "; naive takes any"));
+          cat("flash on cuda needs a head size of 32, 64 or 128 (its kernels' tiles), got ",
+              m.attention_head_dim(), "; naive takes any"));
   // cuDNN's fused attention takes 16-bit tensors only, and head sizes that are multiples of 8
   // up to 128 (its backward on Ampere; backend/cuda/cudnn_attention.h).
   require(m.attention != "cudnn" || t.precision == "bf16", c, "model.attention",
           "cudnn needs training.precision: bf16 (cuDNN's fused attention has no fp32 path)");
-  require(m.attention != "cudnn" || (m.d_model / m.n_head % 8 == 0 && m.d_model / m.n_head <= 128), c,
+  require(m.attention != "cudnn" || (m.attention_head_dim() % 8 == 0 && m.attention_head_dim() <= 128), c,
           "model.attention",
-          cat("cudnn needs a head size d_model/n_head that is a multiple of 8 and at most 128, got ",
-              m.d_model / m.n_head));
+          cat("cudnn needs a head size that is a multiple of 8 and at most 128, got ", m.attention_head_dim()));
   validate_llama_keys(c);
   // cuDNN's fused attention is wired for multi-head attention only (backend/cuda/cudnn_attention.h).
   require(m.attention != "cudnn" || m.kv_heads() == m.n_head, c, "model.attention",

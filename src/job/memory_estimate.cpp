@@ -25,14 +25,16 @@ double rows(const ModelDims& d) { return double(d.batch) * d.seq_len; }
 // Elements of one block's parameters on one tp rank. GPT-2 (C = d_model, tp divides C, 4C
 // and the heads): ln_1, ln_2 (weight, bias) replicated; qkv [3C/tp, C] + bias [3C/tp];
 // attention proj [C, C/tp] + replicated bias [C]; fc [4C/tp, C] + bias [4C/tp]; mlp proj
-// [C, 4C/tp] + replicated bias [C]. Llama (no biases; HD = C/NH, F = ffn_hidden, tp divides
-// the kv heads and F): ln_1, ln_2 [C] replicated; qkv [(NH + 2·NKV)·HD/tp, C]; proj
-// [C, C/tp]; gate, up [F/tp, C]; down [C, F/tp].
+// [C, 4C/tp] + replicated bias [C]. Llama family (HD = model.head_dim or C/NH, F =
+// ffn_hidden, tp divides the kv heads and F): ln_1, ln_2 [C] replicated; qkv
+// [(NH + 2·NKV)·HD/tp, C] (+ its bias under qwen2); proj [C, NH·HD/tp]; gate, up [F/tp, C];
+// down [C, F/tp].
 double block_parameter_count(const ModelConfig& m, double tp) {
   const double c = m.d_model;
   if (m.llama()) {
-    const double qkv_rows = (double(m.n_head) + 2.0 * m.kv_heads()) * (c / m.n_head), f = m.mlp_hidden();
-    return 2 * c + qkv_rows / tp * c + c * (c / tp) + 3 * (f / tp) * c;
+    const double hd = m.attention_head_dim(), f = m.mlp_hidden();
+    const double qkv_rows = (double(m.n_head) + 2.0 * m.kv_heads()) * hd;
+    return 2 * c + qkv_rows / tp * (c + (m.qkv_bias() ? 1 : 0)) + c * (m.n_head * hd / tp) + 3 * (f / tp) * c;
   }
   const double norms = 4 * c;
   const double qkv = 3 * c / tp * c + 3 * c / tp;
@@ -186,10 +188,12 @@ FlatLayout rank_flat_layout(const Config& cfg, const std::vector<StageSpec>& my_
   for (const StageSpec& spec : my_stages) {
     std::vector<size_t> n;
     for (int b = 0; b < spec.num_blocks; ++b) {
-      if (d.llama) {
-        const size_t qkv_rows = (size_t(cfg.model.n_head) + 2 * size_t(cfg.model.kv_heads())) * (c / cfg.model.n_head);
-        const size_t f = size_t(cfg.model.mlp_hidden());
-        n.insert(n.end(), {c, qkv_rows / tp * c, c * (c / tp), c, f / tp * c, f / tp * c, c * (f / tp)});
+      if (d.llama) {  // the order LlamaBlock creates them in
+        const size_t qkv_rows = (size_t(cfg.model.n_head) + 2 * size_t(cfg.model.kv_heads())) * size_t(d.head_dim());
+        const size_t f = size_t(cfg.model.mlp_hidden()), cl = size_t(d.local_channels());
+        n.insert(n.end(), {c, qkv_rows / tp * c});
+        if (d.qkv_bias) n.push_back(qkv_rows / tp);
+        n.insert(n.end(), {c * cl, c, f / tp * c, f / tp * c, c * (f / tp)});
       } else {
         n.insert(n.end(), {c, c, 3 * c / tp * c, 3 * c / tp, c * (c / tp), c, c, c, 4 * c / tp * c, 4 * c / tp,
                            c * (4 * c / tp), c});

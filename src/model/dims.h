@@ -31,11 +31,14 @@ struct ModelDims {
   // training.recompute as the blocks apply it: attention with fused attention is none (the
   // fused ops keep no probabilities to drop).
   Recompute recompute = Recompute::none;
+  int head_size = 0;         // model.head_dim (Llama family); 0 = d_model / n_head
+  bool qkv_bias = false;     // biases on q, k and v (qwen2)
+  RopeScaling rope_scaling;  // with rope_theta: the rotary frequencies (core/rotary.h)
 
   int rows() const { return batch * seq_len; }              // N = B·T
-  int head_dim() const { return d_model / n_head; }         // HD
+  int head_dim() const { return head_size ? head_size : d_model / n_head; }  // HD
   int local_heads() const { return n_head / tp; }           // NH on this rank
-  int local_channels() const { return d_model / tp; }       // attention width on this rank
+  int local_channels() const { return local_heads() * head_dim(); }  // attention width on this rank (CL)
   int local_hidden() const { return ffn_hidden / tp; }      // MLP width on this rank (HL)
   int local_kv_heads() const { return n_kv_head / tp; }     // key/value heads on this rank (KVL)
   // Columns of this rank's fused q, k, v projection: (NHL + 2·KVL)·HD (3·CL without GQA).
@@ -53,7 +56,8 @@ struct ModelDims {
     const bool fused = m.attention == "flash" || m.attention == "cudnn";  // "" (unresolved) is naive
     return {m.n_layer,    m.n_head,      m.d_model,  m.seq_len,           m.vocab_size,
             batch,        tp,            tp_rank,    fused,               m.tie_embeddings,
-            m.llama(),    m.kv_heads(),  m.mlp_hidden(), float(m.rope_theta), float(m.norm_eps)};
+            m.llama(),    m.kv_heads(),  m.mlp_hidden(), float(m.rope_theta), float(m.norm_eps),
+            Recompute::none, m.head_dim, m.qkv_bias(), m.rope_scaling};
   }
   // The dims of stage `stage` of a training job: micro_batch_size sequences, the stage's
   // training.recompute applied (a list gives each stage its own; `auto` resolved by the

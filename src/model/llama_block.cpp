@@ -23,20 +23,31 @@ ParamSpec llama_qkv_spec(const ModelDims& d, int i) {
   return s;
 }
 
+ParamSpec llama_qkv_bias_spec(const ModelDims& d, int i) {
+  const int64_t q = int64_t(d.n_head) * d.head_dim(), kv = int64_t(d.n_kv_head) * d.head_dim();
+  // Sliced with its rows (column-parallel); zeros as transformers initialises a Linear's bias.
+  ParamSpec s{cat("h.", i, ".attn.qkv.bias"), {q + 2 * kv}, Shard::RowSections, Init::Zeros};
+  s.row_sections = {q, kv, kv};
+  return s;
+}
+
 template <typename T>
 LlamaBlock<T>::LlamaBlock(ParamStore& p, const ModelDims& d, int i, Communicator& tp, const Faults& faults,
                           const LlamaBlock* share_scratch_with)
     : ops_(p.ops()), dims_(d), tp_(tp),
       ln1_w_(p.get_or_create(gain(cat("h.", i, ".ln_1.weight"), d.d_model))),
       qkv_w_(p.get_or_create(llama_qkv_spec(d, i))),
-      proj_w_(p.get_or_create(matrix(cat("h.", i, ".attn.proj.weight"), d.d_model, d.d_model, Shard::Cols))),
+      qkv_b_(d.qkv_bias ? &p.get_or_create(llama_qkv_bias_spec(d, i)) : nullptr),
+      proj_w_(p.get_or_create(
+          matrix(cat("h.", i, ".attn.proj.weight"), d.d_model, int64_t(d.n_head) * d.head_dim(), Shard::Cols))),
       ln2_w_(p.get_or_create(gain(cat("h.", i, ".ln_2.weight"), d.d_model))),
       gate_w_(p.get_or_create(matrix(cat("h.", i, ".mlp.gate.weight"), d.ffn_hidden, d.d_model, Shard::Rows))),
       up_w_(p.get_or_create(matrix(cat("h.", i, ".mlp.up.weight"), d.ffn_hidden, d.d_model, Shard::Rows))),
       down_w_(p.get_or_create(matrix(cat("h.", i, ".mlp.down.weight"), d.d_model, d.ffn_hidden, Shard::Cols))),
       slots_(block_slot_placement(d.recompute)),
       scratch_(share_scratch_with ? share_scratch_with->scratch_ : std::make_shared<SharedScratch<Slot>>()),
-      skip_recompute_(faults.find("skip_recompute") != nullptr) {
+      skip_recompute_(faults.find("skip_recompute") != nullptr),
+      rope_(rotary_frequencies(d.head_dim(), d.rope_theta, d.rope_scaling)) {
   if (skip_recompute_) fault_scratch_ = Buffer<T>(ops_, size_t(d.rows()) * d.d_model);
 }
 
@@ -133,9 +144,10 @@ void LlamaBlock<T>::run_forward(const View& v, const T* x, T* y) {
   const float eps = dims_.norm_eps;
   // attention half
   ops_.rmsnorm_forward(v.f.ln1.data(), v.f.ln1_rstd.data(), x, weights<T>(ln1_w_), n, c, eps);
-  ops_.linear_forward(v.t.qkv.data(), v.f.ln1.data(), weights<T>(qkv_w_), nullptr, n, c, ql);
+  ops_.linear_forward(v.t.qkv.data(), v.f.ln1.data(), weights<T>(qkv_w_), qkv_b_ ? weights<T>(*qkv_b_) : nullptr, n,
+                      c, ql);
   ops_.rotary_forward(v.t.qkv.data(), dims_.batch, dims_.seq_len, dims_.local_heads(), dims_.local_kv_heads(),
-                      dims_.head_dim(), dims_.rope_theta);
+                      dims_.head_dim(), rope_);
   attention_forward(v);
   ops_.linear_forward(v.f.x2.data(), v.f.attn.data(), weights<T>(proj_w_), nullptr, n, cl, c);
   tp_sum(v.f.x2.data(), size_t(n) * c);
@@ -188,7 +200,7 @@ void LlamaBlock<T>::backward_input(int mb, const T* dy, T* dx) {
   ops_.linear_backward_input(v.t.dattn.data(), v.g.dx2.data(), weights<T>(proj_w_), n, cl, c, false);
   attention_backward_input(v, v.t.dattn.data());
   ops_.rotary_backward_input(v.g.dqkv.data(), dims_.batch, dims_.seq_len, dims_.local_heads(),
-                             dims_.local_kv_heads(), dims_.head_dim(), dims_.rope_theta);
+                             dims_.local_kv_heads(), dims_.head_dim(), rope_);
   ops_.linear_backward_input(v.g.dln1.data(), v.g.dqkv.data(), weights<T>(qkv_w_), n, c, ql, false);
   tp_sum(v.g.dln1.data(), size_t(n) * c);
   // dx = dx2 + rmsnorm_1'(dln1)
@@ -209,7 +221,8 @@ void LlamaBlock<T>::backward_weight(int mb) {
   ops_.linear_backward_weight(up_w_.grad.data(), nullptr, g.dup.data(), f.ln2.data(), n, c, hl);
   ops_.rmsnorm_backward_weight(ln2_w_.grad.data(), g.dln2.data(), f.x2.data(), f.ln2_rstd.data(), n, c);
   ops_.linear_backward_weight(proj_w_.grad.data(), nullptr, g.dx2.data(), f.attn.data(), n, cl, c);
-  ops_.linear_backward_weight(qkv_w_.grad.data(), nullptr, g.dqkv.data(), f.ln1.data(), n, c, ql);
+  ops_.linear_backward_weight(qkv_w_.grad.data(), qkv_b_ ? qkv_b_->grad.data() : nullptr, g.dqkv.data(),
+                              f.ln1.data(), n, c, ql);
   ops_.rmsnorm_backward_weight(ln1_w_.grad.data(), g.dln1.data(), s.x, f.ln1_rstd.data(), n, c);
   slots_.release(mb);
 }

@@ -1,4 +1,5 @@
-// Transformer block of the Llama family (Hugging Face LlamaDecoderLayer), pre-norm, no biases:
+// Transformer block of the Llama family (Hugging Face LlamaDecoderLayer; Mistral's and
+// Qwen2's are the same with another head width and, for Qwen2, biases on q, k and v), pre-norm:
 //   x2 = x + proj(attention(rope(qkv(rmsnorm_1(x)))))      grouped-query, causal, scale 1/√HD
 //   y  = x2 + down(silu(gate(rmsnorm_2(x2))) ∘ up(rmsnorm_2(x2)))
 // Parameters (h.<i>.…, the GPT-2 block's names where the role is the same):
@@ -6,7 +7,9 @@
 //   attn.qkv.weight [(NH + 2·NKV)·HD, C]                 q, k, v stacked (Hugging Face's
 //                                                        q_proj, k_proj, v_proj), column-parallel
 //                                                        by heads: each section split over tp
-//   attn.proj.weight [C, C]                              o_proj, row-parallel
+//   attn.qkv.bias [(NH + 2·NKV)·HD]                      qwen2 only: their biases, sliced alike
+//   attn.proj.weight [C, NH·HD]                          o_proj, row-parallel (HD = model.head_dim,
+//                                                        d_model / n_head unless set)
 //   mlp.gate.weight, mlp.up.weight [F, C]                column-parallel
 //   mlp.down.weight [C, F]                               row-parallel
 // Tensor parallel (Megatron) as the GPT-2 block: the row-parallel outputs are all-reduced in
@@ -17,6 +20,7 @@
 #include "backend/buffer.h"
 #include "core/communicator.h"
 #include "core/faults.h"
+#include "core/rotary.h"
 #include "model/dims.h"
 #include "model/layer.h"
 #include "model/param.h"
@@ -100,14 +104,18 @@ class LlamaBlock final : public Layer<T> {
   Ops& ops_;
   ModelDims dims_;
   Communicator& tp_;
-  Param &ln1_w_, &qkv_w_, &proj_w_, &ln2_w_, &gate_w_, &up_w_, &down_w_;
+  Param &ln1_w_, &qkv_w_;
+  Param* qkv_b_;                    // qwen2's q, k, v biases; null for llama and mistral
+  Param &proj_w_, &ln2_w_, &gate_w_, &up_w_, &down_w_;
   BlockSlots<Slot, T> slots_;       // a microbatch's slot, taken by F or (full recompute) by I
   std::shared_ptr<SharedScratch<Slot>> scratch_;
   bool skip_recompute_ = false;     // the planted fault skip_recompute
   Buffer<T> fault_scratch_;         // [N,C], only with it
+  RotaryFrequencies rope_;          // model.rope_theta and rope_scaling (core/rotary.h)
 };
 
 // The specs of block `i`'s parameters (the names above), for checkpoints and tests.
 ParamSpec llama_qkv_spec(const ModelDims& d, int i);
+ParamSpec llama_qkv_bias_spec(const ModelDims& d, int i);
 
 }  // namespace pptrain

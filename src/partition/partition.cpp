@@ -10,9 +10,10 @@ namespace pptrain {
 double block_cost(const ModelConfig& m) {
   const double c = m.d_model, t = m.seq_len;
   if (m.llama()) {
-    // q, k, v [(NH + 2·NKV)·HD, C], proj [C, C], gate, up, down [F, C] each: 2 FLOPs per weight
-    const double kv = double(m.kv_heads()) * (c / m.n_head), f = m.mlp_hidden();
-    return 2.0 * c * (c + 2 * kv) + 2.0 * c * c + 6.0 * c * f + 2.0 * t * c;
+    // q, k, v [(NH + 2·NKV)·HD, C], proj [C, NH·HD], gate, up, down [F, C] each: 2 FLOPs per
+    // weight; the attention core 2 T per query width
+    const double hd = m.attention_head_dim(), q = m.n_head * hd, kv = double(m.kv_heads()) * hd, f = m.mlp_hidden();
+    return 2.0 * c * (q + 2 * kv) + 2.0 * c * q + 6.0 * c * f + 2.0 * t * q;
   }
   return 24.0 * c * c + 2.0 * t * c;  // qkv 3C², proj C², MLP 8C²: 2 FLOPs per weight
 }

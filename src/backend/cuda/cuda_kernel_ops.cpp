@@ -49,17 +49,22 @@ void CudaOps::rmsnorm_backward_weight(float* dg, ConstView dy, ConstView x, cons
            [&](auto dy, auto x) { launch_rmsnorm_backward_weight(ctx(), dg, dy, x, rstd, ws, n, c); }, dy, x);
 }
 
-void CudaOps::rotary_forward(View qkv, int b, int t, int nh, int nkv, int hd, float theta) {
+void CudaOps::rotary_forward(View qkv, int b, int t, int nh, int nkv, int hd, const RotaryFrequencies& rope) {
   // qkv[B,T,(NH + 2·NKV)·HD] in place; the workspace takes the cos/sin table [2][T][HD/2]
   auto* table = static_cast<float*>(rotary_workspace_.reserve(rotary_table_bytes(t, hd)));
-  dispatch("rotary_forward", [&](auto qkv) { launch_rotary_forward(ctx(), qkv, table, b, t, nh, nkv, hd, theta); },
+  dispatch("rotary_forward",
+           [&](auto qkv) { launch_rotary_forward(ctx(), qkv, table, b, t, nh, nkv, hd, rope.inv_freq, rope.planes); },
            qkv);
 }
 
-void CudaOps::rotary_backward_input(View dqkv, int b, int t, int nh, int nkv, int hd, float theta) {
+void CudaOps::rotary_backward_input(View dqkv, int b, int t, int nh, int nkv, int hd,
+                                    const RotaryFrequencies& rope) {
   auto* table = static_cast<float*>(rotary_workspace_.reserve(rotary_table_bytes(t, hd)));
   dispatch("rotary_backward_input",
-           [&](auto dqkv) { launch_rotary_backward_input(ctx(), dqkv, table, b, t, nh, nkv, hd, theta); }, dqkv);
+           [&](auto dqkv) {
+             launch_rotary_backward_input(ctx(), dqkv, table, b, t, nh, nkv, hd, rope.inv_freq, rope.planes);
+           },
+           dqkv);
 }
 
 }  // namespace pptrain::cuda
