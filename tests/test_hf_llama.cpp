@@ -75,11 +75,25 @@ ModelConfig tiny_llama(bool tied) {
   return m;
 }
 
+// The tiny model as another class of the Llama family writes it: Llama 3.1's rope scaling
+// (llama3, in a band the 6 positions reach: original 4), Mistral (heads 16 wide, not 32/4),
+// Qwen2 (q, k, v biases, theta 1e6).
+enum class Family { Llama, Llama31, Mistral, Qwen2 };
+
+ModelConfig family_model(Family f, bool tied) {
+  ModelConfig m = tiny_llama(tied);
+  if (f == Family::Llama31) m.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 4};
+  if (f == Family::Mistral) m.arch = "mistral", m.head_dim = 16;
+  if (f == Family::Qwen2) m.arch = "qwen2", m.rope_theta = 1e6;
+  return m;
+}
+
 struct HfLlama : HfWeights {
   ModelConfig m;
+  Family family;
 
-  HfLlama(uint32_t seed, bool bf16, bool tied) : m(tiny_llama(tied)) {
-    const int64_t C = m.d_model, V = m.vocab_size, F = m.ffn_hidden, HD = C / m.n_head;
+  HfLlama(uint32_t seed, bool bf16, bool tied, Family f = Family::Llama) : m(family_model(f, tied)), family(f) {
+    const int64_t C = m.d_model, V = m.vocab_size, F = m.ffn_hidden, HD = m.attention_head_dim();
     const int64_t Q = m.n_head * HD, KV = m.n_kv_head * HD;
     order = {{"model.embed_tokens.weight", {V, C}}};
     for (int l = 0; l < m.n_layer; ++l) {
@@ -90,6 +104,9 @@ struct HfLlama : HfWeights {
                {"self_attn.o_proj.weight", {C, Q}}, {"post_attention_layernorm.weight", {C}},
                {"mlp.gate_proj.weight", {F, C}}, {"mlp.up_proj.weight", {F, C}}, {"mlp.down_proj.weight", {C, F}}})
         order.push_back({h + name, shape});
+      if (m.qkv_bias())
+        for (auto [name, rows] : {std::pair{"q_proj", Q}, {"k_proj", KV}, {"v_proj", KV}})
+          order.push_back({h + "self_attn." + name + ".bias", {rows}});
     }
     order.push_back({"model.norm.weight", {C}});
     if (!tied) order.push_back({"lm_head.weight", {V, C}});
@@ -97,7 +114,19 @@ struct HfLlama : HfWeights {
   }
 
   std::string config() const {
-    return config_with("tie_word_embeddings", m.tie_embeddings ? "true" : "false", kLlamaConfigJson);
+    std::string c = config_with("tie_word_embeddings", m.tie_embeddings ? "true" : "false", kLlamaConfigJson);
+    if (family == Family::Llama31)
+      c = config_with("rope_scaling", R"({"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0, )"
+                                      R"("original_max_position_embeddings": 4, "rope_type": "llama3"})", c);
+    if (family == Family::Mistral) {
+      c = config_with("architectures", R"(["MistralForCausalLM"])", config_with("model_type", "\"mistral\"", c));
+      c = config_with("head_dim", "16", config_with("rope_scaling", "null,\n  \"sliding_window\": null", c));
+    }
+    if (family == Family::Qwen2) {
+      c = config_with("architectures", R"(["Qwen2ForCausalLM"])", config_with("model_type", "\"qwen2\"", c));
+      c = config_with("rope_theta", "1000000.0", config_with("attention_bias", "false,\n  \"use_sliding_window\": false", c));
+    }
+    return c;
   }
   void write_dir(const std::string& dir, const std::string& dtype, int shards = 1) const {
     HfWeights::write_dir(dir, dtype, shards, config());
@@ -114,11 +143,16 @@ struct HfLlama : HfWeights {
     set("wte.weight", w.at("model.embed_tokens.weight"));
     for (int l = 0; l < m.n_layer; ++l) {
       const std::string hf = "model.layers." + std::to_string(l) + ".", h = "h." + std::to_string(l) + ".";
-      std::vector<float> qkv;
+      std::vector<float> qkv, bias;
       for (const char* part : {"q_proj", "k_proj", "v_proj"}) {
         const std::vector<float>& v = w.at(hf + "self_attn." + part + ".weight");
         qkv.insert(qkv.end(), v.begin(), v.end());
+        if (m.qkv_bias()) {
+          const std::vector<float>& b = w.at(hf + "self_attn." + part + ".bias");
+          bias.insert(bias.end(), b.begin(), b.end());
+        }
       }
+      if (m.qkv_bias()) set(h + "attn.qkv.bias", bias);
       set(h + "ln_1.weight", w.at(hf + "input_layernorm.weight"));
       set(h + "attn.qkv.weight", qkv);
       set(h + "attn.proj.weight", w.at(hf + "self_attn.o_proj.weight"));
@@ -138,10 +172,26 @@ struct HfLlama : HfWeights {
   // (inv_freq[i] = theta^(-2i/HD), repeated over both halves), positions 0..T-1;
   // repeat_kv: query head h reads key/value head h / (NH/NKV); causal softmax of
   // q·k / sqrt(HD); down(silu(gate(x)) · up(x)); logits from lm_head, or embed_tokens when
-  // tied.
+  // tied. The other classes: head_dim in place of C/NH; Qwen2's q, k, v biases (x Wᵀ + b);
+  // rope scaling from modeling_rope_utils.py (linear: inv_freq / factor; llama3: by the
+  // wavelength 2π/inv_freq against original / low_freq_factor and original /
+  // high_freq_factor, interpolated between), here in double.
   double reference_loss(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets) const {
     const int T = m.seq_len, C = m.d_model, NH = m.n_head, NKV = m.n_kv_head, F = m.ffn_hidden, V = m.vocab_size;
-    const int HD = C / NH, half = HD / 2, n_rep = NH / NKV;
+    const int HD = m.attention_head_dim(), half = HD / 2, n_rep = NH / NKV;
+    std::vector<double> inv_freq(half);
+    for (int i = 0; i < half; ++i) {
+      double f = std::pow(m.rope_theta, -2.0 * i / HD);
+      const RopeScaling& r = m.rope_scaling;
+      if (r.type == "linear") f /= r.factor;
+      if (r.type == "llama3") {
+        const double wavelen = 2 * M_PI / f, low = r.original_max_positions / r.low_freq_factor;
+        const double high = r.original_max_positions / r.high_freq_factor;
+        const double s = (r.original_max_positions / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+        f = wavelen < high ? f : wavelen > low ? f / r.factor : (1 - s) * f / r.factor + s * f;
+      }
+      inv_freq[i] = f;
+    }
     using Mat = std::vector<std::vector<double>>;
     auto W = [&](const std::string& n) { return w.at(n).data(); };
     auto rmsnorm = [&](const Mat& x, const float* g) {
@@ -153,11 +203,11 @@ struct HfLlama : HfWeights {
       }
       return y;
     };
-    auto linear = [&](const Mat& x, const float* wt, int in, int out) {
+    auto linear = [&](const Mat& x, const float* wt, int in, int out, const float* bias = nullptr) {
       Mat y(T, std::vector<double>(out));
       for (int t = 0; t < T; ++t)
         for (int o = 0; o < out; ++o) {
-          double s = 0;
+          double s = bias ? bias[o] : 0;
           for (int i = 0; i < in; ++i) s += x[t][i] * double(wt[size_t(o) * in + i]);
           y[t][o] = s;
         }
@@ -169,7 +219,7 @@ struct HfLlama : HfWeights {
           double* head = x[t].data() + h * HD;
           std::vector<double> rotated(HD);
           for (int d = 0; d < HD; ++d) {
-            const double angle = t * std::pow(m.rope_theta, -2.0 * (d % half) / HD);
+            const double angle = t * inv_freq[d % half];
             const double rotate_half = d < half ? -head[d + half] : head[d - half];
             rotated[d] = head[d] * std::cos(angle) + rotate_half * std::sin(angle);
           }
@@ -182,9 +232,10 @@ struct HfLlama : HfWeights {
     for (int l = 0; l < m.n_layer; ++l) {
       const std::string h = "model.layers." + std::to_string(l) + ".";
       const Mat in = rmsnorm(x, W(h + "input_layernorm.weight"));
-      Mat q = linear(in, W(h + "self_attn.q_proj.weight"), C, NH * HD);
-      Mat k = linear(in, W(h + "self_attn.k_proj.weight"), C, NKV * HD);
-      const Mat v = linear(in, W(h + "self_attn.v_proj.weight"), C, NKV * HD);
+      auto B = [&](const char* part) { return m.qkv_bias() ? W(h + "self_attn." + part + ".bias") : nullptr; };
+      Mat q = linear(in, W(h + "self_attn.q_proj.weight"), C, NH * HD, B("q_proj"));
+      Mat k = linear(in, W(h + "self_attn.k_proj.weight"), C, NKV * HD, B("k_proj"));
+      const Mat v = linear(in, W(h + "self_attn.v_proj.weight"), C, NKV * HD, B("v_proj"));
       rope(q, NH);
       rope(k, NKV);
       Mat att(T, std::vector<double>(NH * HD));
@@ -267,6 +318,36 @@ TEST(HfLlamaImport, UntiedAndTiedFp32AndBf16SingleAndShardedGiveTransformersLoss
         }
         expect_same_loss(hf, out, what);
       }
+}
+
+// Llama 3.1's rope scaling, Mistral's head width and Qwen2's biases: each imported from the
+// files its class writes gives the loss of the same weights in memory and of transformers'
+// formulas in double; exported, its config.json reads back as the same model, its tensors
+// bitwise.
+TEST(HfLlamaFamily, Llama31MistralAndQwen2GiveTransformersLossAndExportBack) {
+  TempDir tmp;
+  uint32_t seed = 70;
+  for (Family f : {Family::Llama31, Family::Mistral, Family::Qwen2})
+    for (bool tied : {false, true}) {
+      const HfLlama hf(++seed, false, tied, f);
+      const std::string what = hf_model_section(hf.m), dir = tmp.file(std::to_string(seed));
+      hf.write_dir(dir, "F32", 1);
+      const HfImportResult r = import_hf(dir, dir + ".h5");
+      EXPECT_EQ(hf_model_section(r.model), hf_model_section(hf.m)) << what;
+      expect_same_loss(hf, dir + ".h5", what);
+      export_hf(dir + ".h5", dir + "_exported", {});
+      EXPECT_EQ(hf_model_section(read_hf_config(dir + "_exported").second), hf_model_section(hf.m)) << what;
+      const SafetensorsFile back(dir + "_exported/model.safetensors");
+      for (const auto& [name, shape] : hf.order) {
+        if (tied && name == "lm_head.weight") continue;
+        const StTensor* t = back.find(name);
+        ASSERT_NE(t, nullptr) << what << ": " << name;
+        EXPECT_EQ(t->shape, shape) << name;
+        std::vector<float> got(t->numel);
+        back.read(*t, got.data());
+        EXPECT_EQ(got, hf.w.at(name)) << what << ": " << name;
+      }
+    }
 }
 
 // A tied model's file may hold lm_head.weight as an equal copy, and the bare LlamaModel's
