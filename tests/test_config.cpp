@@ -397,13 +397,15 @@ TEST(Config, LoadRefusesDirectoriesAndMissingFiles) {
 // The shipped configs stay within the ranges.
 TEST(Config, ShippedConfigsLoad) {
   for (const char* name : {"configs/demo.yaml", "configs/reference.yaml", "configs/gpt2_124m_gpu.yaml",
-                           "configs/gpt2_1558m_t4096.yaml", "configs/llama_tiny.yaml"})
+                           "configs/gpt2_1558m_t4096.yaml", "configs/llama_tiny.yaml", "configs/llama31_tiny.yaml",
+                           "configs/mistral_tiny.yaml", "configs/qwen2_tiny.yaml"})
     EXPECT_NO_THROW(load_config(name)) << name;
 }
 
-// The Llama configs for GPU clusters: the parameters of Llama 3 8B and Llama 3.2 1B (as
-// transformers counts them) and the number of ranks their comments lay out, checked with
-// device cpu and fp32, and as written (cuda, bf16: config validation does not need a GPU).
+// The Llama-family configs for GPU clusters: the parameters of Llama 3 and 3.1 8B, Llama
+// 3.2 1B and Qwen2.5 7B (as transformers counts them) and the number of ranks their comments
+// lay out, checked with device cpu and fp32, and as written (cuda, bf16: config validation
+// does not need a GPU).
 TEST(Config, LlamaGpuConfigsHaveLlama3ShapesAndTheirLayouts) {
   struct Case {
     const char* file;
@@ -411,7 +413,9 @@ TEST(Config, LlamaGpuConfigsHaveLlama3ShapesAndTheirLayouts) {
     double parameters;
   };
   for (const Case& c : {Case{"configs/llama3_8b_gpu.yaml", 16, 8030261248.0},
-                        Case{"configs/llama3_1b_gpu.yaml", 8, 1235814400.0}}) {
+                        Case{"configs/llama3_1_8b_gpu.yaml", 16, 8030261248.0},
+                        Case{"configs/llama3_1b_gpu.yaml", 8, 1235814400.0},
+                        Case{"configs/qwen2_5_7b_gpu.yaml", 16, 7615616512.0}}) {
     const Config cfg = load_config(c.file, {"device=cpu", "training.precision=fp32"});
     EXPECT_EQ(cfg.parallel.dp * cfg.parallel.pp * cfg.parallel.tp, c.ranks) << c.file;
     EXPECT_EQ(global_parameter_count(cfg.model), c.parameters) << c.file;

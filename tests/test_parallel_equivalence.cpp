@@ -253,6 +253,22 @@ TEST_F(Equivalence, LlamaMultiQueryAndMultiHeadAttentionUnderTensorParallelism) 
             (std::vector<int64_t>{32, 16}));  // (4 + 2·2) heads of 4
 }
 
+// The family's other classes and Llama 3.1's scaling on the layouts with tp: Qwen2's q, k,
+// v biases (sliced with their rows, their gradients reduced like the weights'), Mistral's
+// heads wider than d_model / n_head (8 of 4 heads over d_model 16: q 32 wide), the llama3
+// frequency scaling (original context 4 of the 8 positions, so it acts).
+TEST_F(Equivalence, Qwen2BiasesMistralHeadWidthAndLlama31ScalingUnderTensorParallelism) {
+  check("zb-h1", kPp2Tp2, "", kLlama + " model.arch=qwen2");
+  check("zbv", kPp2Tp2, "", kLlama + " model.arch=mistral model.head_dim=8");
+  check("1f1b", kPp2Tp2, "",
+        kLlama + " model.rope_scaling=llama3 model.rope_factor=8 model.rope_original_max_positions=4");
+  EXPECT_EQ(reference(kMicrobatches, kLlama + " model.arch=qwen2").steps.at(1).tensors.at("h.0.attn.qkv.bias").shape,
+            (std::vector<int64_t>{32}));
+  EXPECT_EQ(reference(kMicrobatches, kLlama + " model.arch=mistral model.head_dim=8")
+                .steps.at(1).tensors.at("h.0.attn.proj.weight").shape,
+            (std::vector<int64_t>{16, 32}));
+}
+
 TEST_F(Equivalence, VocabParallelCrossEntropyWithPaddedVocabulary) {
   // tp=4 splits vocab 19 into 4 shards of 5 (padded to 20): the last shard has 4 real
   // columns. Loss, gradients and the updated embedding match the single process.

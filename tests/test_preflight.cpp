@@ -172,7 +172,8 @@ TEST_F(Preflight, CheckpointPredictionBoundsARealFile) {
 }
 
 // The parameter count is the elements the model allocates (tp = 1: no padding), gpt2 and
-// llama, tied and untied, multi-head and grouped-query attention.
+// llama, tied and untied, multi-head and grouped-query attention, heads wider than
+// d_model / n_head (mistral) and q/k/v biases (qwen2).
 TEST(MemoryEstimate, ParameterCountIsWhatTheModelHolds) {
   const char* models[] = {
       "model: {n_layer: 2, n_head: 2, d_model: 16, seq_len: 8, vocab_size: 16}",
@@ -180,6 +181,9 @@ TEST(MemoryEstimate, ParameterCountIsWhatTheModelHolds) {
       "model: {arch: llama, n_layer: 3, n_head: 4, n_kv_head: 2, d_model: 16, ffn_hidden: 40, seq_len: 8, "
       "vocab_size: 16}",
       "model: {arch: llama, n_layer: 2, n_head: 4, d_model: 16, seq_len: 8, vocab_size: 16, tie_embeddings: true}",
+      "model: {arch: mistral, n_layer: 2, n_head: 4, n_kv_head: 2, head_dim: 8, d_model: 16, seq_len: 8, "
+      "vocab_size: 16}",
+      "model: {arch: qwen2, n_layer: 2, n_head: 4, n_kv_head: 2, d_model: 16, seq_len: 8, vocab_size: 16}",
   };
   for (const char* yaml : models) {
     const Config cfg = parse_config(yaml, "m.yaml");
