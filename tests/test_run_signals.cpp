@@ -320,43 +320,40 @@ TEST_F(RunControlMpiSignal, SigtermToOneRankStopsBothAndResumesBitExact) {
 // transfer. With runtime.watchdog_s 3 rank 0 must name what it waits for and the job must
 // end non-zero within 3 s + 10 s (the watchdog looks every 0.75 s; mpirun then kills the
 // stopped rank with SIGKILL).
-TEST_F(RunControl, WatchdogEndsAJobWithAFrozenRank) {
+// Runs `command` (a job with runtime.watchdog_s 3 and a frozen rank): it must end non-zero
+// within 3 s + 10 s of being stuck and rank 0's line must match `line`.
+static void expect_watchdog_ends_job(const std::string& command, const std::string& line) {
   const auto start = Clock::now();
-  auto r = run_command("PPTRAIN_FAULTS=freeze@1:3 " + train(2, "runtime.watchdog_s=3"), 60);
+  auto r = run_command(command, 60);
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.exit_code, 124) << r.output;
   EXPECT_LT(elapsed, 3 + 10 + 5) << r.output;  // + 5 s: starting mpirun and 2 steps
   std::smatch m;
-  EXPECT_TRUE(std::regex_search(r.output, m, std::regex("\\[rank 0\\] error: watchdog: world rank 0 made no progress "
-                                                        "for [0-9.]+ s \\(runtime.watchdog_s 3\\) in step 3: .*"
-                                                        "waits for [0-9]+RECV_[FB][0-9]+ from pp rank 1 tag [0-9]+")))
-      << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, m, std::regex(line))) << r.output;
 }
 
-// A healthy run with a short watchdog and checkpoints completes: every step makes progress
-// well within 2 s, and the saves pause the watchdog.
+TEST_F(RunControl, WatchdogEndsAJobWithAFrozenRank) {
+  expect_watchdog_ends_job("PPTRAIN_FAULTS=freeze@1:3 " + train(2, "runtime.watchdog_s=3"),
+                           "\\[rank 0\\] error: watchdog: world rank 0 made no progress for [0-9.]+ s "
+                           "\\(runtime.watchdog_s 3\\) in step 3: .*waits for [0-9]+RECV_[FB][0-9]+ from pp rank 1 "
+                           "tag [0-9]+");
+}
+
 // A rank frozen in the middle of a checkpoint save (the watchdog used to be paused for the
 // whole save, and such a job hung forever): the other rank waits in the save's collective
-// and its watchdog ends the job, the line naming the save's phase.
+// and its watchdog ends the job, the line naming the save's phase; nothing is completed.
 TEST_F(RunControl, WatchdogEndsAJobWithARankFrozenMidSave) {
   TempDir out;
-  const auto start = Clock::now();
-  auto r = run_command("PPTRAIN_FAULTS=freeze_save@1:model_written " +
-                           train(2, "runtime.watchdog_s=3 checkpoint.every=2 checkpoint.dir=" + out.file("ck")),
-                       60);
-  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.exit_code, 124) << r.output;
-  EXPECT_LT(elapsed, 3 + 10 + 5) << r.output;  // + 5 s: starting mpirun and 2 steps
-  std::smatch m;
-  EXPECT_TRUE(std::regex_search(r.output, m, std::regex("\\[rank 0\\] error: watchdog: world rank 0 made no progress "
-                                                        "for [0-9.]+ s \\(runtime.watchdog_s 3\\) in step 2: "
-                                                        "checkpoint save: [a-z]+ (dataset /optim/m/|the file)")))
-      << r.output;
+  expect_watchdog_ends_job("PPTRAIN_FAULTS=freeze_save@1:model_written " +
+                               train(2, "runtime.watchdog_s=3 checkpoint.every=2 checkpoint.dir=" + out.file("ck")),
+                           "\\[rank 0\\] error: watchdog: world rank 0 made no progress for [0-9.]+ s "
+                           "\\(runtime.watchdog_s 3\\) in step 2: checkpoint save: [a-z]+ (dataset /optim/m/|the file)");
   EXPECT_FALSE(fs::exists(out.file("ck") + "/latest")) << "the interrupted save was completed";
 }
 
+// A healthy run with a short watchdog and checkpoints completes: every step and every phase
+// of a save makes progress well within 2 s.
 TEST_F(RunControl, WatchdogLeavesAHealthyRunAlone) {
   TempDir out;
   auto r = run_command(train(2, "runtime.watchdog_s=2 checkpoint.every=2 checkpoint.dir=" + out.file("ck")), 120);
