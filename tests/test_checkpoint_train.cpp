@@ -269,7 +269,7 @@ TEST_F(CheckpointTrain, KilledSaveLeavesPreviousCheckpointAndResumes) {
                         Case{"pp2_before_rename", 2, "parallel.pp=2", "before_rename"}}) {
     const std::string ck = dir_->file(std::string("crash_") + c.name);
     const std::string args = std::string(c.layout) + " checkpoint.every=2 checkpoint.dir=" + ck;
-    TrainRun crashed = train(c.ranks, args, std::string("PPTRAIN_CHECKPOINT_CRASH=4:") + c.point);
+    TrainRun crashed = train(c.ranks, args, std::string("PPTRAIN_FAULTS=checkpoint_crash@0:") + c.point + ":4");
     EXPECT_NE(crashed.result.exit_code, 0) << c.name << "\n" << crashed.result.output;
     EXPECT_NE(crashed.result.output.find(std::string("injected crash at '") + c.point + "' of step 4"),
               std::string::npos) << crashed.result.output;

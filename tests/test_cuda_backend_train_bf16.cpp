@@ -154,7 +154,7 @@ TEST_F(Bf16Train, ResumedRunEqualsTheUninterruptedOneBitForBit) {
   GlobalDump straight = run(1, "straight", steps, 4);
   // Dies at step 3, after the step-2 checkpoint; the same command then resumes.
   const std::string resumable = steps + "checkpoint.dir=" + dir_.file("ck") + " checkpoint.every=2";
-  const std::string cmd = "PPTRAIN_FAIL_AT=0:3 " + mpirun(1) + pptrain_emu_bin() + " train " +
+  const std::string cmd = "PPTRAIN_FAULTS=fail_at@0:3 " + mpirun(1) + pptrain_emu_bin() + " train " +
                           dir_.file("model.yaml") + " " + resumable;
   auto r = run_command(cmd, 180);
   ASSERT_NE(r.exit_code, 0) << r.output;
@@ -170,7 +170,7 @@ TEST_F(Bf16Train, ABf16CheckpointResumesInFp32) {
   const std::string steps = "training.steps=4 ";
   GlobalDump straight = run(1, "straight", steps, 3);
   const std::string resumable = steps + "checkpoint.dir=" + dir_.file("ck") + " checkpoint.every=2";
-  auto r = run_command("PPTRAIN_FAIL_AT=0:3 " + mpirun(1) + pptrain_emu_bin() + " train " +
+  auto r = run_command("PPTRAIN_FAULTS=fail_at@0:3 " + mpirun(1) + pptrain_emu_bin() + " train " +
                            dir_.file("model.yaml") + " " + resumable,
                        180);
   ASSERT_NE(r.output.find("injected failure"), std::string::npos) << r.output;

@@ -83,7 +83,7 @@ TEST_F(ParallelErrors, ScheduleCsvWithMissingBackward) {
 
 TEST_F(ParallelErrors, OneRankFailingEndsTheJobQuickly) {
   auto t0 = std::chrono::steady_clock::now();
-  auto r = run_command("PPTRAIN_FAIL_AT=1:2 " + mpirun(2) + pptrain_bin() + " train " + dir_->file("c.yaml") +
+  auto r = run_command("PPTRAIN_FAULTS=fail_at@1:2 " + mpirun(2) + pptrain_bin() + " train " + dir_->file("c.yaml") +
                        " parallel.pp=2", 60);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_NE(r.exit_code, 0) << r.output;

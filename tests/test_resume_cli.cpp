@@ -38,7 +38,7 @@ Verdict resume_verdict(const std::string& layout, int ranks, const std::string& 
   EXPECT_EQ(r.exit_code, 0) << r.output;
   // dies at step 4, after the step-3 checkpoint; the same command then resumes
   const std::string resumable = base + " checkpoint.dir=" + dir.file("ck") + " checkpoint.every=3 --dump " + dir.file("resumed");
-  r = run_command("PPTRAIN_FAIL_AT=0:4 " + resumable, 120);
+  r = run_command("PPTRAIN_FAULTS=fail_at@0:4 " + resumable, 120);
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("injected failure"), std::string::npos) << r.output;
   r = run_command(resume_env + " " + resumable, 120);

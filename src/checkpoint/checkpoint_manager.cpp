@@ -165,15 +165,12 @@ std::string move_aside_after(const fs::path& dir, int64_t step, const fs::path& 
   return error;
 }
 
-// PPTRAIN_CHECKPOINT_CRASH="STEP:POINT": kills world rank 0 at POINT of saving STEP.
-void maybe_crash(int world_rank, int step, const char* point) {
-  const char* spec = std::getenv("PPTRAIN_CHECKPOINT_CRASH");
-  if (!spec || world_rank != 0) return;
-  std::string s = spec;
-  auto colon = s.find(':');
-  if (colon == std::string::npos || std::atoi(s.substr(0, colon).c_str()) != step || s.substr(colon + 1) != point)
-    return;
-  log::error("checkpoint: injected crash at '", point, "' of step ", step, " (PPTRAIN_CHECKPOINT_CRASH)");
+// Planted fault checkpoint_crash@RANK:POINT:STEP: the rank kills itself at POINT of saving
+// STEP, as a node that dies mid-save would.
+void maybe_crash(const Faults& faults, int step, const char* point) {
+  const Fault* f = faults.find("checkpoint_crash");
+  if (!f || f->target != point || int(*f->value) != step) return;
+  log::error("checkpoint: injected crash at '", point, "' of step ", step, " (planted fault checkpoint_crash)");
   std::fflush(stderr);
   std::raise(SIGKILL);
 }
@@ -401,7 +398,7 @@ std::string CheckpointManager::save(ParamStore& params, OptimizerState& optimize
   WriteHooks hooks;
   const Fault* freeze = faults_.find("freeze_save");
   hooks.probe = [&](const char* point) {
-    maybe_crash(world_rank, step, point);
+    maybe_crash(faults_, step, point);
     if (freeze && freeze->target == point) std::raise(SIGSTOP);  // a rank hung mid-save (the watchdog's test)
   };
   auto phase = [&](const std::string& what) {

@@ -23,8 +23,9 @@
 // only checkpoints of the current line. Names step_*.h5 that do not parse are ignored
 // with a warning.
 //
-// Test hook: PPTRAIN_CHECKPOINT_CRASH="STEP:POINT" kills world rank 0 (SIGKILL) while
-// saving step STEP, at POINT = file_created | model_written | before_rename.
+// Planted faults (core/faults.h): checkpoint_crash@RANK:POINT:STEP kills the rank (SIGKILL)
+// while saving step STEP, at POINT = file_created | model_written | before_rename;
+// freeze_save@RANK:POINT stops it there (SIGSTOP); checkpoint_write_fail fails a write.
 #pragma once
 #include <filesystem>
 #include <string>

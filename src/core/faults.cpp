@@ -43,6 +43,11 @@ const FaultKind kFaultKinds[] = {
     {"nan_grad", "TENSOR", true,
      "at the step given as the value (1-based) this rank's gradient of the tensor becomes NaN before the "
      "gradient reductions"},
+    {"fail_at", "STEP", false,
+     "this rank fails with an error at the start of that step (1-based), as a rank that hits a bug would"},
+    {"checkpoint_crash", "file_created|model_written|before_rename", true,
+     "this rank kills itself (SIGKILL) at that point of saving the step given as the value, as a node that dies "
+     "mid-save would"},
     {"spike_update", "STEP", true,
      "multiplies the learning rate of that step (1-based) by the value, once per process: a finite loss spike "
      "at the next step"},

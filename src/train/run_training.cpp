@@ -52,14 +52,11 @@ void create_output_dirs(const Config& cfg, const std::string& dump_dir, Communic
   world.barrier();
 }
 
-// Test hook: PPTRAIN_FAIL_AT="rank:step" makes that world rank fail at that step, to
-// check that one failing rank ends the whole job.
-void maybe_inject_failure(int world_rank, int step) {
-  const char* spec = std::getenv("PPTRAIN_FAIL_AT");
-  if (!spec) return;
-  int rank = -1, at = -1;
-  if (std::sscanf(spec, "%d:%d", &rank, &at) == 2 && rank == world_rank && at == step)
-    fail("injected failure on rank ", world_rank, " at step ", step, " (PPTRAIN_FAIL_AT)");
+// Planted fault fail_at@RANK:STEP: that rank fails at that step, to check that one failing
+// rank ends the whole job.
+void maybe_inject_failure(const Faults& faults, int world_rank, int step) {
+  if (const Fault* f = faults.find("fail_at"); f && std::stoi(f->target) == step)
+    fail("injected failure on rank ", world_rank, " at step ", step, " (planted fault fail_at)");
 }
 
 // Planted fault freeze@RANK:STEP: the rank stops itself (SIGSTOP) at the start of that
@@ -316,7 +313,7 @@ int run_training(Job& job, const TrainingHooks& hooks) {
     return spike_stop;
   };
   while (trainer.step() < cfg.training.steps) {
-    maybe_inject_failure(world_rank, trainer.step() + 1);
+    maybe_inject_failure(job.faults(), world_rank, trainer.step() + 1);
     maybe_freeze(job.faults(), trainer.step() + 1);
     const int making = trainer.step() + 1;
     op_profile.before(making);
