@@ -9,7 +9,9 @@
 //   - rollback (pp 2): the newest checkpoint (step 10) is loaded, global batches 10 to 12
 //     are skipped, the run completes, and its final checkpoint says data_next_batch =
 //     steps + 3; a run resumed from its step-20 checkpoint ends bitwise where it ends
-//     (the skipped batches are restored from the checkpoint, not re-read).
+//     (the skipped batches are restored from the checkpoint, not re-read);
+//   - a resumed run judges its first steps against the moving average its checkpoint
+//     stored: a spike 3 steps after a resume (fewer than the window) is caught.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -84,4 +86,18 @@ TEST_F(RunControl, ALossSpikeRollsBackSkipsItsBatchesAndResumesBitExact) {
   const Verdict v = compare_exact(read_param_dumps(dump_files(out.file("resumed"), 25, 2)),
                                   read_param_dumps(dump_files(out.file("rolled"), 25, 2)));
   EXPECT_TRUE(v.passed()) << v.failures("resumed after a rollback against the run that rolled back");
+}
+
+TEST_F(RunControl, ASpikeRightAfterAResumeIsCaughtByTheStoredAverage) {
+  TempDir out;
+  const std::string ck = out.file("ck");
+  auto r = run_command(train(1, kGuard + " training.steps=10 checkpoint.dir=" + ck), 120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const CheckpointMeta meta = meta_of(ck + "/step_00000010.h5");
+  EXPECT_NE(meta.spike_guard.find(" 10"), std::string::npos) << meta.spike_guard;  // 10 losses averaged
+  // Resumed at step 10 with the spike at 13: 3 steps into the run, fewer than spike_window 5.
+  r = run_command(kSpike + train(1, kGuard + " checkpoint.dir=" + ck), 120);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("resumed from step 10"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("error: loss spike at step 13: loss "), std::string::npos) << r.output;
 }

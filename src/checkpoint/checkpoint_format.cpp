@@ -1,6 +1,8 @@
 #include "checkpoint/checkpoint_format.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <utility>
 
 #include "checkpoint/checksum.h"
@@ -12,7 +14,7 @@ std::string meta_text(const CheckpointMeta& m) {
   return cat(kCheckpointFormat, "\n", m.format_version, "\n", m.step, "\n", m.tokens_seen, "\n", m.data_next_batch,
              "\n", m.data_sequences_seen, "\n", m.rng_seed, "\n", m.rng_counter, "\n", m.layout_pp, ",", m.layout_tp,
              ",", m.layout_dp, "\n", m.has_optimizer_state ? 1 : 0, "\n", m.writer, "\n", m.lineage, "\n",
-             m.config_yaml, m.binds_names() ? cat("\n", m.contents_checksum) : std::string());
+             m.config_yaml, m.binds_names() ? cat("\n", m.contents_checksum, "\n", m.spike_guard) : std::string());
 }
 
 std::string contents_text(std::vector<std::string> links) {
@@ -37,7 +39,10 @@ void write_meta(hid_t file, const CheckpointMeta& m, const std::string& where) {
   write_attribute(file, "has_optimizer_state", int64_t(m.has_optimizer_state ? 1 : 0), where);
   write_attribute(file, "writer", m.writer, where);
   write_attribute(file, "lineage", m.lineage, where);
-  if (m.binds_names()) write_attribute(file, "contents_checksum", m.contents_checksum, where);
+  if (m.binds_names()) {
+    write_attribute(file, "spike_guard", m.spike_guard, where);
+    write_attribute(file, "contents_checksum", m.contents_checksum, where);
+  }
   write_attribute(file, "meta_checksum", checksum_text(meta_text(m)), where);
 }
 
@@ -74,7 +79,10 @@ CheckpointMeta read_meta(hid_t file, const std::string& where) {
   m.has_optimizer_state = has_optimizer_state == 1;
   m.writer = h5::read_string_attribute(file, "writer", where);
   m.lineage = h5::read_string_attribute(file, "lineage", where, kMaxLineageRuns * 40);
-  if (m.binds_names()) m.contents_checksum = h5::read_uint_attribute(file, "contents_checksum", where);
+  if (m.binds_names()) {
+    m.spike_guard = h5::read_string_attribute(file, "spike_guard", where);
+    m.contents_checksum = h5::read_uint_attribute(file, "contents_checksum", where);
+  }
   if (h5::read_uint_attribute(file, "meta_checksum", where) != checksum_text(meta_text(m)))
     fail(where, ": the root attributes do not match their checksum (attribute 'meta_checksum'): the file is damaged");
   // The counters a resume continues from: each one a count, and every step consumed at
@@ -92,6 +100,14 @@ CheckpointMeta read_meta(hid_t file, const std::string& where) {
   if (m.tokens_seen < m.data_sequences_seen)
     fail(where, ": attribute 'tokens_seen' (", m.tokens_seen, ") is less than 'data_sequences_seen' (",
          m.data_sequences_seen, "): impossible, every sequence has at least one token");
+  if (!m.spike_guard.empty()) {
+    double mean = -1;
+    long long count = -1;
+    char rest = 0;
+    if (std::sscanf(m.spike_guard.c_str(), "%lf %lld %c", &mean, &count, &rest) != 2 || !std::isfinite(mean) ||
+        mean < 0 || count < 0)
+      fail(where, ": attribute 'spike_guard' is '", m.spike_guard, "', expected a loss mean >= 0 and a count >= 0");
+  }
   return m;
 }
 

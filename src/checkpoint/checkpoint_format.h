@@ -34,6 +34,9 @@
 //                        step it started from (0, or the step of the checkpoint it resumed);
 //                        the last entry is the run that wrote the file (at most
 //                        kMaxLineageRuns entries, older ones dropped)
+//   spike_guard          "MEAN COUNT": the loss-spike guard's moving average of the losses and
+//                        how many it holds (train/spike_guard.h), so a resumed run goes on
+//                        watching at once; "" when none (imports)
 //   contents_checksum    checksum_text() of the sorted paths of every link in the file
 //                        (contents_text()): the set of groups and datasets, bound to the root
 //   meta_checksum        checksum_text() of every attribute above (meta_text())
@@ -73,6 +76,7 @@ struct CheckpointMeta {
   std::string writer;
   std::string lineage;
   uint64_t contents_checksum = 0;  // version 3
+  std::string spike_guard;         // version 3
 
   // Version 3 binds each dataset's checksum to its name and the set of links to the root.
   bool binds_names() const { return format_version >= 3; }

@@ -295,6 +295,7 @@ void CheckpointManager::continue_from(const CheckpointMeta& meta) {
   base_tokens_ = meta.tokens_seen;
   base_sequences_ = meta.data_sequences_seen;
   data_offset_ = meta.data_next_batch - meta.step;  // batches skipped by rollbacks (read_meta: >= 0)
+  loaded_spike_guard_ = meta.spike_guard;
 }
 
 CheckpointManager::Rollback CheckpointManager::rollback(ParamStore& params, OptimizerState& optimizer) {
@@ -336,6 +337,7 @@ CheckpointMeta CheckpointManager::meta_for(int step) const {
   m.has_optimizer_state = true;
   m.writer = cat("pptrain ", kVersion);
   m.lineage = lineage_;
+  m.spike_guard = spike_guard_;
   return m;
 }
 

@@ -78,6 +78,10 @@ class CheckpointManager {
   // and a checkpoint stores data_next_batch = step + offset, which resume() restores.
   int64_t data_offset() const { return data_offset_; }
   void set_data_offset(int64_t offset) { data_offset_ = offset; }
+  // The loss-spike guard's state (train/spike_guard.h): what the next save stores, and what
+  // the last resume or rollback loaded ("" when the checkpoint has none).
+  void set_spike_guard(std::string state) { spike_guard_ = std::move(state); }
+  const std::string& loaded_spike_guard() const { return loaded_spike_guard_; }
 
   // Collective: the file resume() would load ("" for none). Throws pptrain::Error.
   std::string resume_path() const;
@@ -109,6 +113,7 @@ class CheckpointManager {
   // they stay right when the global batch size changes between runs.
   int64_t base_step_ = 0, base_tokens_ = 0, base_sequences_ = 0;
   int64_t data_offset_ = 0;
+  std::string spike_guard_, loaded_spike_guard_;
   WriteStats last_write_;
   ProgressFn progress_;
   DirLock dir_lock_;  // world rank 0, from resume() on

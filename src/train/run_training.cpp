@@ -206,7 +206,9 @@ class StepResults {
     if (settled) dump_and_evaluate(r.step, r.loss, final);
     if (hooks_.after_step) hooks_.after_step(trainer_, r);
     if (!settled) return false;
-    // A save reports its phases to the watchdog (CheckpointManager::set_progress).
+    // A save reports its phases to the watchdog (CheckpointManager::set_progress) and
+    // stores the spike guard's state.
+    checkpoints_.set_spike_guard(guard_.state());
     if (stop) stop_code_ = stop_early(stop, r.step, checkpoints_, trainer_, job_.world().rank() == 0);
     // Only a save asks for the parameters: Trainer::params() waits for ZeRO-1's all-gathers,
     // which otherwise overlap the next step's start.
@@ -226,6 +228,8 @@ class StepResults {
            checkpoints_.due(step, final);
   }
 
+  // The guard's state from a checkpoint (resume, rollback).
+  void restore_guard(const std::string& state) { guard_.restore(state); }
   // The spike the last take() found (cleared by reading it).
   std::optional<Spike> take_spike() { return std::exchange(spike_, std::nullopt); }
   int stopped_by() const { return stopped_by_; }
@@ -301,6 +305,7 @@ int run_training(Job& job, const TrainingHooks& hooks) {
   bool memory_logged = false;
   OpProfileWindow op_profile(job, trainer.step());
   trainer.set_data_offset(checkpoints.data_offset());
+  results.restore_guard(checkpoints.loaded_spike_guard());
   int rollbacks = 0;
   bool spike_stop = false;
   // Takes one step's result; true when the loop ends.
@@ -310,6 +315,7 @@ int run_training(Job& job, const TrainingHooks& hooks) {
     if (!spike) return false;
     if (trainer.has_pending()) (void)trainer.settle();  // post-validation: the step after it is undone too
     spike_stop = !recover_from_spike(*spike, trainer, checkpoints, cfg, rollbacks, rank0);
+    if (!spike_stop) results.restore_guard(checkpoints.loaded_spike_guard());  // as it was at that checkpoint
     return spike_stop;
   };
   while (trainer.step() < cfg.training.steps) {

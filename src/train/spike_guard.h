@@ -9,9 +9,11 @@
 // once spike_window losses of this run have been seen (before that the mean is not yet a
 // statistic). A spike's loss is not folded into the mean, so a run of spikes is judged
 // against the losses before it. The loss is the same bits on every rank (the global mean),
-// so every rank reaches the same verdict without a message.
+// so every rank reaches the same verdict without a message. Checkpoints store the mean and
+// its count, so a resumed run (and a rollback) judges its first steps against them.
 #pragma once
 #include <optional>
+#include <string>
 
 namespace pptrain {
 
@@ -21,6 +23,9 @@ class SpikeGuard {
   // The running mean `loss` is a spike against, or nullopt when it is not one (it then
   // joins the mean).
   std::optional<double> check(double loss);
+  // "MEAN COUNT" (the checkpoint attribute spike_guard), and back; restore("") starts afresh.
+  std::string state() const;
+  void restore(const std::string& state);
   double factor() const { return factor_; }
   int window() const { return window_; }
 
