@@ -58,7 +58,29 @@ void launch_add_bias(const LaunchContext& ctx, T* y, const T* b, int n, int c) {
          c, vectorized);
 }
 
+// One thread per element, consecutive threads along a row: reads and writes are runs of
+// `cols` elements.
+template <typename T>
+__global__ void copy_columns_kernel(T* y, const T* x, size_t total, int cols, int y_stride, int x_stride) {
+  size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= total) return;
+  size_t row = idx / size_t(cols), col = idx % size_t(cols);
+  y[row * size_t(y_stride) + col] = x[row * size_t(x_stride) + col];
+}
+
+template <typename T>
+void launch_copy_columns(const LaunchContext& ctx, T* y, const T* x, int rows, int cols, int y_stride, int x_stride) {
+  if (rows < 0 || cols < 0 || y_stride < cols || x_stride < cols)
+    fail("copy_columns: expected rows, cols >= 0 and strides >= cols, got rows=", rows, " cols=", cols, " y_stride=",
+         y_stride, " x_stride=", x_stride);
+  size_t total = size_t(rows) * size_t(cols);
+  if (total == 0) return;
+  launch(ctx, "copy_columns", copy_columns_kernel<T>, dim3(unsigned((total + kMapBlock - 1) / kMapBlock)),
+         dim3(kMapBlock), 0, y, x, total, cols, y_stride, x_stride);
+}
+
 #define PPTRAIN_INSTANTIATE(T)                                                            \
+  template void launch_copy_columns<T>(const LaunchContext&, T*, const T*, int, int, int, int); \
   template void launch_add<T>(const LaunchContext&, T*, const T*, const T*, size_t);     \
   template void launch_accumulate<T>(const LaunchContext&, T*, const T*, size_t);        \
   template void launch_scale<T>(const LaunchContext&, T*, float, size_t);                \

@@ -18,5 +18,8 @@ void launch_scale(const LaunchContext& ctx, T* y, float s, size_t n);
 // y[N,C] += b[C].
 template <typename T>
 void launch_add_bias(const LaunchContext& ctx, T* y, const T* b, int n, int c);
+// y[rows, cols] (row stride y_stride elements) <- x[rows, cols] (row stride x_stride); no overlap.
+template <typename T>
+void launch_copy_columns(const LaunchContext& ctx, T* y, const T* x, int rows, int cols, int y_stride, int x_stride);
 
 }  // namespace pptrain::kernels

@@ -4,7 +4,7 @@
 Not part of `make test` (no torch in CI): run by hand where torch and transformers are
 installed (a scratch virtual environment is enough), after `make`:
 
-    python3 scripts/hf_parity.py [--pptrain build/pptrain] [--family llama3|llama-linear|mistral|qwen2|all]
+    python3 scripts/hf_parity.py [--pptrain build/pptrain] [--family llama3|llama-linear|mistral|qwen2|qwen3|all]
 
 For each family it
   1. builds a random tiny model with transformers (norm gains and biases randomised too, so
@@ -53,6 +53,9 @@ def family_config(name):
     if name == "qwen2":
         return transformers.Qwen2Config(**common, rope_theta=1000000.0, tie_word_embeddings=True,
                                         use_sliding_window=False)
+    if name == "qwen3":  # per-head q and k norms; heads 16 wide over hidden 32
+        return transformers.Qwen3Config(**common, head_dim=16, rope_theta=1000000.0, tie_word_embeddings=True,
+                                        attention_bias=False, use_sliding_window=False)
     raise SystemExit(f"unknown family {name}")
 
 
@@ -140,7 +143,7 @@ def main():
     ap.add_argument("--family", default="all")
     args = ap.parse_args()
     pptrain = os.path.abspath(args.pptrain)
-    families = ["llama3", "llama-linear", "mistral", "qwen2"] if args.family == "all" else [args.family]
+    families = ["llama3", "llama-linear", "mistral", "qwen2", "qwen3"] if args.family == "all" else [args.family]
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
     with tempfile.TemporaryDirectory() as work:
         results = [check(f, pptrain, work) for f in families]

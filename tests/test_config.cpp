@@ -181,7 +181,7 @@ TEST(Config, RejectsImpossibleLlamaShapesWithOneLine) {
   EXPECT_NE(msg.find("key 'model.attention': cudnn runs multi-head attention only, got n_kv_head 2 < n_head 4"),
             std::string::npos) << msg;
   msg = error_of("model: {arch: llama3}\n");
-  EXPECT_NE(msg.find("expected gpt2, llama, mistral or qwen2, got 'llama3'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("expected gpt2, llama, mistral, qwen2 or qwen3, got 'llama3'"), std::string::npos) << msg;
   // gpt2 takes none of the Llama keys.
   msg = error_of("model: {n_kv_head: 2}\n");
   EXPECT_NE(msg.find("key 'model.n_kv_head': applies to arch: llama only"), std::string::npos) << msg;
@@ -398,7 +398,7 @@ TEST(Config, LoadRefusesDirectoriesAndMissingFiles) {
 TEST(Config, ShippedConfigsLoad) {
   for (const char* name : {"configs/demo.yaml", "configs/reference.yaml", "configs/gpt2_124m_gpu.yaml",
                            "configs/gpt2_1558m_t4096.yaml", "configs/llama_tiny.yaml", "configs/llama31_tiny.yaml",
-                           "configs/mistral_tiny.yaml", "configs/qwen2_tiny.yaml"})
+                           "configs/mistral_tiny.yaml", "configs/qwen2_tiny.yaml", "configs/qwen3_tiny.yaml"})
     EXPECT_NO_THROW(load_config(name)) << name;
 }
 

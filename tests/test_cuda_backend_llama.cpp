@@ -135,6 +135,17 @@ TEST_F(CudaLlamaTrain, TensorParallelStepEqualsTheCpuBackend) {
   expect_cuda_equals_cpu("fp32_naive_tp2", tp, tp, 2);
 }
 
+// The family's other parts on the (emulated) cuda backend: Qwen2's q/k/v biases, Qwen3's
+// per-head q/k norms (the copy_columns kernel and the rmsnorm kernels on [N·heads, HD]),
+// heads wider than d_model / n_head, Llama 3.1's scaled rotary frequencies, under tp 2.
+TEST_F(CudaLlamaTrain, Qwen2Qwen3HeadWidthAndScaledRotaryEqualTheCpuBackend) {
+  const std::string qwen3 = std::string(kNaive) + " model.arch=qwen3 model.head_dim=16 model.rope_scaling=llama3 "
+                            "model.rope_factor=8 model.rope_original_max_positions=4 parallel.tp=2";
+  expect_cuda_equals_cpu("qwen3_tp2", qwen3, qwen3, 2);
+  const std::string qwen2 = std::string(kNaive) + " model.arch=qwen2";
+  expect_cuda_equals_cpu("qwen2", qwen2, qwen2);
+}
+
 TEST_F(CudaLlamaTrain, PlantedGradientErrorIsRejected) {
   const std::string fault = "grad_scale@0:h.1.attn.qkv.weight:1.001";
   const Verdict v = cuda_against_cpu("planted", kNaive, kNaive, 1, "PPTRAIN_FAULTS=" + fault);

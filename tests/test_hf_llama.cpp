@@ -77,14 +77,15 @@ ModelConfig tiny_llama(bool tied) {
 
 // The tiny model as another class of the Llama family writes it: Llama 3.1's rope scaling
 // (llama3, in a band the 6 positions reach: original 4), Mistral (heads 16 wide, not 32/4),
-// Qwen2 (q, k, v biases, theta 1e6).
-enum class Family { Llama, Llama31, Mistral, Qwen2 };
+// Qwen2 (q, k, v biases, theta 1e6), Qwen3 (per-head q and k norms, heads 16 wide).
+enum class Family { Llama, Llama31, Mistral, Qwen2, Qwen3 };
 
 ModelConfig family_model(Family f, bool tied) {
   ModelConfig m = tiny_llama(tied);
   if (f == Family::Llama31) m.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 4};
   if (f == Family::Mistral) m.arch = "mistral", m.head_dim = 16;
   if (f == Family::Qwen2) m.arch = "qwen2", m.rope_theta = 1e6;
+  if (f == Family::Qwen3) m.arch = "qwen3", m.head_dim = 16;
   return m;
 }
 
@@ -107,6 +108,8 @@ struct HfLlama : HfWeights {
       if (m.qkv_bias())
         for (auto [name, rows] : {std::pair{"q_proj", Q}, {"k_proj", KV}, {"v_proj", KV}})
           order.push_back({h + "self_attn." + name + ".bias", {rows}});
+      if (m.qk_norm())
+        for (const char* name : {"q_norm", "k_norm"}) order.push_back({h + "self_attn." + name + ".weight", {HD}});
     }
     order.push_back({"model.norm.weight", {C}});
     if (!tied) order.push_back({"lm_head.weight", {V, C}});
@@ -121,6 +124,10 @@ struct HfLlama : HfWeights {
     if (family == Family::Mistral) {
       c = config_with("architectures", R"(["MistralForCausalLM"])", config_with("model_type", "\"mistral\"", c));
       c = config_with("head_dim", "16", config_with("rope_scaling", "null,\n  \"sliding_window\": null", c));
+    }
+    if (family == Family::Qwen3) {
+      c = config_with("architectures", R"(["Qwen3ForCausalLM"])", config_with("model_type", "\"qwen3\"", c));
+      c = config_with("head_dim", "16", config_with("attention_bias", "false,\n  \"use_sliding_window\": false", c));
     }
     if (family == Family::Qwen2) {
       c = config_with("architectures", R"(["Qwen2ForCausalLM"])", config_with("model_type", "\"qwen2\"", c));
@@ -153,6 +160,10 @@ struct HfLlama : HfWeights {
         }
       }
       if (m.qkv_bias()) set(h + "attn.qkv.bias", bias);
+      if (m.qk_norm()) {
+        set(h + "attn.q_norm.weight", w.at(hf + "self_attn.q_norm.weight"));
+        set(h + "attn.k_norm.weight", w.at(hf + "self_attn.k_norm.weight"));
+      }
       set(h + "ln_1.weight", w.at(hf + "input_layernorm.weight"));
       set(h + "attn.qkv.weight", qkv);
       set(h + "attn.proj.weight", w.at(hf + "self_attn.o_proj.weight"));
@@ -173,6 +184,8 @@ struct HfLlama : HfWeights {
   // repeat_kv: query head h reads key/value head h / (NH/NKV); causal softmax of
   // q·k / sqrt(HD); down(silu(gate(x)) · up(x)); logits from lm_head, or embed_tokens when
   // tied. The other classes: head_dim in place of C/NH; Qwen2's q, k, v biases (x Wᵀ + b);
+  // Qwen3's Qwen3RMSNorm of each q and k head (weight · x / sqrt(mean(x²) + eps) over HD)
+  // between the projection and the rotary embedding;
   // rope scaling from modeling_rope_utils.py (linear: inv_freq / factor; llama3: by the
   // wavelength 2π/inv_freq against original / low_freq_factor and original /
   // high_freq_factor, interpolated between), here in double.
@@ -236,6 +249,19 @@ struct HfLlama : HfWeights {
       Mat q = linear(in, W(h + "self_attn.q_proj.weight"), C, NH * HD, B("q_proj"));
       Mat k = linear(in, W(h + "self_attn.k_proj.weight"), C, NKV * HD, B("k_proj"));
       const Mat v = linear(in, W(h + "self_attn.v_proj.weight"), C, NKV * HD, B("v_proj"));
+      if (m.qk_norm()) {
+        auto head_norm = [&](Mat& x, int heads, const float* g) {
+          for (int t = 0; t < T; ++t)
+            for (int hh = 0; hh < heads; ++hh) {
+              double* head = x[t].data() + hh * HD;
+              double mean_sq = 0;
+              for (int d = 0; d < HD; ++d) mean_sq += head[d] * head[d] / HD;
+              for (int d = 0; d < HD; ++d) head[d] = g[d] * (head[d] / std::sqrt(mean_sq + m.norm_eps));
+            }
+        };
+        head_norm(q, NH, W(h + "self_attn.q_norm.weight"));
+        head_norm(k, NKV, W(h + "self_attn.k_norm.weight"));
+      }
       rope(q, NH);
       rope(k, NKV);
       Mat att(T, std::vector<double>(NH * HD));
@@ -320,14 +346,14 @@ TEST(HfLlamaImport, UntiedAndTiedFp32AndBf16SingleAndShardedGiveTransformersLoss
       }
 }
 
-// Llama 3.1's rope scaling, Mistral's head width and Qwen2's biases: each imported from the
+// Llama 3.1's rope scaling, Mistral's head width, Qwen2's biases and Qwen3's head norms: each imported from the
 // files its class writes gives the loss of the same weights in memory and of transformers'
 // formulas in double; exported, its config.json reads back as the same model, its tensors
 // bitwise.
-TEST(HfLlamaFamily, Llama31MistralAndQwen2GiveTransformersLossAndExportBack) {
+TEST(HfLlamaFamily, Llama31MistralQwen2AndQwen3GiveTransformersLossAndExportBack) {
   TempDir tmp;
   uint32_t seed = 70;
-  for (Family f : {Family::Llama31, Family::Mistral, Family::Qwen2})
+  for (Family f : {Family::Llama31, Family::Mistral, Family::Qwen2, Family::Qwen3})
     for (bool tied : {false, true}) {
       const HfLlama hf(++seed, false, tied, f);
       const std::string what = hf_model_section(hf.m), dir = tmp.file(std::to_string(seed));

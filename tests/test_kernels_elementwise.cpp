@@ -58,6 +58,32 @@ void check_add_bias(int n, int c, size_t offset) {
   EXPECT_TRUE(close_as<T>(out[0], expect)) << "n=" << n << " c=" << c << " offset=" << offset;
 }
 
+// The q heads of packed rows out into their own buffer and back into other rows: the
+// untouched columns of the destination keep their values (bit for bit).
+template <typename T>
+void check_copy_columns(int rows, int cols, int y_stride, int x_stride) {
+  auto cpu = make_cpu_ops();
+  std::vector<float> x = representable<T>(random_floats(size_t(rows) * x_stride, 7, -2, 2));
+  std::vector<float> y = representable<T>(random_floats(size_t(rows) * y_stride, 8, -2, 2));
+  std::vector<float> expect = y;
+  cpu->copy_columns(expect.data(), x.data(), rows, cols, y_stride, x_stride);
+  auto out = run_both_orders([&](const LaunchContext& ctx) {
+    Guarded<T> gx(store_as<T>(x)), gy(store_as<T>(y));
+    launch_copy_columns<T>(ctx, gy.data(), gx.data(), rows, cols, y_stride, x_stride);
+    return std::vector<std::vector<float>>{checked(gy, "copy_columns")};
+  });
+  EXPECT_EQ(out[0], expect) << "rows=" << rows << " cols=" << cols;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < y_stride; ++c)
+      ASSERT_EQ(expect[size_t(r) * y_stride + c], c < cols ? x[size_t(r) * x_stride + c] : y[size_t(r) * y_stride + c]);
+}
+
+TEST(KernelsElementwise, CopyColumnsFp32AndBf16) {
+  check_copy_columns<float>(9, 24, 24, 40);  // out of packed rows
+  check_copy_columns<float>(9, 24, 40, 24);  // back into them
+  check_copy_columns<bf16>(7, 16, 48, 16);
+}
+
 template <typename T>
 void check_gelu(size_t offset) {
   auto cpu = make_cpu_ops();

@@ -259,6 +259,9 @@ TEST_F(Equivalence, LlamaMultiQueryAndMultiHeadAttentionUnderTensorParallelism) 
 // frequency scaling (original context 4 of the 8 positions, so it acts).
 TEST_F(Equivalence, Qwen2BiasesMistralHeadWidthAndLlama31ScalingUnderTensorParallelism) {
   check("zb-h1", kPp2Tp2, "", kLlama + " model.arch=qwen2");
+  // Qwen3's head norms: each tp rank holds half the heads, so their gains' gradients are
+  // summed over tp in W (a missing sum would halve them).
+  check("zbv", kPp2Tp2, "", kLlama + " model.arch=qwen3 model.head_dim=8");
   check("zbv", kPp2Tp2, "", kLlama + " model.arch=mistral model.head_dim=8");
   check("1f1b", kPp2Tp2, "",
         kLlama + " model.rope_scaling=llama3 model.rope_factor=8 model.rope_original_max_positions=4");

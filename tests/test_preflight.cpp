@@ -184,6 +184,8 @@ TEST(MemoryEstimate, ParameterCountIsWhatTheModelHolds) {
       "model: {arch: mistral, n_layer: 2, n_head: 4, n_kv_head: 2, head_dim: 8, d_model: 16, seq_len: 8, "
       "vocab_size: 16}",
       "model: {arch: qwen2, n_layer: 2, n_head: 4, n_kv_head: 2, d_model: 16, seq_len: 8, vocab_size: 16}",
+      "model: {arch: qwen3, n_layer: 2, n_head: 4, n_kv_head: 2, head_dim: 8, d_model: 16, seq_len: 8, "
+      "vocab_size: 16}",
   };
   for (const char* yaml : models) {
     const Config cfg = parse_config(yaml, "m.yaml");

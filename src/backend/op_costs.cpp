@@ -80,6 +80,9 @@ OpCost add(View y, ConstView a, ConstView b, size_t n) { return {0, es(y) * 3.0 
 OpCost accumulate(View y, ConstView x, size_t n) { return {0, es(y) * 3.0 * n}; }
 OpCost scale(View y, float s, size_t n) { return {0, es(y) * 2.0 * n}; }
 OpCost add_bias(View y, ConstView b, int n, int c) { return {0, es(y) * 2.0 * n * c}; }
+OpCost copy_columns(View y, ConstView x, int rows, int cols, int y_stride, int x_stride) {
+  return {0, es(y) * 2.0 * rows * cols};
+}
 
 OpCost embedding_forward(View y, const int32_t* tokens, ConstView wte, ConstView wpe, int n, int t, int c, int v0,
                          int vl) {

@@ -188,6 +188,10 @@ struct ConstView {
   LAUNCHED(void, scale, (View y, float s, size_t n), (y, s, n))                                    \
   /* y[N,C] += b[C]. */                                                                            \
   LAUNCHED(void, add_bias, (View y, ConstView b, int n, int c), (y, b, n, c))                      \
+  /* y[rows, cols] (rows y_stride elements apart) <- x[rows, cols] (rows x_stride apart): a block  \
+     of columns between packed rows (Qwen3's q and k heads out of qkv and back); no overlap. */    \
+  LAUNCHED(void, copy_columns, (View y, ConstView x, int rows, int cols, int y_stride, int x_stride), \
+           (y, x, rows, cols, y_stride, x_stride))                                                 \
                                                                                                    \
   /* ---- embedding (token + position) -------------------------------------------------------- */ \
   /* y[N,C] = wte[tok - v0] + wpe[row mod T]. The token table wte[VL,C] is this rank's             \

@@ -13,7 +13,7 @@ std::vector<HfPart> HfTensor::hf_parts() const {
 }
 
 const std::vector<HfArchitecture>& hf_architectures() {
-  static const std::vector<HfArchitecture> all = {hf_gpt2(), hf_llama(), hf_mistral(), hf_qwen2()};
+  static const std::vector<HfArchitecture> all = {hf_gpt2(), hf_llama(), hf_mistral(), hf_qwen2(), hf_qwen3()};
   return all;
 }
 

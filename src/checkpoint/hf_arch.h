@@ -75,6 +75,7 @@ HfArchitecture hf_gpt2();   // hf_gpt2.cpp
 HfArchitecture hf_llama();    // hf_llama.cpp
 HfArchitecture hf_mistral();  // hf_mistral.cpp
 HfArchitecture hf_qwen2();    // hf_qwen2.cpp
+HfArchitecture hf_qwen3();    // hf_qwen3.cpp
 
 // The architecture of a config.json: the first of its "architectures" pptrain knows, else
 // its "model_type". Throws pptrain::Error naming `where` and what pptrain imports.

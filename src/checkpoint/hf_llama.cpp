@@ -58,6 +58,10 @@ std::vector<HfTensor> llama_tensors(const ModelConfig& m) {
                     {hf + "self_attn.v_proj.bias", {KV}}};
       t.push_back(bias);
     }
+    if (m.qk_norm()) {
+      t.push_back({hf + "self_attn.q_norm.weight", ours + "attn.q_norm.weight", {HD}});
+      t.push_back({hf + "self_attn.k_norm.weight", ours + "attn.k_norm.weight", {HD}});
+    }
     t.push_back({hf + "self_attn.o_proj.weight", ours + "attn.proj.weight", {C, Q}});
     t.push_back({hf + "post_attention_layernorm.weight", ours + "ln_2.weight", {C}});
     t.push_back({hf + "mlp.gate_proj.weight", ours + "mlp.gate.weight", {F, C}});
@@ -219,6 +223,19 @@ std::string write_config(const LlamaFamily& family, const ModelConfig& m, const 
 }
 
 }  // namespace
+
+void refuse_qwen_sliding_window(const YAML::Node& config, const std::string& where) {
+  if (hf_config_bool(config, "use_sliding_window", false, where))
+    fail(where, ": use_sliding_window is true; pptrain's attention is fully causal, not a sliding window "
+         "(expected false)");
+  const auto layers = hf_config_value(config, "layer_types", where);
+  if (!layers || json::is_null(*layers)) return;
+  if (!layers->IsSequence()) fail(where, ": layer_types is ", json::describe(*layers), ", expected a list");
+  for (const YAML::Node& l : *layers)
+    if (!json::is_string(l) || l.Scalar() != "full_attention")
+      fail(where, ": layer_types holds ", json::describe(l),
+           "; pptrain's attention is fully causal (expected only \"full_attention\")");
+}
 
 HfArchitecture hf_llama_family(const LlamaFamily& family) {
   HfArchitecture a;

@@ -27,4 +27,8 @@ struct LlamaFamily {
 
 HfArchitecture hf_llama_family(const LlamaFamily& family);
 
+// Qwen2's and Qwen3's sliding-window switches: use_sliding_window true, or a layer_types
+// entry other than "full_attention", is refused (pptrain's attention is fully causal).
+void refuse_qwen_sliding_window(const YAML::Node& config, const std::string& where);
+
 }  // namespace pptrain

@@ -18,17 +18,7 @@ HfArchitecture hf_qwen2() {
   f.default_rms_norm_eps = 1e-6;
   f.default_rope_theta = 10000.0;
   f.check_keys = [](const YAML::Node& config, const ModelConfig&, const std::string& where) {
-    if (hf_config_bool(config, "use_sliding_window", false, where))
-      fail(where, ": use_sliding_window is true; pptrain's attention is fully causal, not a sliding window "
-           "(expected false)");
-    const auto layers = hf_config_value(config, "layer_types", where);
-    if (layers && !json::is_null(*layers)) {
-      if (!layers->IsSequence()) fail(where, ": layer_types is ", json::describe(*layers), ", expected a list");
-      for (const YAML::Node& l : *layers)
-        if (!json::is_string(l) || l.Scalar() != "full_attention")
-          fail(where, ": layer_types holds ", json::describe(l),
-               "; pptrain's attention is fully causal (expected only \"full_attention\")");
-    }
+    refuse_qwen_sliding_window(config, where);
   };
   f.extra_keys = [](const ModelConfig& m) {
     return cat("  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n  \"max_window_layers\": ", m.n_layer,

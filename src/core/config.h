@@ -26,8 +26,9 @@ struct RopeScaling {
 
 struct ModelConfig {
   // gpt2, or the Llama family (one block, model/llama_block.h): llama, mistral (Llama's
-  // block; Hugging Face MistralForCausalLM), qwen2 (biases on q, k and v).
-  std::string arch = "gpt2";           // gpt2 | llama | mistral | qwen2
+  // block; Hugging Face MistralForCausalLM), qwen2 (biases on q, k and v), qwen3 (RMSNorm of
+  // each query and key head before the rotary embedding).
+  std::string arch = "gpt2";           // gpt2 | llama | mistral | qwen2 | qwen3
   int n_layer = 12;
   int n_head = 12;
   int d_model = 768;
@@ -48,10 +49,12 @@ struct ModelConfig {
   // the output projection maps n_head·head_dim back to d_model.
   int head_dim = 0;
 
-  // The Llama family's block (llama, mistral, qwen2).
-  bool llama() const { return arch == "llama" || arch == "mistral" || arch == "qwen2"; }
+  // The Llama family's block (llama, mistral, qwen2, qwen3).
+  bool llama() const { return arch == "llama" || arch == "mistral" || arch == "qwen2" || arch == "qwen3"; }
   // Biases on the q, k and v projections (qwen2).
   bool qkv_bias() const { return arch == "qwen2"; }
+  // RMSNorm of each query and key head before the rotary embedding (qwen3).
+  bool qk_norm() const { return arch == "qwen3"; }
   // The resolved head width (0 when n_head does not divide d_model and none is set).
   int attention_head_dim() const { return head_dim ? head_dim : (n_head > 0 && d_model % n_head == 0 ? d_model / n_head : 0); }
   // The resolved values, also for a ModelConfig built in code (no parse): 0 means the default.

@@ -106,7 +106,7 @@ void validate(const Config& c) {
   const auto& t = c.training;
   require(c.device == "cpu" || c.device == "cuda", c, "device", "expected cpu or cuda, got '" + c.device + "'");
   require(m.arch == "gpt2" || m.llama(), c, "model.arch",
-          "expected gpt2, llama, mistral or qwen2, got '" + m.arch + "'");
+          "expected gpt2, llama, mistral, qwen2 or qwen3, got '" + m.arch + "'");
   require_range(c, "model.n_layer", m.n_layer, 1, kMaxLayers);
   require_range(c, "model.n_head", m.n_head, 1, kMaxWidth);
   require_range(c, "model.d_model", m.d_model, 1, kMaxWidth);

@@ -34,7 +34,8 @@ double block_parameter_count(const ModelConfig& m, double tp) {
   if (m.llama()) {
     const double hd = m.attention_head_dim(), f = m.mlp_hidden();
     const double qkv_rows = (double(m.n_head) + 2.0 * m.kv_heads()) * hd;
-    return 2 * c + qkv_rows / tp * (c + (m.qkv_bias() ? 1 : 0)) + c * (m.n_head * hd / tp) + 3 * (f / tp) * c;
+    return 2 * c + qkv_rows / tp * (c + (m.qkv_bias() ? 1 : 0)) + (m.qk_norm() ? 2 * hd : 0) +
+           c * (m.n_head * hd / tp) + 3 * (f / tp) * c;
   }
   const double norms = 4 * c;
   const double qkv = 3 * c / tp * c + 3 * c / tp;
@@ -49,7 +50,9 @@ double block_parameter_count(const ModelConfig& m, double tp) {
 // CL = C/tp, NHL = heads/tp, HL = MLP width/tp, QL = (NHL + 2·KVL)·HD; s the storage
 // type's bytes, statistics in fp32):
 //   forward    GPT-2: ln1, x2, ln2 [N,C]; attn [N,CL]; gelu [N,HL]; ln_1's and ln_2's mean
-//              and rstd [N]. Llama: ln1, x2, ln2 [N,C]; attn [N,CL]; act [N,HL]; two rstd [N]
+//              and rstd [N]. Llama: ln1, x2, ln2 [N,C]; attn [N,CL]; act [N,HL]; two rstd [N];
+//              qwen3 also q and k before their norms [N,(NHL + KVL)·HD] and their rstd
+//              [N·(NHL + KVL)], the gradients at the norms and a scratch of that size
 //   gradients  GPT-2: dln2, dx2, dln1 [N,C]; dqkv [N,3CL]; dfc1 [N,HL]. Llama: dln2, dx2,
 //              dln1 [N,C]; dqkv [N,QL]; dgate, dup [N,HL]
 //   transient  GPT-2: qkv [N,3CL]; fc1 [N,HL]; dattn [N,CL]. Llama: qkv [N,QL]; gate, up,
@@ -67,6 +70,12 @@ BlockPartBytes block_part_bytes(const ModelDims& d, double s) {
     b.forward = s * n * (3 * c + cl + hl) + kFp32 * 2 * n;
     b.gradients = s * n * (3 * c + qkv + 2 * hl);
     b.transient = s * n * (qkv + 3 * hl + cl);
+    if (d.qk_norm) {  // the q and k heads before their norms, rstd per head; at their outputs; scratch
+      const double qk = double(d.local_heads() + d.local_kv_heads()) * d.head_dim();
+      b.forward += s * n * qk + kFp32 * n * (d.local_heads() + d.local_kv_heads());
+      b.gradients += s * n * qk;
+      b.transient += s * n * qk;
+    }
   } else {
     b.forward = s * n * (3 * c + cl + hl) + kFp32 * 4 * n;
     b.gradients = s * n * (3 * c + qkv + hl);
@@ -193,6 +202,7 @@ FlatLayout rank_flat_layout(const Config& cfg, const std::vector<StageSpec>& my_
         const size_t f = size_t(cfg.model.mlp_hidden()), cl = size_t(d.local_channels());
         n.insert(n.end(), {c, qkv_rows / tp * c});
         if (d.qkv_bias) n.push_back(qkv_rows / tp);
+        if (d.qk_norm) n.insert(n.end(), {size_t(d.head_dim()), size_t(d.head_dim())});
         n.insert(n.end(), {c * cl, c, f / tp * c, f / tp * c, c * (f / tp)});
       } else {
         n.insert(n.end(), {c, c, 3 * c / tp * c, 3 * c / tp, c * (c / tp), c, c, c, 4 * c / tp * c, 4 * c / tp,

@@ -33,6 +33,7 @@ struct ModelDims {
   Recompute recompute = Recompute::none;
   int head_size = 0;         // model.head_dim (Llama family); 0 = d_model / n_head
   bool qkv_bias = false;     // biases on q, k and v (qwen2)
+  bool qk_norm = false;      // RMSNorm of each q and k head (qwen3)
   RopeScaling rope_scaling;  // with rope_theta: the rotary frequencies (core/rotary.h)
 
   int rows() const { return batch * seq_len; }              // N = B·T
@@ -57,7 +58,7 @@ struct ModelDims {
     return {m.n_layer,    m.n_head,      m.d_model,  m.seq_len,           m.vocab_size,
             batch,        tp,            tp_rank,    fused,               m.tie_embeddings,
             m.llama(),    m.kv_heads(),  m.mlp_hidden(), float(m.rope_theta), float(m.norm_eps),
-            Recompute::none, m.head_dim, m.qkv_bias(), m.rope_scaling};
+            Recompute::none, m.head_dim, m.qkv_bias(), m.qk_norm(), m.rope_scaling};
   }
   // The dims of stage `stage` of a training job: micro_batch_size sequences, the stage's
   // training.recompute applied (a list gives each stage its own; `auto` resolved by the

@@ -38,6 +38,8 @@ LlamaBlock<T>::LlamaBlock(ParamStore& p, const ModelDims& d, int i, Communicator
       ln1_w_(p.get_or_create(gain(cat("h.", i, ".ln_1.weight"), d.d_model))),
       qkv_w_(p.get_or_create(llama_qkv_spec(d, i))),
       qkv_b_(d.qkv_bias ? &p.get_or_create(llama_qkv_bias_spec(d, i)) : nullptr),
+      q_norm_(d.qk_norm ? &p.get_or_create(gain(cat("h.", i, ".attn.q_norm.weight"), d.head_dim())) : nullptr),
+      k_norm_(d.qk_norm ? &p.get_or_create(gain(cat("h.", i, ".attn.k_norm.weight"), d.head_dim())) : nullptr),
       proj_w_(p.get_or_create(
           matrix(cat("h.", i, ".attn.proj.weight"), d.d_model, int64_t(d.n_head) * d.head_dim(), Shard::Cols))),
       ln2_w_(p.get_or_create(gain(cat("h.", i, ".ln_2.weight"), d.d_model))),
@@ -49,6 +51,7 @@ LlamaBlock<T>::LlamaBlock(ParamStore& p, const ModelDims& d, int i, Communicator
       skip_recompute_(faults.find("skip_recompute") != nullptr),
       rope_(rotary_frequencies(d.head_dim(), d.rope_theta, d.rope_scaling)) {
   if (skip_recompute_) fault_scratch_ = Buffer<T>(ops_, size_t(d.rows()) * d.d_model);
+  if (q_norm_ && d.tp > 1) norm_grads_ = Buffer<float>(ops_, 2 * size_t(d.head_dim()));
 }
 
 template <typename T>
@@ -61,10 +64,17 @@ template <typename Visit>
 void LlamaBlock<T>::for_each_buffer(Slot& s, unsigned parts, Visit&& visit) const {
   const size_t n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), ql = dims_.local_qkv();
   const size_t hl = dims_.local_hidden(), t = dims_.seq_len;
+  const size_t qn = size_t(dims_.local_heads()) * dims_.head_dim(), kn = size_t(dims_.local_kv_heads()) * dims_.head_dim();
   const size_t heads = size_t(dims_.batch) * dims_.local_heads();  // B·NHL
   if (parts & kForwardPart) {
     visit(s.f.ln1, n * c);
     visit(s.f.ln1_rstd, n);
+    if (dims_.qk_norm) {
+      visit(s.f.q_pre, n * qn);
+      visit(s.f.k_pre, n * kn);
+      visit(s.f.q_rstd, n * dims_.local_heads());
+      visit(s.f.k_rstd, n * dims_.local_kv_heads());
+    }
     visit(s.f.attn, n * cl);
     visit(s.f.x2, n * c);
     visit(s.f.ln2, n * c);
@@ -77,6 +87,10 @@ void LlamaBlock<T>::for_each_buffer(Slot& s, unsigned parts, Visit&& visit) cons
     visit(s.g.dln2, n * c);
     visit(s.g.dx2, n * c);
     visit(s.g.dqkv, n * ql);
+    if (dims_.qk_norm) {
+      visit(s.g.dq_norm, n * qn);
+      visit(s.g.dk_norm, n * kn);
+    }
     visit(s.g.dln1, n * c);
   }
   if (parts & kTransientPart) {
@@ -89,6 +103,10 @@ void LlamaBlock<T>::for_each_buffer(Slot& s, unsigned parts, Visit&& visit) cons
     }
     visit(s.t.dact, n * hl);
     visit(s.t.dattn, n * cl);
+    if (dims_.qk_norm) {
+      visit(s.t.q_tmp, n * qn);
+      visit(s.t.k_tmp, n * kn);
+    }
   }
   if ((parts & kProbsPart) && !dims_.fused_attention) visit(s.probs, heads * t * t);
 }
@@ -137,6 +155,56 @@ void LlamaBlock<T>::attention_backward_input(const View& v, const T* dattn) {
     ops_.gqa_attention_backward_input(v.g.dqkv.data(), dattn, v.t.qkv.data(), v.probs.data(), b, t, nhl, kvl, hd);
 }
 
+// The q heads of every row are the first NHL·HD columns of qkv, the k heads the next KVL·HD:
+// copied out, they are [N·NHL, HD] and [N·KVL, HD] rows for the RMSNorm ops, and back.
+template <typename T>
+void LlamaBlock<T>::qk_norm_forward(const View& v) {
+  const int n = dims_.rows(), hd = dims_.head_dim(), ql = dims_.local_qkv();
+  const int nhl = dims_.local_heads(), kvl = dims_.local_kv_heads(), qw = nhl * hd, kw = kvl * hd;
+  T* qkv = v.t.qkv.data();
+  ops_.copy_columns(v.f.q_pre.data(), qkv, n, qw, qw, ql);
+  ops_.copy_columns(v.f.k_pre.data(), qkv + qw, n, kw, kw, ql);
+  ops_.rmsnorm_forward(v.t.q_tmp.data(), v.f.q_rstd.data(), v.f.q_pre.data(), weights<T>(*q_norm_), n * nhl, hd,
+                       dims_.norm_eps);
+  ops_.rmsnorm_forward(v.t.k_tmp.data(), v.f.k_rstd.data(), v.f.k_pre.data(), weights<T>(*k_norm_), n * kvl, hd,
+                       dims_.norm_eps);
+  ops_.copy_columns(qkv, v.t.q_tmp.data(), n, qw, ql, qw);
+  ops_.copy_columns(qkv + qw, v.t.k_tmp.data(), n, kw, ql, kw);
+}
+
+template <typename T>
+void LlamaBlock<T>::qk_norm_backward_input(const View& v) {
+  const int n = dims_.rows(), hd = dims_.head_dim(), ql = dims_.local_qkv();
+  const int nhl = dims_.local_heads(), kvl = dims_.local_kv_heads(), qw = nhl * hd, kw = kvl * hd;
+  T* dqkv = v.g.dqkv.data();
+  // The gradient at the norms' outputs, kept for W; their dgrad back into dqkv.
+  ops_.copy_columns(v.g.dq_norm.data(), dqkv, n, qw, qw, ql);
+  ops_.copy_columns(v.g.dk_norm.data(), dqkv + qw, n, kw, kw, ql);
+  ops_.rmsnorm_backward_input(v.t.q_tmp.data(), v.g.dq_norm.data(), v.f.q_pre.data(), v.f.q_rstd.data(),
+                              weights<T>(*q_norm_), n * nhl, hd, nullptr);
+  ops_.rmsnorm_backward_input(v.t.k_tmp.data(), v.g.dk_norm.data(), v.f.k_pre.data(), v.f.k_rstd.data(),
+                              weights<T>(*k_norm_), n * kvl, hd, nullptr);
+  ops_.copy_columns(dqkv, v.t.q_tmp.data(), n, qw, ql, qw);
+  ops_.copy_columns(dqkv + qw, v.t.k_tmp.data(), n, kw, ql, kw);
+}
+
+template <typename T>
+void LlamaBlock<T>::qk_norm_backward_weight(const Forward& f, const Gradients& g) {
+  const int n = dims_.rows(), hd = dims_.head_dim(), nhl = dims_.local_heads(), kvl = dims_.local_kv_heads();
+  // Under tp each rank holds some of the heads: its sums are partial, so this microbatch's
+  // are added up over tp (2·HD floats) before they join the gradients.
+  const bool partial = dims_.tp > 1;
+  if (partial) norm_grads_.zero();
+  float* dq = partial ? norm_grads_.data() : q_norm_->grad.data();
+  float* dk = partial ? norm_grads_.data() + hd : k_norm_->grad.data();
+  ops_.rmsnorm_backward_weight(dq, g.dq_norm.data(), f.q_pre.data(), f.q_rstd.data(), n * nhl, hd);
+  ops_.rmsnorm_backward_weight(dk, g.dk_norm.data(), f.k_pre.data(), f.k_rstd.data(), n * kvl, hd);
+  if (!partial) return;
+  tp_.allreduce(norm_grads_.data(), 2 * size_t(hd), ReduceOp::Sum);
+  ops_.accumulate(q_norm_->grad.data(), norm_grads_.data(), size_t(hd));
+  ops_.accumulate(k_norm_->grad.data(), norm_grads_.data() + hd, size_t(hd));
+}
+
 template <typename T>
 void LlamaBlock<T>::run_forward(const View& v, const T* x, T* y) {
   const int n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), ql = dims_.local_qkv();
@@ -146,6 +214,7 @@ void LlamaBlock<T>::run_forward(const View& v, const T* x, T* y) {
   ops_.rmsnorm_forward(v.f.ln1.data(), v.f.ln1_rstd.data(), x, weights<T>(ln1_w_), n, c, eps);
   ops_.linear_forward(v.t.qkv.data(), v.f.ln1.data(), weights<T>(qkv_w_), qkv_b_ ? weights<T>(*qkv_b_) : nullptr, n,
                       c, ql);
+  if (q_norm_) qk_norm_forward(v);
   ops_.rotary_forward(v.t.qkv.data(), dims_.batch, dims_.seq_len, dims_.local_heads(), dims_.local_kv_heads(),
                       dims_.head_dim(), rope_);
   attention_forward(v);
@@ -201,6 +270,7 @@ void LlamaBlock<T>::backward_input(int mb, const T* dy, T* dx) {
   attention_backward_input(v, v.t.dattn.data());
   ops_.rotary_backward_input(v.g.dqkv.data(), dims_.batch, dims_.seq_len, dims_.local_heads(),
                              dims_.local_kv_heads(), dims_.head_dim(), rope_);
+  if (q_norm_) qk_norm_backward_input(v);
   ops_.linear_backward_input(v.g.dln1.data(), v.g.dqkv.data(), weights<T>(qkv_w_), n, c, ql, false);
   tp_sum(v.g.dln1.data(), size_t(n) * c);
   // dx = dx2 + rmsnorm_1'(dln1)
@@ -224,6 +294,7 @@ void LlamaBlock<T>::backward_weight(int mb) {
   ops_.linear_backward_weight(qkv_w_.grad.data(), qkv_b_ ? qkv_b_->grad.data() : nullptr, g.dqkv.data(),
                               f.ln1.data(), n, c, ql);
   ops_.rmsnorm_backward_weight(ln1_w_.grad.data(), g.dln1.data(), s.x, f.ln1_rstd.data(), n, c);
+  if (q_norm_) qk_norm_backward_weight(f, g);
   slots_.release(mb);
 }
 

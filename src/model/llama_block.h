@@ -1,5 +1,7 @@
-// Transformer block of the Llama family (Hugging Face LlamaDecoderLayer; Mistral's and
-// Qwen2's are the same with another head width and, for Qwen2, biases on q, k and v), pre-norm:
+// Transformer block of the Llama family (Hugging Face LlamaDecoderLayer; Mistral's, Qwen2's
+// and Qwen3's are the same with another head width, for Qwen2 biases on q, k and v, for Qwen3
+// an RMSNorm of each query and key head between the projection and the rotary embedding:
+// q_h <- rmsnorm(q_h) · q_norm, k_h <- rmsnorm(k_h) · k_norm), pre-norm:
 //   x2 = x + proj(attention(rope(qkv(rmsnorm_1(x)))))      grouped-query, causal, scale 1/√HD
 //   y  = x2 + down(silu(gate(rmsnorm_2(x2))) ∘ up(rmsnorm_2(x2)))
 // Parameters (h.<i>.…, the GPT-2 block's names where the role is the same):
@@ -8,6 +10,10 @@
 //                                                        q_proj, k_proj, v_proj), column-parallel
 //                                                        by heads: each section split over tp
 //   attn.qkv.bias [(NH + 2·NKV)·HD]                      qwen2 only: their biases, sliced alike
+//   attn.q_norm.weight, attn.k_norm.weight [HD]          qwen3 only: the per-head RMSNorm gains,
+//                                                        replicated; each tp rank sums its own
+//                                                        heads' gradient, W all-reduces the two
+//                                                        (2·HD floats) over tp
 //   attn.proj.weight [C, NH·HD]                          o_proj, row-parallel (HD = model.head_dim,
 //                                                        d_model / n_head unless set)
 //   mlp.gate.weight, mlp.up.weight [F, C]                column-parallel
@@ -52,6 +58,8 @@ class LlamaBlock final : public Layer<T> {
   struct Forward {                 // read by I and W
     Buffer<T> ln1;                 // [N,C]
     Buffer<float> ln1_rstd;        // [N] (fp32 in either precision)
+    Buffer<T> q_pre, k_pre;        // [N·NHL,HD], [N·KVL,HD] qwen3: the q and k heads before their norm
+    Buffer<float> q_rstd, k_rstd;  // [N·NHL], [N·KVL]   qwen3
     Buffer<T> attn;                // [N,CL]  attention output before proj
     Buffer<T> x2;                  // [N,C]   residual after attention
     Buffer<T> ln2;                 // [N,C]
@@ -63,6 +71,7 @@ class LlamaBlock final : public Layer<T> {
     Buffer<T> dln2;                // [N,C]   gradient at ln_2's output (all-reduced)
     Buffer<T> dx2;                 // [N,C]   gradient at x2 = proj's output gradient
     Buffer<T> dqkv;                // [N,QL]  at the projection's output (rotary undone)
+    Buffer<T> dq_norm, dk_norm;    // [N·NHL,HD], [N·KVL,HD] qwen3: at the head norms' outputs
     Buffer<T> dln1;                // [N,C]
   };
   struct Transient {               // read by I only
@@ -71,6 +80,7 @@ class LlamaBlock final : public Layer<T> {
     Buffer<float> lse, delta;      // [B,NHL,T], [B,NHL,T] fused attention only
     Buffer<T> dact;                // [N,HL]
     Buffer<T> dattn;               // [N,CL]
+    Buffer<T> q_tmp, k_tmp;        // [N·NHL,HD], [N·KVL,HD] qwen3: normed heads (F), their dgrad (I)
   };
   struct Slot {
     const T* x = nullptr;   // [N,C]   block input (owned by the stage)
@@ -100,18 +110,25 @@ class LlamaBlock final : public Layer<T> {
   void run_forward(const View& v, const T* x, T* y);
   void attention_forward(const View& v);
   void attention_backward_input(const View& v, const T* dattn);
+  // qwen3: the per-head norms of q and k in place on v.t.qkv (F), their dgrad in place on
+  // v.g.dqkv (I), their wgrad (W).
+  void qk_norm_forward(const View& v);
+  void qk_norm_backward_input(const View& v);
+  void qk_norm_backward_weight(const Forward& f, const Gradients& g);
 
   Ops& ops_;
   ModelDims dims_;
   Communicator& tp_;
   Param &ln1_w_, &qkv_w_;
   Param* qkv_b_;                    // qwen2's q, k, v biases; null for llama and mistral
+  Param *q_norm_, *k_norm_;         // qwen3's per-head norm gains; null otherwise
   Param &proj_w_, &ln2_w_, &gate_w_, &up_w_, &down_w_;
   BlockSlots<Slot, T> slots_;       // a microbatch's slot, taken by F or (full recompute) by I
   std::shared_ptr<SharedScratch<Slot>> scratch_;
   bool skip_recompute_ = false;     // the planted fault skip_recompute
   Buffer<T> fault_scratch_;         // [N,C], only with it
   RotaryFrequencies rope_;          // model.rope_theta and rope_scaling (core/rotary.h)
+  Buffer<float> norm_grads_;        // [2·HD] qwen3 under tp: one microbatch's q_norm, k_norm gradients
 };
 
 // The specs of block `i`'s parameters (the names above), for checkpoints and tests.

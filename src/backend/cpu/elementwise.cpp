@@ -1,6 +1,8 @@
 // Elementwise ops: GELU (tanh approximation), add, accumulate, scale, bias broadcast.
 // Memory-bound loops, parallel over threads and vectorised (vector_math.h keeps GELU's
 // exp in the vector unit).
+#include <algorithm>
+
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/vector_math.h"
 #include "backend/cpu/isa_begin.h"  // last: see there
@@ -57,6 +59,18 @@ void CpuOps::add_bias(View yv, ConstView bv, int n, int c) {
 #pragma omp simd
     for (int i = 0; i < c; ++i) y_row[i] += b[i];
   }
+}
+
+void CpuOps::copy_columns(View yv, ConstView xv, int rows, int cols, int y_stride, int x_stride) {
+  float* y;
+  const float* x;
+  std::tie(y, x) = fp32("copy_columns", yv, xv);
+  PPTRAIN_CHECK(rows >= 0 && cols >= 0 && y_stride >= cols && x_stride >= cols, "copy_columns rows=", rows,
+                " cols=", cols, " y_stride=", y_stride, " x_stride=", x_stride);
+  // y[rows, cols] at stride y_stride <- x at stride x_stride
+#pragma omp parallel for schedule(static) if (size_t(rows) * cols >= kParallelMinElements)
+  for (int row = 0; row < rows; ++row)
+    std::copy_n(x + size_t(row) * x_stride, cols, y + size_t(row) * y_stride);
 }
 
 }  // namespace pptrain::cpu::PPTRAIN_CPU_ISA
