@@ -401,11 +401,7 @@ TEST_F(Binding, ImpossibleCountersAreRefused) {
   fs::copy_file(path_, original);
   for (const Case& c : cases) {
     fs::copy_file(original, path_, fs::copy_options::overwrite_existing);
-    edit_h5(path_, [&](hid_t f) {
-      CheckpointMeta m = meta_of(original);
-      c.edit(m);
-      write_meta(f, m, "test");
-    });
+    rewrite_meta(path_, c.edit);
     const std::string error = resume_error(path_);
     EXPECT_NE(error.find(c.message), std::string::npos) << error;
     CommandResult r = run_command(pptrain_bin() + " inspect --verify " + path_);
