@@ -208,7 +208,8 @@ class StepResults {
     if (!settled) return false;
     // A save reports its phases to the watchdog (CheckpointManager::set_progress) and
     // stores the spike guard's state.
-    checkpoints_.set_spike_guard(guard_.state());
+    const bool saves = stop || checkpoints_.due(r.step, final);
+    if (saves) checkpoints_.set_spike_guard(guard_.state());
     if (stop) stop_code_ = stop_early(stop, r.step, checkpoints_, trainer_, job_.world().rank() == 0);
     // Only a save asks for the parameters: Trainer::params() waits for ZeRO-1's all-gathers,
     // which otherwise overlap the next step's start.
