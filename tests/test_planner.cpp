@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,15 @@ std::vector<double> losses(const std::string& path) {
   for (size_t at = text.find("\"loss\": "); at != std::string::npos; at = text.find("\"loss\": ", at + 1))
     out.push_back(std::stod(text.substr(at + 8)));
   return out;
+}
+
+// The number after `label` on the first line holding `line_mark` (NaN when absent).
+double number_after(const std::string& text, const std::string& line_mark, const std::string& label) {
+  const size_t line = text.find(line_mark);
+  if (line == std::string::npos) return NAN;
+  const size_t at = text.find(label, line);
+  if (at == std::string::npos || text.find('\n', line + 1) < at) return NAN;
+  return std::stod(text.substr(at + label.size()));
 }
 
 TempDir corpus_dir() {
@@ -105,6 +115,16 @@ TEST(Planner, PlanRanksLayoutsAndWritesAConfigThatTrains) {
   CommandResult r = run_command("cd " + dir.path() + " && " + mpirun(2) + trainer() + " train best.yaml", 120);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find(" ms (predicted "), std::string::npos) << r.output;
+  // The written config was planned back before it was written (job/job_plan.h, the one
+  // place train plans too): the plan's check, the ranking's best row and the run's own
+  // prediction are one figure, printed to 2, 2 and 1 decimals.
+  const double checked = number_after(plan.output, "planned as train will run it: ", "predicted step ");
+  const double trained = number_after(r.output, "planner: layers_per_stage ", "predicted step ");
+  std::istringstream best_row(plan.output.substr(plan.output.find("\n   1 ") + 1));
+  std::string column;
+  for (int i = 0; i < 9; ++i) best_row >> column;  // rank pp tp dp v mbs m schedule "step ms"
+  EXPECT_NEAR(checked, std::stod(column), 0.005 + 0.005) << plan.output;
+  EXPECT_NEAR(checked, trained, 0.05 + 0.005) << plan.output << r.output;
   // Planned from costs measured by the plan itself: written beside the config.
   CommandResult measured =
       run_command("cd " + dir.path() + " && " + trainer() + " plan c.yaml --ranks 2 --out own.yaml --top 3", 60);
@@ -198,4 +218,37 @@ TEST(Planner, AProfileOfOtherShapesAndAnImpossibleLimitAreOneLineEach) {
                                       60);
   EXPECT_NE(trained.exit_code, 0);
   EXPECT_NE(trained.output.find("does not apply to wide.yaml"), std::string::npos) << trained.output;
+}
+
+// `schedule --config` draws the program `train` runs for the config, from the same plan:
+// a named schedule is the generator's program for the config's pp and microbatches; auto
+// is the program built from the config's costs; the options a config answers are refused
+// beside it, and overrides without a config.
+TEST(Planner, ScheduleOfAConfigIsTheProgramTrainRuns) {
+  TempDir dir = corpus_dir();
+  write_config(dir, "c.yaml", "pp: 2, microbatches: 4, schedule: zb-h1");
+  const std::string cd = "cd " + dir.path() + " && " + trainer();
+  CommandResult of_config = run_command(cd + " schedule --config c.yaml --format csv", 60);
+  ASSERT_EQ(of_config.exit_code, 0) << of_config.output;
+  CommandResult named = run_command(cd + " schedule --schedule zb-h1 --pp 2 --microbatches 4 --format csv", 60);
+  ASSERT_EQ(named.exit_code, 0) << named.output;
+  const std::string program = named.output;
+  EXPECT_NE(of_config.output.find(program), std::string::npos) << of_config.output << "\nvs\n" << program;
+  // Overrides apply as in train: 1F1B is another program than ZB-H1's.
+  CommandResult other = run_command(cd + " schedule --config c.yaml parallel.schedule=1f1b --format csv", 60);
+  ASSERT_EQ(other.exit_code, 0) << other.output;
+  EXPECT_EQ(other.output.find(program), std::string::npos) << other.output;
+  // schedule: auto from a cost file: the planner's split and program, as the run logs them.
+  ASSERT_EQ(run_command(cd + " profile c.yaml parallel.pp=1 --out p.json", 60).exit_code, 0);
+  CommandResult a = run_command(cd + " schedule --config c.yaml parallel.schedule=auto parallel.profile=p.json", 60);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_NE(a.output.find("c.yaml: schedule auto"), std::string::npos) << a.output;
+  EXPECT_NE(a.output.find("makespan"), std::string::npos) << a.output;
+  CommandResult bad = run_command(cd + " schedule --config c.yaml --pp 4 2>&1", 60);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("schedule: --pp comes from the config's parallel section with --config"),
+            std::string::npos) << bad.output;
+  bad = run_command(cd + " schedule --schedule 1f1b --pp 2 --microbatches 4 parallel.pp=2 2>&1", 60);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("overrides a config; give --config CONFIG"), std::string::npos) << bad.output;
 }

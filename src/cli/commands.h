@@ -27,6 +27,9 @@ int cmd_plan(const Args& args, MpiSession& mpi);
 struct ProfileOptions;
 struct Config;
 ProfileOptions profile_options(const Config& cfg, std::string* source = nullptr);
+// The options of a start-up measurement for plan_job (job/job_plan.h): profile_options when
+// parallel.profile is `measure` (timed on the job's data); otherwise nothing is read.
+ProfileOptions measure_options(const Config& cfg);
 
 // What this binary's backends can run, for the defaults of a config (cli/version.cpp).
 struct BuildFeatures;

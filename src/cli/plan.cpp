@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "job/job_plan.h"
 #include "parallel/mpi_comm.h"
 #include "parallel/mpi_session.h"
 #include "partition/auto_layout.h"
@@ -135,6 +136,14 @@ int cmd_plan(const Args& raw_args, MpiSession& mpi) {
     }
     best.parallel.profile = costs;  // as given: relative to where the run starts, like data paths
     best.parallel.memory_per_rank_gib = args.memory_gib;  // the run checks its split against it too
+    // Planned back as `train` will plan it (job/job_plan.h), so a config that would not
+    // start is never written. Its costs are a file now: nothing is measured, and only this
+    // process plans.
+    MpiComm self(MPI_COMM_SELF, "self", false);
+    const JobPlan check = plan_job(best, self);
+    std::printf("planned as train will run it: schedule %s, blocks per stage %s, predicted step %.2f ms\n",
+                check.schedule_name().c_str(), blocks_text(blocks_per_stage(check.config)).c_str(),
+                check.predicted_step_ms());
     std::ofstream f(args.out);
     f << "# pptrain plan " << cfg.source << " --ranks " << args.ranks << ": predicted step "
       << layouts.front().step_ms << " ms\n"

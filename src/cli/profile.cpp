@@ -122,6 +122,10 @@ ProfileOptions profile_options(const Config& cfg, std::string* source) {
   return opts;
 }
 
+ProfileOptions measure_options(const Config& cfg) {
+  return cfg.parallel.profile == "measure" ? profile_options(cfg) : ProfileOptions{};
+}
+
 int cmd_profile(const Args& raw_args, MpiSession& mpi) {
   const ProfileArgs args = parse_args(raw_args);
   const Config cfg = load_config(args.config, args.overrides, build_features());

@@ -7,6 +7,9 @@
 #include <map>
 
 #include "cli/commands.h"
+#include "core/config.h"
+#include "job/job_plan.h"
+#include "parallel/mpi_comm.h"
 #include "partition/cost_profile.h"
 #include "partition/partition.h"
 #include "partition/partitioner.h"
@@ -29,6 +32,10 @@ const char* kScheduleUsage =
     "                        [--backward as-is|split|merged] [--cost f=1,i=1,w=1,comm=0,act_i=1,act_w=0]\n"
     "                        [--memory-limit X] [--blocking-sends]\n"
     "                        [--format text|json|csv|svg|chrome] [--out FILE]\n"
+    "       pptrain schedule --config CONFIG [section.key=value ...] [--cost ...] [--format ...] [--out FILE]\n"
+    "  --config            the program `pptrain train CONFIG` would run, planned as train plans\n"
+    "                      it (schedule: auto and a split from parallel.profile included); the\n"
+    "                      schedule, pp, microbatches and placement come from the config\n"
     "  --schedule          gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zbv, dualpipev,\n"
     "                      auto, or file:FILE.csv (the same as --load FILE.csv)\n"
     "                      auto: a zero-bubble program built for --cost (required) and\n"
@@ -56,7 +63,8 @@ const char* kScheduleUsage =
     "                      lowered program; svg: picture; chrome: trace for Perfetto\n";
 
 struct Options {
-  std::string schedule, load, placement, backward = "as-is", cost, format = "text", out;
+  std::string schedule, load, placement, backward = "as-is", cost, format = "text", out, config;
+  std::vector<std::string> overrides;  // section.key=value, with --config
   int pp = 0, microbatches = 0, stages_per_rank = 0;
   double memory_limit = 0;
   bool blocking_sends = false, help = false;
@@ -75,7 +83,7 @@ Options parse_options(const Args& args) {
   const std::map<std::string, std::string*> text_flags = {
       {"--schedule", &o.schedule}, {"--load", &o.load},     {"--placement", &o.placement},
       {"--backward", &o.backward}, {"--cost", &o.cost},     {"--format", &o.format},
-      {"--out", &o.out}};
+      {"--out", &o.out},           {"--config", &o.config}};
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i], value;
     bool inline_value = false;
@@ -111,9 +119,24 @@ Options parse_options(const Args& args) {
       o.memory_limit = std::strtod(text.c_str(), &end);
       if (text.empty() || *end != '\0' || !(o.memory_limit > 0))
         fail("--memory-limit: expected a number > 0, got '", text, "'");
+    } else if (flag.rfind("--", 0) != 0 && flag.find('=') != std::string::npos) {
+      o.overrides.push_back(flag);
     } else {
       fail("schedule: unknown option '", args[i], "' (see pptrain schedule --help)");
     }
+  }
+  if (!o.config.empty()) {
+    // The config says what these say for a schedule of its own; two answers would conflict.
+    const std::pair<const char*, bool> from_config[] = {
+        {"--schedule", !o.schedule.empty()},     {"--load", !o.load.empty()},
+        {"--pp", o.pp != 0},                     {"--microbatches", o.microbatches != 0},
+        {"--stages-per-rank", o.stages_per_rank != 0}, {"--placement", !o.placement.empty()},
+        {"--backward", o.backward != "as-is"},   {"--memory-limit", o.memory_limit != 0},
+        {"--blocking-sends", o.blocking_sends}};
+    for (const auto& [flag, given] : from_config)
+      if (given) fail("schedule: ", flag, " comes from the config's parallel section with --config; give one or the other");
+  } else if (!o.overrides.empty()) {
+    fail("schedule: '", o.overrides.front(), "': section.key=value overrides a config; give --config CONFIG");
   }
   return o;
 }
@@ -148,6 +171,47 @@ void write_output(const std::string& text, const std::string& path) {
   if (!out) fail("--out '", path, "': cannot write");
 }
 
+// Prints the report in o.format; an invalid one as JSON (exit 1) or as the error.
+int emit(const pipeline::ScheduleReport& report, const Options& o) {
+  using namespace pipeline;
+  if (!report.valid) {
+    if (o.format != "json") throw Error(report.error);
+    write_output(render_json(report), o.out);
+    log::error(report.error);
+    return 1;
+  }
+  if (o.format == "text") write_output(render_text(report), o.out);
+  if (o.format == "json") write_output(render_json(report), o.out);
+  if (o.format == "csv") write_output(program_to_csv(report.schedule.program), o.out);
+  if (o.format == "svg") write_output(render_svg(report), o.out);
+  if (o.format == "chrome") write_output(render_chrome_trace(report), o.out);
+  return 0;
+}
+
+// --config: the schedule of the config's job plan (job/job_plan.h), as train runs it,
+// simulated with --cost (a cost file: the stages' costs of the plan's own split). Planning
+// may time layers on every process (parallel.profile: measure); the first one prints.
+int config_schedule(const Options& o) {
+  using namespace pipeline;
+  const Config loaded = load_config(o.config, o.overrides, build_features());
+  MpiComm processes = MpiComm::world();
+  const JobPlan plan = plan_job(loaded, processes, measure_options(loaded));
+  if (processes.rank() != 0) return 0;
+  ScheduleReport report;
+  const bool profiled = o.cost.size() > 5 && o.cost.compare(o.cost.size() - 5, 5, ".json") == 0;
+  report.cost = profiled ? stage_cost_model(read_cost_profile(o.cost), blocks_per_stage(plan.config))
+                         : parse_cost(o.cost);
+  report.schedule = plan.schedule;
+  report.sim = simulate(plan.schedule, report.cost);
+  report.peak_in_flight = peak_in_flight(plan.schedule);
+  report.valid = true;
+  std::fprintf(stderr, "%s: schedule %s, pp %d, %d microbatches, blocks per stage %s%s\n", loaded.source.c_str(),
+               plan.schedule_name().c_str(), plan.config.parallel.pp, plan.config.parallel.microbatches,
+               blocks_text(blocks_per_stage(plan.config)).c_str(),
+               profiled ? cat("; costs from ", o.cost).c_str() : "");
+  return emit(report, o);
+}
+
 }  // namespace
 
 int cmd_schedule(const Args& args) {
@@ -160,6 +224,7 @@ int cmd_schedule(const Args& args) {
   const std::string formats[] = {"text", "json", "csv", "svg", "chrome"};
   if (std::find(std::begin(formats), std::end(formats), o.format) == std::end(formats))
     fail("--format '", o.format, "' is not one of: text, json, csv, svg, chrome");
+  if (!o.config.empty()) return config_schedule(o);
 
   ScheduleReport report;
   // A cost file of `pptrain profile` (*.json): the stages' costs of the exact split of its
@@ -201,18 +266,7 @@ int cmd_schedule(const Args& args) {
     report.error = e.what();
   }
   report.schedule = s;
-  if (!report.valid) {
-    if (o.format != "json") throw Error(report.error);
-    write_output(render_json(report), o.out);
-    log::error(report.error);
-    return 1;
-  }
-  if (o.format == "text") write_output(render_text(report), o.out);
-  if (o.format == "json") write_output(render_json(report), o.out);
-  if (o.format == "csv") write_output(program_to_csv(s.program), o.out);
-  if (o.format == "svg") write_output(render_svg(report), o.out);
-  if (o.format == "chrome") write_output(render_chrome_trace(report), o.out);
-  return 0;
+  return emit(report, o);
 }
 
 }  // namespace pptrain

@@ -16,12 +16,11 @@
 #include "core/log.h"
 #include "model/dims.h"
 #include "job/job.h"
+#include "job/job_plan.h"
 #include "job/memory_report.h"
 #include "job/preflight.h"
 #include "parallel/mpi_session.h"
-#include "partition/auto_layout.h"
 #include "partition/partition.h"
-#include "pipeline/registry.h"
 #include "train/run_training.h"
 
 namespace pptrain {
@@ -55,18 +54,6 @@ TrainArgs parse_args(const Args& args) {
   return out;
 }
 
-// "planner: layers_per_stage [0,4,4] schedule zb-h1 (costs: FILE): predicted step 812.3 ms
-// (pipeline 790.1, sync 12.0, update 10.2; bubble 0.081; peak 1.21 GiB per rank)"
-void log_prediction(const ResolvedLayout& layout) {
-  const LayoutChoice& p = *layout.prediction;
-  char figures[256];
-  std::snprintf(figures, sizeof figures,
-                "predicted step %.1f ms (pipeline %.1f, sync %.1f, update %.1f; bubble %.3f; peak %.3f GiB per rank)",
-                p.step_ms, p.pipeline_ms, p.sync_ms, p.optimizer_ms, p.bubble, p.peak_bytes / double(1 << 30));
-  log::info("planner: layers_per_stage ", blocks_text(p.layers_per_stage), " schedule ", p.schedule, " (costs ",
-            layout.profile_source, "): ", figures);
-}
-
 // What parallel.zero: 1 shards under this config ("" when nothing is sharded).
 std::string zero_text(const Config& cfg) {
   if (!cfg.zero_shards_moments()) return "";
@@ -75,32 +62,24 @@ std::string zero_text(const Config& cfg) {
   return " | ZeRO-1: AdamW moments sharded over dp; fp32 masters whole (the fp32 layers compute with them)";
 }
 
-// The profile options of a start-up measurement (parallel.profile: measure): timed on the
-// job's data; nothing is read otherwise.
-ProfileOptions measure_options(const Config& cfg) {
-  return cfg.parallel.profile == "measure" ? profile_options(cfg) : ProfileOptions{};
-}
-
-// --dry-run: the layout a run of `loaded` would resolve and every (pp, tp) rank's
-// predicted memory. resolve_layout is collective over the processes there are (it may
-// time layers for the planner on them); nothing else communicates.
+// --dry-run: the plan a run of `loaded` would make and every (pp, tp) rank's predicted
+// memory. The plan is collective over the processes there are (it may time layers for the
+// planner on them); nothing else communicates.
 int dry_run(const Config& loaded, MpiSession& mpi) {
   MpiComm processes = MpiComm::world();
-  const ResolvedLayout layout = resolve_layout(loaded, processes, measure_options(loaded));
-  const Config& cfg = layout.config;
-  const pipeline::Schedule schedule =
-      layout.program ? pipeline::prepare_schedule(*layout.program) : pipeline::prepare_schedule(cfg);
+  const JobPlan plan = plan_job(loaded, processes, measure_options(loaded));
+  const Config& cfg = plan.config;
   if (mpi.rank() != 0) return 0;
-  if (layout.prediction) log_prediction(layout);
+  if (plan.prediction) log::info(prediction_line(plan));
   const ParallelConfig& par = cfg.parallel;
   log::info("dry run of ", cfg.source, ": ", cfg.world_size(), " ranks (dp ", par.dp, " pp ", par.pp, " tp ", par.tp,
-            ") | schedule ", layout.program ? layout.program->name : par.schedule, ", ", par.microbatches,
+            ") | schedule ", plan.schedule_name(), ", ", par.microbatches,
             " microbatches, blocks per stage ", blocks_text(blocks_per_stage(cfg)), ", recompute per stage ",
             ModelDims::recompute_per_stage_text(cfg), " | ", cfg.device, " ", cfg.training.precision, zero_text(cfg),
             " | predicted memory per rank (dp replicas hold the same):");
   for (int pp_rank = 0; pp_rank < par.pp; ++pp_rank)
     for (int tp_rank = 0; tp_rank < par.tp; ++tp_rank)
-      log::info("  ", format_memory_report(predicted_memory_report(cfg, schedule, pp_rank, tp_rank)));
+      log::info("  ", format_memory_report(predicted_memory_report(cfg, plan.schedule, pp_rank, tp_rank)));
   return 0;
 }
 
@@ -118,24 +97,15 @@ int cmd_train(const Args& raw_args, MpiSession& mpi) {
   }
   if (args.dry_run) return dry_run(loaded, mpi);
   all_faults.announce(mpi.rank());
-  JobPlan plan;
-  Config cfg = loaded;
-  // Everything the config and the file system can tell up front (data, output paths,
-  // memory) is checked before the Job allocates the model; what the config leaves to the
-  // planner (a split from measured costs, schedule: auto) is resolved first.
-  {
-    MpiComm world = checked_world(loaded);
-    ResolvedLayout layout = resolve_layout(loaded, world, measure_options(loaded));
-    cfg = layout.config;
-    plan.program = layout.program;
-    if (layout.prediction) {
-      plan.predicted_step_ms = layout.prediction->step_ms;
-      if (mpi.rank() == 0) log_prediction(layout);
-    }
-    run_preflight(cfg, plan.program ? pipeline::prepare_schedule(*plan.program) : pipeline::prepare_schedule(cfg),
-                  world);
-  }
-  Job job(cfg, all_faults.on_rank(mpi.rank()), nullptr, plan);
+  // The world's size first (a wrong -np is one line), then the plan (what the config leaves
+  // to the planner: a split from measured costs, schedule: auto), then everything the config
+  // and the file system can tell up front (data, output paths, memory), all before the Job
+  // allocates the model from the plan.
+  MpiComm world = checked_world(loaded);
+  JobPlan plan = plan_job(loaded, world, measure_options(loaded));
+  if (plan.prediction && mpi.rank() == 0) log::info(prediction_line(plan));
+  run_preflight(plan.config, plan.schedule, world);
+  Job job(std::move(plan), std::move(world), all_faults.on_rank(mpi.rank()));
   TrainingHooks hooks;
   hooks.dump_dir = args.dump_dir;
   return run_training(job, hooks);

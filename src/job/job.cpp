@@ -57,15 +57,16 @@ std::string Job::transport() const {
                  : cat(s, "; mpi through pinned host buffers");
 }
 
-Job::Job(const Config& cfg, const Faults& faults, std::unique_ptr<Ops> ops, JobPlan plan)
-    : cfg_(cfg),
+Job::Job(JobPlan plan, MpiComm world, const Faults& faults, std::unique_ptr<Ops> ops)
+    : cfg_(std::move(plan.config)),
       faults_(faults),
-      world_(checked_world(cfg)),
-      schedule_(plan.program ? pipeline::prepare_schedule(std::move(*plan.program)) : pipeline::prepare_schedule(cfg)),
-      predicted_step_ms_(plan.predicted_step_ms),
-      grid_(world_, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.tp, embedding_pp_ranks(cfg, schedule_)),
-      ops_(ops ? std::move(ops) : make_ops(cfg, faults_)),
+      world_(std::move(world)),
+      schedule_(std::move(plan.schedule)),
+      predicted_step_ms_(plan.predicted_step_ms()),
+      grid_(world_, cfg_.parallel.dp, cfg_.parallel.pp, cfg_.parallel.tp, embedding_pp_ranks(cfg_, schedule_)),
+      ops_(ops ? std::move(ops) : make_ops(cfg_, faults_)),
       par_(grid_.context(world_)) {
+  const Config& cfg = cfg_;
   if (cfg.device == "cuda") {
     // On GPUs the pp, tp, dp and embedding groups talk over NCCL (in pptrain-emu over the
     // emulated NCCL, which runs on MPI), or over MPI through pinned host buffers where

@@ -1,7 +1,6 @@
-// Job: one rank's part of a training job, assembled once from the resolved config, in
-// this order:
-//   schedule  the pipeline program (generated or loaded, validated, lowered) and its
-//             placement of stages on pp ranks (pipeline::prepare_schedule)
+// Job: one rank's part of a training job, assembled once from its plan (job/job_plan.h:
+// the resolved config and the prepared schedule, which Job takes as they are), in this
+// order:
 //   grid      the dp x pp x tp ranks and their MPI groups; the embedding group from the
 //             placement of the first and last stage
 //   ops       the backend: cpu, or cuda on this rank's GPU
@@ -15,7 +14,6 @@
 // pptrain::Error on every rank before any group is created.
 #pragma once
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,6 +24,7 @@
 #include "core/faults.h"
 #include "model/param.h"
 #include "model/stage.h"
+#include "job/job_plan.h"
 #include "parallel/device_comm.h"
 #include "parallel/grid.h"
 #include "parallel/mpi_comm.h"
@@ -34,23 +33,18 @@
 
 namespace pptrain {
 
-// MPI_COMM_WORLD, which must hold exactly the config's dp x pp x tp ranks: checked before
-// the schedule and the groups (and before the preflight checks, job/preflight.h), so a wrong
-// -np ends every rank with the config's name in the message.
+// MPI_COMM_WORLD, which must hold exactly the config's dp x pp x tp ranks: checked first,
+// before the plan (which may time layers on every rank), the preflight and the groups, so a
+// wrong -np ends every rank with the config's name in the message.
 MpiComm checked_world(const Config& cfg);
-
-// What the planner resolved for the job (partition/auto_layout.h), beyond the config.
-struct JobPlan {
-  std::optional<pipeline::Schedule> program;  // parallel.schedule: auto: the compute program
-  double predicted_step_ms = 0;                // from measured costs; 0: no prediction
-};
 
 class Job {
  public:
+  // `plan`: plan_job's result for this job; `world`: checked_world(plan.config).
   // `faults`: the planted faults acting on this rank (core/faults.h; tests only).
-  // `ops`: the backend to use instead of the one cfg.device names (tests: a backend that
-  // counts its allocations); null builds the config's.
-  Job(const Config& cfg, const Faults& faults = {}, std::unique_ptr<Ops> ops = nullptr, JobPlan plan = {});
+  // `ops`: the backend to use instead of the one the config's device names (tests: a
+  // backend that counts its allocations); null builds the config's.
+  Job(JobPlan plan, MpiComm world, const Faults& faults = {}, std::unique_ptr<Ops> ops = nullptr);
   ~Job();
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;

@@ -43,7 +43,9 @@ void train_with_checkpoints(MpiSession& mpi, const std::vector<std::string>& arg
   const Faults all_faults = Faults::from_env();
   const Config cfg = load_config(config, overrides);
   all_faults.announce(mpi.rank());
-  Job job(cfg, all_faults.on_rank(mpi.rank()));
+  MpiComm world = checked_world(cfg);
+  JobPlan plan = plan_job(cfg, world);
+  Job job(std::move(plan), std::move(world), all_faults.on_rank(mpi.rank()));
 
   auto dump = [&](Trainer& trainer, const std::string& dir, const char* what) {
     if (dir.empty()) return;

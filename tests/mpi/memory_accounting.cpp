@@ -32,7 +32,9 @@ void measure(MpiSession& mpi, const std::vector<std::string>& args) {
   const Faults faults = Faults::from_env().on_rank(mpi.rank());
   auto counting = std::make_unique<testing::CountingOps>(make_cpu_ops(faults));
   testing::CountingOps& counter = *counting;
-  Job job(cfg, faults, std::move(counting));
+  MpiComm world = checked_world(cfg);
+  JobPlan plan = plan_job(cfg, world);
+  Job job(std::move(plan), std::move(world), faults, std::move(counting));
   auto trainer = std::make_unique<Trainer>(job);
   trainer->train_step();
   report(mpi.rank(), "step1", counter);

@@ -11,7 +11,6 @@
 #include "core/config.h"
 #include "job/job.h"
 #include "job/memory_estimate.h"
-#include "pipeline/registry.h"
 #include "support/counting_ops.h"
 #include "support/mpi_program.h"
 #include "train/trainer.h"
@@ -25,11 +24,13 @@ void measure(MpiSession& mpi, const std::vector<std::string>& args) {
   const Config cfg = load_config(args[0], {args.begin() + 1, args.end()});
   const int tp = cfg.parallel.tp, pp = cfg.parallel.pp;
   const int pp_rank = mpi.rank() / tp % pp, tp_rank = mpi.rank() % tp;
-  const MemoryEstimate predicted = estimate_rank_memory(cfg, pipeline::prepare_schedule(cfg), pp_rank, tp_rank);
+  MpiComm world = checked_world(cfg);
+  JobPlan plan = plan_job(cfg, world);
+  const MemoryEstimate predicted = estimate_rank_memory(plan.config, plan.schedule, pp_rank, tp_rank);
 
   auto counting = std::make_unique<testing::CountingOps>(cfg.device == "cuda" ? make_cuda_ops(cfg) : make_cpu_ops());
   const testing::CountingOps& counter = *counting;
-  Job job(cfg, {}, std::move(counting));
+  Job job(std::move(plan), std::move(world), {}, std::move(counting));
   Trainer trainer(job);
   trainer.train_step();
   trainer.train_step();
