@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
-# Runs the test binaries BUILD/tests/NAME, each under a timeout so a hang fails, and ends
-# with one line "N passed, M failed" summed over all binaries.
+# Runs the test binaries BUILD/tests/NAME, each under a timeout so a hang fails, several at
+# once, and ends with one line "N passed, M failed" summed over all binaries.
 #   run_tests.sh [BUILD [NAME...]]
 # NAMEs are the binaries expected (default: one per tests/test_*.cpp). One that is missing
 # (it failed to build) counts as one failure, and so does one that crashes, aborts or
 # times out before finishing its tests, printed or not. BUILD_FAILED=1 (set by `make test`)
 # says the build failed: one failure more when no test binary is missing for it.
+#
+# Side by side: TEST_JOBS binaries run at once (default: the cores this process may use,
+# whatever OMP_NUM_THREADS says). Many binaries spend much of their time waiting (mpirun's
+# start-up, processes started and stopped, compilers writing files, deadlines), so two on
+# two cores finish well before one after the other. The longest start first, so the last
+# one to finish is a short one: by the times of the previous run (BUILD/test-logs/
+# durations), else by tests/test_durations (seconds from a reference run; only the order
+# depends on it). A binary whose test measures time against a bound derived for an idle
+# machine is listed in SOLO and runs alone, with nothing beside it.
 set -u
 BUILD=${1:-build}; shift || true
 names=("$@")
@@ -17,8 +26,61 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 export PPTRAIN_BIN=$BUILD/pptrain
 LOGDIR=$BUILD/test-logs; mkdir -p "$LOGDIR"
+jobs_max=${TEST_JOBS:-$(env -u OMP_NUM_THREADS nproc)}
+[[ "$jobs_max" =~ ^[1-9][0-9]*$ ]] || { echo "run_tests: TEST_JOBS=$jobs_max: expected a count >= 1"; exit 2; }
+SOLO=" ${TEST_SOLO-test_run_control test_run_signals} "
+
+# Longest first (unknown ones first of all: they may be long), then by name.
+declare -A seconds=()
+for f in tests/test_durations "$LOGDIR/durations"; do
+  [ -f "$f" ] || continue
+  while read -r n s; do [[ "$s" =~ ^[0-9]+$ ]] && seconds[$n]=$s; done <"$f"
+done
+mapfile -t names < <(for n in "${names[@]}"; do echo "${seconds[$n]:-100000} $n"; done | sort -k1,1nr -k2 | cut -d' ' -f2)
+
 passed=0; failed=0; failed_names=(); missing=0
+declare -A running=() start_of=()  # running: name -> the file its exit status goes to
+durations=()
 start_all=$(date +%s)
+
+# One binary's result, from its log and exit status: its line, counts and failures.
+finish() {
+  local name=$1 rc=$2 took=$3 log=$LOGDIR/$1.log p f status=""
+  p=$(grep -Eo '^\[  PASSED  \] [0-9]+' "$log" | grep -Eo '[0-9]+$' || echo 0)
+  f=$(grep -Eo '^\[  FAILED  \] [0-9]+ test' "$log" | grep -Eo '[0-9]+' || echo 0)
+  [ -z "$p" ] && p=0; [ -z "$f" ] && f=0
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi   # crash, timeout or abort
+  passed=$((passed + p)); failed=$((failed + f))
+  # A binary past its deadline: name the test it was in (each test's own commands carry
+  # shorter deadlines and report where their ranks were).
+  [ "$rc" -eq 124 ] && status="  (timed out in $(grep -E '^\[ RUN      \]' "$log" | tail -1 | sed 's/^\[ RUN      \] //'))"
+  [ "$rc" -eq 137 ] && status="  (killed: timed out, or out of memory)"
+  [ "$rc" -gt 128 ] && [ "$rc" -ne 137 ] && status="  (died of signal $((rc - 128)))"
+  printf '%-36s %4d passed %3d failed  %4ds%s\n' "$name" "$p" "$f" "$took" "$status"
+  durations+=("$name $took")
+  if [ "$f" -gt 0 ]; then
+    failed_names+=("$name")
+    grep -E '^\[  FAILED  \]|Failure|error:' "$log" | head -20 | sed 's/^/    /'
+  fi
+}
+
+# Waits for one running binary to end and reports it. Each writes its exit status to a
+# file of its own when it ends (bash's `wait -n` loses a job the shell already reaped).
+reap() {
+  local name
+  while :; do
+    for name in "${!running[@]}"; do
+      if [ -s "${running[$name]}" ]; then
+        local rc; rc=$(cat "${running[$name]}"); rm -f "${running[$name]}"
+        unset "running[$name]"
+        finish "$name" "$rc" $(( $(date +%s) - ${start_of[$name]} ))
+        return
+      fi
+    done
+    sleep 0.2
+  done
+}
+
 for name in "${names[@]}"; do
   bin=$BUILD/tests/$name; log=$LOGDIR/$name.log
   if [ ! -x "$bin" ]; then
@@ -27,31 +89,29 @@ for name in "${names[@]}"; do
     printf '%-36s %4d passed %3d failed  %4s  (not built)\n' "$name" 0 1 -
     continue
   fi
-  t0=$(date +%s)
-  timeout -k 10 "${TEST_TIMEOUT:-600}" "$bin" --gtest_color=no >"$log" 2>&1
-  rc=$?
-  p=$(grep -Eo '^\[  PASSED  \] [0-9]+' "$log" | grep -Eo '[0-9]+$' || echo 0)
-  f=$(grep -Eo '^\[  FAILED  \] [0-9]+ test' "$log" | grep -Eo '[0-9]+' || echo 0)
-  [ -z "$p" ] && p=0; [ -z "$f" ] && f=0
-  if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi   # crash, timeout or abort
-  passed=$((passed + p)); failed=$((failed + f))
-  status=""
-  # A binary past its deadline: name the test it was in (each test's own commands carry
-  # shorter deadlines and report where their ranks were).
-  [ $rc -eq 124 ] && status="  (timed out in $(grep -E '^\[ RUN      \]' "$log" | tail -1 | sed 's/^\[ RUN      \] //'))"
-  [ $rc -eq 137 ] && status="  (killed: timed out, or out of memory)"
-  [ $rc -gt 128 ] && [ $rc -ne 137 ] && status="  (died of signal $((rc - 128)))"
-  printf '%-36s %4d passed %3d failed  %4ds%s\n' "$name" "$p" "$f" $(( $(date +%s) - t0 )) "$status"
-  if [ "$f" -gt 0 ]; then
-    failed_names+=("$name")
-    grep -E '^\[  FAILED  \]|Failure|error:' "$log" | head -20 | sed 's/^/    /'
-  fi
+  solo=0; [[ "$SOLO" == *" $name "* ]] && solo=1
+  # A solo binary starts when nothing runs; while it runs nothing starts.
+  limit=$jobs_max; [ $solo = 1 ] && limit=1
+  while [ ${#running[@]} -ge "$limit" ]; do reap; done
+  start_of[$name]=$(date +%s)
+  running[$name]=$LOGDIR/$name.status
+  rm -f "${running[$name]}"
+  # The shell's own line for a binary that died of a signal goes to its log, not here.
+  { timeout -k 10 "${TEST_TIMEOUT:-600}" "$bin" --gtest_color=no >"$log" 2>&1
+    echo $? >"${running[$name]}.tmp" && mv "${running[$name]}.tmp" "${running[$name]}"; } 2>>"$log" &
+  if [ $solo = 1 ]; then reap; fi
 done
+while [ ${#running[@]} -gt 0 ]; do reap; done
+
 if [ "${BUILD_FAILED:-}" = 1 ] && [ $missing -eq 0 ]; then
   failed=$((failed + 1)); failed_names+=("(the build)")
   echo "the build failed (its errors are above the tests)"
 fi
-echo "total time $(( $(date +%s) - start_all ))s; logs in $LOGDIR"
+if [ ${#durations[@]} -gt 0 ]; then
+  printf '%s\n' "${durations[@]}" | sort -k2,2nr >"$LOGDIR/durations"
+  echo "slowest: $(head -8 "$LOGDIR/durations" | awk '{printf "%s%s %ss", (NR > 1 ? ", " : ""), $1, $2}')"
+fi
+echo "total time $(( $(date +%s) - start_all ))s, $jobs_max at once; logs in $LOGDIR"
 [ ${#failed_names[@]} -gt 0 ] && echo "failing binaries: ${failed_names[*]}"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

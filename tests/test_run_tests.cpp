@@ -104,3 +104,65 @@ TEST(RunTests, AFailedBuildCountsOnceWhenNoTestBinaryIsMissing) {
   r = run_command("BUILD_FAILED=1 scripts/run_tests.sh " + build.path() + " test_a test_missing", 60);
   EXPECT_EQ(last_line(r.output), "2 passed, 1 failed") << r.output;
 }
+
+// TEST_JOBS binaries run at once: each stand-in marks that it runs and passes only if it
+// sees the other's mark within 5 s, which the first to start can only when both run side
+// by side. With TEST_JOBS=1 it waits for a second that starts only after it ended, and
+// fails (the second then finds the first's mark and passes).
+TEST(RunTests, BinariesRunSideBySide) {
+  TempDir build;
+  const std::string marks = build.file("marks");
+  fs::create_directories(marks);
+  auto waits_for = [&](const std::string& me, const std::string& other) {
+    return "touch " + marks + "/" + me + "\nfor i in $(seq 50); do [ -e " + marks + "/" + other + " ] && {\n" +
+           gtest_output(1, 0) + "exit 0; }; sleep 0.1; done\n" + gtest_output(0, 1);
+  };
+  write_binary(build, "test_a", waits_for("a", "b"));
+  write_binary(build, "test_b", waits_for("b", "a"));
+  CommandResult r = run_command("TEST_JOBS=2 scripts/run_tests.sh " + build.path() + " test_a test_b", 120);
+  EXPECT_EQ(last_line(r.output), "2 passed, 0 failed") << r.output;
+  EXPECT_NE(r.output.find("2 at once"), std::string::npos) << r.output;
+  fs::remove_all(marks);
+  fs::create_directories(marks);
+  r = run_command("TEST_JOBS=1 scripts/run_tests.sh " + build.path() + " test_a test_b", 120);
+  EXPECT_EQ(last_line(r.output), "1 passed, 1 failed") << r.output;
+  EXPECT_NE(run_command("TEST_JOBS=two scripts/run_tests.sh " + build.path() + " test_a", 60).exit_code, 0);
+}
+
+// A binary named in TEST_SOLO runs with nothing beside it: it fails if another stand-in's
+// "running" mark exists while it runs; the others hold theirs for half a second each.
+TEST(RunTests, ASoloBinaryRunsAlone) {
+  TempDir build;
+  const std::string marks = build.file("marks");
+  fs::create_directories(marks);
+  for (const char* name : {"test_a", "test_b", "test_c", "test_d"})
+    write_binary(build, name,
+                 "touch " + marks + "/" + name + "\nsleep 0.5\nrm " + marks + "/" + name + "\n" + gtest_output(1, 0));
+  write_binary(build, "test_s",
+               "for i in 1 2 3 4 5; do [ -z \"$(ls " + marks + ")\" ] || { " + gtest_output(0, 1) +
+                   "; }; sleep 0.1; done\n" + gtest_output(1, 0));
+  CommandResult r = run_command("TEST_JOBS=2 TEST_SOLO=test_s scripts/run_tests.sh " + build.path() +
+                                    " test_a test_b test_s test_c test_d",
+                                120);
+  EXPECT_EQ(last_line(r.output), "5 passed, 0 failed") << r.output;
+  // The check bites: without TEST_SOLO the solo stand-in runs beside another and fails.
+  r = run_command("TEST_JOBS=2 TEST_SOLO= scripts/run_tests.sh " + build.path() + " test_a test_s", 120);
+  EXPECT_EQ(last_line(r.output), "1 passed, 1 failed") << r.output;
+}
+
+// The longest binary of the previous run starts first, unknown ones before any known one;
+// the times are written for the next run and the slowest named before the summary.
+TEST(RunTests, TheLongestStartFirstAndTheSlowestAreNamed) {
+  TempDir build;
+  for (const char* name : {"test_a", "test_b", "test_c"}) write_binary(build, name, gtest_output(1, 0));
+  fs::create_directories(build.file("test-logs"));
+  write_file(build.file("test-logs/durations"), "test_a 3\ntest_b 50\n");
+  CommandResult r = run_command("TEST_JOBS=1 scripts/run_tests.sh " + build.path() + " test_a test_b test_c", 120);
+  EXPECT_EQ(last_line(r.output), "3 passed, 0 failed") << r.output;
+  const size_t a = r.output.find("test_a "), b = r.output.find("test_b "), c = r.output.find("test_c ");
+  EXPECT_LT(c, b) << r.output;
+  EXPECT_LT(b, a) << r.output;
+  EXPECT_NE(r.output.find("slowest: test_"), std::string::npos) << r.output;
+  const std::string written = read_file(build.file("test-logs/durations"));
+  for (const char* name : {"test_a ", "test_b ", "test_c "}) EXPECT_NE(written.find(name), std::string::npos) << written;
+}
