@@ -26,9 +26,11 @@
 #include "core/error.h"
 #include "model/stage.h"
 #include "support/cpu_ops_util.h"
+#include "support/backend_run.h"
 #include "support/cuda_run_order.h"
 
 using namespace pptrain;
+using pptrain::testing::BackendRun;
 using pptrain::testing::normalized_error;
 using pptrain::testing::random_floats;
 using pptrain::testing::random_ints;
@@ -36,37 +38,6 @@ using pptrain::testing::random_ints;
 namespace {
 
 constexpr double kTolerance = 1e-5;
-
-// One backend and the host copies of the tensors it works on. Each named tensor lives in
-// that backend's memory; results are read back by name.
-class BackendRun {
- public:
-  explicit BackendRun(Ops& ops) : ops_(ops) {}
-  ~BackendRun() {
-    for (auto& [name, p] : ptr_) ops_.release(p);
-  }
-  template <typename T>
-  T* put(const std::string& name, const std::vector<T>& host) {
-    void* p = ops_.allocate(host.size() * sizeof(T));
-    ops_.copy_to_device(p, host.data(), host.size() * sizeof(T));
-    ptr_[name] = p;
-    bytes_[name] = host.size() * sizeof(T);
-    return static_cast<T*>(p);
-  }
-  float* zeros(const std::string& name, size_t n) { return put(name, std::vector<float>(n, 0.0f)); }
-  float* f(const std::string& name) { return static_cast<float*>(ptr_.at(name)); }
-  std::vector<float> get(const std::string& name) {
-    std::vector<float> v(bytes_.at(name) / sizeof(float));
-    ops_.copy_to_host(v.data(), ptr_.at(name), bytes_.at(name));
-    return v;
-  }
-  Ops& ops() { return ops_; }
-
- private:
-  Ops& ops_;
-  std::map<std::string, void*> ptr_;
-  std::map<std::string, size_t> bytes_;
-};
 
 // Runs `body` on the cpu backend and on CudaOps in both fiber orders, and compares every
 // named output. `body` builds its inputs with BackendRun::put (identical host data on each
@@ -77,11 +48,8 @@ void compare(const std::vector<std::string>& outputs, const std::function<double
   auto cpu_ops = make_cpu_ops();
   BackendRun cpu(*cpu_ops);
   const double cpu_scalar = body(cpu);
-  for (pptrain::testing::RunOrder order : pptrain::testing::kRunOrders) {
-    SCOPED_TRACE(pptrain::testing::run_order_name(order));
-    auto cuda_ops = make_cuda_ops(0);
-    pptrain::testing::set_run_order(*cuda_ops, order);
-    BackendRun gpu(*cuda_ops);
+  pptrain::testing::for_each_cuda_order([&](Ops& cuda_ops, pptrain::testing::RunOrder) {
+    BackendRun gpu(cuda_ops);
     const double gpu_scalar = body(gpu);
     EXPECT_NEAR(gpu_scalar, cpu_scalar, kTolerance * std::fabs(cpu_scalar) + 1e-12);
     for (const std::string& name : outputs) {
@@ -92,10 +60,10 @@ void compare(const std::vector<std::string>& outputs, const std::function<double
     }
 #ifdef PPTRAIN_EMULATED  // only the emulated stream counts launches
     if (kernels) {
-      EXPECT_GT(pptrain::testing::launches(*cuda_ops), 0);
+      EXPECT_GT(pptrain::testing::launches(cuda_ops), 0);
     }
 #endif
-  }
+  });
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "backend/ops.h"
 #include "core/error.h"
 #include "support/cpu_ops_util.h"
+#include "support/backend_run.h"
 #include "support/cuda_run_order.h"
 #include "support/tolerances.h"
 
@@ -61,15 +62,13 @@ double max_abs(const std::vector<float>& v) {
   return m;
 }
 
-// One backend and its named tensors. Act is the activation storage: float on the cpu
-// reference, bfloat16 on CudaOps; act() stores the bf16-rounded values either way.
+// One backend's named tensors (support/backend_run.h). Act is the activation storage:
+// float on the cpu reference, bfloat16 on CudaOps; act() stores the bf16-rounded values
+// either way, so both sides compute from identical values.
 template <typename Act>
-class Run {
+class Run : public pptrain::testing::BackendRun {
  public:
-  explicit Run(Ops& ops) : ops_(ops) {}
-  ~Run() {
-    for (auto& [name, t] : tensors_) ops_.release(t.p);
-  }
+  using BackendRun::BackendRun;
   Act* act(const std::string& name, const std::vector<float>& values) {
     std::vector<Act> stored(values.size());
     for (size_t i = 0; i < values.size(); ++i) {
@@ -78,47 +77,13 @@ class Run {
       else
         stored[i] = bfloat16::from_float(values[i]);
     }
-    return static_cast<Act*>(put(name, stored.data(), stored.size() * sizeof(Act), sizeof(Act) == 2));
+    return put(name, stored);
   }
   Act* act_zeros(const std::string& name, size_t n) { return act(name, std::vector<float>(n, 0.0f)); }
-  float* f32(const std::string& name, const std::vector<float>& values) {
-    return static_cast<float*>(put(name, values.data(), values.size() * sizeof(float), false));
-  }
-  float* f32_zeros(const std::string& name, size_t n) { return f32(name, std::vector<float>(n, 0.0f)); }
-  const int32_t* ints(const std::string& name, const std::vector<int32_t>& v) {
-    return static_cast<const int32_t*>(put(name, v.data(), v.size() * sizeof(int32_t), false));
-  }
-  Act* a(const std::string& name) { return static_cast<Act*>(tensors_.at(name).p); }
-  float* f(const std::string& name) { return static_cast<float*>(tensors_.at(name).p); }
-  std::vector<float> get(const std::string& name) {
-    const Tensor& t = tensors_.at(name);
-    if (!t.bf16) {
-      std::vector<float> v(t.bytes / sizeof(float));
-      ops_.copy_to_host(v.data(), t.p, t.bytes);
-      return v;
-    }
-    std::vector<bfloat16> h(t.bytes / sizeof(bfloat16));
-    ops_.copy_to_host(h.data(), t.p, t.bytes);
-    std::vector<float> v(h.size());
-    for (size_t i = 0; i < h.size(); ++i) v[i] = h[i].to_float();
-    return v;
-  }
-  Ops& ops() { return ops_; }
-
- private:
-  struct Tensor {
-    void* p;
-    size_t bytes;
-    bool bf16;
-  };
-  void* put(const std::string& name, const void* host, size_t bytes, bool bf16) {
-    void* p = ops_.allocate(bytes);
-    ops_.copy_to_device(p, host, bytes);
-    tensors_[name] = Tensor{p, bytes, bf16};
-    return p;
-  }
-  Ops& ops_;
-  std::map<std::string, Tensor> tensors_;
+  float* f32(const std::string& name, const std::vector<float>& values) { return put(name, values); }
+  float* f32_zeros(const std::string& name, size_t n) { return zeros(name, n); }
+  const int32_t* ints(const std::string& name, const std::vector<int32_t>& v) { return put(name, v); }
+  Act* a(const std::string& name) { return at<Act>(name); }
 };
 
 struct Output {
@@ -134,11 +99,8 @@ void compare(const std::vector<Output>& outputs, Body body) {
   auto cpu_ops = make_cpu_ops();
   Run<float> cpu(*cpu_ops);
   body(cpu);
-  for (pptrain::testing::RunOrder order : pptrain::testing::kRunOrders) {
-    SCOPED_TRACE(pptrain::testing::run_order_name(order));
-    auto cuda_ops = make_cuda_ops(0);
-    pptrain::testing::set_run_order(*cuda_ops, order);
-    Run<bfloat16> gpu(*cuda_ops);
+  pptrain::testing::for_each_cuda_order([&](Ops& cuda_ops, pptrain::testing::RunOrder) {
+    Run<bfloat16> gpu(cuda_ops);
     body(gpu);
     for (const Output& out : outputs) {
       std::vector<float> want = cpu.get(out.name), got = gpu.get(out.name);
@@ -146,7 +108,7 @@ void compare(const std::vector<Output>& outputs, Body body) {
       for (float w : want) scale = std::max(scale, double(std::fabs(w)));
       EXPECT_LE(normalized_error(got, want), out.tolerance + (scale > 0 ? out.absolute / scale : 0.0)) << out.name;
     }
-  }
+  });
 }
 
 }  // namespace

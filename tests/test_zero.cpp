@@ -37,6 +37,7 @@
 #include "partition/partition.h"
 #include "model/param.h"
 #include "support/dump_compare.h"
+#include "support/markov_model.h"
 #include "support/test_util.h"
 
 using namespace pptrain;
@@ -59,15 +60,11 @@ class ZeroTraining : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    auto r = prepare_markov_corpus(dir_->file("data"), 19, 20000, 5);
+    // 4 blocks so pp 2 with 2 stages per rank has blocks.
+    MarkovModel m;
+    m.training = "steps: 3, warmup_steps: 0, grad_clip: 0.0, weight_decay: 0.1";
+    auto r = write_markov_model(*dir_, m);
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    // vocab 19 is padded under tp = 2; 4 blocks so pp 2 with 2 stages per rank has blocks.
-    write_file(dir_->file("model.yaml"),
-               "model: {n_layer: 4, n_head: 4, d_model: 16, seq_len: 8, vocab_size: 19}\n"
-               "training: {steps: 3, micro_batch_size: 2, lr: 1.0e-2, warmup_steps: 0, grad_clip: 0.0,"
-               " eval_every: 0, weight_decay: 0.1}\n"
-               "data: {train: '" + dir_->file("data") + "/train_*.bin'}\n"
-               "logging: {every: 1, sample_tokens: 0}\n");
   }
   static void TearDownTestSuite() { delete dir_; }
 

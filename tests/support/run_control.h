@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "support/checkpoint_util.h"
+#include "support/markov_model.h"
 #include "support/test_util.h"
 
 namespace pptrain::testing {
@@ -19,15 +20,14 @@ class RunControl : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    auto r = prepare_markov_corpus(dir_->file("data"), 19, 8000);
+    MarkovModel m;
+    m.parallel = "microbatches: 4";
+    m.training = "steps: 6, min_lr: 1.0e-2, warmup_steps: 0";
+    m.data = "shuffle: true";
+    m.corpus_tokens = 8000;
+    m.corpus_seed = 1337;
+    auto r = write_markov_model(*dir_, m, "c.yaml");
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    write_file(dir_->file("c.yaml"),
-               "model: {n_layer: 4, n_head: 4, d_model: 16, seq_len: 8, vocab_size: 19}\n"
-               "parallel: {microbatches: 4}\n"
-               "training: {steps: 6, micro_batch_size: 2, lr: 1.0e-2, min_lr: 1.0e-2, warmup_steps: 0,"
-               " eval_every: 0}\n"
-               "data: {train: '" + dir_->file("data") + "/train_*.bin', shuffle: true}\n"
-               "logging: {every: 1, sample_tokens: 0}\n");
   }
   static void TearDownTestSuite() { delete dir_; }
 

@@ -4,18 +4,16 @@
 #pragma once
 #include <string>
 
-#include "support/test_util.h"
+#include "support/markov_model.h"
 
 namespace pptrain::testing {
 
 inline CommandResult write_step_model(const TempDir& dir, int corpus_tokens) {
-  CommandResult r = prepare_markov_corpus(dir.file("data"), 19, corpus_tokens, 5);
-  write_file(dir.file("model.yaml"),
-             "model: {n_layer: 4, n_head: 2, d_model: 16, seq_len: 8, vocab_size: 19}\n"
-             "training: {steps: 1, micro_batch_size: 2, lr: 1.0e-2, warmup_steps: 0, grad_clip: 0.0, eval_every: 0}\n"
-             "data: {train: '" + dir.file("data") + "/train_*.bin'}\n"
-             "logging: {every: 1, sample_tokens: 0}\n");
-  return r;
+  MarkovModel m;
+  m.n_head = 2;
+  m.training = "steps: 1, warmup_steps: 0, grad_clip: 0.0";
+  m.corpus_tokens = corpus_tokens;
+  return write_markov_model(dir, m);
 }
 
 }  // namespace pptrain::testing
