@@ -16,5 +16,5 @@ else
 fi
 rm -f runs/demo/metrics.jsonl
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
-echo "== make run [4/4] training: configs/demo.yaml on $OMP_NUM_THREADS threads (1 to 2 minutes on 2 cores), then a sample"
+echo "== make run [4/4] training: configs/demo.yaml on $OMP_NUM_THREADS threads (1 to 2 minutes on 2 cores), a sample every 100 steps"
 exec "$BUILD/pptrain" train configs/demo.yaml "$@"

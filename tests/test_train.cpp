@@ -82,6 +82,32 @@ TEST(Train, SameSeedSameLossesBitForBit) {
   EXPECT_NE(json_values(read_file(dir.file("c.jsonl")), "loss"), la);
 }
 
+// logging.sample_every: a byte-level run prints a sample every N steps (the last step's is
+// the usual one at the end) and trains exactly as without: sampling touches nothing the
+// training uses.
+TEST(Train, SamplesAlongTheWayLeaveTheLossesAsTheyWere) {
+  TempDir dir;
+  double entropy = 0;
+  std::string data = markov_corpus(dir, 1, 256, 20000, &entropy);
+  write_file(dir.file("m.yaml"),
+             "model: {n_layer: 2, n_head: 2, d_model: 16, seq_len: 16, vocab_size: 256}\n"
+             "training: {steps: 4, micro_batch_size: 4, eval_every: 0}\n"
+             "data: {train: '" + data + "/train_*.bin'}\n"
+             "logging: {every: 1, sample_tokens: 40}\n");
+  std::string cmd = "OMP_NUM_THREADS=2 " + pptrain_bin() + " train " + dir.file("m.yaml") + " logging.metrics=";
+  auto plain = run_command(cmd + dir.file("a.jsonl"));
+  auto sampled = run_command(cmd + dir.file("b.jsonl") + " logging.sample_every=2");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_EQ(sampled.exit_code, 0) << sampled.output;
+  EXPECT_EQ(plain.output.find("sample at step"), std::string::npos) << plain.output;
+  EXPECT_NE(sampled.output.find("sample at step 2:\n"), std::string::npos) << sampled.output;
+  EXPECT_EQ(sampled.output.find("sample at step 4"), std::string::npos) << sampled.output;
+  EXPECT_NE(sampled.output.find("sample:\n"), std::string::npos) << sampled.output;
+  const auto a = json_values(read_file(dir.file("a.jsonl")), "loss");
+  ASSERT_EQ(a.size(), 4u);
+  EXPECT_EQ(a, json_values(read_file(dir.file("b.jsonl")), "loss"));
+}
+
 // ---- bad input: one line naming the file/key, non-zero exit -------------------------
 
 class BadInput : public ::testing::Test {

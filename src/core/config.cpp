@@ -181,6 +181,7 @@ std::map<std::string, Section> schema(Config& c) {
   l["metrics"] = string_field(&c.logging.metrics);
   l["trace"] = string_field(&c.logging.trace);
   l["sample_tokens"] = int_field(&c.logging.sample_tokens);
+  l["sample_every"] = int_field(&c.logging.sample_every);
   l["op_profile"] = int_field(&c.logging.op_profile);
   l["op_profile_file"] = string_field(&c.logging.op_profile_file);
   auto& r = s["runtime"];

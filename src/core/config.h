@@ -185,6 +185,7 @@ struct LoggingConfig {
   std::string metrics;                 // JSON Lines file, "" = none
   std::string trace;                   // Chrome trace JSON, "" = none
   int sample_tokens = 200;             // generated at the end of a byte-level run; 0 = none
+  int sample_every = 0;                // also a sample every N steps (watch it learn); 0 = none
   // Per-op timing of this many steps after the first (which allocates and warms up); 0 =
   // off (backend/profiled_ops.h). The table goes to the log, the JSON to op_profile_file.
   int op_profile = 0;

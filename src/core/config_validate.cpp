@@ -239,6 +239,7 @@ void validate(const Config& c) {
   require(!c.checkpoint.resume.empty(), c, "checkpoint.resume", "expected auto, none or a path");
   require_range(c, "logging.every", c.logging.every, 1, INT32_MAX);
   require_range(c, "logging.sample_tokens", c.logging.sample_tokens, 0, kMaxSampleTokens);
+  require_range(c, "logging.sample_every", c.logging.sample_every, 0, INT_MAX);
   require_range(c, "logging.op_profile", c.logging.op_profile, 0, INT32_MAX);
   require(c.logging.op_profile_file.empty() || c.logging.op_profile > 0, c, "logging.op_profile_file",
           "needs logging.op_profile > 0 (the steps to profile)");

@@ -204,6 +204,7 @@ class StepResults {
         return false;
       }
     if (settled) dump_and_evaluate(r.step, r.loss, final);
+    if (settled && !final) sample_along_the_way(r.step);
     if (hooks_.after_step) hooks_.after_step(trainer_, r);
     if (!settled) return false;
     // A save reports its phases to the watchdog (CheckpointManager::set_progress) and
@@ -252,6 +253,17 @@ class StepResults {
       const double val = trainer_.evaluate();
       if (!std::isnan(val)) metrics_.eval(step, val);
     }
+  }
+
+  // logging.sample_every: a byte-level run shows what it writes so far (the last step's
+  // sample comes after the loop, as without the key).
+  void sample_along_the_way(int step) {
+    const LoggingConfig& l = cfg_.logging;
+    if (l.sample_every <= 0 || step % l.sample_every != 0 || l.sample_tokens <= 0 || cfg_.model.vocab_size != 256)
+      return;
+    progress_.set_activity(cat("step ", step, ": sample of ", l.sample_tokens, " bytes"));
+    const std::string text = generate_sample(trainer_, l.sample_tokens, &progress_);
+    if (job_.world().rank() == 0 && !text.empty()) log::info("sample at step ", step, ":\n", text);
   }
 
   Job& job_;

@@ -7,7 +7,7 @@
 
 namespace pptrain {
 
-std::string generate_sample(Trainer& trainer, int count) {
+std::string generate_sample(Trainer& trainer, int count, Progress* progress) {
   const Config& cfg = trainer.config();
   if (cfg.parallel.pp != 1 || cfg.parallel.tp != 1 || cfg.parallel.stages_per_rank != 1) {
     log::info("sample: skipped (needs the whole model on one rank: pp = tp = stages_per_rank = 1)");
@@ -45,6 +45,7 @@ std::string generate_sample(Trainer& trainer, int count) {
     }
     context.push_back(next);
     out += char(next);
+    if (progress) progress->tick();
   }
   return out;
 }

@@ -2,12 +2,16 @@
 #pragma once
 #include <string>
 
+#include "runtime/watchdog.h"
 #include "train/trainer.h"
 
 namespace pptrain {
 
 // Generates `count` bytes after a newline with temperature 1, from the trained
 // parameters. Runs where the whole model is on one rank (pp = tp = 1); returns "" elsewhere.
-std::string generate_sample(Trainer& trainer, int count);
+// Changes nothing the training uses (a batch-1 model over the same parameters, its own
+// random stream), so a sample during a run leaves the run's losses as they were.
+// `progress` (optional) ticks once per byte, so the watchdog sees a long sample move.
+std::string generate_sample(Trainer& trainer, int count, Progress* progress = nullptr);
 
 }  // namespace pptrain
