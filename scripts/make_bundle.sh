@@ -72,6 +72,7 @@ cp "$ROOT/bench/cuda/train_throughput.sh" "$ROOT/bench/cuda/vs_torch.sh" "$ROOT/
 cp "$ROOT/bench/torch_reference.py" "$B/bench/"
 cp "$ROOT/scripts/bundle/run" "$B/run"
 cp "$ROOT/README.md" "$B/"
+cp -r "$ROOT/docs" "$B/"   # the pages README.md points to
 
 # ---- Open MPI, PMIx, UCX, hwloc: what is loaded at run time ------------------------------
 ompi_path() { ompi_info --path "$1" --parsable | sed -n "s/^path:$1:\(.*\)/\1/p"; }

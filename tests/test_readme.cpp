@@ -25,6 +25,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/test_util.h"
@@ -164,7 +165,34 @@ TEST(Readme, EveryShellCommandRunsAsWritten) {
       EXPECT_EQ(r.exit_code, 0) << "README.md line " << b.line << ": " << command << "\n" << r.output;
     }
   }
-  EXPECT_GE(ran, 8) << "fewer README commands than expected were found";
+  EXPECT_GE(ran, 15) << "fewer README commands than expected were found";
   // The Training example trained with the demo config, whose metrics file goes to runs/demo/.
   EXPECT_TRUE(fs::exists(dir.file("runs/demo/metrics.jsonl")));
+}
+
+// The README's tour goes in a newcomer's order: prepare data, train, a pipeline on 4 ranks,
+// checkpoint and resume, import a Hugging Face model, GPUs. Each step is found by the first
+// command of its ```sh blocks that does it, and those come in that order.
+TEST(Readme, TourIsInOrder) {
+  const std::string readme = read_file("README.md");
+  ASSERT_FALSE(readme.empty()) << "run from the repository root";
+  const std::vector<std::pair<std::string, std::string>> steps = {
+      {"prepare data", "build/pptrain prepare-data "},
+      {"train", "build/pptrain train "},
+      {"a pipeline on 4 ranks", "mpirun -np 4 build/pptrain train "},
+      {"resume", "checkpoint.dir="},
+      {"import a Hugging Face model", "build/pptrain import-hf "},
+      {"GPUs", "make gpu-bundle"}};
+  std::vector<std::string> commands;
+  for (const Block& b : fenced_blocks(readme))
+    if (b.language == "sh")
+      for (const std::string& c : commands_of(b)) commands.push_back(c);
+  size_t previous = 0;
+  for (const auto& [step, marker] : steps) {
+    size_t at = previous;
+    while (at < commands.size() && commands[at].find(marker) == std::string::npos) ++at;
+    ASSERT_LT(at, commands.size()) << "the tour's step '" << step << "' (a command with '" << marker
+                                   << "') is missing from README.md, or comes before the step it follows";
+    previous = at;
+  }
 }

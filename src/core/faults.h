@@ -10,7 +10,7 @@
 // RANK is a world rank (default: every rank). Every active fault prints one warning line
 // at startup, so a run with one is never mistaken for a clean run; an unknown name or a
 // malformed entry is a one-line error. Known faults and where they act: kFaultKinds in
-// faults.cpp (and the README's "Testing with planted faults").
+// faults.cpp (and docs/OPERATIONS.md, "Testing with planted faults").
 #pragma once
 #include <optional>
 #include <string>
