@@ -25,8 +25,13 @@ CODEGEN_FLAGS := $(CXXFLAGS)
 # then re-enter make for the build.
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+# Include roots: src/ and kernels/ by their folders' names ("core/error.h", "launch.cuh"),
+# the emulator from the repository root ("emu/emu.h"). tests/ is on the path of the test
+# objects only (-Itests below, for "support/..."), so no shipped source (src/, kernels/,
+# emu/) includes test code; the root would reach "tests/...", which test_layering forbids.
 CXXFLAGS += -std=c++20 -fopenmp -Wall -Wextra -Wno-unused-parameter -MMD -MP -DOMPI_SKIP_MPICXX \
-            -Isrc -Ikernels -Itests $(PKG_CFLAGS)
+            -Isrc -Ikernels -I. $(PKG_CFLAGS)
+TEST_INCLUDES := -Itests
 # GLPK (the stage partitioner's integer programs) ships no pkg-config file.
 LDLIBS += $(PKG_LIBS) -lglpk -fopenmp -lpthread
 GTEST_LIBS := -lgtest_main -lgtest -lpthread
@@ -105,6 +110,8 @@ binaries: $(BUILD)/pptrain $(TEST_BINS) $(BENCH_BINS) $(EXTRA_TARGETS)
 $(BUILD)/obj/%.o: %.cpp $(CODEGEN_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
+# Test code adds tests/ to the path (so do the object trees of mk/cuda.mk and mk/gpu_tests.mk).
+$(BUILD)/obj/tests/%.o: CXXFLAGS += $(TEST_INCLUDES)
 
 $(BUILD)/obj/%.avx512.o: %.cpp $(CODEGEN_STAMP)
 	@mkdir -p $(dir $@)
