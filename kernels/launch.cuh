@@ -2,9 +2,9 @@
 //
 // Every op family exposes host-callable launchers (launch_layernorm_forward, ...) that
 // compute the grid and call launch(). In the CUDA build launch() is the only
-// `<<<grid, block, shared, stream>>>` in pptrain; in the emulated build (tests/emu, tests
-// only) it runs the same kernel on the CPU SIMT emulator, so both builds share every
-// launcher and call site.
+// `<<<grid, block, shared, stream>>>` in pptrain; in the emulated build (emu/: the tests
+// and pptrain-emu) it runs the same kernel on the CPU SIMT emulator, so both builds share
+// every launcher and call site.
 #pragma once
 #include <cstddef>
 #include <cstdint>

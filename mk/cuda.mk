@@ -1,7 +1,7 @@
 # The cuda backend (src/backend/cuda) and NcclComm: $(CUDA_HOST_SRCS), set in the Makefile.
 # Two builds of the same host sources:
 #  - emulated (always): g++ compiles them with PPTRAIN_EMULATED against
-#    the CUDA runtime/cuBLAS/NCCL shims of tests/emu (cuBLAS -> OpenBLAS, NCCL ->
+#    the CUDA runtime/cuBLAS/NCCL shims of emu/ (cuBLAS -> OpenBLAS, NCCL ->
 #    MPI, device memory = host memory) into $(BUILD)/obj-emu/, and links them with the
 #    emulated kernels ($(KERNEL_EMU_OBJS), mk/kernels.mk) into the tests/test_cuda_backend*
 #    binaries, the NCCL test program (mk/mpi_tests.mk) and $(BUILD)/pptrain-emu: the whole
@@ -17,14 +17,16 @@
 # which the Makefile reads before this file.
 
 # ---- emulated ------------------------------------------------------------------------------
-# The shims are tests/emu/*_emu.cpp; tests/emu/emu.cpp and fiber.cpp (the SIMT emulator) are
+# The shims are emu/*_emu.cpp; emu/emu.cpp and fiber.cpp (the SIMT emulator) are
 # in $(KERNEL_EMU_OBJS).
-CUDA_EMU_SRCS := $(CUDA_HOST_SRCS) $(sort $(wildcard tests/emu/*_emu.cpp))
+CUDA_EMU_SRCS := $(CUDA_HOST_SRCS) $(sort $(wildcard emu/*_emu.cpp))
 CUDA_EMU_OBJS := $(CUDA_EMU_SRCS:%.cpp=$(BUILD)/obj-emu/%.o)
 
 $(BUILD)/obj-emu/%.o: %.cpp $(CODEGEN_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -DPPTRAIN_EMULATED -DPPTRAIN_WITH_CUDA -c $< -o $@
+# The test programs compiled here (mk/mpi_tests.mk, tests/mpi/nccl_*.cpp) see tests/ too.
+$(BUILD)/obj-emu/tests/%.o: CXXFLAGS += $(TEST_INCLUDES)
 
 # The cuda objects come before $(LIB), so their definitions of the cuda entry points are
 # the ones linked (the library's backend/no_cuda.o and parallel/no_nccl.o are not pulled).

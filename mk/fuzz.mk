@@ -16,9 +16,10 @@ FUZZ_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=all
 # The same system headers and libraries as the gcc build: the packages', and MPI's (the
 # MPI compiler wrapper is gcc's, so its flags are asked for directly). Expanded when a
 # fuzz rule runs, not when make reads this file: on a fresh machine MPI's wrapper exists
-# only after `make deps`.
+# only after `make deps`. The include roots are the gcc build's; the targets add tests/
+# (fuzz/temp_file.h) as the tests do.
 FUZZ_CXXFLAGS = -std=c++20 -O1 -g -Wall -Wextra -Wno-unused-parameter -MMD -MP -DOMPI_SKIP_MPICXX \
-                 -Isrc -Ikernels -Itests $(PKG_CFLAGS) $(shell $(CXX) --showme:compile 2>/dev/null) $(FUZZ_SANITIZE)
+                 -Isrc -Ikernels -I. $(PKG_CFLAGS) $(shell $(CXX) --showme:compile 2>/dev/null) $(FUZZ_SANITIZE)
 FUZZ_LDLIBS = $(PKG_LIBS) $(shell $(CXX) --showme:link 2>/dev/null) -lpthread
 
 FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.cpp))
@@ -33,7 +34,7 @@ $(BUILD)/obj-fuzz/src/%.o: src/%.cpp $(CODEGEN_STAMP)
 
 $(BUILD)/obj-fuzz/tests/fuzz/%.o: tests/fuzz/%.cpp $(CODEGEN_STAMP)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CXX) $(FUZZ_CXXFLAGS) -fsanitize=fuzzer -c $< -o $@
+	$(FUZZ_CXX) $(FUZZ_CXXFLAGS) $(TEST_INCLUDES) -fsanitize=fuzzer -c $< -o $@
 
 $(FUZZ_LIB): $(FUZZ_LIB_SRCS:%.cpp=$(BUILD)/obj-fuzz/%.o)
 	rm -f $@ && ar rcs $@ $^

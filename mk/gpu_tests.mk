@@ -17,7 +17,7 @@ ifeq ($(CUDA),1)
 .PRECIOUS: $(BUILD)/obj-gpu/%.o
 $(BUILD)/obj-gpu/tests/%.o: tests/%.cpp $(CODEGEN_STAMP)
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) -DPPTRAIN_REAL_DEVICE -DPPTRAIN_WITH_CUDA -I$(CUDA_HOME)/include -c $< -o $@
+	$(CXX) $(CXXFLAGS) $(TEST_INCLUDES) -DPPTRAIN_REAL_DEVICE -DPPTRAIN_WITH_CUDA -I$(CUDA_HOME)/include -c $< -o $@
 
 # The cuda objects before $(LIB) (their definitions of the cuda entry points win), $(LIB)
 # again after them.

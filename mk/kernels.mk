@@ -1,15 +1,15 @@
 # Kernels (kernels/*.cu). Two builds of the same sources:
-#  - emulated: g++ compiles each .cu against the SIMT emulator (tests/emu/emu.h, fiber.h) into
-#    $(BUILD)/obj/kernels/*.emu.o; linked into the kernel tests only, never into
-#    libpptrain.a or pptrain.
+#  - emulated: g++ compiles each .cu against the SIMT emulator (emu/emu.h, fiber.h) into
+#    $(BUILD)/obj/kernels/*.emu.o; linked into the kernel tests, the emulated cuda backend's
+#    binaries (pptrain-emu, mk/cuda.mk), never into libpptrain.a or pptrain.
 #  - nvcc: `make kernels-nvcc` compiles each .cu for every arch in CUDA_ARCH into
 #    $(BUILD)/nvcc/kernels/*.o (needs nvcc; the cuda backend links these).
 KERNEL_SRCS := $(sort $(wildcard kernels/*.cu))
-KERNEL_EMU_OBJS := $(KERNEL_SRCS:%.cu=$(BUILD)/obj/%.emu.o) $(BUILD)/obj/tests/emu/emu.o $(BUILD)/obj/tests/emu/fiber.o
+KERNEL_EMU_OBJS := $(KERNEL_SRCS:%.cu=$(BUILD)/obj/%.emu.o) $(BUILD)/obj/emu/emu.o $(BUILD)/obj/emu/fiber.o
 
 $(BUILD)/obj/kernels/%.emu.o: kernels/%.cu $(CODEGEN_STAMP)
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) -x c++ -include tests/emu/emu.h -c $< -o $@
+	$(CXX) $(CXXFLAGS) -x c++ -include emu/emu.h -c $< -o $@
 
 # The emulator and kernel tests link the emulated kernels (the tests' pattern rule links $^).
 KERNEL_EMU_TESTS := $(filter-out %/test_kernels_nvcc, \

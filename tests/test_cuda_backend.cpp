@@ -1,6 +1,6 @@
 // The cuda backend's host code (CudaOps: caching allocator, cuBLASLt and cuBLAS GEMM
 // mapping, kernel launches, workspaces) run end to end on the CPU: the CUDA runtime, cuBLAS
-// and cuBLASLt are the shims of tests/emu (-> OpenBLAS column-major), the kernels
+// and cuBLASLt are the shims of emu/ (-> OpenBLAS column-major), the kernels
 // run under the SIMT emulator in both fiber orders. Every Ops method is compared in fp32 with
 // the cpu backend on odd shapes (1e-5 relative to the tensor's largest element), and so are
 // the loss and every parameter gradient of one forward/dgrad/wgrad step of a whole model.

@@ -107,7 +107,7 @@ TEST(CudaBuild, RealDeviceTestsCompileAgainstTheCudaToolkit) {
   std::string cmd = "status=0; pids=''; ";
   for (const char* t : {"test_cuda_backend", "test_cuda_backend_bf16", "test_cuda_backend_model"})
     cmd += std::string("mpicxx -std=c++20 -fsyntax-only -Wall -Wextra -Werror -Wno-unused-parameter -DOMPI_SKIP_MPICXX ") +
-           "-DPPTRAIN_REAL_DEVICE -DPPTRAIN_WITH_CUDA -Isrc -Ikernels -Itests -I" + cuda_home + "/include tests/" + t +
+           "-DPPTRAIN_REAL_DEVICE -DPPTRAIN_WITH_CUDA -Isrc -Ikernels -I. -Itests -I" + cuda_home + "/include tests/" + t +
            ".cpp & pids=\"$pids $!\"; ";
   cmd += "for p in $pids; do wait $p || status=1; done; exit $status";
   CommandResult r = run_command(cmd + " 2>&1", 300);

@@ -1,4 +1,4 @@
-// The emulated warp matrix operations (nvcuda::wmma, tests/emu/wmma_emu.h): a 16×16×16
+// The emulated warp matrix operations (nvcuda::wmma, emu/wmma_emu.h): a 16×16×16
 // product in every layout against a naive one, element-wise fragment code, and the faults
 // (a missing lane, a misaligned tile, a kernel that relies on the fragment layout).
 #include "emu/emu.h"

@@ -1,20 +1,26 @@
 // The dependency direction of DESIGN.md ("Dependency direction"): every `#include "..."` of
-// every source under src/ (recursively) is resolved as the compiler does (the including
-// file's folder, then -Isrc, -Ikernels, -Itests), the including file and the included one
-// are mapped to their top folder under src/ (src/main.cpp belongs to cli), and an include
-// the table below does not allow is printed, one line each:
+// every shipped source (src/ recursively, kernels/, emu/) is resolved as the compiler does
+// (the including file's folder, then -Isrc, -Ikernels, -I.), the including file and the
+// included one are mapped to their folder (a top folder under src/, where src/main.cpp
+// belongs to cli, or 'kernels', or 'emu'), and an include the table below does not allow is
+// printed, one line each:
 //
 //   src/core/log.h:12: folder 'core' may not include 'train' ("train/trainer.h"); core may include: nothing but itself
 //
-// System includes (<...>) are not checked. Outside src/ an include resolves to 'kernels'
-// (kernels/) or 'emu' (tests/emu, the emulator's shims), which only src/backend/cuda may
-// include, or 'tests' (anything else under tests/), which nothing under src/ may include.
-// A folder under src/ that is missing from the table is reported too, so a new folder
-// must be added here with what it may include.
+// System includes (<...>) are not checked. Of src/, only backend/cuda may include kernels/
+// and emu/ (the SIMT emulator and the CUDA runtime/cuBLAS/NCCL shims of the emulated
+// build); kernels/ may include core and emu, emu/ only core. No shipped source may include
+// test code (tests/), whatever the table says: tests/ is on the include path of the tests'
+// objects only, but the repository root is on everyone's (for "emu/..."), so "tests/..."
+// would compile; an include that names a file under tests/, by either spelling
+// ("tests/support/test_util.h" or "support/test_util.h"), is reported. A folder under
+// src/ that is missing from the table is reported too, so a new folder must be added here
+// with what it may include.
 //
 // The source root is PPTRAIN_SRC_DIR when set, else src/ of the working directory (tests
 // run from the repository root), else the src/ beside the build folder holding this binary
-// (BUILD/tests/test_layering). `make check-layering` runs the check on the tree alone.
+// (BUILD/tests/test_layering); kernels/, emu/ and tests/ are its siblings. `make
+// check-layering` runs the check on the tree alone.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -36,7 +42,8 @@ using pptrain::testing::TempDir;
 
 namespace {
 
-// The folders each top folder of src/ may include besides itself (DESIGN.md).
+// The folders each folder may include besides itself (DESIGN.md): the top folders of src/,
+// then the two shipped folders outside it. 'tests' is in no row: see check_layering.
 const std::map<std::string, std::set<std::string>>& may_include() {
   static const std::map<std::string, std::set<std::string>> table = {
       {"core", {}},
@@ -53,16 +60,20 @@ const std::map<std::string, std::set<std::string>>& may_include() {
                  "checkpoint"}},
       {"cli", {"core", "pipeline", "data", "backend", "model", "parallel", "runtime", "partition", "job",
                "checkpoint", "train"}},
+      // kernels/: the emulator in the emulated build (launch.cuh picks it or the toolkit).
+      {"kernels", {"core", "emu"}},
+      {"emu", {"core"}},
   };
   return table;
 }
-// What src/backend/cuda may include beyond backend's row: the emulator's shims (tests/emu,
-// the emulated build) and the kernels' headers (kernels/).
+// What src/backend/cuda may include beyond backend's row: the emulator's shims (emu/, the
+// emulated build) and the kernels' headers (kernels/).
 const std::set<std::string> kCudaExtras = {"emu", "kernels"};
 
 // The order the table is printed in (DESIGN.md's).
-const std::vector<std::string> kFolderOrder = {"core",    "pipeline",  "data", "backend",    "model", "parallel",
-                                               "runtime", "partition", "job",  "checkpoint", "train", "cli"};
+const std::vector<std::string> kFolderOrder = {"core",      "pipeline", "data",       "backend", "model",
+                                               "parallel",  "runtime",  "partition",  "job",     "checkpoint",
+                                               "train",     "cli",      "kernels",    "emu"};
 
 std::string allowed_text(const std::string& folder, bool cuda) {
   std::string out;
@@ -87,48 +98,58 @@ std::string top_folder(const fs::path& rel) {
   return rel.begin()->string();
 }
 
+// The repository root (-I.); the shipped folders and tests/ lie below it.
 struct Roots {
-  fs::path src;      // the source root (-Isrc)
-  fs::path kernels;  // -Ikernels
-  fs::path tests;    // -Itests
+  fs::path root;
+  fs::path src() const { return root / "src"; }          // -Isrc
+  fs::path kernels() const { return root / "kernels"; }  // -Ikernels
+  fs::path emu() const { return root / "emu"; }
+  fs::path tests() const { return root / "tests"; }      // -Itests, test objects only
 };
 
 Roots roots_beside(const fs::path& src) {
   fs::path s = fs::absolute(src).lexically_normal();
   if (s.filename().empty()) s = s.parent_path();
-  return {s, s.parent_path() / "kernels", s.parent_path() / "tests"};
+  return {s.parent_path()};
 }
 
-// Where an include resolves ('kernels', 'emu', 'tests' or a top folder of src/), or "" when
-// it resolves to no file.
+// The folder a file belongs to ('kernels', 'emu', 'tests' or a top folder of src/), "" for
+// a file at the top of src/ other than main.cpp.
+std::string folder_of(const Roots& roots, const fs::path& file) {
+  if (auto rel = inside(file, roots.src())) return top_folder(*rel);
+  if (inside(file, roots.kernels())) return "kernels";
+  if (inside(file, roots.emu())) return "emu";
+  if (inside(file, roots.tests())) return "tests";
+  return "(outside src/, kernels/, emu/ and tests/)";
+}
+
+// Where an include resolves, or "" when it resolves to no file. The shipped sources' path
+// (the including file's folder, -Isrc, -Ikernels, -I.) first; then tests/, which is not on
+// it, so that "support/test_util.h" is reported as test code rather than as a missing file.
 std::string resolve(const Roots& roots, const fs::path& including_dir, const std::string& name) {
-  for (const fs::path& dir : {including_dir, roots.src, roots.kernels, roots.tests}) {
+  for (const fs::path& dir : {including_dir, roots.src(), roots.kernels(), roots.root, roots.tests()}) {
     fs::path p = (dir / name).lexically_normal();
-    if (!fs::is_regular_file(p)) continue;
-    if (auto rel = inside(p, roots.src)) return top_folder(*rel);
-    if (inside(p, roots.kernels)) return "kernels";
-    if (auto rel = inside(p, roots.tests)) return *rel->begin() == "emu" ? "emu" : "tests";
-    return "(outside src/, kernels/ and tests/)";
+    if (fs::is_regular_file(p)) return folder_of(roots, p);
   }
   return "";
 }
 
 // Every offending include (and every folder missing from the table), one line each,
-// sorted by file and line; empty when src/ follows the table.
+// sorted by file and line; empty when the shipped sources follow the table.
 std::vector<std::string> check_layering(const Roots& roots) {
   static const std::set<std::string> kExtensions = {".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh"};
   static const std::regex kInclude(R"(^\s*#\s*include\s*"([^"]+)\")");
   std::vector<fs::path> files;
-  for (const auto& e : fs::recursive_directory_iterator(roots.src))
-    if (e.is_regular_file() && kExtensions.count(e.path().extension().string())) files.push_back(e.path());
+  for (const fs::path& dir : {roots.src(), roots.kernels(), roots.emu()})
+    for (const auto& e : fs::recursive_directory_iterator(dir))
+      if (e.is_regular_file() && kExtensions.count(e.path().extension().string())) files.push_back(e.path());
   std::sort(files.begin(), files.end());
 
   std::vector<std::string> out;
   std::set<std::string> unknown_reported;
   for (const fs::path& file : files) {
-    const fs::path rel = file.lexically_relative(roots.src);
-    const std::string shown = "src/" + rel.generic_string();
-    const std::string folder = top_folder(rel);
+    const std::string shown = file.lexically_relative(roots.root).generic_string();
+    const std::string folder = folder_of(roots, file);
     if (folder.empty()) {
       out.push_back(shown + ": a file at the top of src/ (only main.cpp may be there) belongs to no folder");
       continue;
@@ -140,7 +161,7 @@ std::vector<std::string> check_layering(const Roots& roots) {
                       "folders it may include");
       continue;
     }
-    const bool cuda = rel.generic_string().rfind("backend/cuda/", 0) == 0;
+    const bool cuda = shown.rfind("src/backend/cuda/", 0) == 0;
     std::ifstream in(file);
     std::string line;
     for (int number = 1; std::getline(in, line); ++number) {
@@ -151,11 +172,17 @@ std::vector<std::string> check_layering(const Roots& roots) {
       if (target.empty()) {
         // A file that does not exist (yet): its first path component names the folder.
         const std::string first = fs::path(name).begin()->string();
-        if (may_include().count(first) || kCudaExtras.count(first)) target = first;
+        if (may_include().count(first) || first == "tests") target = first;
       }
       const std::string where = shown + ":" + std::to_string(number) + ": ";
       if (target.empty()) {
-        out.push_back(where + "\"" + name + "\" resolves to no file under src/, kernels/ or tests/");
+        out.push_back(where + "\"" + name + "\" resolves to no file under src/, kernels/, emu/ or tests/");
+        continue;
+      }
+      // Test code, whatever the table says.
+      if (target == "tests") {
+        out.push_back(where + "folder '" + folder + "' may not include 'tests' (\"" + name +
+                      "\"); no source under src/, kernels/ or emu/ may include test code");
         continue;
       }
       if (target == folder || may_include().at(folder).count(target) || (cuda && kCudaExtras.count(target)))
@@ -187,19 +214,23 @@ std::string joined(const std::vector<std::string>& lines) {
   return s;
 }
 
-// A copy of the source root in `dir`/src, checked with the real tree's kernels/ and tests/.
-Roots copy_of_src(const TempDir& dir) {
+// A copy of the shipped folders (src/, kernels/, emu/) in `dir`, with the real tree's tests/
+// linked beside them, so an include of test code resolves as in the tree.
+Roots copy_of_tree(const TempDir& dir) {
   const Roots real = roots_beside(source_root());
-  const fs::path copy = fs::path(dir.path()) / "src";
-  fs::copy(real.src, copy, fs::copy_options::recursive);
-  return {copy, real.kernels, real.tests};
+  const Roots copy{fs::path(dir.path())};
+  fs::copy(real.src(), copy.src(), fs::copy_options::recursive);
+  fs::copy(real.kernels(), copy.kernels(), fs::copy_options::recursive);
+  fs::copy(real.emu(), copy.emu(), fs::copy_options::recursive);
+  fs::create_directory_symlink(real.tests(), copy.tests());
+  return copy;
 }
 
-// Writes a new source `rel` (relative to the copy's src/) whose line 3 is `#include "name"`;
+// Writes a new source `rel` (relative to the copy's root) whose line 3 is `#include "name"`;
 // returns that line number. A new file, so the tests do not depend on which sources exist.
 int plant(const Roots& copy, const std::string& rel, const std::string& name) {
-  fs::create_directories((copy.src / rel).parent_path());
-  pptrain::testing::write_file((copy.src / rel).string(),
+  fs::create_directories((copy.root / rel).parent_path());
+  pptrain::testing::write_file((copy.root / rel).string(),
                                "// planted by tests/test_layering.cpp\n#pragma once\n#include \"" + name + "\"\n");
   return 3;
 }
@@ -210,9 +241,12 @@ bool has_line_starting(const std::vector<std::string>& lines, const std::string&
 
 }  // namespace
 
-TEST(Layering, EveryIncludeUnderSrcFollowsTheDependencyTable) {
+TEST(Layering, EveryShippedIncludeFollowsTheDependencyTable) {
   const Roots roots = roots_beside(source_root());
-  ASSERT_TRUE(fs::is_regular_file(roots.src / "main.cpp")) << roots.src << " is not pptrain's src/";
+  ASSERT_TRUE(fs::is_regular_file(roots.src() / "main.cpp")) << roots.src() << " is not pptrain's src/";
+  // Each shipped folder is there to be checked (a moved one would pass unchecked).
+  ASSERT_TRUE(fs::is_regular_file(roots.kernels() / "launch.cuh")) << roots.kernels() << " is not pptrain's kernels/";
+  ASSERT_TRUE(fs::is_regular_file(roots.emu() / "emu.h")) << roots.emu() << " is not pptrain's emu/";
   const std::vector<std::string> offending = check_layering(roots);
   if (!offending.empty())
     ADD_FAILURE() << offending.size() << " line(s) against the dependency table of DESIGN.md "
@@ -225,29 +259,42 @@ TEST(Layering, PlantedIncludesAgainstTheTableAreReported) {
     std::string file, include, expected;  // expected: the start of the message after "FILE:LINE: "
   };
   const std::vector<Plant> plants = {
-      {"core/planted.h", "train/trainer.h", "folder 'core' may not include 'train' (\"train/trainer.h\")"},
-      // Relative to the including file's folder, as the compiler resolves it.
-      {"core/planted.h", "../runtime/executor.h",
+      {"src/core/planted.h", "train/trainer.h", "folder 'core' may not include 'train' (\"train/trainer.h\")"},
+      // Relative to the including file's folder, or from the root, as the compiler resolves it.
+      {"src/core/planted.h", "../runtime/executor.h",
        "folder 'core' may not include 'runtime' (\"../runtime/executor.h\")"},
+      {"src/core/planted.h", "src/train/trainer.h", "folder 'core' may not include 'train' (\"src/train/trainer.h\")"},
       // kernels/ and the emulator are for src/backend/cuda only.
-      {"model/planted.cpp", "launch.cuh", "folder 'model' may not include 'kernels' (\"launch.cuh\")"},
-      {"parallel/planted.cpp", "emu/nccl_emu.h", "folder 'parallel' may not include 'emu' (\"emu/nccl_emu.h\")"},
-      {"backend/cpu/planted.cpp", "emu/emu.h", "folder 'backend' may not include 'emu' (\"emu/emu.h\")"},
-      // Test code is for tests.
-      {"backend/cuda/planted.cpp", "support/test_util.h",
+      {"src/model/planted.cpp", "launch.cuh", "folder 'model' may not include 'kernels' (\"launch.cuh\")"},
+      {"src/parallel/planted.cpp", "emu/nccl_emu.h", "folder 'parallel' may not include 'emu' (\"emu/nccl_emu.h\")"},
+      {"src/backend/cpu/planted.cpp", "emu/emu.h", "folder 'backend' may not include 'emu' (\"emu/emu.h\")"},
+      // The emulator sits below the kernels and the backend.
+      {"emu/planted.h", "launch.cuh", "folder 'emu' may not include 'kernels' (\"launch.cuh\")"},
+      {"emu/planted.h", "backend/ops.h", "folder 'emu' may not include 'backend' (\"backend/ops.h\")"},
+      {"kernels/planted.cuh", "backend/ops.h", "folder 'kernels' may not include 'backend' (\"backend/ops.h\")"},
+      // Test code is for tests: from every shipped folder, by either spelling, existing or not.
+      {"src/backend/cuda/planted.cpp", "support/test_util.h",
        "folder 'backend' may not include 'tests' (\"support/test_util.h\")"},
+      {"src/core/planted.h", "tests/support/test_util.h",
+       "folder 'core' may not include 'tests' (\"tests/support/test_util.h\")"},
+      {"src/train/planted.cpp", "tests/not_yet_written.h",
+       "folder 'train' may not include 'tests' (\"tests/not_yet_written.h\")"},
+      {"kernels/planted.cuh", "support/test_util.h",
+       "folder 'kernels' may not include 'tests' (\"support/test_util.h\")"},
+      {"emu/planted.h", "tests/support/test_util.h",
+       "folder 'emu' may not include 'tests' (\"tests/support/test_util.h\")"},
       // main.cpp is cli's; a header that does not exist (yet) still names its folder.
-      {"pipeline/planted.h", "cli/not_yet_written.h",
+      {"src/pipeline/planted.h", "cli/not_yet_written.h",
        "folder 'pipeline' may not include 'cli' (\"cli/not_yet_written.h\")"},
   };
   const std::vector<std::string> before = check_layering(roots_beside(source_root()));
   for (const Plant& p : plants) {
-    SCOPED_TRACE("src/" + p.file + " includes \"" + p.include + "\"");
+    SCOPED_TRACE(p.file + " includes \"" + p.include + "\"");
     TempDir dir;
-    const Roots copy = copy_of_src(dir);
+    const Roots copy = copy_of_tree(dir);
     const int line = plant(copy, p.file, p.include);
     const std::vector<std::string> after = check_layering(copy);
-    const std::string prefix = "src/" + p.file + ":" + std::to_string(line) + ": " + p.expected;
+    const std::string prefix = p.file + ":" + std::to_string(line) + ": " + p.expected;
     EXPECT_TRUE(has_line_starting(after, prefix)) << "expected a line starting with\n  " << prefix << "\ngot:\n"
                                                   << joined(after);
     EXPECT_EQ(after.size(), before.size() + 1) << joined(after);
@@ -256,23 +303,28 @@ TEST(Layering, PlantedIncludesAgainstTheTableAreReported) {
 
 TEST(Layering, AllowedIncludesAreNotReported) {
   TempDir dir;
-  const Roots copy = copy_of_src(dir);
+  const Roots copy = copy_of_tree(dir);
   const std::vector<std::string> before = check_layering(copy);
-  // backend/cuda: the emulator's shims and the kernels; a folder: itself, by any spelling;
-  // train: anything but cli; cli: anything.
-  plant(copy, "backend/cuda/planted_emu.cpp", "emu/nccl_emu.h");
-  plant(copy, "backend/cuda/planted_kernels.cpp", "launch.cuh");
-  plant(copy, "core/planted_same_folder.h", "error.h");
-  plant(copy, "core/sub/planted_relative.h", "../error.h");
-  plant(copy, "train/planted.cpp", "checkpoint/planted_target.h");
-  plant(copy, "cli/planted.cpp", "train/planted.cpp");
+  // backend/cuda: the emulator's shims and the kernels; kernels: core and the emulator;
+  // emu: core; a folder: itself, by any spelling; train: anything but cli; cli: anything.
+  plant(copy, "src/backend/cuda/planted_emu.cpp", "emu/nccl_emu.h");
+  plant(copy, "src/backend/cuda/planted_kernels.cpp", "launch.cuh");
+  plant(copy, "kernels/planted_emu.cuh", "emu/emu.h");
+  plant(copy, "kernels/planted_core.cuh", "core/error.h");
+  plant(copy, "emu/planted_core.h", "core/bf16.h");
+  plant(copy, "emu/planted_same_folder.h", "fiber.h");
+  plant(copy, "src/core/planted_same_folder.h", "error.h");
+  plant(copy, "src/core/sub/planted_relative.h", "../error.h");
+  plant(copy, "src/core/planted_from_root.h", "src/core/error.h");
+  plant(copy, "src/train/planted.cpp", "checkpoint/planted_target.h");
+  plant(copy, "src/cli/planted.cpp", "train/planted.cpp");
   EXPECT_EQ(check_layering(copy), before);
 }
 
 TEST(Layering, AFolderMissingFromTheTableIsReported) {
   TempDir dir;
-  const Roots copy = copy_of_src(dir);
-  plant(copy, "scheduler/queue.h", "core/error.h");
+  const Roots copy = copy_of_tree(dir);
+  plant(copy, "src/scheduler/queue.h", "core/error.h");
   const std::vector<std::string> after = check_layering(copy);
   EXPECT_TRUE(has_line_starting(after, "src/scheduler/queue.h: folder 'scheduler' is not in the layering table"))
       << joined(after);

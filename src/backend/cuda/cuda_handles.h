@@ -1,7 +1,7 @@
 // Owned CUDA, cuBLAS and cuBLASLt objects of the cuda backend (RAII: created in the
 // constructor, destroyed in the destructor, never copied), and the grow-only device
 // workspace. Also selects the cuBLASLt header: the toolkit's, or in the emulated build
-// (PPTRAIN_EMULATED) the host shim of tests/emu (cuda_api.h does the same for the runtime and
+// (PPTRAIN_EMULATED) the host shim of emu/ (cuda_api.h does the same for the runtime and
 // cuBLAS).
 #pragma once
 #include <cstddef>

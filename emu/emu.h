@@ -1,6 +1,7 @@
 // SIMT emulator: lets g++ compile the unchanged kernels/*.cu sources and run their launches
 // on the CPU, so kernels are tested without a GPU (the emulated build does
-// `g++ -x c++ -include tests/emu/emu.h`). Used by tests only.
+// `g++ -x c++ -include emu/emu.h`): the kernel tests and, with the shims beside it,
+// the emulated cuda backend (its tests and pptrain-emu).
 //
 // Execution model (see emu.cpp): the blocks of a grid run one after another; the threads
 // of a block run as cooperative fibers (a hand-written context switch on x86-64, ucontext
