@@ -18,7 +18,7 @@ double attention_slot_bytes(const std::string& attention, const ModelDims& d, si
   fail("perf model: model.attention '", attention, "' is not one of naive, flash, cudnn");
 }
 
-// Block::for_each_buffer, buffer by buffer (N = B·T, C, CL = C/tp, HL = 4C/tp):
+// Gpt2BlockBuffers' lists (model/block.h), buffer by buffer (N = B·T, C, CL = C/tp, HL = 4C/tp):
 //   storage type: ln1, x2, ln2, dln2, dx2, dln1 [N,C]; qkv, dqkv [N,3CL]; attn [N,CL];
 //                 fc1, gelu, dfc1 [N,HL]; dattn [N,CL]; + the attention part
 //   fp32:         ln1_mean, ln1_rstd, ln2_mean, ln2_rstd [N]

@@ -82,7 +82,8 @@ struct StepPrediction {
 // flash: lse and delta [B,NH,T] fp32 (the T×T matrix is never stored). cudnn: its stats
 // [B,NH,T] fp32. One function per the Block's layout of the attention buffers.
 double attention_slot_bytes(const std::string& attention, const ModelDims& d, size_t elem);
-// One Block's slot (Block::for_each_buffer's list): the attention part plus the rest.
+// One Block's slot (the lists of model/block.h's Gpt2BlockBuffers and model/block_slots.h's
+// SlottedBlock): the attention part plus the rest.
 double block_slot_bytes(const std::string& attention, const ModelDims& d, size_t elem);
 // The whole stage's activation bytes of one microbatch (pp = 1: embedding, blocks, head).
 ActivationBytes activation_bytes(const std::string& attention, const ModelDims& d, size_t elem);

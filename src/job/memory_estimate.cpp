@@ -46,9 +46,9 @@ double block_parameter_count(const ModelConfig& m, double tp) {
 }
 
 // A block's buffers by part (model/layer.h's BlockSlotPart: who reads them after F), as
-// Block<T>::for_each_buffer and LlamaBlock<T>::for_each_buffer list them (N = B·T rows,
-// CL = C/tp, NHL = heads/tp, HL = MLP width/tp, QL = (NHL + 2·KVL)·HD; s the storage
-// type's bytes, statistics in fp32):
+// Gpt2BlockBuffers and LlamaBlockBuffers list them, with the attention core's lse, delta and
+// probs that SlottedBlock adds (model/block_slots.h). N = B·T rows, CL = C/tp, NHL = heads/tp,
+// HL = MLP width/tp, QL = (NHL + 2·KVL)·HD; s the storage type's bytes, statistics in fp32:
 //   forward    GPT-2: ln1, x2, ln2 [N,C]; attn [N,CL]; gelu [N,HL]; ln_1's and ln_2's mean
 //              and rstd [N]. Llama: ln1, x2, ln2 [N,C]; attn [N,CL]; act [N,HL]; two rstd [N];
 //              qwen3 also q and k before their norms [N,(NHL + KVL)·HD] and their rstd

@@ -16,7 +16,7 @@ ParamSpec spec(const std::string& name, std::vector<int64_t> shape, Shard shard,
 template <typename T>
 Block<T>::Block(ParamStore& p, const ModelDims& d, int i, Communicator& tp, const Faults& faults,
                 const Block* share_scratch_with)
-    : ops_(p.ops()), dims_(d), tp_(tp),
+    : Base(p.ops(), d, tp, faults, share_scratch_with),
       ln1_w_(p.get_or_create(spec(cat("h.", i, ".ln_1.weight"), {d.d_model}, Shard::Replicated, Init::Ones))),
       ln1_b_(p.get_or_create(spec(cat("h.", i, ".ln_1.bias"), {d.d_model}, Shard::Replicated, Init::Zeros))),
       qkv_w_(p.get_or_create(spec(cat("h.", i, ".attn.qkv.weight"), {3 * d.d_model, d.d_model}, Shard::Rows3,
@@ -33,14 +33,42 @@ Block<T>::Block(ParamStore& p, const ModelDims& d, int i, Communicator& tp, cons
       fc_b_(p.get_or_create(spec(cat("h.", i, ".mlp.fc.bias"), {4 * d.d_model}, Shard::Rows, Init::Zeros))),
       fc2_w_(p.get_or_create(spec(cat("h.", i, ".mlp.proj.weight"), {d.d_model, 4 * d.d_model}, Shard::Cols,
                                   Init::Normal, 0.02f / std::sqrt(2.0f * d.n_layer), true))),
-      fc2_b_(p.get_or_create(spec(cat("h.", i, ".mlp.proj.bias"), {d.d_model}, Shard::Replicated, Init::Zeros))),
-      slots_(block_slot_placement(d.recompute)) {
+      fc2_b_(p.get_or_create(spec(cat("h.", i, ".mlp.proj.bias"), {d.d_model}, Shard::Replicated, Init::Zeros))) {
   for (const Fault* f : faults.find_all("skip_tp_allreduce"))  // target row or col (checked by the parser)
     (f->target == "row" ? keep_row_partial_ : keep_col_partial_) = true;
-  skip_recompute_ = faults.find("skip_recompute") != nullptr;
-  if (keep_row_partial_ || keep_col_partial_ || skip_recompute_)
-    fault_scratch_ = Buffer<T>(ops_, size_t(d.rows()) * d.d_model);
-  scratch_ = share_scratch_with ? share_scratch_with->scratch_ : std::make_shared<SharedScratch<Slot>>();
+  if (keep_row_partial_ || keep_col_partial_) this->reserve_fault_scratch();
+}
+
+template <typename T>
+void Gpt2BlockBuffers<T>::Forward::list(const ModelDims& d, SlotBufferVisitor& visit) {
+  const size_t n = d.rows(), c = d.d_model, cl = d.local_channels(), hl = d.local_hidden();
+  visit(ln1, n * c);
+  visit(ln1_mean, n);
+  visit(ln1_rstd, n);
+  visit(attn, n * cl);
+  visit(x2, n * c);
+  visit(ln2, n * c);
+  visit(ln2_mean, n);
+  visit(ln2_rstd, n);
+  visit(gelu, n * hl);
+}
+
+template <typename T>
+void Gpt2BlockBuffers<T>::Gradients::list(const ModelDims& d, SlotBufferVisitor& visit) {
+  const size_t n = d.rows(), c = d.d_model, cl = d.local_channels(), hl = d.local_hidden();
+  visit(dfc1, n * hl);
+  visit(dln2, n * c);
+  visit(dx2, n * c);
+  visit(dqkv, n * 3 * cl);
+  visit(dln1, n * c);
+}
+
+template <typename T>
+void Gpt2BlockBuffers<T>::Transient::list(const ModelDims& d, SlotBufferVisitor& visit) {
+  const size_t n = d.rows(), cl = d.local_channels(), hl = d.local_hidden();
+  visit(qkv, n * 3 * cl);
+  visit(fc1, n * hl);
+  visit(dattn, n * cl);
 }
 
 template <typename T>
@@ -50,74 +78,15 @@ void Block<T>::tp_sum(T* x, size_t n, bool keep_partial) {
     tp_.allreduce(x, n, ReduceOp::Sum);
     return;
   }
-  ops_.copy(fault_scratch_.data(), x, n * sizeof(T));
-  tp_.allreduce(fault_scratch_.data(), n, ReduceOp::Sum);
-}
-
-template <typename T>
-template <typename Visit>
-void Block<T>::for_each_buffer(Slot& s, unsigned parts, Visit&& visit) const {
-  const size_t n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), hl = dims_.local_hidden();
-  const size_t t = dims_.seq_len;
-  const size_t heads = size_t(dims_.batch) * dims_.local_heads();  // B·NHL
-  if (parts & kForwardPart) {
-    visit(s.f.ln1, n * c);
-    visit(s.f.ln1_mean, n);
-    visit(s.f.ln1_rstd, n);
-    visit(s.f.attn, n * cl);
-    visit(s.f.x2, n * c);
-    visit(s.f.ln2, n * c);
-    visit(s.f.ln2_mean, n);
-    visit(s.f.ln2_rstd, n);
-    visit(s.f.gelu, n * hl);
-  }
-  if (parts & kGradientPart) {
-    visit(s.g.dfc1, n * hl);
-    visit(s.g.dln2, n * c);
-    visit(s.g.dx2, n * c);
-    visit(s.g.dqkv, n * 3 * cl);
-    visit(s.g.dln1, n * c);
-  }
-  if (parts & kTransientPart) {
-    visit(s.t.qkv, n * 3 * cl);
-    visit(s.t.fc1, n * hl);
-    if (dims_.fused_attention) {
-      visit(s.t.lse, heads * t);
-      visit(s.t.delta, heads * t);
-    }
-    visit(s.t.dattn, n * cl);
-  }
-  if ((parts & kProbsPart) && !dims_.fused_attention) visit(s.probs, heads * t * t);
-}
-
-template <typename T>
-std::unique_ptr<typename Block<T>::Slot> Block<T>::make_slot(unsigned parts) {
-  return allocate_slot<Slot>(ops_, [this, parts](Slot& s, auto&& visit) { for_each_buffer(s, parts, visit); });
-}
-
-template <typename T>
-size_t Block<T>::bytes_of(unsigned parts) const {
-  return slot_bytes_of<Slot>([this, parts](Slot& s, auto&& visit) { for_each_buffer(s, parts, visit); });
-}
-
-template <typename T>
-typename Block<T>::Slot& Block<T>::scratch() {
-  if (!scratch_->slot) scratch_->slot = make_slot(slots_.placement().scratch);
-  return *scratch_->slot;
-}
-
-template <typename T>
-typename Block<T>::View Block<T>::view(Slot* mb_slot, unsigned mb_parts) {
-  Slot& shared = scratch();
-  auto from = [&](unsigned part) -> Slot& { return mb_slot && (mb_parts & part) ? *mb_slot : shared; };
-  return {from(kForwardPart).f, from(kGradientPart).g, from(kTransientPart).t, from(kProbsPart).probs};
+  ops_.copy(this->fault_scratch(), x, n * sizeof(T));
+  tp_.allreduce(this->fault_scratch(), n, ReduceOp::Sum);
 }
 
 template <typename T>
 void Block<T>::attention_forward(const View& v) {
   const int b = dims_.batch, t = dims_.seq_len, nhl = dims_.local_heads(), hd = dims_.head_dim();
   if (dims_.fused_attention)
-    ops_.flash_attention_forward(v.f.attn.data(), v.t.lse.data(), v.t.qkv.data(), b, t, nhl, hd);
+    ops_.flash_attention_forward(v.f.attn.data(), v.lse.data(), v.t.qkv.data(), b, t, nhl, hd);
   else
     ops_.attention_forward(v.f.attn.data(), v.probs.data(), v.t.qkv.data(), b, t, nhl, hd);
 }
@@ -126,8 +95,8 @@ template <typename T>
 void Block<T>::attention_backward_input(const View& v, const T* dattn) {
   const int b = dims_.batch, t = dims_.seq_len, nhl = dims_.local_heads(), hd = dims_.head_dim();
   if (dims_.fused_attention)  // recomputes the probabilities from qkv and lse; reads the output attn
-    ops_.flash_attention_backward_input(v.g.dqkv.data(), v.t.delta.data(), dattn, v.t.qkv.data(), v.f.attn.data(),
-                                        v.t.lse.data(), b, t, nhl, hd);
+    ops_.flash_attention_backward_input(v.g.dqkv.data(), v.delta.data(), dattn, v.t.qkv.data(), v.f.attn.data(),
+                                        v.lse.data(), b, t, nhl, hd);
   else
     ops_.attention_backward_input(v.g.dqkv.data(), dattn, v.t.qkv.data(), v.probs.data(), b, t, nhl, hd);
 }
@@ -156,27 +125,8 @@ void Block<T>::run_forward(const View& v, const T* x, T* y) {
 }
 
 template <typename T>
-void Block<T>::forward(int mb, const T* x, T* y, const MicrobatchData&) {
-  // Full recompute: no slot (F runs in the scratch and I runs it again).
-  Slot* s = slots_.begin_forward(mb, x, [this](unsigned parts) { return make_slot(parts); });
-  run_forward(view(s, slots_.placement().at_forward), x, y);
-}
-
-template <typename T>
-void Block<T>::backward_input(int mb, const T* dy, T* dx) {
+void Block<T>::run_backward_input(const View& v, const T* x, const T* dy, T* dx) {
   const int n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), hl = dims_.local_hidden();
-  // Full recompute: this microbatch's slot starts here, filled by the forward again.
-  Slot& s = slots_.begin_input(mb, dy, [this](unsigned parts) { return make_slot(parts); });
-  const View v = view(&s, slots_.input_parts());
-  if (skip_recompute_) {
-    // planted fault: I reads whatever the scratch and the slot hold from earlier passes;
-    // this rank still joins the recompute's all-reduce, so the rest of the tp group does not hang
-    if (slots_.forward_again() && dims_.tp > 1) tp_.allreduce(fault_scratch_.data(), size_t(n) * c, ReduceOp::Sum);
-  } else if (slots_.forward_again()) {
-    run_forward(v, s.x, nullptr);
-  } else if (slots_.placement().scratch & kProbsPart) {
-    attention_forward(v);  // the probabilities again (and the same attn over the kept one)
-  }
   // MLP half: dy flows both into the residual (dx2 = dy + ...) and into fc2; through the
   // GELU in the same op: dfc1 = (dy · fc2_w) ∘ gelu'(fc1), kept for fc1's wgrad.
   ops_.linear_backward_input_dgelu(v.g.dfc1.data(), dy, weights<T>(fc2_w_), v.t.fc1.data(), n, hl, c);
@@ -192,15 +142,13 @@ void Block<T>::backward_input(int mb, const T* dy, T* dx) {
   ops_.linear_backward_input(v.g.dln1.data(), v.g.dqkv.data(), weights<T>(qkv_w_), n, c, 3 * cl, false);
   tp_sum(v.g.dln1.data(), size_t(n) * c, keep_col_partial_);
   // dx = dx2 + ln_1'(dln1)
-  ops_.layernorm_backward_input(dx, v.g.dln1.data(), s.x, v.f.ln1_mean.data(), v.f.ln1_rstd.data(),
+  ops_.layernorm_backward_input(dx, v.g.dln1.data(), x, v.f.ln1_mean.data(), v.f.ln1_rstd.data(),
                                 weights<T>(ln1_w_), n, c, v.g.dx2.data());
 }
 
 template <typename T>
-void Block<T>::backward_weight(int mb) {
+void Block<T>::run_backward_weight(const Slot& s) {
   const int n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), hl = dims_.local_hidden();
-  Slot& s = slots_.weight_slot(mb);
-  // W reads the forward and gradient parts only, both per microbatch in every placement.
   const Forward& f = s.f;
   const Gradients& g = s.g;
   ops_.linear_backward_weight(fc2_w_.grad.data(), fc2_b_.grad.data(), s.dy, f.gelu.data(), n, hl, c);
@@ -211,14 +159,10 @@ void Block<T>::backward_weight(int mb) {
   ops_.linear_backward_weight(qkv_w_.grad.data(), qkv_b_.grad.data(), g.dqkv.data(), f.ln1.data(), n, c, 3 * cl);
   ops_.layernorm_backward_weight(ln1_w_.grad.data(), ln1_b_.grad.data(), g.dln1.data(), s.x, f.ln1_mean.data(),
                                  f.ln1_rstd.data(), n, c);
-  slots_.release(mb);
 }
 
-template <typename T>
-void Block<T>::discard(int mb) {
-  slots_.discard(mb);
-}
-
+template struct Gpt2BlockBuffers<float>;
+template struct Gpt2BlockBuffers<bfloat16>;
 template class Block<float>;
 template class Block<bfloat16>;
 

@@ -4,7 +4,7 @@
 
 namespace pptrain {
 
-// training.recompute: what a block keeps per microbatch between its passes (model/block.h).
+// training.recompute: what a block keeps per microbatch between its passes (model/block_slots.h).
 enum class Recompute { none, attention, full };
 inline const char* recompute_name(Recompute r) {
   return r == Recompute::full ? "full" : r == Recompute::attention ? "attention" : "none";

@@ -49,7 +49,7 @@ class Layer {
 };
 
 // A block's buffers fall in four parts by what reads them after F; training.recompute
-// decides where each part lives (BlockSlotPlacement).
+// decides where each part lives (BlockSlotPlacement; model/block_slots.h keeps them).
 enum BlockSlotPart : unsigned {
   kForwardPart = 1,    // F's tensors that W reads too (layer norm outputs and statistics, ...)
   kGradientPart = 2,   // written by I, read by W (each linear layer's output gradient, ...)
@@ -76,31 +76,6 @@ inline BlockSlotPlacement block_slot_placement(Recompute r) {
     case Recompute::none: break;
   }
   return {kAllBlockParts, 0, 0};
-}
-
-// The scratch slot the blocks of one stage share (allocated by the first that needs it).
-template <typename Slot>
-struct SharedScratch {
-  std::unique_ptr<Slot> slot;
-};
-
-// A slot's buffers from one list: `for_each_buffer(slot, visit)` calls visit(buffer,
-// element count) for every buffer of the slot, so allocating them and adding up their
-// bytes cannot disagree. Buffers are Buffer<U> of the backend `ops`.
-template <typename Slot, typename ForEachBuffer>
-std::unique_ptr<Slot> allocate_slot(Ops& ops, ForEachBuffer&& for_each_buffer) {
-  auto s = std::make_unique<Slot>();
-  for_each_buffer(*s, [&ops](auto& buffer, size_t count) {
-    buffer = std::remove_reference_t<decltype(buffer)>(ops, count);
-  });
-  return s;
-}
-template <typename Slot, typename ForEachBuffer>
-size_t slot_bytes_of(ForEachBuffer&& for_each_buffer) {
-  Slot empty;  // nothing allocated: only the list of buffers and their sizes is used
-  size_t bytes = 0;
-  for_each_buffer(empty, [&bytes](auto& buffer, size_t count) { bytes += count * sizeof(*buffer.data()); });
-  return bytes;
 }
 
 // Per-microbatch activation slots with reuse: a freed slot's buffers serve the next
@@ -139,71 +114,6 @@ class SlotPool {
  private:
   std::map<int, std::unique_ptr<Slot>> live_;
   std::vector<std::unique_ptr<Slot>> free_;
-};
-
-// A block's per-microbatch slots under its BlockSlotPlacement, the lifecycle both model
-// families share: F takes the slot (at_forward) and records the input in it, or, when F keeps
-// nothing (full recompute), only remembers the input for I; I then takes the slot
-// (at_input), which the block fills by running its forward again; W and discard free it.
-// Slot has members `const T* x` (the block input) and `const T* dy` (the output gradient),
-// both owned by the stage; `make(parts)` builds a slot holding `parts`.
-template <typename Slot, typename T>
-class BlockSlots {
- public:
-  explicit BlockSlots(BlockSlotPlacement placement) : placement_(placement) {}
-  const BlockSlotPlacement& placement() const { return placement_; }
-  // The parts a microbatch's slot holds during I and W.
-  unsigned input_parts() const { return placement_.at_input ? placement_.at_input : placement_.at_forward; }
-  // I re-runs the forward into the slot it takes (full recompute).
-  bool forward_again() const { return placement_.at_input != 0; }
-
-  // F: the microbatch's slot, or nullptr when F keeps nothing (F then runs in the scratch).
-  template <typename Make>
-  Slot* begin_forward(int mb, const T* x, Make make) {
-    if (placement_.at_forward == 0) {
-      PPTRAIN_CHECK(!inputs_.count(mb) && !slots_.holds(mb), "microbatch ", mb, " already ran forward");
-      inputs_[mb] = x;
-      return nullptr;
-    }
-    Slot& s = slots_.acquire(mb, [&] { return make(placement_.at_forward); });
-    s.x = x;
-    s.dy = nullptr;
-    return &s;
-  }
-  // I: the microbatch's slot with dy recorded; taken here (holding at_input) under full
-  // recompute, where the caller must run the forward into it before the dgrad.
-  template <typename Make>
-  Slot& begin_input(int mb, const T* dy, Make make) {
-    Slot* s = nullptr;
-    if (forward_again()) {
-      auto it = inputs_.find(mb);
-      PPTRAIN_CHECK(it != inputs_.end(), "block I before F for microbatch ", mb);
-      s = &slots_.acquire(mb, [&] { return make(placement_.at_input); });
-      s->x = it->second;
-      inputs_.erase(it);
-    } else {
-      s = &slots_.get(mb);
-    }
-    s->dy = dy;
-    return *s;
-  }
-  // W: the slot I left, checked to have run.
-  Slot& weight_slot(int mb) {
-    Slot& s = slots_.get(mb);
-    PPTRAIN_CHECK(s.dy, "block W before I for microbatch ", mb);
-    return s;
-  }
-  void release(int mb) { slots_.release(mb); }
-  // Evaluation: drops the microbatch whatever it holds.
-  void discard(int mb) {
-    inputs_.erase(mb);
-    if (slots_.holds(mb)) slots_.release(mb);
-  }
-
- private:
-  BlockSlotPlacement placement_;
-  SlotPool<Slot> slots_;            // taken by F (at_forward) or by I (at_input), freed by W
-  std::map<int, const T*> inputs_;  // x of the microbatches F ran and I did not yet (full)
 };
 
 }  // namespace pptrain

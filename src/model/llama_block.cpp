@@ -34,7 +34,7 @@ ParamSpec llama_qkv_bias_spec(const ModelDims& d, int i) {
 template <typename T>
 LlamaBlock<T>::LlamaBlock(ParamStore& p, const ModelDims& d, int i, Communicator& tp, const Faults& faults,
                           const LlamaBlock* share_scratch_with)
-    : ops_(p.ops()), dims_(d), tp_(tp),
+    : Base(p.ops(), d, tp, faults, share_scratch_with),
       ln1_w_(p.get_or_create(gain(cat("h.", i, ".ln_1.weight"), d.d_model))),
       qkv_w_(p.get_or_create(llama_qkv_spec(d, i))),
       qkv_b_(d.qkv_bias ? &p.get_or_create(llama_qkv_bias_spec(d, i)) : nullptr),
@@ -46,12 +46,58 @@ LlamaBlock<T>::LlamaBlock(ParamStore& p, const ModelDims& d, int i, Communicator
       gate_w_(p.get_or_create(matrix(cat("h.", i, ".mlp.gate.weight"), d.ffn_hidden, d.d_model, Shard::Rows))),
       up_w_(p.get_or_create(matrix(cat("h.", i, ".mlp.up.weight"), d.ffn_hidden, d.d_model, Shard::Rows))),
       down_w_(p.get_or_create(matrix(cat("h.", i, ".mlp.down.weight"), d.d_model, d.ffn_hidden, Shard::Cols))),
-      slots_(block_slot_placement(d.recompute)),
-      scratch_(share_scratch_with ? share_scratch_with->scratch_ : std::make_shared<SharedScratch<Slot>>()),
-      skip_recompute_(faults.find("skip_recompute") != nullptr),
       rope_(rotary_frequencies(d.head_dim(), d.rope_theta, d.rope_scaling)) {
-  if (skip_recompute_) fault_scratch_ = Buffer<T>(ops_, size_t(d.rows()) * d.d_model);
   if (q_norm_ && d.tp > 1) norm_grads_ = Buffer<float>(ops_, 2 * size_t(d.head_dim()));
+}
+
+template <typename T>
+void LlamaBlockBuffers<T>::Forward::list(const ModelDims& d, SlotBufferVisitor& visit) {
+  const size_t n = d.rows(), c = d.d_model, cl = d.local_channels(), hl = d.local_hidden();
+  const size_t qn = size_t(d.local_heads()) * d.head_dim(), kn = size_t(d.local_kv_heads()) * d.head_dim();
+  visit(ln1, n * c);
+  visit(ln1_rstd, n);
+  if (d.qk_norm) {
+    visit(q_pre, n * qn);
+    visit(k_pre, n * kn);
+    visit(q_rstd, n * d.local_heads());
+    visit(k_rstd, n * d.local_kv_heads());
+  }
+  visit(attn, n * cl);
+  visit(x2, n * c);
+  visit(ln2, n * c);
+  visit(ln2_rstd, n);
+  visit(act, n * hl);
+}
+
+template <typename T>
+void LlamaBlockBuffers<T>::Gradients::list(const ModelDims& d, SlotBufferVisitor& visit) {
+  const size_t n = d.rows(), c = d.d_model, ql = d.local_qkv(), hl = d.local_hidden();
+  const size_t qn = size_t(d.local_heads()) * d.head_dim(), kn = size_t(d.local_kv_heads()) * d.head_dim();
+  visit(dgate, n * hl);
+  visit(dup, n * hl);
+  visit(dln2, n * c);
+  visit(dx2, n * c);
+  visit(dqkv, n * ql);
+  if (d.qk_norm) {
+    visit(dq_norm, n * qn);
+    visit(dk_norm, n * kn);
+  }
+  visit(dln1, n * c);
+}
+
+template <typename T>
+void LlamaBlockBuffers<T>::Transient::list(const ModelDims& d, SlotBufferVisitor& visit) {
+  const size_t n = d.rows(), cl = d.local_channels(), ql = d.local_qkv(), hl = d.local_hidden();
+  const size_t qn = size_t(d.local_heads()) * d.head_dim(), kn = size_t(d.local_kv_heads()) * d.head_dim();
+  visit(qkv, n * ql);
+  visit(gate, n * hl);
+  visit(up, n * hl);
+  visit(dact, n * hl);
+  visit(dattn, n * cl);
+  if (d.qk_norm) {
+    visit(q_tmp, n * qn);
+    visit(k_tmp, n * kn);
+  }
 }
 
 template <typename T>
@@ -60,86 +106,11 @@ void LlamaBlock<T>::tp_sum(T* x, size_t n) {
 }
 
 template <typename T>
-template <typename Visit>
-void LlamaBlock<T>::for_each_buffer(Slot& s, unsigned parts, Visit&& visit) const {
-  const size_t n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), ql = dims_.local_qkv();
-  const size_t hl = dims_.local_hidden(), t = dims_.seq_len;
-  const size_t qn = size_t(dims_.local_heads()) * dims_.head_dim(), kn = size_t(dims_.local_kv_heads()) * dims_.head_dim();
-  const size_t heads = size_t(dims_.batch) * dims_.local_heads();  // B·NHL
-  if (parts & kForwardPart) {
-    visit(s.f.ln1, n * c);
-    visit(s.f.ln1_rstd, n);
-    if (dims_.qk_norm) {
-      visit(s.f.q_pre, n * qn);
-      visit(s.f.k_pre, n * kn);
-      visit(s.f.q_rstd, n * dims_.local_heads());
-      visit(s.f.k_rstd, n * dims_.local_kv_heads());
-    }
-    visit(s.f.attn, n * cl);
-    visit(s.f.x2, n * c);
-    visit(s.f.ln2, n * c);
-    visit(s.f.ln2_rstd, n);
-    visit(s.f.act, n * hl);
-  }
-  if (parts & kGradientPart) {
-    visit(s.g.dgate, n * hl);
-    visit(s.g.dup, n * hl);
-    visit(s.g.dln2, n * c);
-    visit(s.g.dx2, n * c);
-    visit(s.g.dqkv, n * ql);
-    if (dims_.qk_norm) {
-      visit(s.g.dq_norm, n * qn);
-      visit(s.g.dk_norm, n * kn);
-    }
-    visit(s.g.dln1, n * c);
-  }
-  if (parts & kTransientPart) {
-    visit(s.t.qkv, n * ql);
-    visit(s.t.gate, n * hl);
-    visit(s.t.up, n * hl);
-    if (dims_.fused_attention) {
-      visit(s.t.lse, heads * t);
-      visit(s.t.delta, heads * t);
-    }
-    visit(s.t.dact, n * hl);
-    visit(s.t.dattn, n * cl);
-    if (dims_.qk_norm) {
-      visit(s.t.q_tmp, n * qn);
-      visit(s.t.k_tmp, n * kn);
-    }
-  }
-  if ((parts & kProbsPart) && !dims_.fused_attention) visit(s.probs, heads * t * t);
-}
-
-template <typename T>
-std::unique_ptr<typename LlamaBlock<T>::Slot> LlamaBlock<T>::make_slot(unsigned parts) {
-  return allocate_slot<Slot>(ops_, [this, parts](Slot& s, auto&& visit) { for_each_buffer(s, parts, visit); });
-}
-
-template <typename T>
-size_t LlamaBlock<T>::bytes_of(unsigned parts) const {
-  return slot_bytes_of<Slot>([this, parts](Slot& s, auto&& visit) { for_each_buffer(s, parts, visit); });
-}
-
-template <typename T>
-typename LlamaBlock<T>::Slot& LlamaBlock<T>::scratch() {
-  if (!scratch_->slot) scratch_->slot = make_slot(slots_.placement().scratch);
-  return *scratch_->slot;
-}
-
-template <typename T>
-typename LlamaBlock<T>::View LlamaBlock<T>::view(Slot* mb_slot, unsigned mb_parts) {
-  Slot& shared = scratch();
-  auto from = [&](unsigned part) -> Slot& { return mb_slot && (mb_parts & part) ? *mb_slot : shared; };
-  return {from(kForwardPart).f, from(kGradientPart).g, from(kTransientPart).t, from(kProbsPart).probs};
-}
-
-template <typename T>
 void LlamaBlock<T>::attention_forward(const View& v) {
   const int b = dims_.batch, t = dims_.seq_len, nhl = dims_.local_heads(), kvl = dims_.local_kv_heads();
   const int hd = dims_.head_dim();
   if (dims_.fused_attention)
-    ops_.gqa_flash_attention_forward(v.f.attn.data(), v.t.lse.data(), v.t.qkv.data(), b, t, nhl, kvl, hd);
+    ops_.gqa_flash_attention_forward(v.f.attn.data(), v.lse.data(), v.t.qkv.data(), b, t, nhl, kvl, hd);
   else
     ops_.gqa_attention_forward(v.f.attn.data(), v.probs.data(), v.t.qkv.data(), b, t, nhl, kvl, hd);
 }
@@ -149,8 +120,8 @@ void LlamaBlock<T>::attention_backward_input(const View& v, const T* dattn) {
   const int b = dims_.batch, t = dims_.seq_len, nhl = dims_.local_heads(), kvl = dims_.local_kv_heads();
   const int hd = dims_.head_dim();
   if (dims_.fused_attention)
-    ops_.gqa_flash_attention_backward_input(v.g.dqkv.data(), v.t.delta.data(), dattn, v.t.qkv.data(),
-                                            v.f.attn.data(), v.t.lse.data(), b, t, nhl, kvl, hd);
+    ops_.gqa_flash_attention_backward_input(v.g.dqkv.data(), v.delta.data(), dattn, v.t.qkv.data(),
+                                            v.f.attn.data(), v.lse.data(), b, t, nhl, kvl, hd);
   else
     ops_.gqa_attention_backward_input(v.g.dqkv.data(), dattn, v.t.qkv.data(), v.probs.data(), b, t, nhl, kvl, hd);
 }
@@ -233,28 +204,9 @@ void LlamaBlock<T>::run_forward(const View& v, const T* x, T* y) {
 }
 
 template <typename T>
-void LlamaBlock<T>::forward(int mb, const T* x, T* y, const MicrobatchData&) {
-  // Full recompute: no slot (F runs in the scratch and I runs it again).
-  Slot* s = slots_.begin_forward(mb, x, [this](unsigned parts) { return make_slot(parts); });
-  run_forward(view(s, slots_.placement().at_forward), x, y);
-}
-
-template <typename T>
-void LlamaBlock<T>::backward_input(int mb, const T* dy, T* dx) {
+void LlamaBlock<T>::run_backward_input(const View& v, const T* x, const T* dy, T* dx) {
   const int n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), ql = dims_.local_qkv();
   const int hl = dims_.local_hidden();
-  // Full recompute: this microbatch's slot starts here, filled by the forward again.
-  Slot& s = slots_.begin_input(mb, dy, [this](unsigned parts) { return make_slot(parts); });
-  const View v = view(&s, slots_.input_parts());
-  if (skip_recompute_) {
-    // planted fault: I reads whatever the scratch and the slot hold from earlier passes;
-    // this rank still joins the recompute's all-reduce, so the rest of the tp group does not hang
-    if (slots_.forward_again() && dims_.tp > 1) tp_.allreduce(fault_scratch_.data(), size_t(n) * c, ReduceOp::Sum);
-  } else if (slots_.forward_again()) {
-    run_forward(v, s.x, nullptr);
-  } else if (slots_.placement().scratch & kProbsPart) {
-    attention_forward(v);  // the probabilities again (and the same attn over the kept one)
-  }
   // MLP half: dy flows into the residual (dx2 = dy + ...) and into down
   ops_.linear_backward_input(v.t.dact.data(), dy, weights<T>(down_w_), n, hl, c, false);
   ops_.swiglu_backward_input(v.g.dgate.data(), v.g.dup.data(), v.t.dact.data(), v.t.gate.data(), v.t.up.data(),
@@ -274,16 +226,14 @@ void LlamaBlock<T>::backward_input(int mb, const T* dy, T* dx) {
   ops_.linear_backward_input(v.g.dln1.data(), v.g.dqkv.data(), weights<T>(qkv_w_), n, c, ql, false);
   tp_sum(v.g.dln1.data(), size_t(n) * c);
   // dx = dx2 + rmsnorm_1'(dln1)
-  ops_.rmsnorm_backward_input(dx, v.g.dln1.data(), s.x, v.f.ln1_rstd.data(), weights<T>(ln1_w_), n, c,
+  ops_.rmsnorm_backward_input(dx, v.g.dln1.data(), x, v.f.ln1_rstd.data(), weights<T>(ln1_w_), n, c,
                               v.g.dx2.data());
 }
 
 template <typename T>
-void LlamaBlock<T>::backward_weight(int mb) {
+void LlamaBlock<T>::run_backward_weight(const Slot& s) {
   const int n = dims_.rows(), c = dims_.d_model, cl = dims_.local_channels(), ql = dims_.local_qkv();
   const int hl = dims_.local_hidden();
-  Slot& s = slots_.weight_slot(mb);
-  // W reads the forward and gradient parts only, both per microbatch in every placement.
   const Forward& f = s.f;
   const Gradients& g = s.g;
   ops_.linear_backward_weight(down_w_.grad.data(), nullptr, s.dy, f.act.data(), n, hl, c);
@@ -295,14 +245,10 @@ void LlamaBlock<T>::backward_weight(int mb) {
                               f.ln1.data(), n, c, ql);
   ops_.rmsnorm_backward_weight(ln1_w_.grad.data(), g.dln1.data(), s.x, f.ln1_rstd.data(), n, c);
   if (q_norm_) qk_norm_backward_weight(f, g);
-  slots_.release(mb);
 }
 
-template <typename T>
-void LlamaBlock<T>::discard(int mb) {
-  slots_.discard(mb);
-}
-
+template struct LlamaBlockBuffers<float>;
+template struct LlamaBlockBuffers<bfloat16>;
 template class LlamaBlock<float>;
 template class LlamaBlock<bfloat16>;
 

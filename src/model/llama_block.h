@@ -27,34 +27,21 @@
 #include "core/communicator.h"
 #include "core/faults.h"
 #include "core/rotary.h"
+#include "model/block_slots.h"
 #include "model/dims.h"
-#include "model/layer.h"
 #include "model/param.h"
 
 namespace pptrain {
 
-// Recomputation (dims.recompute) as in the GPT-2 block (model/block.h): I re-runs the
-// forward, tp all-reduce after the attention projection included, up to the SwiGLU product
-// (the down projection's output is the stage's already).
-template <typename T>
-class LlamaBlock final : public Layer<T> {
- public:
-  // `faults`: the planted faults acting on this rank (skip_recompute; tests only).
-  // `share_scratch_with`: an earlier block of the same stage whose recompute scratch this
-  // one uses too (null: a scratch of its own).
-  LlamaBlock(ParamStore& params, const ModelDims& dims, int layer_index, Communicator& tp, const Faults& faults = {},
-             const LlamaBlock* share_scratch_with = nullptr);
-  void forward(int mb, const T* x, T* y, const MicrobatchData& data) override;
-  void backward_input(int mb, const T* dy, T* dx) override;
-  void backward_weight(int mb) override;
-  void discard(int mb) override;
-  size_t slot_bytes() const override { return bytes_of(slots_.placement().at_forward); }
-  size_t slot_bytes_from_input() const override { return bytes_of(slots_.placement().at_input); }
-  size_t scratch_bytes() const override { return bytes_of(slots_.placement().scratch); }
+// The specs of block `i`'s parameters (the names above), for checkpoints and tests.
+ParamSpec llama_qkv_spec(const ModelDims& d, int i);
+ParamSpec llama_qkv_bias_spec(const ModelDims& d, int i);
 
- private:
-  // A microbatch's buffers by part (model/layer.h). N = B·T, C = d_model, CL = NHL·HD,
-  // QL = (NHL + 2·KVL)·HD, HL = F/tp, NHL = NH/tp.
+// The Llama block's buffers by part (model/layer.h), each part with the list of its buffers
+// and their element counts (the qwen3 head norms' only with dims.qk_norm). N = B·T,
+// C = d_model, CL = NHL·HD, QL = (NHL + 2·KVL)·HD, HL = F/tp, NHL = NH/tp.
+template <typename T>
+struct LlamaBlockBuffers {
   struct Forward {                 // read by I and W
     Buffer<T> ln1;                 // [N,C]
     Buffer<float> ln1_rstd;        // [N] (fp32 in either precision)
@@ -65,6 +52,7 @@ class LlamaBlock final : public Layer<T> {
     Buffer<T> ln2;                 // [N,C]
     Buffer<float> ln2_rstd;        // [N]
     Buffer<T> act;                 // [N,HL]  silu(gate) ∘ up, down's input
+    void list(const ModelDims& d, SlotBufferVisitor& visit);
   };
   struct Gradients {               // kept by I for W
     Buffer<T> dgate, dup;          // [N,HL], [N,HL]
@@ -73,66 +61,54 @@ class LlamaBlock final : public Layer<T> {
     Buffer<T> dqkv;                // [N,QL]  at the projection's output (rotary undone)
     Buffer<T> dq_norm, dk_norm;    // [N·NHL,HD], [N·KVL,HD] qwen3: at the head norms' outputs
     Buffer<T> dln1;                // [N,C]
+    void list(const ModelDims& d, SlotBufferVisitor& visit);
   };
   struct Transient {               // read by I only
     Buffer<T> qkv;                 // [N,QL]  q and k after the rotary embedding
     Buffer<T> gate, up;            // [N,HL], [N,HL]
-    Buffer<float> lse, delta;      // [B,NHL,T], [B,NHL,T] fused attention only
     Buffer<T> dact;                // [N,HL]
     Buffer<T> dattn;               // [N,CL]
     Buffer<T> q_tmp, k_tmp;        // [N·NHL,HD], [N·KVL,HD] qwen3: normed heads (F), their dgrad (I)
+    void list(const ModelDims& d, SlotBufferVisitor& visit);
   };
-  struct Slot {
-    const T* x = nullptr;   // [N,C]   block input (owned by the stage)
-    const T* dy = nullptr;  // [N,C]   output gradient (owned by the stage)
-    Forward f;
-    Gradients g;
-    Transient t;
-    Buffer<T> probs;        // [B,NHL,T,T] naive attention only
-  };
-  // One pass's buffers, each part from the slot that holds it (a microbatch's or the scratch).
-  struct View {
-    Forward& f;
-    Gradients& g;
-    Transient& t;
-    Buffer<T>& probs;
-  };
-  // Calls visit(buffer, element count) for every buffer of the parts `parts` of a slot.
-  template <typename Visit>
-  void for_each_buffer(Slot& s, unsigned parts, Visit&& visit) const;
-  std::unique_ptr<Slot> make_slot(unsigned parts);
-  size_t bytes_of(unsigned parts) const;
-  Slot& scratch();
-  View view(Slot* mb_slot, unsigned mb_parts);
+};
+
+// Slots, scratch and recomputation (dims.recompute) as model/block_slots.h does them for
+// every block; I's recompute re-runs the forward up to the SwiGLU product (the down
+// projection's output is the stage's already).
+template <typename T>
+class LlamaBlock final : public SlottedBlock<T, LlamaBlockBuffers<T>> {
+ public:
+  // `faults`: the planted faults acting on this rank (skip_recompute, which SlottedBlock
+  // handles; tests only). `share_scratch_with`: as SlottedBlock's.
+  LlamaBlock(ParamStore& params, const ModelDims& dims, int layer_index, Communicator& tp,
+             const Faults& faults = {}, const LlamaBlock* share_scratch_with = nullptr);
+
+ private:
+  using Base = SlottedBlock<T, LlamaBlockBuffers<T>>;
+  using typename Base::Forward, typename Base::Gradients, typename Base::Slot, typename Base::View;
+  using Base::ops_, Base::dims_, Base::tp_;
+
   void tp_sum(T* x, size_t n);
-  // The forward from x into v; y [N,C] the block output, or null to stop before the down
-  // projection (the recompute of I).
-  void run_forward(const View& v, const T* x, T* y);
-  void attention_forward(const View& v);
+  // y null: stops before the down projection (the recompute of I).
+  void run_forward(const View& v, const T* x, T* y) override;
+  // Grouped-query attention as configured (dims_.fused_attention): attn from qkv, and back.
+  void attention_forward(const View& v) override;
   void attention_backward_input(const View& v, const T* dattn);
   // qwen3: the per-head norms of q and k in place on v.t.qkv (F), their dgrad in place on
   // v.g.dqkv (I), their wgrad (W).
   void qk_norm_forward(const View& v);
   void qk_norm_backward_input(const View& v);
   void qk_norm_backward_weight(const Forward& f, const Gradients& g);
+  void run_backward_input(const View& v, const T* x, const T* dy, T* dx) override;
+  void run_backward_weight(const Slot& s) override;
 
-  Ops& ops_;
-  ModelDims dims_;
-  Communicator& tp_;
   Param &ln1_w_, &qkv_w_;
   Param* qkv_b_;                    // qwen2's q, k, v biases; null for llama and mistral
   Param *q_norm_, *k_norm_;         // qwen3's per-head norm gains; null otherwise
   Param &proj_w_, &ln2_w_, &gate_w_, &up_w_, &down_w_;
-  BlockSlots<Slot, T> slots_;       // a microbatch's slot, taken by F or (full recompute) by I
-  std::shared_ptr<SharedScratch<Slot>> scratch_;
-  bool skip_recompute_ = false;     // the planted fault skip_recompute
-  Buffer<T> fault_scratch_;         // [N,C], only with it
   RotaryFrequencies rope_;          // model.rope_theta and rope_scaling (core/rotary.h)
   Buffer<float> norm_grads_;        // [2·HD] qwen3 under tp: one microbatch's q_norm, k_norm gradients
 };
-
-// The specs of block `i`'s parameters (the names above), for checkpoints and tests.
-ParamSpec llama_qkv_spec(const ModelDims& d, int i);
-ParamSpec llama_qkv_bias_spec(const ModelDims& d, int i);
 
 }  // namespace pptrain
