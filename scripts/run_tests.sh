@@ -13,8 +13,11 @@
 # two cores finish well before one after the other. The longest start first, so the last
 # one to finish is a short one: by the times of the previous run (BUILD/test-logs/
 # durations), else by tests/test_durations (seconds from a reference run; only the order
-# depends on it). A binary whose test measures time against a bound derived for an idle
-# machine is listed in SOLO and runs alone, with nothing beside it.
+# depends on it). A binary known to take longer than TEST_SHARD_SECONDS (default 60) runs as
+# several GoogleTest shards (GTEST_TOTAL_SHARDS, GTEST_SHARD_INDEX: each test in exactly one
+# shard), up to 4, so that no one binary holds the last core to the end. A binary whose test
+# measures time against a bound derived for an idle machine is listed in SOLO and runs
+# alone, with nothing beside it, in one piece.
 set -u
 BUILD=${1:-build}; shift || true
 names=("$@")
@@ -38,14 +41,21 @@ for f in tests/test_durations "$LOGDIR/durations"; do
 done
 mapfile -t names < <(for n in "${names[@]}"; do echo "${seconds[$n]:-100000} $n"; done | sort -k1,1nr -k2 | cut -d' ' -f2)
 
+shard_seconds=${TEST_SHARD_SECONDS:-60}
+[[ "$shard_seconds" =~ ^[1-9][0-9]*$ ]] || { echo "run_tests: TEST_SHARD_SECONDS=$shard_seconds: expected seconds >= 1"; exit 2; }
+
 passed=0; failed=0; failed_names=(); missing=0
-declare -A running=() start_of=()  # running: name -> the file its exit status goes to
-durations=()
+# A job is a binary, or one shard of it: "NAME" or "NAME K/N" (its log NAME.K.log).
+declare -A running=() start_of=()  # running: job -> the file its exit status goes to
+declare -A took_of=()              # binary -> seconds, its shards' summed
 start_all=$(date +%s)
 
-# One binary's result, from its log and exit status: its line, counts and failures.
+log_of() { local k=${1#* }; [ "$k" = "$1" ] && echo "$LOGDIR/$1.log" || echo "$LOGDIR/${1%% *}.${k%/*}.log"; }
+
+# One job's result, from its log and exit status: its line, counts and failures.
 finish() {
-  local name=$1 rc=$2 took=$3 log=$LOGDIR/$1.log p f status=""
+  local name=$1 rc=$2 took=$3 log p f status=""
+  log=$(log_of "$name")
   p=$(grep -Eo '^\[  PASSED  \] [0-9]+' "$log" | grep -Eo '[0-9]+$' || echo 0)
   f=$(grep -Eo '^\[  FAILED  \] [0-9]+ test' "$log" | grep -Eo '[0-9]+' || echo 0)
   [ -z "$p" ] && p=0; [ -z "$f" ] && f=0
@@ -57,7 +67,7 @@ finish() {
   [ "$rc" -eq 137 ] && status="  (killed: timed out, or out of memory)"
   [ "$rc" -gt 128 ] && [ "$rc" -ne 137 ] && status="  (died of signal $((rc - 128)))"
   printf '%-36s %4d passed %3d failed  %4ds%s\n' "$name" "$p" "$f" "$took" "$status"
-  durations+=("$name $took")
+  took_of[${name%% *}]=$(( ${took_of[${name%% *}]:-0} + took ))
   if [ "$f" -gt 0 ]; then
     failed_names+=("$name")
     grep -E '^\[  FAILED  \]|Failure|error:' "$log" | head -20 | sed 's/^/    /'
@@ -82,24 +92,35 @@ reap() {
 }
 
 for name in "${names[@]}"; do
-  bin=$BUILD/tests/$name; log=$LOGDIR/$name.log
+  bin=$BUILD/tests/$name
+  rm -f "$LOGDIR/$name.log" "$LOGDIR/$name".[0-9]*.log  # a shard count of an earlier run
   if [ ! -x "$bin" ]; then
-    echo "$name: not built" >"$log"
+    echo "$name: not built" >"$LOGDIR/$name.log"
     failed=$((failed + 1)); failed_names+=("$name"); missing=$((missing + 1))
     printf '%-36s %4d passed %3d failed  %4s  (not built)\n' "$name" 0 1 -
     continue
   fi
   solo=0; [[ "$SOLO" == *" $name "* ]] && solo=1
-  # A solo binary starts when nothing runs; while it runs nothing starts.
-  limit=$jobs_max; [ $solo = 1 ] && limit=1
-  while [ ${#running[@]} -ge "$limit" ]; do reap; done
-  start_of[$name]=$(date +%s)
-  running[$name]=$LOGDIR/$name.status
-  rm -f "${running[$name]}"
-  # The shell's own line for a binary that died of a signal goes to its log, not here.
-  { timeout -k 10 "${TEST_TIMEOUT:-600}" "$bin" --gtest_color=no >"$log" 2>&1
-    echo $? >"${running[$name]}.tmp" && mv "${running[$name]}.tmp" "${running[$name]}"; } 2>>"$log" &
-  if [ $solo = 1 ]; then reap; fi
+  shards=1
+  if [ $solo = 0 ] && [ "$jobs_max" -gt 1 ] && [ -n "${seconds[$name]:-}" ]; then
+    shards=$(( (seconds[$name] + shard_seconds - 1) / shard_seconds ))
+    [ $shards -gt 4 ] && shards=4; [ $shards -lt 1 ] && shards=1
+  fi
+  for (( k = 0; k < shards; ++k )); do
+    job=$name; [ $shards -gt 1 ] && job="$name $((k + 1))/$shards"
+    log=$(log_of "$job")
+    # A solo binary starts when nothing runs; while it runs nothing starts.
+    limit=$jobs_max; [ $solo = 1 ] && limit=1
+    while [ ${#running[@]} -ge "$limit" ]; do reap; done
+    start_of[$job]=$(date +%s)
+    running[$job]=${log%.log}.status
+    rm -f "${running[$job]}"
+    # The shell's own line for a binary that died of a signal goes to its log, not here.
+    { if [ $shards -gt 1 ]; then export GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$k; fi
+      timeout -k 10 "${TEST_TIMEOUT:-600}" "$bin" --gtest_color=no >"$log" 2>&1
+      echo $? >"${running[$job]}.tmp" && mv "${running[$job]}.tmp" "${running[$job]}"; } 2>>"$log" &
+    if [ $solo = 1 ]; then reap; fi
+  done
 done
 while [ ${#running[@]} -gt 0 ]; do reap; done
 
@@ -107,9 +128,12 @@ if [ "${BUILD_FAILED:-}" = 1 ] && [ $missing -eq 0 ]; then
   failed=$((failed + 1)); failed_names+=("(the build)")
   echo "the build failed (its errors are above the tests)"
 fi
-if [ ${#durations[@]} -gt 0 ]; then
-  printf '%s\n' "${durations[@]}" | sort -k2,2nr >"$LOGDIR/durations"
-  echo "slowest: $(head -8 "$LOGDIR/durations" | awk '{printf "%s%s %ss", (NR > 1 ? ", " : ""), $1, $2}')"
+if [ ${#took_of[@]} -gt 0 ]; then
+  # This run's times replace those it has; the others are kept for the next full run.
+  for n in "${!took_of[@]}"; do seconds[$n]=${took_of[$n]}; done
+  for n in "${!seconds[@]}"; do echo "$n ${seconds[$n]}"; done | sort -k2,2nr -k1 >"$LOGDIR/durations"
+  echo "slowest: $(for n in "${!took_of[@]}"; do echo "$n ${took_of[$n]}"; done | sort -k2,2nr | head -8 |
+                   awk '{printf "%s%s %ss", (NR > 1 ? ", " : ""), $1, $2}')"
 fi
 echo "total time $(( $(date +%s) - start_all ))s, $jobs_max at once; logs in $LOGDIR"
 [ ${#failed_names[@]} -gt 0 ] && echo "failing binaries: ${failed_names[*]}"

@@ -166,3 +166,26 @@ TEST(RunTests, TheLongestStartFirstAndTheSlowestAreNamed) {
   const std::string written = read_file(build.file("test-logs/durations"));
   for (const char* name : {"test_a ", "test_b ", "test_c "}) EXPECT_NE(written.find(name), std::string::npos) << written;
 }
+
+// A binary known to be long runs as GoogleTest shards side by side, each once: a stand-in
+// that honours GTEST_SHARD_INDEX marks its shard; a 130 s one at 60 s a shard is 3 shards.
+// Run alone (TEST_JOBS=1) or unknown, it is one piece.
+TEST(RunTests, ALongBinaryRunsAsShards) {
+  TempDir build;
+  const std::string marks = build.file("marks");
+  fs::create_directories(marks);
+  write_binary(build, "test_long",
+               "touch " + marks + "/shard${GTEST_SHARD_INDEX:-none}of${GTEST_TOTAL_SHARDS:-none}\n" +
+                   gtest_output(1, 0));
+  fs::create_directories(build.file("test-logs"));
+  write_file(build.file("test-logs/durations"), "test_long 130\n");
+  CommandResult r = run_command("TEST_JOBS=2 scripts/run_tests.sh " + build.path() + " test_long", 120);
+  EXPECT_EQ(last_line(r.output), "3 passed, 0 failed") << r.output;
+  for (const char* mark : {"shard0of3", "shard1of3", "shard2of3"}) EXPECT_TRUE(fs::exists(marks + "/" + mark)) << mark;
+  EXPECT_NE(r.output.find("test_long 3/3"), std::string::npos) << r.output;
+  fs::remove_all(marks);
+  fs::create_directories(marks);
+  r = run_command("TEST_JOBS=1 scripts/run_tests.sh " + build.path() + " test_long", 120);
+  EXPECT_EQ(last_line(r.output), "1 passed, 0 failed") << r.output;
+  EXPECT_TRUE(fs::exists(marks + "/shardnoneofnone")) << r.output;
+}
