@@ -32,6 +32,12 @@ LOGDIR=$BUILD/test-logs; mkdir -p "$LOGDIR"
 jobs_max=${TEST_JOBS:-$(env -u OMP_NUM_THREADS nproc)}
 [[ "$jobs_max" =~ ^[1-9][0-9]*$ ]] || { echo "run_tests: TEST_JOBS=$jobs_max: expected a count >= 1"; exit 2; }
 SOLO=" ${TEST_SOLO-test_run_control test_run_signals} "
+# Side by side, more OpenMP threads run than there are cores. OpenMP's default wait spins
+# at every barrier for a while, and a spinning thread holds the core the thread it waits
+# for needs: two demo trainings at once took 3 to 6 times as long per step as one alone
+# (2 threads each on 2 cores), and with passive waiting twice as long (the fair share).
+# A user's own OMP_WAIT_POLICY is kept.
+if [ "$jobs_max" -gt 1 ]; then export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}; fi
 
 # Longest first (unknown ones first of all: they may be long), then by name.
 declare -A seconds=()
