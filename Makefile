@@ -182,7 +182,7 @@ test:
 	  echo "build: failed (errors above); what it could not build counts as failed"; \
 	  mkdir -p $(BUILD) && touch $(BUILD_FAILED_MARK); \
 	  for b in $(TEST_BINS); do $(MAKE) --no-print-directory -q $$b 2>/dev/null || rm -f $$b; done; }
-	@echo "== make test [3/3] tests: each $(BUILD)/tests/test_* under a timeout, as many at once as there are cores"
+	@echo "== make test [3/3] tests: each $(BUILD)/tests/test_* under a timeout, several at once (scripts/run_tests.sh)"
 	@BUILD_FAILED=$$(test -e $(BUILD_FAILED_MARK) && echo 1) scripts/run_tests.sh $(BUILD) $(notdir $(TEST_BINS))
 
 bench:

@@ -7,10 +7,11 @@
 # times out before finishing its tests, printed or not. BUILD_FAILED=1 (set by `make test`)
 # says the build failed: one failure more when no test binary is missing for it.
 #
-# Side by side: TEST_JOBS binaries run at once (default: the cores this process may use,
-# whatever OMP_NUM_THREADS says). Many binaries spend much of their time waiting (mpirun's
-# start-up, processes started and stopped, compilers writing files, deadlines), so two on
-# two cores finish well before one after the other. The longest start first, so the last
+# Side by side: TEST_JOBS binaries run at once (default: 1.5 x the cores this process may
+# use, whatever OMP_NUM_THREADS says). Many binaries spend much of their time waiting
+# (mpirun's start-up, processes started and stopped, compilers writing files, deadlines):
+# with as many at once as cores the cores were busy only about two thirds of the time
+# (user + system time over wall time, 2 cores), so half as many again fill them. The longest start first, so the last
 # one to finish is a short one: by the times of the previous run (BUILD/test-logs/
 # durations), else by tests/test_durations (seconds from a reference run; only the order
 # depends on it). A binary known to take longer than TEST_SHARD_SECONDS (default 60) runs as
@@ -29,7 +30,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 export PPTRAIN_BIN=$BUILD/pptrain
 LOGDIR=$BUILD/test-logs; mkdir -p "$LOGDIR"
-jobs_max=${TEST_JOBS:-$(env -u OMP_NUM_THREADS nproc)}
+cores=$(env -u OMP_NUM_THREADS nproc)
+jobs_max=${TEST_JOBS:-$(( (3 * cores + 1) / 2 ))}
 [[ "$jobs_max" =~ ^[1-9][0-9]*$ ]] || { echo "run_tests: TEST_JOBS=$jobs_max: expected a count >= 1"; exit 2; }
 SOLO=" ${TEST_SOLO-test_run_control test_run_signals} "
 # Side by side, more OpenMP threads run than there are cores. OpenMP's default wait spins
