@@ -259,8 +259,7 @@ class StepResults {
   // sample comes after the loop, as without the key).
   void sample_along_the_way(int step) {
     const LoggingConfig& l = cfg_.logging;
-    if (l.sample_every <= 0 || step % l.sample_every != 0 || l.sample_tokens <= 0 || cfg_.model.vocab_size != 256)
-      return;
+    if (l.sample_every <= 0 || step % l.sample_every != 0 || !samples_text(cfg_)) return;
     progress_.set_activity(cat("step ", step, ": sample of ", l.sample_tokens, " bytes"));
     const std::string text = generate_sample(trainer_, l.sample_tokens, &progress_);
     if (job_.world().rank() == 0 && !text.empty()) log::info("sample at step ", step, ":\n", text);
@@ -363,7 +362,7 @@ int run_training(Job& job, const TrainingHooks& hooks) {
   if (!cfg.logging.trace.empty()) write_trace(cfg.logging.trace, trace, job.world());
   if (results.stopped_by()) return results.stop_code();
   if (spike_stop) return 1;
-  if (cfg.logging.sample_tokens > 0 && cfg.model.vocab_size == 256) {
+  if (samples_text(cfg)) {
     const std::string text = generate_sample(trainer, cfg.logging.sample_tokens);
     if (rank0 && !text.empty()) log::info("sample:\n", text);
   }

@@ -14,4 +14,8 @@ namespace pptrain {
 // `progress` (optional) ticks once per byte, so the watchdog sees a long sample move.
 std::string generate_sample(Trainer& trainer, int count, Progress* progress = nullptr);
 
+// Whether a run samples at all: logging.sample_tokens > 0 and a byte-level vocabulary (256),
+// whose tokens print as text.
+inline bool samples_text(const Config& cfg) { return cfg.logging.sample_tokens > 0 && cfg.model.vocab_size == 256; }
+
 }  // namespace pptrain
