@@ -14,4 +14,19 @@ void launch_adamw(const LaunchContext& ctx, float* p_out, float* m_out, float* v
                   const float* p, const float* g, const float* m, const float* v, size_t n,
                   float grad_scale, float lr, float b1, float b2, float eps, float wd, int t);
 
+// One tensor of launch_adamw_multi (its own pointers, size and weight decay).
+struct AdamwTensorArgs {
+  float *p_out, *m_out, *v_out;
+  bf16* p_bf16;
+  const float *p, *g, *m, *v;
+  size_t n;
+  float wd;
+};
+
+// launch_adamw on each of `count` tensors with the other arguments in common, in launches of
+// up to kAdamwTensorsPerLaunch tensors each (the tensors travel in the kernel's parameters).
+constexpr int kAdamwTensorsPerLaunch = 24;
+void launch_adamw_multi(const LaunchContext& ctx, const AdamwTensorArgs* tensors, int count, float grad_scale,
+                        float lr, float b1, float b2, float eps, int t);
+
 }  // namespace pptrain::kernels

@@ -10,8 +10,14 @@ template <typename T>
 struct BiasGradValues {
   const T* dy;
   int o;
+  static constexpr int kPack = Pack128<T>::kSize;
+  bool aligned() const { return aligned16(dy); }
   __device__ __forceinline__ void operator()(int row, int col, float (&v)[1]) const {
     v[0] = to_float(dy[size_t(row) * o + col]);
+  }
+  __device__ __forceinline__ void pack(int row, int col, float (&v)[kPack][1]) const {
+    Pack128<T> dp = load_pack(dy + size_t(row) * o + col);
+    for (int e = 0; e < kPack; ++e) v[e][0] = to_float(dp.v[e]);
   }
 };
 

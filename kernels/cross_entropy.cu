@@ -3,10 +3,14 @@
 // One block (kBlock threads) per row of logits: thread j handles columns j, j + kBlock, ...
 // (each block-wide step reads a contiguous run of the row), and the row max / sum are block
 // reductions (warp butterflies, then the per-warp partials in shared memory). The fused
-// kernel keeps a running (max, Σ exp) pair per thread (online softmax: when the max grows
-// from m to m', the sum is rescaled by exp(m - m')), merges the pairs across the block, and
-// then writes dlogits in a second sweep over the same columns; each thread rewrites only the
-// columns it read, after the block-wide reduction, so dlogits may alias logits.
+// kernel (the tp = 1 path) keeps a running (max, Σ exp) pair per thread (online softmax: when
+// the max grows from m to m', the sum is rescaled by exp(m - m')), merges the pairs across
+// the block, and then writes dlogits in a second sweep over the same columns; each thread
+// rewrites only the columns it read, after the block-wide reduction, so dlogits may alias
+// logits. It reads and writes 16-byte packs, several in flight per thread, with 1024 threads a
+// row: the logits are the largest tensor of a step (GPT-2 124M, B=16: [16384, 50304] bf16,
+// 1.65 GB), so this kernel is memory-bound: one read and one write of them, the second read
+// mostly from L2.
 #include "cross_entropy.cuh"
 #include "device.cuh"
 
@@ -84,27 +88,114 @@ __device__ __forceinline__ OnlineSoftmax merge(OnlineSoftmax a, OnlineSoftmax b)
   return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
 }
 
+// The fused kernel's block: one row per block, and a large one, so that a row of a GPT-2-sized
+// vocabulary (50304 columns) is a few packs per thread and enough loads are in flight.
+constexpr int kFusedBlock = 1024;
+// Packs each thread loads before it uses the first: independent 16-byte loads in flight.
+constexpr int kFusedUnroll = 4;
+
+// Adds column value x to an online-softmax state.
+__device__ __forceinline__ void add_column(OnlineSoftmax& state, float x) {
+  if (x > state.m) {
+    state.s = state.s * expf(state.m - x) + 1.0f;
+    state.m = x;
+  } else {
+    state.s += expf(x - state.m);
+  }
+}
+
+// The row's (max, Σ exp) over columns [0, valid), read as 16-byte packs (vl a multiple of the
+// pack, the row 16-byte aligned). Each pack is folded in at once: its max first, the state
+// rescaled once if that max is larger, then its valid columns summed. Packs are visited back
+// to front, so the front of the row, read last, is the part likeliest still in cache when the
+// second sweep starts there.
 template <typename T>
-__global__ void fused_kernel(T* dlogits, float* rmax, float* sumexp, float* target_logit,
-                             const T* logits, const int32_t* targets, int vl, int valid,
-                             float scale) {
+__device__ __forceinline__ OnlineSoftmax packed_row_state(const T* row, int valid) {
+  constexpr int P = Pack128<T>::kSize;
+  const int packs = (valid + P - 1) / P;  // every one of them holds a valid column
+  OnlineSoftmax state{-INFINITY, 0.0f};
+  for (int i0 = packs - 1 - int(threadIdx.x); i0 >= 0; i0 -= kFusedUnroll * int(blockDim.x)) {
+    Pack128<T> x[kFusedUnroll];
+    PPTRAIN_UNROLL
+    for (int u = 0; u < kFusedUnroll; ++u) {
+      const int i = i0 - u * int(blockDim.x);
+      if (i >= 0) x[u] = load_pack(row + size_t(i) * P);
+    }
+    PPTRAIN_UNROLL
+    for (int u = 0; u < kFusedUnroll; ++u) {
+      const int i = i0 - u * int(blockDim.x);
+      if (i < 0) break;
+      float v[P], pm = -INFINITY;
+      PPTRAIN_UNROLL
+      for (int e = 0; e < P; ++e) {
+        v[e] = to_float(x[u].v[e]);
+        if (i * P + e < valid) pm = fmaxf(pm, v[e]);
+      }
+      if (pm > state.m) {
+        state.s *= expf(state.m - pm);  // 0 while the state is empty (exp(-inf))
+        state.m = pm;
+      }
+      PPTRAIN_UNROLL
+      for (int e = 0; e < P; ++e)
+        if (i * P + e < valid) state.s += expf(v[e] - state.m);
+    }
+  }
+  return state;
+}
+
+// dlogits of one row from its statistics, pack by pack (same layout conditions as above).
+// Each thread rewrites only the packs it reads here, so dlogits may alias logits.
+template <typename T>
+__device__ __forceinline__ void packed_write_dlogits(T* drow, const T* row, int vl, int valid, int target, float m,
+                                                     float inv_sum, float scale) {
+  constexpr int P = Pack128<T>::kSize;
+  const int packs = vl / P;
+  for (int i0 = threadIdx.x; i0 < packs; i0 += kFusedUnroll * blockDim.x) {
+    Pack128<T> x[kFusedUnroll];
+    PPTRAIN_UNROLL
+    for (int u = 0; u < kFusedUnroll; ++u) {
+      const int i = i0 + u * blockDim.x;
+      if (i < packs) x[u] = load_pack(row + size_t(i) * P);
+    }
+    PPTRAIN_UNROLL
+    for (int u = 0; u < kFusedUnroll; ++u) {
+      const int i = i0 + u * blockDim.x;
+      if (i >= packs) break;
+      Pack128<T> d;
+      PPTRAIN_UNROLL
+      for (int e = 0; e < P; ++e) {
+        const int j = i * P + e;
+        float g = 0.0f;
+        if (j < valid) g = scale * (expf(to_float(x[u].v[e]) - m) * inv_sum - (j == target ? 1.0f : 0.0f));
+        d.v[e] = from_float<T>(g);
+      }
+      store_pack(drow + size_t(i) * P, d);
+    }
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kFusedBlock)
+    fused_kernel(T* dlogits, float* rmax, float* sumexp, float* target_logit, const T* logits,
+                 const int32_t* targets, int vl, int valid, float scale) {
   __shared__ float scratch_m[32], scratch_s[32];
   int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
   size_t offset = size_t(blockIdx.x) * vl;
   const T* row = logits + offset;
+  T* drow = dlogits + offset;
   int target = targets[blockIdx.x];
   // Read before the barrier below; the column's owner overwrites it (in place) after it.
   float target_value = 0.0f;
   if (threadIdx.x == 0 && target >= 0 && target < valid) target_value = to_float(row[target]);
+  // 16-byte packs where the row allows them (a whole number of packs, aligned rows).
+  constexpr int P = Pack128<T>::kSize;
+  const bool packed = vl % P == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(drow) % 16 == 0;
   OnlineSoftmax state{-INFINITY, 0.0f};
-  for (int j = threadIdx.x; j < valid; j += blockDim.x) {
-    float x = to_float(row[j]);
-    if (x > state.m) {
-      state.s = state.s * expf(state.m - x) + 1.0f;
-      state.m = x;
-    } else {
-      state.s += expf(x - state.m);
-    }
+  if (packed) {
+    state = packed_row_state(row, valid);
+  } else {
+    for (int j = threadIdx.x; j < valid; j += blockDim.x) add_column(state, to_float(row[j]));
   }
   for (int k = kWarp / 2; k > 0; k /= 2) {
     OnlineSoftmax other{__shfl_xor_sync(kFullMask, state.m, k), __shfl_xor_sync(kFullMask, state.s, k)};
@@ -125,7 +216,10 @@ __global__ void fused_kernel(T* dlogits, float* rmax, float* sumexp, float* targ
     sumexp[blockIdx.x] = state.s;
     target_logit[blockIdx.x] = target_value;
   }
-  write_dlogits(dlogits + offset, row, vl, valid, target, state.m, 1.0f / state.s, scale);
+  if (packed)
+    packed_write_dlogits(drow, row, vl, valid, target, state.m, 1.0f / state.s, scale);
+  else
+    write_dlogits(drow, row, vl, valid, target, state.m, 1.0f / state.s, scale);
 }
 
 }  // namespace
@@ -166,7 +260,7 @@ void launch_ce_fused(const LaunchContext& ctx, T* dlogits, float* rmax, float* s
                      float* target_logit, const T* logits, const int32_t* targets, int n, int vl,
                      int valid, float scale) {
   if (n <= 0) return;
-  launch(ctx, "ce_fused", fused_kernel<T>, dim3(n), dim3(kBlock), 0, dlogits, rmax, sumexp,
+  launch(ctx, "ce_fused", fused_kernel<T>, dim3(n), dim3(kFusedBlock), 0, dlogits, rmax, sumexp,
          target_logit, logits, targets, vl, valid, scale);
 }
 

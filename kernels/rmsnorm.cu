@@ -63,9 +63,17 @@ struct RmsnormWgradValues {
   const T* x;
   const float* rstd;
   int c;
+  static constexpr int kPack = Pack128<T>::kSize;
+  bool aligned() const { return aligned16(dy, x); }
   __device__ __forceinline__ void operator()(int row, int col, float (&v)[1]) const {
     size_t i = size_t(row) * c + col;
     v[0] = to_float(dy[i]) * (to_float(x[i]) * rstd[row]);
+  }
+  __device__ __forceinline__ void pack(int row, int col, float (&v)[kPack][1]) const {
+    size_t i = size_t(row) * c + col;
+    Pack128<T> dp = load_pack(dy + i), xp = load_pack(x + i);
+    const float r = rstd[row];
+    for (int e = 0; e < kPack; ++e) v[e][0] = to_float(dp.v[e]) * (to_float(xp.v[e]) * r);
   }
 };
 

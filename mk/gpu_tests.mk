@@ -8,9 +8,11 @@
 # The kernel tests (tests/test_kernels_*.cpp) drive kernels through the emulator's own
 # launch interface and stay emulated; on a device their kernels are covered through the
 # cuda backend's ops by these binaries. Read after mk/cuda.mk (CUDA_OBJS, CUDA_LDLIBS).
-# test_staged_comm runs the parallel layouts with their ranks on the node's one GPU
+# test_cuda_backend_llama trains the Llama family (Qwen2, Qwen3, scaled rotary, grouped-query
+# attention on every core) against the cpu backend; test_staged_comm runs the parallel layouts with their ranks on the node's one GPU
 # (parallel.comm: mpi), against the cpu backend.
-GPU_TEST_NAMES := test_cuda_backend test_cuda_backend_bf16 test_cuda_backend_model test_staged_comm
+GPU_TEST_NAMES := test_cuda_backend test_cuda_backend_bf16 test_cuda_backend_model test_cuda_backend_llama \
+                  test_staged_comm
 GPU_TEST_BINS := $(GPU_TEST_NAMES:%=$(BUILD)/gpu-tests/%)
 
 ifeq ($(CUDA),1)

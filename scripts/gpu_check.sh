@@ -8,8 +8,9 @@
 #                                 pp 2 (1F1B, ZB-H1, ZB-V, DualPipeV), pp 2 x tp 2 ZB-V, dp 2 ZeRO-1
 #                                 and post-validation with every rank on this one GPU
 #                                 (parallel.comm: mpi), each against the cpu backend
-#   {"check": "attention"}        flash vs cudnn vs naive: build/bench/attention_check's lines,
-#                                 or that it is missing from this build
+#   {"check": "attention"}        flash vs cudnn vs naive: build/bench/attention_check's lines
+#                                 (the comparisons, then --time: each one's forward and backward
+#                                 TFLOP/s at the training shapes), or that it is missing
 #   {"check": "bf16_learning"}    real pptrain, bf16, learns a Markov source: validation loss
 #                                 within 10% of the source entropy and within 2% of the cpu
 #                                 fp32 run (the margins of tests/test_cuda_backend_train_bf16)
@@ -19,8 +20,10 @@
 #   {"check": "bench"}            scripts/bench_gpu.sh (kernel bandwidths, tokens/s, MFU)
 #   {"check": "model_vs_measured"} build/bench/gpu_model's prediction for the benchmark's
 #                                 config beside the measured tokens/s and MFU
+#   {"check": "device_tests_detail"} a line a device test printed: the measured difference of
+#                                 a comparison against its bound
 # Without a GPU (no nvidia-smi, or it lists none): one line saying why, exit 0. Otherwise
-# exits 1 if any check failed.
+# exits 1 if any check failed. GPU_CHECK_LOGS=DIR keeps each device test's whole output there.
 #
 #   scripts/gpu_check.sh [BUILD]     (BUILD defaults to build)
 set -uo pipefail
@@ -55,7 +58,7 @@ for t in "$BUILD"/gpu-tests/test_*; do
   [ -x "$t" ] || continue
   found_tests=1
   # test_staged_comm starts a job of 2 or 4 ranks on the one GPU per layout (parallel.comm: mpi).
-  limit=90; [ "$(basename "$t")" = test_staged_comm ] && limit=300
+  limit=90; [ "$(basename "$t")" = test_cuda_backend_llama ] && limit=180; [ "$(basename "$t")" = test_staged_comm ] && limit=300
   out=$(timeout $limit "$t" --gtest_color=no 2>&1)
   rc=$?
   passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' <<<"$out")
@@ -63,6 +66,12 @@ for t in "$BUILD"/gpu-tests/test_*; do
   first=$(grep -m1 -B2 -A6 'Failure$' <<<"$out" | tr '\n' ' ' | cut -c1-600)
   [ $rc -eq 124 ] && first="timed out after $limit s"
   ok=$([ $rc -eq 0 ] && echo true || echo false)
+  # What the tests print besides GoogleTest's own lines: each comparison's measured difference
+  # against its bound (test_staged_comm: "zbv: worst diff/bound 0.0116: ..."), one JSON line each.
+  grep -v -e '^\[' -e '^Running main' -e '^$' -e 'Failure$' <<<"$out" | head -40 | while IFS= read -r line; do
+    echo "{\"check\": \"device_tests_detail\", \"binary\": \"$(basename "$t")\", \"line\": $(json_string "$line")}"
+  done
+  [ -n "${GPU_CHECK_LOGS:-}" ] && mkdir -p "$GPU_CHECK_LOGS" && printf '%s\n' "$out" >"$GPU_CHECK_LOGS/$(basename "$t").log"
   echo "{\"check\": \"device_tests\", \"binary\": \"$(basename "$t")\", \"ok\": $ok, \"exit\": $rc, \"passed\": ${passed:-0}, \"failed\": $(json_string "$failed"), \"first_failure\": $(json_string "$first")}"
   [ $rc -eq 0 ] || fail
 done
@@ -70,7 +79,7 @@ done
 
 # ---- attention: flash vs cudnn vs naive ----------------------------------------------------
 if [ -x "$BUILD/bench/attention_check" ]; then
-  out=$(timeout 120 "$BUILD/bench/attention_check" 2>&1)
+  out=$(timeout 120 "$BUILD/bench/attention_check" --time 2>&1)
   rc=$?
   grep '^{' <<<"$out" | sed 's/^{/{"check": "attention", /'
   [ $rc -eq 0 ] || { echo "{\"check\": \"attention\", \"ok\": false, \"exit\": $rc, \"tail\": $(json_string "$(tail -3 <<<"$out")")}"; fail; }

@@ -5,6 +5,11 @@ Not part of `make test` (no torch in CI): run by hand where torch and transforme
 installed (a scratch virtual environment is enough), after `make`:
 
     python3 scripts/hf_parity.py [--pptrain build/pptrain] [--family llama3|llama-linear|mistral|qwen2|qwen3|all]
+                                 [--device cpu|cuda]
+
+(--device cuda trains on the GPU, fp32, the 4 ranks of pp 2 x tp 2 sharing it over MPI where
+the node has one; on a GPU node with the bundle: ./pptrain-gpu/run python3
+pptrain-gpu/scripts/hf_parity.py --pptrain pptrain-gpu/build/pptrain --device cuda.)
 
 For each family it
   1. builds a random tiny model with transformers (norm gains and biases randomised too, so
@@ -72,7 +77,7 @@ def step_losses(metrics):
         return [row["loss"] for row in map(json.loads, f) if "loss" in row and "step" in row]
 
 
-def check(name, pptrain, work):
+def check(name, pptrain, work, device="cpu"):
     torch.manual_seed(1234)
     cfg = family_config(name)
     model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
@@ -114,12 +119,13 @@ def check(name, pptrain, work):
                 f"checkpoint: {{resume: '{ck}'}}\n"
                 "logging: {every: 1, sample_tokens: 0}\n")
     m1, m4 = os.path.join(work, name, "one.jsonl"), os.path.join(work, name, "four.jsonl")
-    run(f"OMP_NUM_THREADS=1 {pptrain} train {yaml} logging.metrics={m1}")
+    run(f"OMP_NUM_THREADS=1 {pptrain} train {yaml} device={device} logging.metrics={m1}")
     one = step_losses(m1)
     mpi = "mpirun --oversubscribe -np 4"
     if os.geteuid() == 0:
         mpi += " --allow-run-as-root"
-    run(f"{mpi} {pptrain} train {yaml} parallel.pp=2 parallel.tp=2 logging.metrics={m4}", timeout=600)
+    run(f"{mpi} {pptrain} train {yaml} device={device} parallel.pp=2 parallel.tp=2 logging.metrics={m4}",
+        timeout=600)
     four = step_losses(m4)
 
     exported = os.path.join(work, name, "exported")
@@ -131,7 +137,7 @@ def check(name, pptrain, work):
     rel = abs(one[0] - hf64) / hf64
     layouts = max(abs(a - b) / abs(a) for a, b in zip(one, four))
     ok = rel < 1e-5 and layouts < 1e-5 and bitwise and len(one) == 2 and len(four) == 2
-    print(f"{name:13s} {type(model).__name__:19s} transformers fp64 {hf64:.8f} (fp32 {hf32:.8f}) | pptrain step 1 "
+    print(f"{name:13s} {type(model).__name__:19s} {device} | transformers fp64 {hf64:.8f} (fp32 {hf32:.8f}) | pptrain step 1 "
           f"{one[0]:.8f}, rel {rel:.1e} | pp2 x tp2 steps 1-2 rel {layouts:.1e} | export bitwise {bitwise} | "
           f"{'ok' if ok else 'FAILED'}", flush=True)
     return ok
@@ -141,12 +147,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pptrain", default="build/pptrain")
     ap.add_argument("--family", default="all")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = ap.parse_args()
     pptrain = os.path.abspath(args.pptrain)
     families = ["llama3", "llama-linear", "mistral", "qwen2", "qwen3"] if args.family == "all" else [args.family]
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
     with tempfile.TemporaryDirectory() as work:
-        results = [check(f, pptrain, work) for f in families]
+        results = [check(f, pptrain, work, args.device) for f in families]
     sys.exit(0 if all(results) else 1)
 
 

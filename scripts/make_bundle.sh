@@ -18,6 +18,7 @@
 #   share/openmpi/, etc/  its help files and default parameters; pmix/ PMIx's components
 #                       and help files; lib/ucx/, lib/hwloc/ UCX's transports, hwloc's PCI plugin
 #   configs/, scripts/gpu_check.sh, scripts/bench_gpu.sh, scripts/json_string.sh,
+#   scripts/hf_parity.py (the Llama family against transformers: --device cuda),
 #   scripts/bench_planner.sh (the planner's cpu benchmark, on a node's steadier cores:
 #   `BENCH_THREADS=4 ./pptrain-gpu/run scripts/bench_planner.sh pptrain-gpu/build`),
 #   bench/cuda/train_throughput.sh, vs_torch.sh, bench_lib.sh, bench/torch_reference.py
@@ -67,6 +68,7 @@ ln -s ../build/pptrain "$B/bin/pptrain"
 [ -x "$B/build/bench/gpu_model" ] && ln -s ../build/bench/gpu_model "$B/bin/gpu_model"
 cp -r "$ROOT/configs" "$B/"
 cp "$ROOT/scripts/gpu_check.sh" "$ROOT/scripts/bench_gpu.sh" "$ROOT/scripts/json_string.sh" "$ROOT/scripts/bench_planner.sh" \
+  "$ROOT/scripts/hf_parity.py" \
   "$B/scripts/"
 cp "$ROOT/bench/cuda/train_throughput.sh" "$ROOT/bench/cuda/vs_torch.sh" "$ROOT/bench/cuda/bench_lib.sh" "$B/bench/cuda/"
 cp "$ROOT/bench/torch_reference.py" "$B/bench/"

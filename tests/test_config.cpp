@@ -175,11 +175,12 @@ TEST(Config, RejectsImpossibleLlamaShapesWithOneLine) {
   EXPECT_NE(msg.find("key 'model.rope_theta': expected 1 < rope_theta"), std::string::npos) << msg;
   msg = error_of(llama, {"model.norm_eps=0"});
   EXPECT_NE(msg.find("key 'model.norm_eps': expected 0 < norm_eps"), std::string::npos) << msg;
-  // Llama runs on cuda, with the handwritten or the naive attention; cuDNN's is multi-head only.
-  EXPECT_EQ(parse_config("device: cuda\n" + llama, "l.yaml").model.attention, "naive");  // head size 16
-  msg = error_of("device: cuda\n" + llama, {"model.attention=cudnn", "training.precision=bf16"});
-  EXPECT_NE(msg.find("key 'model.attention': cudnn runs multi-head attention only, got n_kv_head 2 < n_head 4"),
-            std::string::npos) << msg;
+  // Llama runs on cuda with any of the three attention cores; cuDNN's takes grouped-query
+  // attention (n_kv_head 2 < n_head 4 here) as it takes multi-head.
+  EXPECT_EQ(parse_config("device: cuda\n" + llama, "l.yaml").model.attention, "naive");  // head size 16, fp32
+  EXPECT_EQ(parse_config("device: cuda\n" + llama, "l.yaml", {"model.attention=cudnn", "training.precision=bf16"})
+                .model.attention,
+            "cudnn");
   msg = error_of("model: {arch: llama3}\n");
   EXPECT_NE(msg.find("expected gpt2, llama, mistral, qwen2 or qwen3, got 'llama3'"), std::string::npos) << msg;
   // gpt2 takes none of the Llama keys.
@@ -243,10 +244,8 @@ TEST(Config, AttentionDefaultOnCudaIsCudnnWhereTheBuildAndTheModelAllowIt) {
   c = parse_config("device: cuda\n", "t.yaml", {}, cudnn);  // fp32
   EXPECT_EQ(c.model.attention, "flash");
   EXPECT_EQ(c.model.attention_default, "default on cuda: cuDNN's fused attention needs bf16, so the flash kernels");
-  c = parse_config(bf16, "t.yaml", {"model.arch=llama", "model.n_kv_head=4"}, cudnn);
-  EXPECT_EQ(c.model.attention, "flash");
-  EXPECT_EQ(c.model.attention_default,
-            "default on cuda: cuDNN runs multi-head attention only (n_kv_head < n_head), so the flash kernels");
+  c = parse_config(bf16, "t.yaml", {"model.arch=llama", "model.n_kv_head=4"}, cudnn);  // grouped-query
+  EXPECT_EQ(c.model.attention, "cudnn");
   c = parse_config(bf16, "t.yaml", {"model.n_head=2", "model.d_model=16"}, cudnn);  // head size 8: cuDNN's
   EXPECT_EQ(c.model.attention, "cudnn");
   c = parse_config(bf16, "t.yaml", {"model.n_head=4", "model.d_model=1000"}, cudnn);  // head size 250

@@ -1,6 +1,7 @@
 // A tiny Llama (RMSNorm, rotary embedding, grouped-query attention with n_kv_head < n_head,
 // SwiGLU, an untied head) trained on the cuda backend inside the trainer, on the CPU
-// (pptrain-emu: the kernels under the SIMT emulator, cuBLAS on OpenBLAS, NCCL on MPI),
+// (pptrain-emu: the kernels under the SIMT emulator, cuBLAS on OpenBLAS, NCCL on MPI) or, in
+// build/gpu-tests (PPTRAIN_REAL_DEVICE, mk/gpu_tests.mk), on the GPU with the real build,
 // against build/pptrain's `device: cpu` run of the same config. The runs take 3 steps; the
 // dumps of step 1, taken by both from the same initialisation, are compared:
 //  - fp32, naive and flash attention: the loss and every gradient within the fp32 chain
@@ -9,6 +10,8 @@
 //  - bf16, naive and flash: the loss and every gradient within the bf16-against-fp32 bound,
 //    and some gradient further from fp32 than summation order explains (bf16 really ran);
 //  - tp=2 (one key/value head per rank) in fp32 against the cpu backend's tp=2 run;
+//  - bf16 with cuDNN's fused attention on grouped-query heads (real device only: the
+//    emulated build has no cuDNN);
 //  - a gradient planted 1e-3 off is rejected by the same comparison.
 #include <gtest/gtest.h>
 
@@ -37,7 +40,7 @@ const char* kFlash = "model.attention=flash model.d_model=64 model.n_head=2 mode
 class CudaLlamaTrain : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(fs::exists(pptrain_emu_bin())) << pptrain_emu_bin() << " not built";
+    ASSERT_TRUE(fs::exists(cuda_trainer_bin())) << cuda_trainer_bin() << " not built";
     auto r = prepare_markov_corpus(dir_.file("data"), 19, 4000, 5);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     // 4 heads sharing 2 key/value heads; ffn_hidden 44 (not a multiple of the 128-bit
@@ -57,7 +60,7 @@ class CudaLlamaTrain : public ::testing::Test {
   GlobalDump run(const std::string& device, int ranks, const std::string& name, const std::string& overrides,
                  const std::string& env = "") {
     const std::string out = dir_.file("dump_" + name + "_" + device);
-    const std::string bin = device == "cuda" ? pptrain_emu_bin() : pptrain_bin();
+    const std::string bin = device == "cuda" ? cuda_trainer_bin() : pptrain_bin();
     const std::string cmd = env + " " + mpirun(ranks) + bin + " train " + dir_.file("model.yaml") + " device=" +
                             device + " " + overrides + " --dump " + out;
     auto r = run_command(cmd, 300);
@@ -128,6 +131,16 @@ TEST_F(CudaLlamaTrain, Bf16NaiveTracksTheCpuFp32RunWithinTheBf16Bound) {
 
 TEST_F(CudaLlamaTrain, Bf16FlashTracksTheCpuFp32RunWithinTheBf16Bound) {
   expect_cuda_equals_cpu("bf16_flash", std::string(kFlash) + " training.precision=bf16", kFlash);
+}
+
+// cuDNN's SDPA on 2 query heads sharing 1 key/value head (head size 32), against the cpu
+// backend's fp32 flash run.
+TEST_F(CudaLlamaTrain, Bf16CudnnGroupedQueryTracksTheCpuFp32RunWithinTheBf16Bound) {
+#ifndef PPTRAIN_REAL_DEVICE
+  GTEST_SKIP() << "cuDNN runs on a real device only (build/gpu-tests)";
+#endif
+  const std::string cudnn = "model.attention=cudnn model.d_model=64 model.n_head=2 model.n_kv_head=1";
+  expect_cuda_equals_cpu("bf16_cudnn_gqa", cudnn + " training.precision=bf16", kFlash);
 }
 
 TEST_F(CudaLlamaTrain, TensorParallelStepEqualsTheCpuBackend) {

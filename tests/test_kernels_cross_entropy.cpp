@@ -122,12 +122,22 @@ TEST(KernelsCrossEntropy, SplitCallsFp32) {
 
 TEST(KernelsCrossEntropy, SplitCallsBf16) { check_split_calls<bf16>(11, 300, 290, 250, 600); }
 
+// The fused kernel reads 16-byte packs where a row is a whole number of them (fp32: VL a
+// multiple of 4; bf16: of 8), else single columns: both paths, with padding columns inside the
+// last pack (valid not a multiple of the pack) and rows of several packs per thread (VL past
+// 1024 threads x 4 packs x the pack).
 TEST(KernelsCrossEntropy, FusedFp32) {
-  check_fused<float>(11, 300, 290);
-  check_fused<float>(4, 1000, 997);
+  check_fused<float>(11, 300, 290);   // packed
+  check_fused<float>(4, 1000, 997);   // packed, the last pack partly padding
+  check_fused<float>(3, 301, 299);    // single columns
+  check_fused<float>(2, 20000, 19999);  // 5 packs per thread
 }
 
-TEST(KernelsCrossEntropy, FusedBf16) { check_fused<bf16>(11, 300, 290); }
+TEST(KernelsCrossEntropy, FusedBf16) {
+  check_fused<bf16>(11, 300, 290);    // single columns (300 is not a multiple of 8)
+  check_fused<bf16>(5, 304, 301);     // packed, the last pack partly padding
+  check_fused<bf16>(2, 40000, 39997);  // 5 packs per thread
+}
 
 // Two tp shards of a 580-token vocabulary padded to 600, with the all-reduces done on the
 // host between the calls, equal the cpu ops on the unsharded [N, 580] logits.

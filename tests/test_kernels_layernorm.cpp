@@ -100,6 +100,9 @@ void check_bias_backward(int n, int o) {
 
 }  // namespace
 
+// The weight gradient's column sums read 16-byte packs of columns where C is a multiple of the
+// pack (fp32 4, bf16 8), else single columns: C = 100 and 300 packed in fp32, 104 and 520 in
+// bf16; 33 and bf16 100 not.
 TEST(KernelsLayernorm, Fp32) {
   check_layernorm<float>(37, 100);
   check_layernorm<float>(150, 33);  // three 64-row wgrad chunks, the last ragged
@@ -109,6 +112,8 @@ TEST(KernelsLayernorm, Fp32) {
 TEST(KernelsLayernorm, Bf16) {
   check_layernorm<bf16>(37, 100);
   check_layernorm<bf16>(150, 33);
+  check_layernorm<bf16>(150, 104);  // packed: 13 packs, one block of columns
+  check_layernorm<bf16>(37, 520);   // packed: columns over 3 blocks, the last partly outside
 }
 
 TEST(KernelsBiasGrad, Fp32) {
@@ -116,4 +121,7 @@ TEST(KernelsBiasGrad, Fp32) {
   check_bias_backward<float>(5, 40);
 }
 
-TEST(KernelsBiasGrad, Bf16) { check_bias_backward<bf16>(150, 100); }
+TEST(KernelsBiasGrad, Bf16) {
+  check_bias_backward<bf16>(150, 100);
+  check_bias_backward<bf16>(150, 104);  // packed
+}

@@ -115,6 +115,53 @@ TEST(KernelsOptimizer, AdamwMatchesCpuOverSteps) {
   check_adamw(64, 0, true, 1.0f);
 }
 
+// The multi-tensor launch gives each tensor the bits of its own launch_adamw: 30 tensors (two
+// launches of at most kAdamwTensorsPerLaunch), sizes from 1 to past a block's 1024 elements,
+// one misaligned (element by element), one empty, weight decay per tensor, bf16 copies on some.
+TEST(KernelsOptimizer, AdamwMultiGivesEachTensorItsOwnBits) {
+  std::vector<size_t> sizes;
+  for (int k = 0; k < 30; ++k) sizes.push_back(k == 7 ? 0 : size_t(1 + (k * 397) % 2500));
+  ASSERT_GT(sizes.size(), size_t(kAdamwTensorsPerLaunch));
+  Outputs got[2];
+  for (int multi = 0; multi < 2; ++multi) {
+    got[multi] = run_both_orders([&](const LaunchContext& ctx) {
+      std::vector<std::unique_ptr<Guarded<float>>> buffers;
+      std::vector<std::unique_ptr<Guarded<bf16>>> copies;
+      auto make = [&](const std::vector<float>& x, size_t offset) {
+        buffers.push_back(std::make_unique<Guarded<float>>(x, offset));
+        return buffers.back()->data();
+      };
+      std::vector<AdamwTensorArgs> args;
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        const size_t n = sizes[k], offset = k == 3 ? 1 : 0;  // tensor 3 misaligned
+        const uint64_t seed = 500 + 10 * k;
+        float* p = make(random_floats(n, seed), offset);
+        float* g = make(random_floats(n, seed + 1, -0.5f, 0.5f), offset);
+        float* m = make(random_floats(n, seed + 2, -0.1f, 0.1f), offset);
+        float* v = make(random_floats(n, seed + 3, 0.0f, 0.1f), offset);
+        bf16* copy = nullptr;
+        if (k % 3 == 0) {
+          copies.push_back(std::make_unique<Guarded<bf16>>(std::vector<bf16>(n), offset));
+          copy = copies.back()->data();
+        }
+        args.push_back({p, m, v, copy, p, g, m, v, n, k % 2 ? 0.0f : kWd});
+      }
+      if (multi) {
+        launch_adamw_multi(ctx, args.data(), int(args.size()), 0.5f, kLr, kB1, kB2, kEps, 2);
+      } else {
+        for (const AdamwTensorArgs& x : args)
+          launch_adamw(ctx, x.p_out, x.m_out, x.v_out, x.p_bf16, x.p, x.g, x.m, x.v, x.n, 0.5f, kLr, kB1, kB2, kEps,
+                       x.wd, 2);
+      }
+      Outputs out;
+      for (auto& b : buffers) out.push_back(checked(*b, "buffer"));
+      for (auto& c : copies) out.push_back(checked(*c, "bf16 copy"));
+      return out;
+    });
+  }
+  EXPECT_TRUE(bitwise_equal(got[1], got[0]));
+}
+
 TEST(KernelsOptimizer, SumSquaresMatchesCpu) {
   check_sum_squares(1003);    // one partial block
   check_sum_squares(50001);   // 13 partial blocks, ragged

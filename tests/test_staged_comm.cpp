@@ -33,13 +33,7 @@ namespace {
 // The trainer that runs device: cuda: pptrain-emu here; on a GPU (this file compiled with
 // PPTRAIN_REAL_DEVICE into build/gpu-tests, run by scripts/gpu_check.sh), the real build,
 // whose ranks then share the node's one GPU.
-std::string cuda_bin() {
-#ifdef PPTRAIN_REAL_DEVICE
-  return pptrain_bin();
-#else
-  return pptrain_emu_bin();
-#endif
-}
+std::string cuda_bin() { return cuda_trainer_bin(); }
 
 class StagedComm : public ::testing::Test {
  protected:

@@ -5,16 +5,27 @@
 //   flash  flash_attention_forward / _backward_input, the handwritten fused kernels;
 //   cudnn  the same two ops with model.attention: cudnn (cuDNN's fused SDPA).
 // Random bf16 inputs (qkv and dout entries N(0,1), rounded to bf16), B=2, NH=4, T=200, HD=64
-// and HD=128; forward, then backward from the forward's own out (and lse or probs), as in
+// and HD=128 with 4 key/value heads, and grouped-query: HD=64 with 2, HD=128 with 1;
+// forward, then backward from the forward's own out (and lse or probs), as in
 // training. Built only by the real CUDA build:
 //   make CUDA=1 build/bench/attention_check && build/bench/attention_check [--device N]
-//        [--impls naive,flash,cudnn]
+//        [--impls naive,flash,cudnn] [--time]
 // (scripts/gpu_check.sh runs it on a lent GPU). One JSON line per comparison:
 //   {"check": "attention", "B": 2, "NH": 4, "T": 200, "HD": 64, "tensor": "dq", "a": "cudnn",
 //    "b": "reference", "normwise": 1.2e-04, "bound": 1.6e-02, "pass": true}
 // and {"check": "attention", ..., "impl": "flash", "error": "..."} for an implementation that
 // failed to run (its comparisons are then left out). Exit status 0 iff every comparison
 // passed and no implementation failed.
+//
+// --time then times each implementation's forward and backward (the training shapes: GPT-2
+// 124M's B=16 NH=12 T=1024 HD=64, the Llama 3.2 1B shape's B=1 NH=32 NKV=8 T=8192 HD=64, and
+// HD=128 at T=1024 and 8192), one JSON line each:
+//   {"bench": "attention", "impl", "B", "NH", "NKV", "T", "HD", "fwd_ms", "bwd_ms",
+//    "fwd_tflops", "bwd_tflops", "fwd_bwd_tflops"}
+// counting causal FLOPs as FlashAttention does: forward 2 GEMMs of 2·T·T·HD halved by the
+// mask, 2·B·NH·T²·HD; backward 5 GEMMs (S recomputed, dP, dV, dQ, dK), 2.5x the forward.
+// Median of 5 timed batches of 10 calls after 3 warm-ups, the host clock around a device
+// synchronisation (a batch is milliseconds: the synchronisation is noise).
 //
 // The measure. For each tensor X (out, lse, and the dq, dk, dv blocks of dqkv) and reference
 // value R (fp64, from the same bf16 inputs):
@@ -51,6 +62,7 @@
 // sit well below them; an actual bug (a lost scale, a mask off by one, a wrong stride) is of
 // the order of ‖R‖ itself, normwise ≈ 1 and more.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -70,9 +82,12 @@ namespace {
 constexpr int kB = 2, kNH = 4, kT = 200;
 constexpr double kU = 1.0 / 256;  // bf16 unit roundoff, 2⁻⁸
 
+// NKV key/value heads (NKV = NH: multi-head attention; fewer: grouped-query, query head h
+// attends with key/value head h / (NH/NKV)).
 struct Shape {
-  int b, t, nh, hd;
-  size_t c() const { return size_t(nh) * hd; }
+  int b, t, nh, hd, nkv;
+  size_t c() const { return size_t(nh) * hd; }               // out's row width
+  size_t w() const { return size_t(nh + 2 * nkv) * hd; }     // qkv's row width
   size_t tokens() const { return size_t(b) * t; }
 };
 
@@ -91,21 +106,27 @@ struct Reference {
 
 const char* kind(const std::string& impl) { return impl == "naive" ? "naive" : "fused"; }
 
-// Element (b, t, h, d) of a [B,T,W] row-major tensor whose row holds `width_blocks` blocks
-// of C, heads of HD inside each.
-size_t at(const Shape& s, int width_blocks, int block, int b, int t, int h, int d) {
-  return (size_t(b) * s.t + t) * width_blocks * s.c() + block * s.c() + size_t(h) * s.hd + d;
+// Element (b, t, h, d) of query head h's q (block 0), or of its key (1) or value (2) head,
+// in qkv[B,T,(NH + 2·NKV)·HD]; block -1: of out[B,T,NH·HD].
+size_t at(const Shape& s, int block, int b, int t, int h, int d) {
+  const size_t token = size_t(b) * s.t + t, kv = size_t(h / (s.nh / s.nkv));
+  if (block < 0) return token * s.c() + size_t(h) * s.hd + d;
+  const size_t start = block == 0 ? size_t(h) * s.hd : (block == 1 ? s.c() : s.c() + size_t(s.nkv) * s.hd) + kv * s.hd;
+  return token * s.w() + start + d;
 }
+
+// Which part of a qkv row column `col` is in: 0 q, 1 k, 2 v.
+int part_of(const Shape& s, size_t col) { return col < s.c() ? 0 : col < s.c() + size_t(s.nkv) * s.hd ? 1 : 2; }
 
 // One (batch, head) of the reference and of both bound kinds.
 void reference_head(const Shape& s, const std::vector<double>& qkv, const std::vector<double>& dout, int b, int h,
                     Reference& ref) {
   const double scale = 1.0 / std::sqrt(double(s.hd)), u = kU;
   const double e = (2.0 * s.hd + 2.0 * s.t + 32) * std::ldexp(1.0, -24);
-  auto q = [&](int i, int d) { return qkv[at(s, 3, 0, b, i, h, d)]; };
-  auto k = [&](int j, int d) { return qkv[at(s, 3, 1, b, j, h, d)]; };
-  auto v = [&](int j, int d) { return qkv[at(s, 3, 2, b, j, h, d)]; };
-  auto d_o = [&](int i, int d) { return dout[at(s, 1, 0, b, i, h, d)]; };
+  auto q = [&](int i, int d) { return qkv[at(s, 0, b, i, h, d)]; };
+  auto k = [&](int j, int d) { return qkv[at(s, 1, b, j, h, d)]; };
+  auto v = [&](int j, int d) { return qkv[at(s, 2, b, j, h, d)]; };
+  auto d_o = [&](int i, int d) { return dout[at(s, -1, b, i, h, d)]; };
   Result& r = ref.r;
   std::vector<double> p(s.t), dp(s.t), a(s.t), o(s.hd), mo(s.hd);
   for (int i = 0; i < s.t; ++i) {
@@ -149,22 +170,24 @@ void reference_head(const Shape& s, const std::vector<double>& qkv, const std::v
       const double delta_d = fused ? (u + ep + e) * hsum + (u + e) * ksum + e * fsum : (ep + u + e) * hsum + e * esum;
       const double alpha = ep + u, beta = fused ? 0 : u, pv = ep + e + (fused ? u : 0);
       for (int d = 0; d < s.hd; ++d) {
-        r.out[at(s, 1, 0, b, i, h, d)] = o[d];
-        bd.out[at(s, 1, 0, b, i, h, d)] = pv * mo[d] + u * std::fabs(o[d]);
+        r.out[at(s, -1, b, i, h, d)] = o[d];
+        bd.out[at(s, -1, b, i, h, d)] = pv * mo[d] + u * std::fabs(o[d]);
       }
       for (int j = 0; j <= i; ++j) {
         const double ds = p[j] * (dp[j] - dsum);
         const double err_ds = alpha * std::fabs(ds) + p[j] * (beta * std::fabs(dp[j]) + e * a[j] + delta_d);
         const double w = err_ds + e * std::fabs(ds);  // dS's error, and the fp32 sums over it
         for (int d = 0; d < s.hd; ++d) {
+          // (dK and dV of a key/value head gather the sums of all its query heads: the
+          // bounds add up with them.)
           if (fused) {  // the reference once (the loop runs for both kinds)
-            r.dqkv[at(s, 3, 0, b, i, h, d)] += scale * ds * k(j, d);
-            r.dqkv[at(s, 3, 1, b, j, h, d)] += scale * ds * q(i, d);
-            r.dqkv[at(s, 3, 2, b, j, h, d)] += p[j] * d_o(i, d);
+            r.dqkv[at(s, 0, b, i, h, d)] += scale * ds * k(j, d);
+            r.dqkv[at(s, 1, b, j, h, d)] += scale * ds * q(i, d);
+            r.dqkv[at(s, 2, b, j, h, d)] += p[j] * d_o(i, d);
           }
-          bd.dqkv[at(s, 3, 0, b, i, h, d)] += scale * w * std::fabs(k(j, d));
-          bd.dqkv[at(s, 3, 1, b, j, h, d)] += scale * w * std::fabs(q(i, d));
-          bd.dqkv[at(s, 3, 2, b, j, h, d)] += pv * p[j] * std::fabs(d_o(i, d));
+          bd.dqkv[at(s, 0, b, i, h, d)] += scale * w * std::fabs(k(j, d));
+          bd.dqkv[at(s, 1, b, j, h, d)] += scale * w * std::fabs(q(i, d));
+          bd.dqkv[at(s, 2, b, j, h, d)] += pv * p[j] * std::fabs(d_o(i, d));
         }
       }
     }
@@ -176,7 +199,7 @@ Reference reference(const Shape& s, const std::vector<double>& qkv, const std::v
   for (Result* x : {&ref.r, &ref.bounds["fused"], &ref.bounds["naive"]}) {
     x->out.assign(s.tokens() * s.c(), 0);
     x->lse.assign(size_t(s.b) * s.nh * s.t, 0);
-    x->dqkv.assign(s.tokens() * 3 * s.c(), 0);
+    x->dqkv.assign(s.tokens() * s.w(), 0);
   }
   ref.bounds["naive"].lse.clear();  // naive keeps probs, not lse
   for (int b = 0; b < s.b; ++b)
@@ -217,7 +240,7 @@ Result run(const std::string& impl, int device, const Shape& s, const std::vecto
   Result r;
   try {
     cuda::CudaOps ops(device, impl == "cudnn");
-    const size_t n_qkv = s.tokens() * 3 * s.c(), n_out = s.tokens() * s.c(), n_lse = size_t(s.b) * s.nh * s.t;
+    const size_t n_qkv = s.tokens() * s.w(), n_out = s.tokens() * s.c(), n_lse = size_t(s.b) * s.nh * s.t;
     DeviceBuffer d_qkv(ops, n_qkv * 2), d_out(ops, n_out * 2), d_dout(ops, n_out * 2), d_dqkv(ops, n_qkv * 2),
         d_lse(ops, n_lse * 4), d_delta(ops, n_lse * 4), d_probs(ops, impl == "naive" ? n_lse * s.t * 2 : 0);
     ops.copy_to_device(d_qkv.as<void>(), qkv.data(), n_qkv * 2);
@@ -225,12 +248,12 @@ Result run(const std::string& impl, int device, const Shape& s, const std::vecto
     auto* q = d_qkv.as<bfloat16>();
     auto *o = d_out.as<bfloat16>(), *dq = d_dqkv.as<bfloat16>(), *probs = d_probs.as<bfloat16>();
     if (impl == "naive") {
-      ops.attention_forward(o, probs, q, s.b, s.t, s.nh, s.hd);
-      ops.attention_backward_input(dq, d_dout.as<bfloat16>(), q, probs, s.b, s.t, s.nh, s.hd);
+      ops.gqa_attention_forward(o, probs, q, s.b, s.t, s.nh, s.nkv, s.hd);
+      ops.gqa_attention_backward_input(dq, d_dout.as<bfloat16>(), q, probs, s.b, s.t, s.nh, s.nkv, s.hd);
     } else {
-      ops.flash_attention_forward(o, d_lse.as<float>(), q, s.b, s.t, s.nh, s.hd);
-      ops.flash_attention_backward_input(dq, d_delta.as<float>(), d_dout.as<bfloat16>(), q, o, d_lse.as<float>(),
-                                         s.b, s.t, s.nh, s.hd);
+      ops.gqa_flash_attention_forward(o, d_lse.as<float>(), q, s.b, s.t, s.nh, s.nkv, s.hd);
+      ops.gqa_flash_attention_backward_input(dq, d_delta.as<float>(), d_dout.as<bfloat16>(), q, o,
+                                             d_lse.as<float>(), s.b, s.t, s.nh, s.nkv, s.hd);
       std::vector<float> lse(n_lse);
       ops.copy_to_host(lse.data(), d_lse.as<float>(), n_lse * 4);
       r.lse.assign(lse.begin(), lse.end());
@@ -244,12 +267,12 @@ Result run(const std::string& impl, int device, const Shape& s, const std::vecto
   return r;
 }
 
-// ‖x − y‖₂ (y empty: ‖x‖₂) over the elements of block `block` of `blocks` blocks of width C
-// per row (blocks = 0: every element).
-double norm(const std::vector<double>& x, const std::vector<double>& y, const Shape& s, int blocks, int block) {
+// ‖x − y‖₂ (y empty: ‖x‖₂) over the elements of qkv part `part` (0 q, 1 k, 2 v) of each row
+// (part = -1: every element).
+double norm(const std::vector<double>& x, const std::vector<double>& y, const Shape& s, int part) {
   double sum = 0;
   for (size_t i = 0; i < x.size(); ++i) {
-    if (blocks && int(i / s.c() % blocks) != block) continue;
+    if (part >= 0 && part_of(s, i % s.w()) != part) continue;
     const double diff = x[i] - (y.empty() ? 0.0 : y[i]);
     sum += diff * diff;
   }
@@ -267,7 +290,8 @@ std::string json_string(const std::string& text) {
 
 std::string head(const Shape& s) {
   std::ostringstream o;
-  o << "{\"check\": \"attention\", \"B\": " << s.b << ", \"NH\": " << s.nh << ", \"T\": " << s.t << ", \"HD\": " << s.hd;
+  o << "{\"check\": \"attention\", \"B\": " << s.b << ", \"NH\": " << s.nh << ", \"NKV\": " << s.nkv
+    << ", \"T\": " << s.t << ", \"HD\": " << s.hd;
   return o.str();
 }
 
@@ -278,19 +302,19 @@ bool compare(const Shape& s, const Reference& ref, const std::map<std::string, R
   bool ok = true;
   struct Part {
     const char* name;
-    int blocks, block;
+    int part;
   };
-  for (const Part& part : {Part{"out", 0, 0}, Part{"lse", 0, 0}, Part{"dq", 3, 0}, Part{"dk", 3, 1}, Part{"dv", 3, 2}}) {
+  for (const Part& part : {Part{"out", -1}, Part{"lse", -1}, Part{"dq", 0}, Part{"dk", 1}, Part{"dv", 2}}) {
     const std::string t = part.name;
     if (t == "lse" && (x.lse.empty() || y.lse.empty())) continue;  // naive keeps probs, not lse
     auto pick = [&](const Result& res) -> const std::vector<double>& {
       return t == "out" ? res.out : t == "lse" ? res.lse : res.dqkv;
     };
     auto bound_norm = [&](const std::string& impl) {
-      return impl == "reference" ? 0.0 : norm(pick(ref.bounds.at(kind(impl))), {}, s, part.blocks, part.block);
+      return impl == "reference" ? 0.0 : norm(pick(ref.bounds.at(kind(impl))), {}, s, part.part);
     };
-    const double scale = norm(pick(ref.r), {}, s, part.blocks, part.block);
-    const double value = norm(pick(x), pick(y), s, part.blocks, part.block) / scale;
+    const double scale = norm(pick(ref.r), {}, s, part.part);
+    const double value = norm(pick(x), pick(y), s, part.part) / scale;
     const double bound = (bound_norm(a) + bound_norm(b)) / scale;
     const bool pass = value <= bound;  // NaN fails
     ok = ok && pass;
@@ -302,9 +326,9 @@ bool compare(const Shape& s, const Reference& ref, const std::map<std::string, R
 }
 
 bool check(int device, const Shape& s, const std::vector<std::string>& impls) {
-  std::mt19937_64 rng(20240601 + s.hd);
+  std::mt19937_64 rng(20240601 + s.hd + 1000 * s.nkv);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<bfloat16> qkv(s.tokens() * 3 * s.c()), dout(s.tokens() * s.c());
+  std::vector<bfloat16> qkv(s.tokens() * s.w()), dout(s.tokens() * s.c());
   std::vector<double> qkv_d(qkv.size()), dout_d(dout.size());
   for (size_t i = 0; i < qkv.size(); ++i) qkv_d[i] = (qkv[i] = bfloat16::from_float(normal(rng))).to_float();
   for (size_t i = 0; i < dout.size(); ++i) dout_d[i] = (dout[i] = bfloat16::from_float(normal(rng))).to_float();
@@ -329,11 +353,72 @@ bool check(int device, const Shape& s, const std::vector<std::string>& impls) {
   return ok;
 }
 
+// --time: one implementation's forward and backward on one shape (NKV key/value heads).
+struct TimeShape {
+  int b, nh, nkv, t, hd;
+};
+
+void time_impl(const std::string& impl, int device, const TimeShape& s) {
+  std::printf("{\"bench\": \"attention\", \"impl\": \"%s\", \"B\": %d, \"NH\": %d, \"NKV\": %d, \"T\": %d, "
+              "\"HD\": %d, ",
+              impl.c_str(), s.b, s.nh, s.nkv, s.t, s.hd);
+  try {
+    cuda::CudaOps ops(device, impl == "cudnn");
+    const size_t width = size_t(s.nh + 2 * s.nkv) * s.hd, tokens = size_t(s.b) * s.t;
+    const size_t n_qkv = tokens * width, n_out = tokens * s.nh * s.hd, n_lse = size_t(s.b) * s.nh * s.t;
+    DeviceBuffer d_qkv(ops, n_qkv * 2), d_out(ops, n_out * 2), d_dout(ops, n_out * 2), d_dqkv(ops, n_qkv * 2),
+        d_lse(ops, n_lse * 4), d_delta(ops, n_lse * 4), d_probs(ops, impl == "naive" ? n_lse * s.t * 2 : 0);
+    // Random data, not zeros (zeros can run faster than real data): N(0,1) rounded to bf16.
+    std::mt19937_64 rng(7 + s.t + s.hd);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<bfloat16> host(n_qkv);
+    for (auto& x : host) x = bfloat16::from_float(normal(rng));
+    ops.copy_to_device(d_qkv.as<void>(), host.data(), n_qkv * 2);
+    ops.copy_to_device(d_dout.as<void>(), host.data(), n_out * 2);
+    auto* q = d_qkv.as<bfloat16>();
+    auto *o = d_out.as<bfloat16>(), *dq = d_dqkv.as<bfloat16>(), *probs = d_probs.as<bfloat16>();
+    auto* dout = d_dout.as<bfloat16>();
+    auto forward = [&] {
+      if (impl == "naive") ops.gqa_attention_forward(o, probs, q, s.b, s.t, s.nh, s.nkv, s.hd);
+      else ops.gqa_flash_attention_forward(o, d_lse.as<float>(), q, s.b, s.t, s.nh, s.nkv, s.hd);
+    };
+    auto backward = [&] {
+      if (impl == "naive") ops.gqa_attention_backward_input(dq, dout, q, probs, s.b, s.t, s.nh, s.nkv, s.hd);
+      else
+        ops.gqa_flash_attention_backward_input(dq, d_delta.as<float>(), dout, q, o, d_lse.as<float>(), s.b, s.t,
+                                               s.nh, s.nkv, s.hd);
+    };
+    auto median_ms = [&](auto&& body) {
+      for (int i = 0; i < 3; ++i) body();
+      ops.synchronize();
+      std::vector<double> ms;
+      for (int rep = 0; rep < 5; ++rep) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 10; ++i) body();
+        ops.synchronize();
+        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 10);
+      }
+      std::sort(ms.begin(), ms.end());
+      return ms[2];
+    };
+    forward();
+    const double fwd = median_ms(forward), bwd = median_ms(backward);
+    const double flops = 2.0 * s.b * s.nh * double(s.t) * s.t * s.hd;  // causal forward
+    std::printf("\"fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"fwd_tflops\": %.1f, \"bwd_tflops\": %.1f, "
+                "\"fwd_bwd_tflops\": %.1f}\n",
+                fwd, bwd, flops / fwd * 1e-9, 2.5 * flops / bwd * 1e-9, 3.5 * flops / (fwd + bwd) * 1e-9);
+  } catch (const std::exception& e) {
+    std::printf("\"error\": %s}\n", json_string(e.what()).c_str());
+  }
+  std::fflush(stdout);
+}
+
 }  // namespace
 }  // namespace pptrain
 
 int main(int argc, char** argv) {
   int device = 0;
+  bool time = false;
   std::vector<std::string> impls = {"naive", "flash", "cudnn"};
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -349,12 +434,21 @@ int main(int argc, char** argv) {
         }
         impls.push_back(name);
       }
+    } else if (arg == "--time") {
+      time = true;
     } else {
-      std::fprintf(stderr, "usage: attention_check [--device N] [--impls naive,flash,cudnn]\n");
+      std::fprintf(stderr, "usage: attention_check [--device N] [--impls naive,flash,cudnn] [--time]\n");
       return 2;
     }
   }
   bool ok = true;
-  for (int hd : {64, 128}) ok = pptrain::check(device, pptrain::Shape{pptrain::kB, pptrain::kT, pptrain::kNH, hd}, impls) && ok;
+  // Multi-head at HD 64 and 128, grouped-query (2 and 1 key/value heads for 4 query heads).
+  for (auto [hd, nkv] : {std::pair{64, 4}, std::pair{128, 4}, std::pair{64, 2}, std::pair{128, 1}})
+    ok = pptrain::check(device, pptrain::Shape{pptrain::kB, pptrain::kT, pptrain::kNH, hd, nkv}, impls) && ok;
+  if (time)
+    for (const pptrain::TimeShape& s : {pptrain::TimeShape{16, 12, 12, 1024, 64}, pptrain::TimeShape{1, 32, 8, 8192, 64},
+                                        pptrain::TimeShape{8, 16, 16, 1024, 128}, pptrain::TimeShape{1, 16, 16, 8192, 128}})
+      for (const std::string& impl : impls)
+        if (impl != "naive" || s.t <= 1024) pptrain::time_impl(impl, device, s);  // naive's T² probs: short T only
   return ok ? 0 : 1;
 }

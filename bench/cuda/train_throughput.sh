@@ -72,12 +72,19 @@ peak=$(device_peak_bf16 "$DEVICE_NAME")
 peak_note=""
 [ -z "$peak" ] && peak_note="no peak bf16 FLOP/s known for device '$DEVICE_NAME': MFU not computed"
 
-# Synthetic corpus: 32 symbols, order-2 Markov. Any token ids do for throughput; the data
-# set wraps around, so a couple of million tokens cover any number of steps.
-DATA=$WORKDIR/data
+# Synthetic corpus: uniformly random ids over the model's vocabulary (an order-0 source of flat
+# probabilities), as peers' benchmarks draw them (the token embedding's gradient costs what
+# the ids' repeats make it cost); the data set wraps around, so a couple of million tokens
+# cover any number of steps.
+DATA_VOCAB=50304
+for o in "${overrides[@]}"; do
+  case "$o" in model.vocab_size=*) DATA_VOCAB=${o#model.vocab_size=} ;; esac
+done
+DATA=$WORKDIR/data_$DATA_VOCAB
 mkdir -p "$WORKDIR"
 if [ ! -f "$DATA/train_000.bin" ]; then
-  "$PPTRAIN" prepare-data --markov --out "$DATA" --vocab 32 --tokens 2000000 >"$WORKDIR/prepare.log" 2>&1 ||
+  "$PPTRAIN" prepare-data --markov --order 0 --concentration 1e6 --vocab "$DATA_VOCAB" --out "$DATA" \
+    --tokens 2000000 >"$WORKDIR/prepare.log" 2>&1 ||
     fail_line "prepare-data: $(grep -m1 'error' "$WORKDIR/prepare.log" || tail -1 "$WORKDIR/prepare.log")"
 fi
 

@@ -20,6 +20,9 @@
 #
 #   bench/cuda/vs_torch.sh [BUILD] [--pptrain BIN] [--torch-device cuda|cpu] [--steps N]
 #                          [--warmup K] [--workdir DIR] [--no-compile]
+# (BENCH_COMPILE=0 is --no-compile: torch.compile takes most of the minutes this script runs;
+# BENCH_TORCH=0 leaves PyTorch out; BENCH_OVERRIDES="key=value ..." are added to pptrain's
+# overrides, e.g. model.attention=flash to time the handwritten kernels.)
 set -uo pipefail
 BUILD=build
 [ $# -gt 0 ] && [[ "$1" != --* ]] && { BUILD=$1; shift; }
@@ -28,7 +31,7 @@ TORCH_DEVICE=cuda
 STEPS=${BENCH_STEPS:-20}
 WARMUP=${BENCH_WARMUP:-10}
 WORKDIR=""
-COMPILE=1
+COMPILE=${BENCH_COMPILE:-1}
 while [ $# -gt 0 ]; do
   case "$1" in
     --pptrain) PPTRAIN=$2; shift 2 ;;
@@ -62,16 +65,19 @@ shape() {
       CONFIG=configs/gpt2_124m_gpu.yaml
       local b=16; [ "$1" = gpt2_b32 ] && b=32
       OVERRIDES=(training.micro_batch_size=$b)
+      DATA_VOCAB=50304
       TORCH_ARGS=(--arch gpt2 --n-layer 12 --n-head 12 --d-model 768 --vocab 50304 --seq 1024 --batch $b) ;;
     llama1b_t8192)
       CONFIG=configs/llama3_1b_gpu.yaml
       OVERRIDES=(parallel.dp=1 parallel.microbatches=1)
+      DATA_VOCAB=65536  # uint16 token shards: ids below 65536 of the 128256
       TORCH_ARGS=(--arch llama --n-layer 16 --n-head 32 --n-kv-head 8 --d-model 2048 --ffn 8192 --vocab 128256
                   --seq 8192 --batch 1 --rope-theta 500000 --norm-eps 1e-5 --tie-embeddings) ;;
     tiny)
       CONFIG=configs/gpt2_124m_gpu.yaml
       OVERRIDES=(model.n_layer=2 model.n_head=2 model.d_model=32 model.seq_len=16 model.vocab_size=64
                  training.micro_batch_size=2 training.precision=fp32)
+      DATA_VOCAB=64
       TORCH_ARGS=(--arch gpt2 --n-layer 2 --n-head 2 --d-model 32 --vocab 64 --seq 16 --batch 2) ;;
     *) return 1 ;;
   esac
@@ -80,10 +86,14 @@ shape() {
 # pptrain: sets PP (a JSON object) and PP_RATE (tokens/s; empty on failure).
 run_pptrain() {
   local name=$1 log=$WORKDIR/$1.log metrics=$WORKDIR/$1.metrics.jsonl profile=$WORKDIR/$1.op_profile.json
-  local data=$WORKDIR/data
+  local data=$WORKDIR/data_$DATA_VOCAB
   PP_RATE=""
+  # Uniformly random token ids (an order-0 source of flat probabilities), as the PyTorch side
+  # draws them: the token embedding's gradient costs what the ids' repeats make it cost, so
+  # both sides must see the same distribution.
   if [ ! -f "$data/train_000.bin" ]; then
-    "$PPTRAIN" prepare-data --markov --out "$data" --vocab 32 --tokens 2000000 >"$WORKDIR/prepare.log" 2>&1 ||
+    "$PPTRAIN" prepare-data --markov --order 0 --concentration 1e6 --vocab "$DATA_VOCAB" --out "$data" \
+      --tokens 2000000 >"$WORKDIR/prepare.log" 2>&1 ||
       { PP=$(printf '{"error": %s}' "$(json_string "prepare-data failed: $(tail -1 "$WORKDIR/prepare.log")")"); return 1; }
   fi
   rm -f "$metrics" "$profile"
@@ -142,8 +152,11 @@ for name in ${BENCH_SHAPES:-gpt2_b16 gpt2_b32 llama1b_t8192}; do
   }
   FLOPS_PER_TOKEN=$(json_number flops_per_token "$flops")
   TOKENS_PER_STEP=$(json_number tokens_per_step "$flops")
+  # shellcheck disable=SC2206  # BENCH_OVERRIDES is a list of words
+  OVERRIDES+=(${BENCH_OVERRIDES:-})
   run_pptrain "$name" || status=1
-  eager=$(run_torch)
+  eager=null
+  [ "${BENCH_TORCH:-1}" = 1 ] && eager=$(run_torch)
   compiled=null
   [ $COMPILE = 1 ] && [ "$eager" != null ] && compiled=$(run_torch --compile)
   printf '{"bench": "gpu_vs_torch", "shape": "%s", "device": %s, "tokens_per_step": %s, "pptrain": %s, ' \

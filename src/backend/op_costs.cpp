@@ -140,11 +140,22 @@ OpCost ce_backward(View dlogits, ConstView logits, const float* rmax, const floa
   return {0, es(logits) * 2.0 * n * double(vl)};
 }
 
+OpCost ce_fused(View dlogits, float* rmax, float* sumexp, float* target_logit, ConstView logits,
+                const int32_t* targets, int n, int vl, int valid, float scale) {
+  return {0, es(logits) * 2.0 * n * double(vl)};  // read once, written once
+}
+
 // AdamW: p, g, m, v read, p, m, v written (and the bf16 copy).
 OpCost adamw(float* p_out, float* m_out, float* v_out, View p_working, const float* p, const float* g,
              const float* m, const float* v, size_t n, float grad_scale, float lr, float b1, float b2, float eps,
              float wd, int t) {
   return {0, (kF32 * 7.0 + (p_working.data ? es(p_working) : 0.0)) * n};
+}
+OpCost adamw_multi(const std::vector<AdamwTensor>& tensors, float grad_scale, float lr, float b1, float b2, float eps,
+                   int t) {
+  OpCost sum{0, 0};
+  for (const AdamwTensor& x : tensors) sum.bytes += (kF32 * 7.0 + (x.p_working.data ? es(x.p_working) : 0.0)) * x.n;
+  return sum;
 }
 OpCost sum_squares(const float* x, size_t n) { return {0, kF32 * n}; }
 

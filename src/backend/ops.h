@@ -63,6 +63,15 @@ struct ConstView {
   ConstView(std::nullptr_t) {}
 };
 
+// One tensor of Ops::adamw_multi: the arguments of Ops::adamw that differ between tensors.
+struct AdamwTensor {
+  float *p_out, *m_out, *v_out;
+  View p_working;  // the bf16 working copy, or null
+  const float *p, *g, *m, *v;
+  size_t n;
+  float wd;
+};
+
 // ---- the ops ---------------------------------------------------------------------------
 // Every op once, as KIND(return type, name, (parameters), (argument names)), by family:
 //   OP        each backend writes the body;
@@ -281,6 +290,14 @@ struct ConstView {
            (View dlogits, ConstView logits, const float* rmax, const float* sumexp,                \
             const int32_t* targets, int n, int vl, int valid, int v0, float scale),                \
            (dlogits, logits, rmax, sumexp, targets, n, vl, valid, v0, scale))                      \
+  /* The tp = 1 path in one op (v0 = 0): what ce_row_max, ce_sumexp_target and ce_backward       \
+     write (rmax, sumexp, target_logit, dlogits), with the row statistics computed in one pass    \
+     (an online softmax on cuda: the max and the sum of exponentials together, so they round      \
+     apart from the split calls' by float summation order only). May alias logits. */            \
+  LAUNCHED(void, ce_fused,                                                                         \
+           (View dlogits, float* rmax, float* sumexp, float* target_logit, ConstView logits,      \
+            const int32_t* targets, int n, int vl, int valid, float scale),                        \
+           (dlogits, rmax, sumexp, target_logit, logits, targets, n, vl, valid, scale))            \
                                                                                                    \
   /* ---- optimizer (fp32: masters, gradients and moments) ------------------------------------ */ \
   /* One AdamW step (Loshchilov & Hutter) from p[n], g[n], m[n], v[n] into p_out[n], m_out[n],     \
@@ -296,6 +313,14 @@ struct ConstView {
       const float* m, const float* v, size_t n, float grad_scale, float lr, float b1, float b2,    \
       float eps, float wd, int t),                                                                 \
      (p_out, m_out, v_out, p_working, p, g, m, v, n, grad_scale, lr, b1, b2, eps, wd, t))          \
+  /* adamw on each tensor of the list with one step's common arguments (each tensor its own      \
+     weight decay): the bits of one adamw call per tensor. The cuda body updates many tensors per  \
+     launch: most tensors of a model are small (biases, norm gains), and one launch each was a     \
+     third of the optimizer's time on GPUs. */                                                     \
+  OP(void, adamw_multi,                                                                            \
+     (const std::vector<AdamwTensor>& tensors, float grad_scale, float lr, float b1, float b2,      \
+      float eps, int t),                                                                           \
+     (tensors, grad_scale, lr, b1, b2, eps, t))                                                    \
   /* Σ x², accumulated in double, returned to the host. */                                         \
   OP(double, sum_squares, (const float* x, size_t n), (x, n))
 

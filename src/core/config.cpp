@@ -334,7 +334,6 @@ void resolve_default_attention(Config& c, const BuildFeatures& build) {
   if (!build.cudnn) no_cudnn = "this binary has no cuDNN";
   else if (c.training.precision != "bf16") no_cudnn = "cuDNN's fused attention needs bf16";
   else if (hd % 8 || hd > 128) no_cudnn = cat("head size ", hd, " is not cuDNN's (a multiple of 8 up to 128)");
-  else if (m.kv_heads() != m.n_head) no_cudnn = "cuDNN runs multi-head attention only (n_kv_head < n_head)";
   if (no_cudnn.empty()) {
     m.attention = "cudnn";
     m.attention_default = cat("default on cuda: cuDNN's fused attention, bf16, head size ", hd);

@@ -135,10 +135,6 @@ void validate(const Config& c) {
           "model.attention",
           cat("cudnn needs a head size that is a multiple of 8 and at most 128, got ", m.attention_head_dim()));
   validate_llama_keys(c);
-  // cuDNN's fused attention is wired for multi-head attention only (backend/cuda/cudnn_attention.h).
-  require(m.attention != "cudnn" || m.kv_heads() == m.n_head, c, "model.attention",
-          cat("cudnn runs multi-head attention only, got n_kv_head ", m.kv_heads(), " < n_head ", m.n_head,
-              "; expected flash or naive"));
   require_range(c, "parallel.pp", p.pp, 1, kMaxWorldSize);
   require_range(c, "parallel.tp", p.tp, 1, kMaxWorldSize);
   require_range(c, "parallel.dp", p.dp, 1, kMaxWorldSize);

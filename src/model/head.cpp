@@ -40,15 +40,21 @@ size_t Head<T>::slot_bytes() const {
 }
 
 template <typename T>
-double Head<T>::logits_and_loss(Slot& s, const T* x, const MicrobatchData& data) {
+void Head<T>::final_norm_and_logits(Slot& s, const T* x) {
   const int n = dims_.rows(), c = dims_.d_model, vl = dims_.local_vocab();
-  const int valid = dims_.valid_vocab(), v0 = dims_.vocab_offset();
   if (dims_.llama)
     ops_.rmsnorm_forward(s.h.data(), s.rstd.data(), x, weights<T>(lnf_w_), n, c, dims_.norm_eps);
   else
     ops_.layernorm_forward(s.h.data(), s.mean.data(), s.rstd.data(), x, weights<T>(lnf_w_),
                            weights<T>(*lnf_b_), n, c);
   ops_.linear_forward(s.logits.data(), s.h.data(), weights<T>(out_), nullptr, n, c, vl);
+}
+
+template <typename T>
+double Head<T>::logits_and_loss(Slot& s, const T* x, const MicrobatchData& data) {
+  const int n = dims_.rows(), vl = dims_.local_vocab();
+  const int valid = dims_.valid_vocab(), v0 = dims_.vocab_offset();
+  final_norm_and_logits(s, x);
   float* rmax = s.stats.data();
   float* sumexp = rmax + n;
   float* target = sumexp + n;
@@ -64,9 +70,18 @@ void Head<T>::forward(int mb, const T* x, T*, const MicrobatchData& data) {
   Slot& s = slots_.acquire(mb, [this] { return make_slot(); });
   s.x = x;
   s.has_dh = false;
-  s.loss_sum = logits_and_loss(s, x, data);
   const int n = dims_.rows();
-  const float* rmax = s.stats.data();
+  float* rmax = s.stats.data();
+  if (dims_.tp == 1) {
+    // The whole vocabulary here: statistics and dlogits (over the logits) in one op, the
+    // logits read once instead of three times (on GPUs they are the step's largest tensor).
+    final_norm_and_logits(s, x);
+    ops_.ce_fused(s.logits.data(), rmax, rmax + n, rmax + 2 * n, s.logits.data(), data.targets, n,
+                  dims_.local_vocab(), dims_.valid_vocab(), loss_scale_);
+    s.loss_sum = ops_.ce_loss_sum(rmax, rmax + n, rmax + 2 * n, n);
+    return;
+  }
+  s.loss_sum = logits_and_loss(s, x, data);
   ops_.ce_backward(s.logits.data(), s.logits.data(), rmax, rmax + n, data.targets, n,
                    dims_.local_vocab(), dims_.valid_vocab(), dims_.vocab_offset(), loss_scale_);
 }

@@ -52,6 +52,9 @@ class Head final : public Layer<T> {
     bool has_dh = false;
   };
   std::unique_ptr<Slot> make_slot();
+  void final_norm_and_logits(Slot& s, const T* x);  // s.h, s.mean/rstd, s.logits from x
+  // The split cross-entropy of a vocabulary shard (tp > 1: statistics all-reduced between
+  // the calls); returns the summed loss.
   double logits_and_loss(Slot& s, const T* x, const MicrobatchData& data);
 
   Ops& ops_;

@@ -1,5 +1,7 @@
 #include "train/adamw.h"
 
+#include <vector>
+
 #include "core/error.h"
 
 namespace pptrain {
@@ -25,6 +27,9 @@ void AdamW::step_into(Buffer<float>& values, OptimizerState& moments, double lr,
 void AdamW::update(float* values, OptimizerState& moments, double lr, int t, float grad_scale) {
   Ops& ops = params_.ops();
   OptimizerState& state = *state_;
+  // Every tensor in one op (a few launches on GPUs instead of one per tensor).
+  std::vector<AdamwTensor> tensors;
+  std::vector<Param*> refreshed;  // whose whole bf16 copy the update rewrites
   for (auto& [name, p] : params_.all()) {
     const LocalRange r = state.range(name);
     if (r.empty()) continue;
@@ -40,11 +45,12 @@ void AdamW::update(float* values, OptimizerState& moments, double lr, int t, flo
                   p->master_range.end, ")");
     float* p_in = p->value.data() + (r.begin - p->master_range.begin);
     float* p_out = values ? values + (p_in - params_.value_arena()) : p_in;
-    ops.adamw(p_out, moments.m(name).data(), moments.v(name).data(), working, p_in, p->grad.data() + r.begin,
-              state.m(name).data(), state.v(name).data(), r.size(), grad_scale, float(lr), float(cfg_.beta1),
-              float(cfg_.beta2), float(cfg_.eps), wd, t);
-    if (has_copy && r.size() == p->numel()) p->bf16_stale = false;
+    tensors.push_back({p_out, moments.m(name).data(), moments.v(name).data(), working, p_in,
+                       p->grad.data() + r.begin, state.m(name).data(), state.v(name).data(), r.size(), wd});
+    if (has_copy && r.size() == p->numel()) refreshed.push_back(p.get());
   }
+  ops.adamw_multi(tensors, grad_scale, float(lr), float(cfg_.beta1), float(cfg_.beta2), float(cfg_.eps), t);
+  for (Param* p : refreshed) p->bf16_stale = false;
 }
 
 }  // namespace pptrain

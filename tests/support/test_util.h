@@ -22,6 +22,17 @@ std::string pptrain_bin();
 // The trainer with the emulated cuda backend, beside pptrain_bin().
 std::string pptrain_emu_bin();
 
+// The trainer that runs device: cuda in a test: pptrain-emu (the emulated cuda backend); in
+// a test compiled with PPTRAIN_REAL_DEVICE (build/gpu-tests, mk/gpu_tests.mk) the real
+// build, pptrain itself. Inline: this header is compiled with each test's own flags.
+inline std::string cuda_trainer_bin() {
+#ifdef PPTRAIN_REAL_DEVICE
+  return pptrain_bin();
+#else
+  return pptrain_emu_bin();
+#endif
+}
+
 // "mpirun -np N" with the switches that let it run as root and oversubscribed, one
 // OpenMP thread per rank.
 std::string mpirun(int ranks);

@@ -36,6 +36,12 @@ void CpuOps::adamw(float* p_out, float* m_out, float* v_out, View p_working, con
   }
 }
 
+void CpuOps::adamw_multi(const std::vector<AdamwTensor>& tensors, float grad_scale, float lr, float b1, float b2,
+                         float eps, int t) {
+  for (const AdamwTensor& x : tensors)
+    adamw(x.p_out, x.m_out, x.v_out, x.p_working, x.p, x.g, x.m, x.v, x.n, grad_scale, lr, b1, b2, eps, x.wd, t);
+}
+
 double CpuOps::sum_squares(const float* x, size_t n) {
   // Partial sums over fixed blocks of kBlock elements, then a serial sum of the
   // partials: the same bits for any thread count.

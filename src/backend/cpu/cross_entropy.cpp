@@ -85,4 +85,12 @@ void CpuOps::ce_backward(View dlogitsv, ConstView logitsv, const float* rmax,
   }
 }
 
+// The split calls in order: the cpu keeps their bits (and its figures) at tp = 1.
+void CpuOps::ce_fused(View dlogits, float* rmax, float* sumexp, float* target_logit, ConstView logits,
+                      const int32_t* targets, int n, int vl, int valid, float scale) {
+  ce_row_max(rmax, logits, n, vl, valid);
+  ce_sumexp_target(sumexp, target_logit, logits, rmax, targets, n, vl, valid, 0);
+  ce_backward(dlogits, logits, rmax, sumexp, targets, n, vl, valid, 0, scale);
+}
+
 }  // namespace pptrain::cpu::PPTRAIN_CPU_ISA

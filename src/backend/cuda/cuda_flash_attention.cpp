@@ -1,5 +1,5 @@
 // CudaOps: fused causal attention, the handwritten flash kernels (kernels/flash_attention.cu),
-// multi-head and grouped-query; or cuDNN's (model.attention: cudnn, multi-head only).
+// multi-head and grouped-query; or cuDNN's (model.attention: cudnn).
 #include "backend/cuda/cuda_ops.h"
 #include "flash_attention.cuh"
 
@@ -23,8 +23,7 @@ void CudaOps::gqa_flash_attention_forward(View out, float* lse, ConstView qkv, i
                                           int hd) {
   check_gqa_heads("gqa_flash_attention_forward", nh, nkv);
   if (cudnn_attention_) {  // model.attention: cudnn
-    check_cudnn_heads(nh, nkv);
-    return cudnn_attention_->forward(out, lse, qkv, b, t, nh, hd);
+    return cudnn_attention_->forward(out, lse, qkv, b, t, nh, nkv, hd);
   }
   dispatch("flash_attention_forward",
            [&](auto out, auto qkv) { launch_flash_attention_forward(ctx(), out, lse, qkv, b, t, nh, nkv, hd); },
@@ -37,8 +36,7 @@ void CudaOps::gqa_flash_attention_backward_input(View dqkv, float* delta, ConstV
                                                  int hd) {
   check_gqa_heads("gqa_flash_attention_backward_input", nh, nkv);
   if (cudnn_attention_) {  // model.attention: cudnn
-    check_cudnn_heads(nh, nkv);
-    return cudnn_attention_->backward_input(dqkv, dout, qkv, out, lse, b, t, nh, hd);
+    return cudnn_attention_->backward_input(dqkv, dout, qkv, out, lse, b, t, nh, nkv, hd);
   }
   dispatch("flash_attention_backward_input",
            [&](auto dqkv, auto dout, auto qkv, auto out) {

@@ -82,6 +82,18 @@ void CudaOps::adamw(float* p_out, float* m_out, float* v_out, View p_working, co
                b2, eps, wd, t);
 }
 
+void CudaOps::adamw_multi(const std::vector<AdamwTensor>& tensors, float grad_scale, float lr, float b1, float b2,
+                          float eps, int t) {
+  std::vector<AdamwTensorArgs> args;
+  args.reserve(tensors.size());
+  for (const AdamwTensor& x : tensors) {
+    if (x.p_working.data && x.p_working.dtype != DType::bf16)
+      fail("adamw: p_working is the bf16 working copy or null, got an ", dtype_name(x.p_working.dtype), " view");
+    args.push_back({x.p_out, x.m_out, x.v_out, static_cast<bf16*>(x.p_working.data), x.p, x.g, x.m, x.v, x.n, x.wd});
+  }
+  launch_adamw_multi(ctx(), args.data(), int(args.size()), grad_scale, lr, b1, b2, eps, t);
+}
+
 double CudaOps::sum_squares(const float* x, size_t n) {
   // [result: one double, padded to 256 bytes][partial sums of the reduction]
   constexpr size_t kResultBytes = 256;

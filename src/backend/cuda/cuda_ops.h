@@ -75,14 +75,6 @@ inline void check_gqa_heads(const char* op, int nh, int nkv) {
     fail("backend 'cuda': ", op, ": ", nkv, " key/value heads do not divide ", nh, " query heads evenly");
 }
 
-// cuDNN's fused attention is wired for multi-head attention only (cudnn_attention.h); config
-// validation refuses model.attention: cudnn with n_kv_head < n_head.
-inline void check_cudnn_heads(int nh, int nkv) {
-  if (nkv != nh)
-    fail("backend 'cuda': model.attention: cudnn runs multi-head attention only (n_kv_head ", nkv,
-         " != n_head ", nh, "); expected flash or naive");
-}
-
 class CudaOps final : public Ops {
  public:
   // cudnn_attention: flash_attention_* run cuDNN's fused attention (model.attention: cudnn);

@@ -32,7 +32,7 @@ enum class Direction { forward, backward };
 
 // One cached graph per problem. The strides follow from the shape, so the shape is the key.
 struct Problem {
-  int b = 0, t = 0, nh = 0, hd = 0;
+  int b = 0, t = 0, nh = 0, nkv = 0, hd = 0;
   DType dtype = DType::bf16;
   Direction direction = Direction::forward;
   auto operator<=>(const Problem&) const = default;
@@ -44,8 +44,8 @@ const char* op_name(Direction d) {
 
 // "flash_attention_forward (model.attention: cudnn, B=2 T=200 NH=4 HD=64 bf16)"
 std::string describe(const Problem& p) {
-  return cat(op_name(p.direction), " (model.attention: cudnn, B=", p.b, " T=", p.t, " NH=", p.nh, " HD=", p.hd,
-             " ", dtype_name(p.dtype), ")");
+  return cat(op_name(p.direction), " (model.attention: cudnn, B=", p.b, " T=", p.t, " NH=", p.nh, " NKV=", p.nkv,
+             " HD=", p.hd, " ", dtype_name(p.dtype), ")");
 }
 
 // The frontend's messages may span lines; an error is one line.
@@ -88,11 +88,15 @@ class CudnnHandle {
 // Tensor uids of the variant pack (the device pointers of one execution).
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
 
-// cuDNN's SDPA tensors are [B, NH, T, HD] with arbitrary strides; ours are views:
-//  - Q, K, V (and dQ, dK, dV) inside qkv[B,T,3·NH·HD]: with C = NH·HD, element (b, h, t, d)
-//    of Q is at b·T·3C + t·3C + h·HD + d, i.e. strides [T·3C, HD, 3C, 1]; K and V have the
-//    same strides from qkv + C and qkv + 2C (each row is all queries, keys, then values);
-//  - O and dO inside out[B,T,NH·HD]: strides [T·C, HD, C, 1];
+// cuDNN's SDPA tensors are [B, heads, T, HD] with arbitrary strides; ours are views:
+//  - Q, K, V (and dQ, dK, dV) inside qkv[B,T,W], W = (NH + 2·NKV)·HD: element (b, h, t, d)
+//    of Q is at b·T·W + t·W + h·HD + d, i.e. dims [B, NH, T, HD] and strides [T·W, HD, W, 1];
+//    K and V are [B, NKV, T, HD] with the same strides from qkv + NH·HD and qkv + (NH + NKV)·HD
+//    (each row is all query heads, then the key heads, then the value heads). With NKV < NH
+//    (grouped-query attention) cuDNN lets query head h attend with key/value head
+//    h / (NH/NKV), the grouping of ops.h (Hugging Face's repeat_kv), and its backward sums
+//    dK and dV over each group's query heads, which is the op's contract;
+//  - O and dO inside out[B,T,NH·HD], C = NH·HD: strides [T·C, HD, C, 1];
 //  - the statistics, [B, NH, T, 1] fp32 with strides [NH·T, T, 1, 1]: exactly the row-major
 //    lse[B,NH,T] of ops.h, which is what cuDNN stores there: the natural log-sum-exp of the
 //    scaled scores, max_j s_ij + log Σ_j exp(s_ij − max_j s_ij) with s = q·k/√HD (natural
@@ -100,11 +104,12 @@ enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
 //    same layout, so forward and backward of this backend agree by construction, and the
 //    values match the op's contract (the flash kernels' lse) as well.
 struct Layout {
-  std::vector<int64_t> dims, qkv_strides, out_strides, stats_dims, stats_strides;
+  std::vector<int64_t> dims, kv_dims, qkv_strides, out_strides, stats_dims, stats_strides;
   explicit Layout(const Problem& p) {
-    const int64_t b = p.b, t = p.t, nh = p.nh, hd = p.hd, c = nh * hd;
+    const int64_t b = p.b, t = p.t, nh = p.nh, nkv = p.nkv, hd = p.hd, c = nh * hd, w = (nh + 2 * nkv) * hd;
     dims = {b, nh, t, hd};
-    qkv_strides = {t * 3 * c, hd, 3 * c, 1};
+    kv_dims = {b, nkv, t, hd};
+    qkv_strides = {t * w, hd, w, 1};
     out_strides = {t * c, hd, c, 1};
     stats_dims = {b, nh, t, 1};
     stats_strides = {nh * t, t, 1, 1};
@@ -125,8 +130,8 @@ void mark_output(const TensorPtr& x, Uid uid, const std::vector<int64_t>& dims, 
 // The forward graph: O and the statistics from Q, K, V, causal (query i sees keys j ≤ i:
 // the diagonal band's right bound 0 from the top-left corner), scale 1/√HD.
 void add_forward(fe::graph::Graph& g, const Problem& p, const Layout& l) {
-  TensorPtr q = input(g, "Q", kQ, l.dims, l.qkv_strides), k = input(g, "K", kK, l.dims, l.qkv_strides),
-            v = input(g, "V", kV, l.dims, l.qkv_strides);
+  TensorPtr q = input(g, "Q", kQ, l.dims, l.qkv_strides), k = input(g, "K", kK, l.kv_dims, l.qkv_strides),
+            v = input(g, "V", kV, l.kv_dims, l.qkv_strides);
   auto options = fe::graph::SDPA_attributes()
                      .set_name("causal_attention")
                      .set_generate_stats(true)  // training: keep the statistics for backward
@@ -141,8 +146,8 @@ void add_forward(fe::graph::Graph& g, const Problem& p, const Layout& l) {
 
 // The backward graph: dQ, dK, dV from Q, K, V, O, dO and the forward's statistics.
 void add_backward(fe::graph::Graph& g, const Problem& p, const Layout& l) {
-  TensorPtr q = input(g, "Q", kQ, l.dims, l.qkv_strides), k = input(g, "K", kK, l.dims, l.qkv_strides),
-            v = input(g, "V", kV, l.dims, l.qkv_strides), o = input(g, "O", kO, l.dims, l.out_strides),
+  TensorPtr q = input(g, "Q", kQ, l.dims, l.qkv_strides), k = input(g, "K", kK, l.kv_dims, l.qkv_strides),
+            v = input(g, "V", kV, l.kv_dims, l.qkv_strides), o = input(g, "O", kO, l.dims, l.out_strides),
             d_o = input(g, "dO", kDO, l.dims, l.out_strides),
             stats = input(g, "Stats", kStats, l.stats_dims, l.stats_strides);
   stats->set_data_type(fe::DataType_t::FLOAT);
@@ -153,8 +158,8 @@ void add_backward(fe::graph::Graph& g, const Problem& p, const Layout& l) {
                      .set_diagonal_band_right_bound(0);
   auto [dq, dk, dv] = g.sdpa_backward(q, k, v, o, d_o, stats, options);
   mark_output(dq, kDQ, l.dims, l.qkv_strides);
-  mark_output(dk, kDK, l.dims, l.qkv_strides);
-  mark_output(dv, kDV, l.dims, l.qkv_strides);
+  mark_output(dk, kDK, l.kv_dims, l.qkv_strides);
+  mark_output(dv, kDV, l.kv_dims, l.qkv_strides);
 }
 
 // A workspace block from the caching allocator, released when the call's work is queued
@@ -230,11 +235,13 @@ void check_problem(const Problem& p, std::initializer_list<std::pair<const char*
     if (d != DType::bf16)
       fail(describe(p), ": cuDNN's fused attention takes bf16 tensors, got ", dtype_name(d),
            " (set training.precision: bf16)");
-  if (p.b < 0 || p.t < 1 || p.nh < 1) fail(describe(p), ": expected B >= 0, T >= 1, NH >= 1");
+  if (p.b < 0 || p.t < 1 || p.nh < 1 || p.nkv < 1 || p.nh % p.nkv)
+    fail(describe(p), ": expected B >= 0, T >= 1, NH >= 1 and NKV dividing NH");
   if (p.hd % 8 != 0 || p.hd < 8 || p.hd > 128)
     fail(describe(p), ": cuDNN's fused attention needs a head size HD that is a multiple of 8 and at most 128");
   // The kernels load 16-byte vectors (and use TMA on Hopper): every tensor start must be
-  // 16-byte aligned. K and V are C = NH·HD elements past Q, 16·NH·HD/8 bytes: aligned too.
+  // 16-byte aligned. K and V are NH·HD and (NH + NKV)·HD elements past Q, multiples of 8
+  // elements (16 bytes) since HD is: aligned too.
   for (const auto& [name, ptr] : buffers)
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0)
       fail(describe(p), ": cuDNN needs 16-byte aligned buffers, got ", name, " at ", ptr);
@@ -248,28 +255,28 @@ CudnnAttention::~CudnnAttention() = default;
 
 size_t CudnnAttention::graphs() const { return impl_->plans.size(); }
 
-void CudnnAttention::forward(View out, float* lse, ConstView qkv, int b, int t, int nh, int hd) {
-  const Problem p{b, t, nh, hd, qkv.dtype, Direction::forward};
+void CudnnAttention::forward(View out, float* lse, ConstView qkv, int b, int t, int nh, int nkv, int hd) {
+  const Problem p{b, t, nh, nkv, hd, qkv.dtype, Direction::forward};
   check_problem(p, {{"out", out.data}, {"lse", lse}, {"qkv", qkv.data}}, {out.dtype, qkv.dtype});
   if (b == 0) return;
-  const int64_t c = int64_t(nh) * hd;
+  const int64_t k0 = int64_t(nh) * hd, v0 = int64_t(nh + nkv) * hd;  // where K and V start in a row
   std::unordered_map<int64_t, void*> pointers = {
-      {kQ, offset(qkv.data, 0, p.dtype)}, {kK, offset(qkv.data, c, p.dtype)}, {kV, offset(qkv.data, 2 * c, p.dtype)},
+      {kQ, offset(qkv.data, 0, p.dtype)}, {kK, offset(qkv.data, k0, p.dtype)}, {kV, offset(qkv.data, v0, p.dtype)},
       {kO, out.data},                     {kStats, lse}};
   impl_->execute(p, pointers);
 }
 
 void CudnnAttention::backward_input(View dqkv, ConstView dout, ConstView qkv, ConstView out, const float* lse, int b,
-                                    int t, int nh, int hd) {
-  const Problem p{b, t, nh, hd, qkv.dtype, Direction::backward};
+                                    int t, int nh, int nkv, int hd) {
+  const Problem p{b, t, nh, nkv, hd, qkv.dtype, Direction::backward};
   check_problem(p, {{"dqkv", dqkv.data}, {"dout", dout.data}, {"qkv", qkv.data}, {"out", out.data}, {"lse", lse}},
                 {dqkv.dtype, dout.dtype, qkv.dtype, out.dtype});
   if (b == 0) return;
-  const int64_t c = int64_t(nh) * hd;
+  const int64_t k0 = int64_t(nh) * hd, v0 = int64_t(nh + nkv) * hd;  // where K and V start in a row
   std::unordered_map<int64_t, void*> pointers = {
-      {kQ, offset(qkv.data, 0, p.dtype)},   {kK, offset(qkv.data, c, p.dtype)},   {kV, offset(qkv.data, 2 * c, p.dtype)},
+      {kQ, offset(qkv.data, 0, p.dtype)},   {kK, offset(qkv.data, k0, p.dtype)},  {kV, offset(qkv.data, v0, p.dtype)},
       {kO, offset(out.data, 0, p.dtype)},   {kDO, offset(dout.data, 0, p.dtype)}, {kStats, const_cast<float*>(lse)},
-      {kDQ, offset(dqkv.data, 0, p.dtype)}, {kDK, offset(dqkv.data, c, p.dtype)}, {kDV, offset(dqkv.data, 2 * c, p.dtype)}};
+      {kDQ, offset(dqkv.data, 0, p.dtype)}, {kDK, offset(dqkv.data, k0, p.dtype)}, {kDV, offset(dqkv.data, v0, p.dtype)}};
   impl_->execute(p, pointers);
 }
 
@@ -295,10 +302,10 @@ CudnnAttention::CudnnAttention(cudaStream_t, CachingAllocator&) {
 }
 CudnnAttention::~CudnnAttention() = default;
 size_t CudnnAttention::graphs() const { return 0; }
-void CudnnAttention::forward(View, float*, ConstView, int, int, int, int) {
+void CudnnAttention::forward(View, float*, ConstView, int, int, int, int, int) {
   fail("flash_attention_forward (model.attention: cudnn): this binary was built without cuDNN");
 }
-void CudnnAttention::backward_input(View, ConstView, ConstView, ConstView, const float*, int, int, int, int) {
+void CudnnAttention::backward_input(View, ConstView, ConstView, ConstView, const float*, int, int, int, int, int) {
   fail("flash_attention_backward_input (model.attention: cudnn): this binary was built without cuDNN");
 }
 

@@ -3,7 +3,7 @@
 // (ops.h) run on the cuda backend when cuDNN is chosen.
 //
 // Built with the cuDNN frontend's graph API (cudnn_frontend::graph::Graph): one graph per
-// problem (B, NH, T, HD, dtype, direction), validated, planned (heuristics, support check,
+// problem (B, NH, NKV, T, HD, dtype, direction), validated, planned (heuristics, support check,
 // plan build: host time worth many attention calls) on first use and cached, as LtGemm
 // caches GEMM plans; a training step repeats the same one or two problems every microbatch.
 //
@@ -35,15 +35,16 @@ class CudnnAttention {
   CudnnAttention& operator=(const CudnnAttention&) = delete;
 
   // out[B,T,NH·HD] = causal softmax(q kᵀ/√HD) v per head, and lse[B,NH,T] (fp32) the natural
-  // log-sum-exp of each query row's scaled scores, from qkv[B,T,3·NH·HD] (ops.h's
-  // flash_attention_forward). bf16 views only; HD a multiple of 8, at most 128.
-  void forward(View out, float* lse, ConstView qkv, int b, int t, int nh, int hd);
+  // log-sum-exp of each query row's scaled scores, from qkv[B,T,(NH + 2·NKV)·HD] (ops.h's
+  // gqa_flash_attention_forward; NKV = NH is multi-head attention). bf16 views only; HD a
+  // multiple of 8, at most 128; NKV divides NH.
+  void forward(View out, float* lse, ConstView qkv, int b, int t, int nh, int nkv, int hd);
 
-  // dqkv[B,T,3·NH·HD] (overwritten) from dout[B,T,NH·HD] and the forward's qkv, out and lse
-  // (ops.h's flash_attention_backward_input; cuDNN keeps Σ dout·out per row in its own
-  // workspace, so the op's delta scratch is not used).
+  // dqkv[B,T,(NH + 2·NKV)·HD] (overwritten) from dout[B,T,NH·HD] and the forward's qkv, out
+  // and lse (ops.h's gqa_flash_attention_backward_input; cuDNN keeps Σ dout·out per row in
+  // its own workspace, so the op's delta scratch is not used).
   void backward_input(View dqkv, ConstView dout, ConstView qkv, ConstView out, const float* lse, int b, int t,
-                      int nh, int hd);
+                      int nh, int nkv, int hd);
 
   size_t graphs() const;  // problems planned so far
 
