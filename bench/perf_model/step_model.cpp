@@ -112,8 +112,11 @@ StepPrediction predict_step(const Config& cfg, const DeviceSpec& dev, const Frac
   s.gemm("fc2 forward (+bias epilogue)", mb * L, n, c, h);
   attention_costs(s, cfg.model.attention, d, e, mb * L);
   s.gemm("lm head forward", mb, n, v, c);
-  // ce_row_max and ce_sumexp_target read the logits; ce_backward reads and overwrites them.
-  s.memory("cross-entropy (row max, sum-exp, dlogits)", 3 * mb, 4 * n * v * e / 3);
+  // The whole vocabulary here (tp = 1): ce_fused reads the logits once and overwrites them
+  // with dlogits (its second sweep re-reads a row from cache). Under tp, ce_row_max and
+  // ce_sumexp_target read the logits and ce_backward reads and overwrites them.
+  if (d.tp == 1) s.memory("cross-entropy (fused: statistics and dlogits)", mb, 2 * n * v * e);
+  else s.memory("cross-entropy (row max, sum-exp, dlogits)", 3 * mb, 4 * n * v * e / 3);
 
   // ---- backward, input gradients (I) ----
   s.gemm("lm head dgrad", mb, n, c, v);
