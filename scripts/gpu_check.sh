@@ -14,6 +14,9 @@
 #   {"check": "bf16_learning"}    real pptrain, bf16, learns a Markov source: validation loss
 #                                 within 10% of the source entropy and within 2% of the cpu
 #                                 fp32 run (the margins of tests/test_cuda_backend_train_bf16)
+#   {"check": "trace"}            pp 2 ZB-V with logging.trace: every F/I/W on the ranks' action
+#                                 tracks, every transfer on the transfer track (the file is kept
+#                                 under GPU_CHECK_LOGS)
 #   {"check": "nccl"}             a run whose groups talk over real NCCL (log: "comm nccl"):
 #                                 dp=2 on two GPUs; a job's groups of one use no NCCL, so on a
 #                                 one-GPU node this check says it cannot run
@@ -133,6 +136,28 @@ if [ "$gpus" -ge 2 ] && [ -f "$WORK/m.yaml" ]; then
   fi
 else
   echo "{\"check\": \"nccl\", \"skipped\": \"one GPU: a job's groups of one use no NCCL communicator, and NCCL does not put two ranks on one device\"}"
+fi
+
+# ---- a pipeline's trace: F/I/W and the transfers beside them -------------------------------
+# pp 2 under ZB-V (4 stages, 4 microbatches, 3 steps) with logging.trace: every F, I and W
+# (4 x 4 x 3 a step: 48) on each rank's action track, every transfer (each microbatch crosses
+# ranks twice forward and twice back: a send slice and a receive slice each, 32 a step) on
+# the transfer track from its posting to its completion; with one GPU the ranks share it
+# (parallel.comm auto: MPI through pinned host buffers), with two each has its own (NCCL).
+if [ -f "$WORK/m.yaml" ]; then
+  trace=$WORK/pp2_zbv_trace.json
+  out=$(timeout 120 mpirun -np 2 --oversubscribe "$BUILD/pptrain" train "$WORK/m.yaml" model.n_layer=4 parallel.pp=2 \
+        parallel.schedule=zbv parallel.stages_per_rank=2 parallel.microbatches=4 training.steps=3 \
+        training.eval_every=0 logging.trace="$trace" 2>&1)
+  rc=$?
+  actions=$(grep -o '"name": "[0-9]*[FIW][0-9]*", "cat": "compute", "ph": "X", "pid": [0-9]*, "tid": 0,' "$trace" 2>/dev/null | wc -l)
+  transfers=$(grep -o '"name": "[0-9]*\(SEND\|RECV\)_[FB][0-9]*", "cat": "comm", "ph": "X", "pid": [0-9]*, "tid": 2,' \
+              "$trace" 2>/dev/null | wc -l)
+  comm=$(grep -m1 -o '| comm [^|]*' <<<"$out" | sed 's/^| //; s/ *$//')
+  ok=$([ $rc -eq 0 ] && [ "$actions" -eq $((48 * 3)) ] && [ "$transfers" -eq $((32 * 3)) ] && echo true || echo false)
+  [ -n "${GPU_CHECK_LOGS:-}" ] && mkdir -p "$GPU_CHECK_LOGS" && cp "$trace" "$GPU_CHECK_LOGS/" 2>/dev/null
+  echo "{\"check\": \"trace\", \"ok\": $ok, \"exit\": $rc, \"layout\": \"pp 2 zbv, 3 steps\", \"action_slices\": $actions, \"transfer_slices\": $transfers, \"comm\": $(json_string "$comm"), \"tail\": $(json_string "$([ $rc -eq 0 ] || tail -2 <<<"$out")")}"
+  [ "$ok" = true ] || fail
 fi
 
 # ---- benchmarks and the performance model beside them -----------------------------------

@@ -90,6 +90,7 @@ for f in "$out"/gpu_check.jsonl; do
   grep '"bench": "attention"' "$f" | sed -n 's/.*"impl": "\([a-z]*\)".*"NH": \([0-9]*\), "NKV": \([0-9]*\), "T": \([0-9]*\), "HD": \([0-9]*\).*"fwd_tflops": \([0-9.]*\), "bwd_tflops": \([0-9.]*\).*/attn \1 NH\2 NKV\3 T\4 HD\5 fwd \6 bwd \7 TFLOP\/s/p'
   grep '"bench": "attention".*error' "$f" | cut -c1-220
   grep '"bf16_learning"' "$f" | cut -c1-200
+  grep '"check": "trace"' "$f" | cut -c1-220
 done
 for f in "$out"/gpu_check.jsonl "$out"/llama_flash.jsonl "$out"/compare.jsonl; do
   [ -f "$f" ] || continue

@@ -227,7 +227,9 @@ TEST(GpuCheck, ReportsEveryCheckAsOneJsonLineOnTheEmulatedBackend) {
                       "#!/bin/sh\ncase \"$*\" in\n"
                       "  *-L*) echo 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'; echo 'GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1)' ;;\n"
                       "  *driver*) echo 580.65 ;;\n  *name*) echo 'NVIDIA H100 80GB HBM3' ;;\nesac\n");
-  testing::write_file(dir.file("b/gpu-tests/test_pass"), "#!/bin/sh\necho '[  PASSED  ] 3 tests.'\n");
+  testing::write_file(dir.file("b/gpu-tests/test_pass"),
+                      "#!/bin/sh\necho 'zbv: worst diff/bound 0.0116: h.0.ln_1.weight gradient'\n"
+                      "echo '[  PASSED  ] 3 tests.'\n");
   testing::write_file(dir.file("b/gpu-tests/test_fail"),
                       "#!/bin/sh\necho 'x.cpp:1: Failure'\necho '[  FAILED  ] Suite.Name (1 ms)'\n"
                       "echo '[  FAILED  ] 1 test, listed below:'\necho '[  FAILED  ] Suite.Name'\nexit 1\n");
@@ -257,7 +259,16 @@ TEST(GpuCheck, ReportsEveryCheckAsOneJsonLineOnTheEmulatedBackend) {
   EXPECT_NE(lines["device_tests:test_fail"].find("\"ok\": false, \"exit\": 1, \"passed\": 0, \"failed\": \"Suite.Name\""),
             std::string::npos)
       << r.output;
+  // What a device test prints beside GoogleTest's lines: its measured differences.
+  EXPECT_NE(lines["device_tests_detail:test_pass"].find("\"line\": \"zbv: worst diff/bound 0.0116: "), std::string::npos)
+      << r.output;
   EXPECT_NE(lines["attention"].find("attention_check is not in this build"), std::string::npos) << r.output;
+  // pp 2 ZB-V, 3 steps: 4 stages x 4 microbatches x F, I, W = 48 actions and 4 x 8 transfer
+  // slices a step; two (stand-in) GPUs: a GPU each, over NCCL.
+  EXPECT_NE(lines["trace"].find("\"ok\": true, \"exit\": 0, \"layout\": \"pp 2 zbv, 3 steps\", \"action_slices\": 144, "
+                                "\"transfer_slices\": 96, \"comm\": \"comm nccl\""),
+            std::string::npos)
+      << r.output;
   EXPECT_NE(lines["bf16_learning"].find("\"ok\": true"), std::string::npos) << r.output;
   EXPECT_NE(lines["nccl"].find("\"ok\": true, \"ranks\": 2"), std::string::npos) << r.output;
   EXPECT_NE(lines["nccl"].find("comm nccl"), std::string::npos) << r.output;

@@ -33,6 +33,15 @@ TEST(Trace, ChromeTraceHasATrackPerRankAndEveryAction) {
     EXPECT_EQ(n, 2 * 16) << op;
   }
   EXPECT_NE(trace.find("\"name\": \"wait "), std::string::npos) << "receive waits are not in the trace";
+  // Every transfer on its own track (2), from posting to completion. zbv on 2 ranks places
+  // stages 0 and 3 on rank 0 and 1 and 2 on rank 1, so each microbatch crosses ranks at
+  // 0 -> 1 and 2 -> 3 forward and back again: 4 transfers, each a send slice on one rank and
+  // a receive slice on the other: 8 slices x 4 microbatches x 2 steps = 64.
+  std::regex transfer("\"name\": \"[0-3](SEND|RECV)_[FB][0-3]\", \"cat\": \"comm\", \"ph\": \"X\", \"pid\": [01], "
+                      "\"tid\": 2,");
+  EXPECT_EQ(std::distance(std::sregex_iterator(trace.begin(), trace.end(), transfer), std::sregex_iterator()), 64)
+      << trace.substr(0, 2000);
+  EXPECT_NE(trace.find("\"name\": \"pipeline transfers, from posting to completion seen\""), std::string::npos);
   EXPECT_EQ(trace.find(".part"), std::string::npos);
   // no per-rank part files left behind
   EXPECT_NE(run_command("ls " + dir.path()).output.find("trace.json"), std::string::npos);

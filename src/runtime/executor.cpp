@@ -65,7 +65,7 @@ void PipelineExecutor::report_wait(const pipeline::Action& a, const std::string&
   }
   for (const auto& [key, send] : sends_) {
     auto [s, mb] = key;
-    const bool fwd = send.first == Op::SEND_F;
+    const bool fwd = send.op == Op::SEND_F;
     pending += cat(pending.empty() ? "" : ", ", s, fwd ? "SEND_F" : "SEND_B", mb, " to pp rank ",
                    rank_of(fwd ? s + 1 : s - 1), " tag ",
                    fwd ? tag(Direction::Forward, s + 1, mb) : tag(Direction::Backward, s - 1, mb));
@@ -86,11 +86,17 @@ void PipelineExecutor::wait_recv(const Key& key, Timeline& timeline) {
                        " tag ", tag(dir, stage, mb)));
   }
   double t0 = timeline.now_us();
-  it->second->wait();
+  it->second.request->wait();
   tick();
   double t1 = timeline.now_us();
-  timeline.add(cat("wait ", stage, dir == Direction::Forward ? "RECV_F" : "RECV_B", mb), t0, t1, false);
+  const std::string name = cat(stage, dir == Direction::Forward ? "RECV_F" : "RECV_B", mb);
+  timeline.add("wait " + name, t0, t1, false);
+  transfer_done(name, it->second.posted_us);
   recvs_.erase(it);
+}
+
+void PipelineExecutor::transfer_done(const std::string& name, double posted_us) {
+  if (timeline_) timeline_->add(name, posted_us, timeline_->now_us(), false, kTransferTrack);
 }
 
 void PipelineExecutor::finish_microbatch(Stage& stage, int mb) {
@@ -106,10 +112,13 @@ void PipelineExecutor::poll_unreleased(bool wait_all) {
     auto range = sends_.equal_range({stage->spec().index, mb});
     bool done = true;
     for (auto it = range.first; it != range.second; ++it) {
-      if (wait_all) it->second.second->wait();
-      else done = done && it->second.second->test();
+      if (wait_all) it->second.request->wait();
+      else done = done && it->second.request->test();
     }
     if (!done) { ++i; continue; }
+    for (auto it = range.first; it != range.second; ++it)
+      transfer_done(cat(it->first.first, it->second.op == Op::SEND_F ? "SEND_F" : "SEND_B", it->first.second),
+                    it->second.posted_us);
     sends_.erase(range.first, range.second);
     stage->release(mb);
     unreleased_.erase(unreleased_.begin() + i);
@@ -128,6 +137,7 @@ void PipelineExecutor::end_compute(const pipeline::Action& a, double start_us, T
 
 double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& timeline) {
   double loss = 0;
+  timeline_ = &timeline;
   const auto& actions = schedule_.program.at(pp_rank_);
   for (size_t pos = 0; pos < actions.size(); ++pos) {
     position_ = pos;
@@ -142,22 +152,26 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
     };
     switch (a.op) {
       case Op::RECV_F:
-        recvs_[{Direction::Forward, s, mb}] =
-            pp_.irecv(stage_here(s).input(mb), bytes_, rank_of(s - 1), tag(Direction::Forward, s, mb));
+        recvs_[{Direction::Forward, s, mb}] = {
+            pp_.irecv(stage_here(s).input(mb), bytes_, rank_of(s - 1), tag(Direction::Forward, s, mb)),
+            timeline.now_us()};
         break;
       case Op::RECV_B:
-        recvs_[{Direction::Backward, s, mb}] =
-            pp_.irecv(stage_here(s).output_grad(mb), bytes_, rank_of(s + 1), tag(Direction::Backward, s, mb));
+        recvs_[{Direction::Backward, s, mb}] = {
+            pp_.irecv(stage_here(s).output_grad(mb), bytes_, rank_of(s + 1), tag(Direction::Backward, s, mb)),
+            timeline.now_us()};
         break;
       case Op::SEND_F:
         sends_.emplace(std::make_pair(s, mb),
-                       std::make_pair(Op::SEND_F, pp_.isend(stage_here(s).output(mb), bytes_, rank_of(s + 1),
-                                                            tag(Direction::Forward, s + 1, mb))));
+                       PendingSend{Op::SEND_F, pp_.isend(stage_here(s).output(mb), bytes_, rank_of(s + 1),
+                                                         tag(Direction::Forward, s + 1, mb)),
+                                   timeline.now_us()});
         break;
       case Op::SEND_B:
         sends_.emplace(std::make_pair(s, mb),
-                       std::make_pair(Op::SEND_B, pp_.isend(stage_here(s).input_grad(mb), bytes_, rank_of(s - 1),
-                                                            tag(Direction::Backward, s - 1, mb))));
+                       PendingSend{Op::SEND_B, pp_.isend(stage_here(s).input_grad(mb), bytes_, rank_of(s - 1),
+                                                         tag(Direction::Backward, s - 1, mb)),
+                                   timeline.now_us()});
         break;
       case Op::F: {
         Stage& st = stage_here(s);
@@ -206,8 +220,12 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
   if (progress_ && (!sends_.empty() || !unreleased_.empty()) && !actions.empty())
     report_wait(actions.back(), "its sends to complete at the end of the step");
   poll_unreleased(/*wait_all=*/true);
-  for (auto& [key, send] : sends_) send.second->wait();  // sends of microbatches without W (evaluation)
+  for (auto& [key, send] : sends_) {  // sends of microbatches without W (evaluation)
+    send.request->wait();
+    transfer_done(cat(key.first, send.op == Op::SEND_F ? "SEND_F" : "SEND_B", key.second), send.posted_us);
+  }
   sends_.clear();
+  timeline_ = nullptr;
   tick();
   if (!recvs_.empty()) {
     auto [dir, s, mb] = recvs_.begin()->first;

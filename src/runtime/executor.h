@@ -5,6 +5,10 @@
 //   SEND_*  are non-blocking; a send is completed before the microbatch's W frees the
 //           buffer it reads, and every request is checked complete at the end of the step;
 //   stages on the same rank hand tensors over in memory, no message.
+// On the timeline, compute actions and receive waits are on track 0; every transfer is a
+// slice on track kTransferTrack from its posting to the moment its completion was seen (a
+// receive when its consumer waits for it, a send when it is polled between actions or
+// waited for at the step's end): a late end can mean a late poll, never an early one.
 // Stage hooks (set_stage_hooks) let the caller act where a stage's part of the step begins
 // and ends on this rank: before its first F (ZeRO-1 waits there for that stage's weights)
 // and after its last W or B (its gradients are complete: ZeRO-1 starts their
@@ -28,6 +32,7 @@ namespace pptrain {
 
 class PipelineExecutor {
  public:
+  static constexpr int kTransferTrack = 2;  // the timeline track of transfers (1: ZeRO-1's)
   // `stages`: global stage index -> the Stages on this rank (at least one, all of one
   // precision); `schedule` is lowered. `faults`: the planted faults acting on this rank
   // (drop_microbatch; tests only).
@@ -56,6 +61,8 @@ class PipelineExecutor {
   // The MPI/NCCL tag of the transfer to `stage` of microbatch `mb`: unique within a step.
   int tag(Direction direction, int stage, int mb) const;
   void wait_recv(const Key& key, Timeline& timeline);
+  // A transfer's slice on the transfer track, ending now.
+  void transfer_done(const std::string& name, double posted_us);
   void end_compute(const pipeline::Action& a, double start_us, Timeline& timeline);
   // After a microbatch's W (or B) its stage tensors are freed once every send that reads
   // them has been posted (its last SEND_* position is behind us) and has completed; until
@@ -74,9 +81,18 @@ class PipelineExecutor {
   Communicator& pp_;
   size_t bytes_;  // per transfer: one [N,C] tensor of the stages' precision
   int total_stages_;
-  std::map<Key, std::unique_ptr<Request>> recvs_;
-  // (stage, mb) -> (SEND_F or SEND_B, its request)
-  std::multimap<std::pair<int, int>, std::pair<pipeline::Op, std::unique_ptr<Request>>> sends_;
+  struct PendingRecv {
+    std::unique_ptr<Request> request;
+    double posted_us;
+  };
+  struct PendingSend {
+    pipeline::Op op;  // SEND_F or SEND_B
+    std::unique_ptr<Request> request;
+    double posted_us;
+  };
+  std::map<Key, PendingRecv> recvs_;
+  std::multimap<std::pair<int, int>, PendingSend> sends_;  // (stage, mb) -> its sends
+  Timeline* timeline_ = nullptr;                           // the running step's
   std::vector<std::pair<Stage*, int>> unreleased_;                      // (stage, mb)
   std::map<std::pair<int, int>, size_t> last_send_;  // (stage, mb) -> position of its last SEND_*
   size_t position_ = 0;                              // of the action being run

@@ -18,6 +18,7 @@
 #include "model/dims.h"
 #include "partition/partition.h"
 #include "pipeline/chrome_trace.h"
+#include "runtime/executor.h"
 #include "runtime/timeline.h"
 #include "runtime/watchdog.h"
 #include "train/spike_guard.h"
@@ -301,7 +302,12 @@ int run_training(Job& job, const TrainingHooks& hooks) {
   pipeline::ChromeTrace trace;
   trace.process_name(world_rank, cat("rank ", world_rank, " (dp ", par.dp_rank, " pp ", par.pp_rank, " tp ",
                                      par.tp_rank, ")"));
+  trace.thread_name(world_rank, 0, cfg.device == "cuda" ? "actions (each ends when the GPU has run it) and receive waits"
+                                                        : "actions and receive waits");
   if (cfg.zero_shards_moments()) trace.thread_name(world_rank, 1, "ZeRO-1 reduce-scatters in flight");
+  if (cfg.parallel.pp > 1)
+    trace.thread_name(world_rank, PipelineExecutor::kTransferTrack,
+                      "pipeline transfers, from posting to completion seen");
   double trace_offset_us = 0;
   // Progress is reported only when someone watches it (runtime.watchdog_s > 0).
   Progress progress;
