@@ -13,8 +13,8 @@
 # with as many at once as cores the cores were busy only about two thirds of the time
 # (user + system time over wall time, 2 cores), so half as many again fill them. The longest start first, so the last
 # one to finish is a short one: by the times of the previous run (BUILD/test-logs/
-# durations), else by tests/test_durations (seconds from a reference run; only the order
-# depends on it). A binary known to take longer than TEST_SHARD_SECONDS (default 60) runs as
+# durations), else by tests/test_durations (seconds from a reference run, side by side: the
+# order and the sharding below depend on it). A binary known to take longer than TEST_SHARD_SECONDS (default 60) runs as
 # several GoogleTest shards (GTEST_TOTAL_SHARDS, GTEST_SHARD_INDEX: each test in exactly one
 # shard), up to 4, so that no one binary holds the last core to the end. A binary whose test
 # measures time against a bound derived for an idle machine is listed in SOLO and runs
