@@ -2,8 +2,10 @@
 // (backend/cpu/blas_setup.h): which copy and core a process takes; the copies give the
 // same bits where they do the same arithmetic, and every cpu op test passes on each copy;
 // no AVX-512 code sits outside the AVX-512 copy; a fallback core is replaced by the one the
-// CPU's features allow, and a user's OPENBLAS_CORETYPE is kept.
+// CPU's features allow, and a user's OPENBLAS_CORETYPE is kept; ranks that share CPUs
+// divide them among their OpenMP threads unless the user set OMP_NUM_THREADS.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +17,7 @@
 #include "backend/cpu/blas_setup.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/ops.h"
+#include "parallel/mpi_session.h"
 #include "support/cpu_ops_util.h"
 #include "support/error_of.h"
 #include "support/test_util.h"
@@ -248,6 +251,51 @@ TEST(BlasCore, TheLineNamesTheCopyAndTheRequestedOne) {
   auto bad = run_command("PPTRAIN_CPU_ISA=neon " + testing::pptrain_bin() + " --version 2>&1", 60);
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("PPTRAIN_CPU_ISA=neon: expected auto, avx2 or avx512"), std::string::npos) << bad.output;
+}
+
+TEST(CpuShare, ThreadsAreTheCpusDividedAmongTheRanksThatShareThem) {
+  EXPECT_EQ(threads_for_share(2, 4), 1);   // 4 ranks on 2 cores: one each, never zero
+  EXPECT_EQ(threads_for_share(16, 4), 4);
+  EXPECT_EQ(threads_for_share(3, 2), 1);   // rounded down: no CPU runs two threads
+  EXPECT_EQ(threads_for_share(1, 1), 1);   // bound to one core
+  EXPECT_EQ(threads_for_share(8, 1), 8);   // alone on its CPUs
+}
+
+// Four unbound ranks with OMP_NUM_THREADS unset take the CPUs of their mask divided by four;
+// with OMP_NUM_THREADS set, it stands, and more threads than CPUs is said in one line.
+TEST(CpuShare, RanksOfOneNodeDivideItsCpusUnlessOmpNumThreadsIsSet) {
+  cpu_set_t mask;
+  ASSERT_EQ(sched_getaffinity(0, sizeof mask, &mask), 0);
+  const int cpus = CPU_COUNT(&mask);  // unbound ranks inherit this process's mask
+  testing::TempDir dir;
+  auto data = testing::prepare_markov_corpus(dir.file("data"), 19, 6000, 5);
+  ASSERT_EQ(data.exit_code, 0) << data.output;
+  testing::write_file(dir.file("c.yaml"),
+                      "model: {n_layer: 2, n_head: 2, d_model: 16, seq_len: 8, vocab_size: 19}\n"
+                      "parallel: {pp: 2, tp: 2, microbatches: 2}\n"
+                      "training: {steps: 1, micro_batch_size: 2, lr: 1.0e-2, warmup_steps: 0, eval_every: 0}\n"
+                      "data: {train: '" + dir.file("data") + "/train_*.bin'}\n"
+                      "logging: {every: 1, sample_tokens: 0}\n");
+  auto train = [&](const std::string& threads_env) {
+    auto r = run_command("env -u OMP_NUM_THREADS " + threads_env +
+                             " OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe "
+                             "--bind-to none -np 4 " + testing::pptrain_bin() + " train " + dir.file("c.yaml") + " 2>&1",
+                         120);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r.output;
+  };
+  auto cpu_line_threads = [](int n) { return cat(", ", n, n == 1 ? " thread, " : " threads, "); };
+  const int share = std::max(1, cpus / 4);
+  const std::string plain = train("");
+  EXPECT_NE(plain.find(cat("threads: ", share, " per rank (4 ranks of this node share ", cpus)), std::string::npos)
+      << plain;
+  EXPECT_NE(plain.find(cpu_line_threads(share)), std::string::npos) << plain;
+  const std::string set = train(cat("OMP_NUM_THREADS=", cpus));
+  EXPECT_NE(set.find(cpu_line_threads(cpus)), std::string::npos) << set;
+  EXPECT_NE(set.find(cat("threads: OMP_NUM_THREADS=", cpus, " on each of 4 ranks that share ", cpus)),
+            std::string::npos)
+      << set;
+  EXPECT_EQ(set.find("per rank ("), std::string::npos) << set;
 }
 
 }  // namespace

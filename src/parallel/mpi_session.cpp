@@ -1,14 +1,22 @@
 #include "parallel/mpi_session.h"
 
 #include <mpi.h>
+#include <omp.h>
+#include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
+#include <vector>
 
+#include "core/error.h"
 #include "core/log.h"
 
 namespace pptrain {
+
+int threads_for_share(int cpus, int sharing) { return std::max(1, cpus / std::max(1, sharing)); }
 
 MpiSession::MpiSession(int* argc, char*** argv) {
   int provided = 0;
@@ -19,6 +27,46 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world_);
   log::set_rank(rank_, world_);
+  share_cpus();
+}
+
+void MpiSession::share_cpus() {
+  if (world_ == 1) return;  // one process: OpenMP's own default (every CPU it may use)
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  if (sched_getaffinity(0, sizeof mine, &mine) != 0) return;  // no mask to go by: leave OpenMP's default
+  // The ranks of this node (a shared-memory split of the world) and their masks.
+  MPI_Comm node = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node) != MPI_SUCCESS) return;
+  int local = 1;
+  MPI_Comm_size(node, &local);
+  std::vector<cpu_set_t> masks;
+  masks.resize(size_t(local));
+  const int gathered = MPI_Allgather(&mine, int(sizeof mine), MPI_BYTE, masks.data(), int(sizeof mine), MPI_BYTE, node);
+  MPI_Comm_free(&node);
+  if (gathered != MPI_SUCCESS) return;
+  int sharing = 0;
+  for (const cpu_set_t& other : masks) {
+    cpu_set_t both;
+    CPU_AND(&both, &mine, &other);
+    sharing += CPU_COUNT(&both) > 0;
+  }
+  const int cpus = CPU_COUNT(&mine);
+  const char* set = std::getenv("OMP_NUM_THREADS");
+  if (set && *set) {
+    // The user's choice stands; say when it oversubscribes (rank 0 speaks for the job).
+    const int asked = omp_get_max_threads();
+    if (rank_ == 0 && sharing > 1 && asked * sharing > cpus)
+      log::info(cat("threads: OMP_NUM_THREADS=", set, " on each of ", sharing, " ranks that share ", cpus,
+                    cpus == 1 ? " CPU" : " CPUs", ": more threads than CPUs (each rank waits for the others' ",
+                    "threads; unset it to let each rank take ", threads_for_share(cpus, sharing), ")"));
+    return;
+  }
+  const int threads = threads_for_share(cpus, sharing);
+  omp_set_num_threads(threads);
+  if (rank_ == 0 && sharing > 1)
+    log::info(cat("threads: ", threads, " per rank (", sharing, " ranks of this node share ", cpus,
+                  cpus == 1 ? " CPU" : " CPUs", "; OMP_NUM_THREADS unset)"));
 }
 
 MpiSession::~MpiSession() {
