@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -130,6 +132,46 @@ std::vector<std::string> functions_with_avx512(const std::string& file) {
   for (std::string line; std::getline(in, line);)
     if (!line.empty()) names.push_back(line);
   return names;
+}
+
+// Per function of an object: how many of its instructions use a `reg` register ("ymm",
+// "zmm"), from objdump's disassembly with demangled names.
+std::map<std::string, int> vector_register_uses(const std::string& object, const std::string& reg) {
+  auto r = run_command("objdump -d --no-show-raw-insn -C " + object +
+                           " | awk '/^[0-9a-f]+ <.*>:$/ {f = $0; sub(/^[0-9a-f]+ /, \"\", f)} /%" + reg +
+                           "/ {c[f]++} END {for (k in c) print c[k] \"\\t\" k}'",
+                       300);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::map<std::string, int> uses;
+  std::istringstream in(r.output);
+  for (std::string line; std::getline(in, line);)
+    if (const size_t tab = line.find('\t'); tab != std::string::npos) uses[line.substr(tab + 1)] = std::stoi(line);
+  return uses;
+}
+
+// The exp-based loops (GELU, SwiGLU, the cross-entropy's softmax, attention's softmax) run
+// on full vectors in each copy: 8 floats a ymm register in the AVX2 copy, 16 a zmm in the
+// AVX-512 one. They are written branch-free for that, but GCC vectorises them only when it
+// may evaluate the float selects speculatively (-fno-trapping-math, the Makefile's
+// FP_FLAGS); without it each copy ran them one element at a time (GELU 7 ns an element)
+// and the copies' tests still passed. A loop counts as vectorised when its function uses
+// the copy's vector registers in at least 8 instructions (scalar code uses none).
+TEST(CpuIsa, TheExpLoopsRunOnFullVectorsInEachCopy) {
+  const std::string bin = testing::pptrain_bin(), cpu = bin.substr(0, bin.rfind('/')) + "/obj/src/backend/cpu/";
+  const std::vector<std::pair<std::string, std::string>> loops = {
+      {"elementwise", "gelu_forward"}, {"elementwise", "gelu_backward"}, {"swiglu", "swiglu_forward"},
+      {"cross_entropy", "ce_sumexp_target"}, {"cross_entropy", "ce_backward"},
+      {"attention", "::gqa_attention_forward"}};
+  std::vector<std::pair<std::string, std::string>> copies = {{"", "ymm"}};
+  if (cpu::compiled_isas().size() == 2) copies.push_back({".avx512", "zmm"});
+  for (const auto& [suffix, reg] : copies)
+    for (const auto& [file, function] : loops) {
+      int most = 0;
+      for (const auto& [name, count] : vector_register_uses(cpu + file + suffix + ".o", reg))
+        if (name.find(function + "(") != std::string::npos) most = std::max(most, count);
+      EXPECT_GE(most, 8) << function << " in " << file << suffix << ".o uses %" << reg << " in " << most
+                         << " instructions: not vectorised (built without -fno-trapping-math?)";
+    }
 }
 
 // The AVX-512 code is its copy's and nowhere else: a function outside cpu::avx512 with
