@@ -1,5 +1,5 @@
 // The real CUDA build (`make CUDA=1`: the cuda backend's host sources compiled against the
-// toolkit, the kernels by nvcc, linked with cuBLAS, cuBLASLt and NCCL; where cuDNN is
+// toolkit, every kernel (kernels/*.cu) by nvcc for sm_90, linked with cuBLAS, cuBLASLt and NCCL; where cuDNN is
 // installed also cudnn_attention.cpp against the cuDNN frontend headers, linked with cuDNN,
 // and the GPU attention check bench/attention_check) compiles and links
 // wherever nvcc is found, with or without a GPU. Without a GPU the default build leaves it
@@ -93,6 +93,16 @@ TEST(CudaBuild, MakeCuda1CompilesAndLinksPptrainWithTheCudaBackend) {
     EXPECT_NE(symbols.output, "0\n") << "the object calls no cuDNN: built without it?";
   }
   EXPECT_TRUE(fs::exists(dir.file("bench/attention_check"))) << r.output;
+  // Every kernel compiled by nvcc for sm_90 (mk/kernels.mk's $(BUILD)/nvcc/kernels/X.o).
+  int kernels = 0;
+  for (const auto& e : fs::directory_iterator("kernels")) {
+    if (e.path().extension() != ".cu") continue;
+    ++kernels;
+    const std::string object = dir.file("nvcc/kernels/" + e.path().stem().string() + ".o");
+    EXPECT_TRUE(fs::exists(object) && fs::file_size(object) > 0) << e.path() << " was not compiled by nvcc";
+    EXPECT_NE(r.output.find(" -c " + e.path().string() + " "), std::string::npos) << e.path() << "\n" << r.output;
+  }
+  EXPECT_GE(kernels, 10) << "run from the repository root";
   CommandResult cuda_version = run_command(dir.file("pptrain") + " --version", 30);
   EXPECT_NE(cuda_version.output.find("backends: cpu cuda"), std::string::npos) << cuda_version.output;
 }
