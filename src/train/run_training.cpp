@@ -123,7 +123,7 @@ void log_startup(Job& job) {
             " | backend ", job.ops().name(), " ", cfg.training.precision, " | comm ", job.transport(), " | attention ",
             cfg.model.attention, m.attention_default.empty() ? "" : cat(" (", m.attention_default, ")"), " | recompute per stage ", ModelDims::recompute_per_stage_text(cfg));
   // On cpu, what the ops run on: rank 0's BLAS core and SGEMM rate against the CPU's peak
-  // (a 1024^3 SGEMM, tens of milliseconds), so a slow kernel choice shows at once.
+  // (a 1024^3 SGEMM, 512^3 on one thread: milliseconds), so a slow kernel choice shows at once.
   if (cfg.device == "cpu" && job.world().rank() == 0) log::info(cpu::cpu_summary_line(true));
 }
 
