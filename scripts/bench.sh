@@ -9,7 +9,7 @@ echo "# cpu training throughput vs sgemm (GPT-2 small shape)"
 OMP_NUM_THREADS=$(nproc) "$BUILD/bench/bench_model" 3 || status=1
 echo "# pipeline scaling, 2 ranks x 1 thread"
 scripts/bench_pipeline.sh "$BUILD" || status=1
-for extra in scripts/bench_schedules.sh scripts/bench_planner.sh scripts/bench_post_validation.sh scripts/bench_memory.sh scripts/bench_checkpoint.sh \
+for extra in scripts/bench_cpu_vs_torch.sh scripts/bench_pp_vs_torch.sh scripts/bench_schedules.sh scripts/bench_planner.sh scripts/bench_post_validation.sh scripts/bench_memory.sh scripts/bench_checkpoint.sh \
              scripts/bench_gpu.sh; do
   [ -x "$extra" ] || continue
   echo "# $(basename "$extra" .sh)"
