@@ -22,6 +22,7 @@
 #include "parallel/mpi_session.h"
 #include "support/cpu_ops_util.h"
 #include "support/error_of.h"
+#include "support/markov_model.h"
 #include "support/test_util.h"
 
 namespace pptrain {
@@ -253,20 +254,26 @@ TEST(BlasCore, AFallbackCoreIsReplacedByTheFeaturesChoiceAndTheUsersIsKept) {
       << plain;
 }
 
+// The training tests' Markov model with 2 blocks and 2 heads (one block per stage at pp 2),
+// `parallel` plus 2 microbatches, `steps` steps, a small corpus.
+testing::MarkovModel tiny_pp_model(const std::string& parallel, int steps) {
+  testing::MarkovModel m;
+  m.n_layer = 2;
+  m.n_head = 2;
+  m.parallel = parallel + ", microbatches: 2";
+  m.training = "steps: " + std::to_string(steps) + ", warmup_steps: 0";
+  m.corpus_tokens = 6000;
+  return m;
+}
+
 // Under mpirun each rank re-executes itself before MPI starts (same pid, so the job does
 // not notice), and trains as it would have: the same losses as a run with nothing to fix.
 TEST(BlasCore, EveryRankOfAnMpiJobReexecutesAndTrainsTheSame) {
   const std::string best = cpu::best_blas_core(cpu::read_cpu_info());
   if (best.empty()) GTEST_SKIP() << "a CPU without AVX2";
   testing::TempDir dir;
-  auto data = testing::prepare_markov_corpus(dir.file("data"), 19, 6000, 5);
+  auto data = testing::write_markov_model(dir, tiny_pp_model("pp: 2", 2), "c.yaml");
   ASSERT_EQ(data.exit_code, 0) << data.output;
-  testing::write_file(dir.file("c.yaml"),
-                      "model: {n_layer: 2, n_head: 2, d_model: 16, seq_len: 8, vocab_size: 19}\n"
-                      "parallel: {pp: 2, microbatches: 2}\n"
-                      "training: {steps: 2, micro_batch_size: 2, lr: 1.0e-2, warmup_steps: 0, eval_every: 0}\n"
-                      "data: {train: '" + dir.file("data") + "/train_*.bin'}\n"
-                      "logging: {every: 1, sample_tokens: 0}\n");
   auto train = [&](const std::string& env) {
     auto r = run_command(env + " " + testing::mpirun(2) + "-x PPTRAIN_FAULTS " + testing::pptrain_bin() + " train " +
                              dir.file("c.yaml") + " 2>&1",
@@ -310,14 +317,8 @@ TEST(CpuShare, RanksOfOneNodeDivideItsCpusUnlessOmpNumThreadsIsSet) {
   ASSERT_EQ(sched_getaffinity(0, sizeof mask, &mask), 0);
   const int cpus = CPU_COUNT(&mask);  // unbound ranks inherit this process's mask
   testing::TempDir dir;
-  auto data = testing::prepare_markov_corpus(dir.file("data"), 19, 6000, 5);
+  auto data = testing::write_markov_model(dir, tiny_pp_model("pp: 2, tp: 2", 1), "c.yaml");
   ASSERT_EQ(data.exit_code, 0) << data.output;
-  testing::write_file(dir.file("c.yaml"),
-                      "model: {n_layer: 2, n_head: 2, d_model: 16, seq_len: 8, vocab_size: 19}\n"
-                      "parallel: {pp: 2, tp: 2, microbatches: 2}\n"
-                      "training: {steps: 1, micro_batch_size: 2, lr: 1.0e-2, warmup_steps: 0, eval_every: 0}\n"
-                      "data: {train: '" + dir.file("data") + "/train_*.bin'}\n"
-                      "logging: {every: 1, sample_tokens: 0}\n");
   auto train = [&](const std::string& threads_env) {
     auto r = run_command("env -u OMP_NUM_THREADS " + threads_env +
                              " OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe "
