@@ -34,7 +34,11 @@ void MpiSession::share_cpus() {
   if (world_ == 1) return;  // one process: OpenMP's own default (every CPU it may use)
   cpu_set_t mine;
   CPU_ZERO(&mine);
-  if (sched_getaffinity(0, sizeof mine, &mine) != 0) return;  // no mask to go by: leave OpenMP's default
+  // Every rank takes part in the split and the gather below, even one without a mask (an
+  // early return there would leave the others waiting in the collective): its empty mask
+  // overlaps no other, and it keeps OpenMP's default.
+  const bool have_mask = sched_getaffinity(0, sizeof mine, &mine) == 0;
+  if (!have_mask) CPU_ZERO(&mine);
   // The ranks of this node (a shared-memory split of the world) and their masks.
   MPI_Comm node = MPI_COMM_NULL;
   if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node) != MPI_SUCCESS) return;
@@ -44,7 +48,7 @@ void MpiSession::share_cpus() {
   masks.resize(size_t(local));
   const int gathered = MPI_Allgather(&mine, int(sizeof mine), MPI_BYTE, masks.data(), int(sizeof mine), MPI_BYTE, node);
   MPI_Comm_free(&node);
-  if (gathered != MPI_SUCCESS) return;
+  if (gathered != MPI_SUCCESS || !have_mask) return;
   int sharing = 0;
   for (const cpu_set_t& other : masks) {
     cpu_set_t both;
