@@ -28,6 +28,9 @@ PP=2 LAYERS=8 HEADS=8 DMODEL=256 SEQ=128
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 PPTRAIN=$BUILD/pptrain
 
+for sched in $SCHEDULES; do
+  case $sched in 1f1b | zbv) ;; *) echo "bench_pp_vs_torch: unknown schedule '$sched' (1f1b or zbv)" >&2; exit 2 ;; esac
+done
 if ! python3 -c 'import torch.distributed.pipelining' 2>/dev/null; then
   echo '{"bench": "pp_vs_torch", "skipped": "torch (with torch.distributed.pipelining) is not installed"}'
   exit 0
@@ -81,7 +84,6 @@ for sched in $SCHEDULES; do
   case $sched in
     1f1b) v=1 even="[4, 4]" tname=1f1b ;;
     zbv) v=2 even="[2, 2, 2, 2]" tname=zbv ;;
-    *) echo "bench_pp_vs_torch: unknown schedule '$sched' (1f1b or zbv)" >&2; exit 2 ;;
   esac
   even_ms=() auto_ms=() torch_ms=()
   for ((round = 1; round <= ROUNDS; round++)); do

@@ -1,0 +1,55 @@
+// The CPU benchmarks against PyTorch (scripts/bench_cpu_vs_torch.sh, GPT-2 124M in one
+// process; scripts/bench_pp_vs_torch.sh, pp 2 against torch.distributed.pipelining) where
+// torch cannot be imported, as on CI: a stand-in torch package that raises ImportError
+// shadows any installed one, and each script prints its one "skipped" JSON line and exits 0,
+// so `make bench` goes on. The peers themselves print the same line (bench/*.py). A
+// schedule the pp script does not know is one line and a non-zero exit. Runs from the
+// repository root.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+
+#include "support/test_util.h"
+
+namespace fs = std::filesystem;
+using namespace pptrain::testing;
+
+namespace {
+
+std::string without_torch(const TempDir& dir) {
+  fs::create_directories(dir.file("shadow/torch"));
+  write_file(dir.file("shadow/torch/__init__.py"), "raise ImportError('hidden by the test')\n");
+  return "PYTHONPATH=" + dir.file("shadow") + " ";
+}
+
+std::string build_dir() {
+  const std::string bin = pptrain_bin();
+  return bin.substr(0, bin.rfind('/'));
+}
+
+}  // namespace
+
+TEST(BenchTorch, EachComparisonSkipsInOneLineWithoutTorch) {
+  TempDir dir;
+  const std::string env = without_torch(dir);
+  for (const char* script : {"scripts/bench_cpu_vs_torch.sh", "scripts/bench_pp_vs_torch.sh"}) {
+    CommandResult r = run_command(env + script + std::string(" ") + build_dir() + " 2>&1", 120);
+    EXPECT_EQ(r.exit_code, 0) << script << "\n" << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << script << "\n" << r.output;
+    EXPECT_NE(r.output.find("\"skipped\": \"torch"), std::string::npos) << script << "\n" << r.output;
+  }
+  for (const char* peer : {"bench/torch_reference.py", "bench/torch_pipeline_reference.py"}) {
+    CommandResult r = run_command(env + "python3 " + std::string(peer) + " 2>&1", 60);
+    EXPECT_EQ(r.exit_code, 0) << peer << "\n" << r.output;
+    EXPECT_NE(r.output.find("\"skipped\": "), std::string::npos) << peer << "\n" << r.output;
+  }
+}
+
+// The arguments are checked before anything else, torch or not.
+TEST(BenchTorch, AnUnknownScheduleIsOneLineAndANonZeroExit) {
+  CommandResult r = run_command("BENCH_SCHEDULES=gpipe scripts/bench_pp_vs_torch.sh " + build_dir() + " 2>&1", 120);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("bench_pp_vs_torch: unknown schedule 'gpipe' (1f1b or zbv)"), std::string::npos) << r.output;
+}
