@@ -4,8 +4,6 @@
 // OpenMP region or BLAS call.
 #pragma once
 
-#include <string>
-
 namespace pptrain {
 
 // How many OpenMP threads a rank takes when the user did not say (OMP_NUM_THREADS unset):
