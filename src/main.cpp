@@ -16,7 +16,7 @@ namespace {
 const char* kUsage =
     "usage: pptrain <command> [args]\n"
     "  prepare-data --text FILE...|--markov --out DIR   write token shards (see prepare-data --help)\n"
-    "  train CONFIG [section.key=value ...] [--dump DIR] [--dry-run]\n"
+    "  train CONFIG [section.key=value ...] [--dump DIR [--step-from REF]] [--dry-run]\n"
     "                                         train (mpirun/srun -np dp*pp*tp for parallel runs);\n"
     "                                         --dry-run: print each rank's predicted memory, exit\n"
     "  profile CONFIG [--out FILE] [--repeats N] [section.key=value ...]\n"

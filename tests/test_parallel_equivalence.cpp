@@ -4,9 +4,11 @@
 // bounds derived from the arithmetic (support/tolerances.h), which hold on any x86-64 CPU.
 //
 // Each step is compared from identical state. Step 1 starts from the common
-// initialisation (counter-based, layout-independent); steps 2 and 3 of the layout resume
+// initialisation (counter-based, layout-independent); steps 2 and 3 of the layout start
 // from the single-process checkpoint after step k−1 (checkpoints hold the global fp32
-// masters and AdamW moments, loaded bitwise under any layout). Comparing three steps of
+// masters and AdamW moments, loaded bitwise under any layout): one run of the layout does
+// all three, loading the reference's state before each step (`train --step-from`), which
+// one test shows gives the bits of a run resumed from that checkpoint. Comparing three steps of
 // two free-running trajectories instead would not be well posed: an element whose gradient
 // is at rounding-noise level moves by ±lr in step 1, and how that moves every later
 // gradient depends on the model's curvature, which no rounding count bounds. From
@@ -80,9 +82,10 @@ class Equivalence : public ::testing::Test {
   static void TearDownTestSuite() { delete dir_; }
 
   // Runs `pptrain train` on a layout with `extra` overrides and `env` before the command,
-  // dumping every step into a fresh directory, which it returns.
+  // dumping every step into a fresh directory, which it returns; with `step_from`, each step
+  // k > 1 starts from that folder's checkpoint of step k − 1.
   static std::string train(const std::string& schedule, const Layout& l, int m, const std::string& extra,
-                           const std::string& env = "") {
+                           const std::string& env = "", const std::string& step_from = "") {
     const std::string out = dir_->file("run" + std::to_string(runs_++));
     const int world = l.pp * l.tp * l.dp;
     const std::string cmd = env + " " + (world > 1 ? mpirun(world) : std::string("OMP_NUM_THREADS=1 ")) +
@@ -90,7 +93,7 @@ class Equivalence : public ::testing::Test {
                             " parallel.pp=" + std::to_string(l.pp) + " parallel.tp=" + std::to_string(l.tp) +
                             " parallel.dp=" + std::to_string(l.dp) + " parallel.microbatches=" + std::to_string(m) +
                             " parallel.stages_per_rank=" + std::to_string(l.pp > 1 ? stages_per_rank(schedule) : 1) +
-                            " " + extra + " --dump " + out;
+                            " " + extra + " --dump " + out + (step_from.empty() ? "" : " --step-from " + step_from);
     auto r = run_command(cmd, 180);
     EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
     return out;
@@ -126,14 +129,21 @@ class Equivalence : public ::testing::Test {
     return cache.at(key);
   }
 
-  // Step k of a layout from the reference's state after step k − 1; `extra`: more overrides.
+  // The dumps of steps 1..kSteps of a layout, each step from the reference's state after
+  // the step before (one run: --step-from); `extra`: more overrides. Runs once per argument
+  // set in this process.
+  static const std::string& layout_steps(const std::string& schedule, const Layout& l, const std::string& env = "",
+                                         const std::string& extra = "", const std::string& model = "") {
+    static std::map<std::string, std::string> runs;
+    const std::string key = schedule + "|" + l.name + "|" + env + "|" + extra + "|" + model;
+    if (!runs.count(key))
+      runs[key] = train(schedule, l, kMicrobatches, extra + " " + model, env,
+                        reference(kMicrobatches * l.dp, model).checkpoints);
+    return runs.at(key);
+  }
   static GlobalDump layout_step(const std::string& schedule, const Layout& l, int k, const std::string& env = "",
                                 const std::string& extra = "", const std::string& model = "") {
-    char ck[32];
-    std::snprintf(ck, sizeof ck, "/step_%08d.h5", k - 1);
-    const std::string resume =
-        k == 1 ? "" : "checkpoint.resume=" + reference(kMicrobatches * l.dp, model).checkpoints + ck;
-    return dump(train(schedule, l, kMicrobatches, resume + " " + extra + " " + model, env), l, k);
+    return dump(layout_steps(schedule, l, env, extra, model), l, k);
   }
 
   // The one comparison of the suite: gradients and loss, then the values after AdamW.
@@ -195,6 +205,18 @@ SCHEDULE_TEST(ZBV, "zbv")
 SCHEDULE_TEST(DualPipeV, "dualpipev")
 
 TEST_F(Equivalence, TensorParallelOnly) { check("1f1b", kTp2); }
+
+TEST_F(Equivalence, EachStepFromTheReferenceIsARunResumedFromItsCheckpoint) {
+  // What makes one run of a layout stand for one run per step: step 2 of a --step-from run
+  // and step 2 of a run resumed from the reference's checkpoint of step 1 are the same bits
+  // (pp 2 × dp 2 under ZB-H1: pipeline, data-parallel reduction and W split alike).
+  const std::string resumed = train("zb-h1", kPp2Dp2, kMicrobatches,
+                                    "checkpoint.resume=" + reference(kMicrobatches * kPp2Dp2.dp).checkpoints +
+                                        "/step_00000001.h5");
+  const Verdict v = compare_exact(layout_step("zb-h1", kPp2Dp2, 2), dump(resumed, kPp2Dp2, 2));
+  EXPECT_TRUE(v.passed()) << v.failures("step 2 from --step-from vs resumed");
+  EXPECT_GT(v.checks.size(), 2u);
+}
 
 TEST_F(Equivalence, TiedEmbeddingSummedAcrossFirstAndLastStage) {
   // pp=2 with 1F1B: stage 0 (embedding) and stage 1 (head) are on different ranks, each

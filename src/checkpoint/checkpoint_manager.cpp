@@ -312,6 +312,13 @@ CheckpointManager::Rollback CheckpointManager::rollback(ParamStore& params, Opti
   return {int(meta.step), path};
 }
 
+void CheckpointManager::load_step_state(const std::string& path, int step, ParamStore& params,
+                                        OptimizerState& optimizer) {
+  const CheckpointMeta meta = load(path, params, optimizer);
+  if (meta.step != step) fail("--step-from: ", path, " holds step ", meta.step, ", expected step ", step);
+  if (!meta.has_optimizer_state) fail("--step-from: ", path, " holds no optimizer state (AdamW moments)");
+}
+
 bool CheckpointManager::due(int step, bool final) const {
   const auto& c = cfg_.checkpoint;
   return !c.dir.empty() && (final || (c.every > 0 && step % c.every == 0));

@@ -1,4 +1,4 @@
-// pptrain train CONFIG [section.key=value ...] [--dump DIR] [--dry-run]
+// pptrain train CONFIG [section.key=value ...] [--dump DIR [--step-from REF]] [--dry-run]
 // Parse, check up front (job/preflight.h: data, output paths, memory), assemble the job,
 // run the training loop. Every rank parses the config, runs the checks and builds its part
 // of the job; world rank 0 prints.
@@ -6,6 +6,9 @@
 // prints the predicted memory of every (pp, tp) rank (job/memory_report.h), then exits 0:
 // no model, no data, no output folders. It runs on any number of processes, one included,
 // whatever the config's world size; world rank 0 prints.
+// --dump DIR writes every rank's parameters, gradients and loss after every step; with
+// --step-from REF each step k > 1 starts from REF/step_<k−1>.h5 instead of the run's own
+// step k − 1 (both for the tests that compare layouts step by step).
 #include <cstdio>
 
 #include "checkpoint/checkpoint_checks.h"
@@ -29,7 +32,8 @@ namespace {
 struct TrainArgs {
   std::string config;
   std::vector<std::string> overrides;
-  std::string dump_dir;  // write parameter dumps after every step (tests)
+  std::string dump_dir;   // write parameter dumps after every step (tests)
+  std::string step_from;  // each step k > 1 from this folder's step_<k−1>.h5 (tests)
   bool dry_run = false;
 };
 
@@ -40,10 +44,13 @@ TrainArgs parse_args(const Args& args) {
     if (a == "--dump") {
       if (i + 1 >= args.size()) fail("train: --dump needs a directory");
       out.dump_dir = args[++i];
+    } else if (a == "--step-from") {
+      if (i + 1 >= args.size()) fail("train: --step-from needs a checkpoint directory");
+      out.step_from = args[++i];
     } else if (a == "--dry-run") {
       out.dry_run = true;
     } else if (a.rfind("--", 0) == 0) {
-      fail("train: unknown option '", a, "' (expected CONFIG [section.key=value ...] [--dump DIR] [--dry-run])");
+      fail("train: unknown option '", a, "' (expected CONFIG [section.key=value ...] [--dump DIR [--step-from REF]] [--dry-run])");
     } else if (out.config.empty() && a.find('=') == std::string::npos) {
       out.config = a;
     } else {
@@ -51,6 +58,8 @@ TrainArgs parse_args(const Args& args) {
     }
   }
   if (out.config.empty()) fail("train: missing CONFIG (usage: pptrain train CONFIG [section.key=value ...])");
+  if (!out.step_from.empty() && out.dump_dir.empty())
+    fail("train: --step-from REF compares steps from a reference's checkpoints: it needs --dump DIR");
   return out;
 }
 
@@ -108,6 +117,7 @@ int cmd_train(const Args& raw_args, MpiSession& mpi) {
   Job job(std::move(plan), std::move(world), all_faults.on_rank(mpi.rank()));
   TrainingHooks hooks;
   hooks.dump_dir = args.dump_dir;
+  hooks.step_from = args.step_from;
   return run_training(job, hooks);
 }
 

@@ -20,6 +20,10 @@ namespace pptrain {
 
 struct TrainingHooks {
   std::string dump_dir;  // parameter dumps of every rank after every step (train/param_dump.h)
+  // Non-empty: each step k > 1 starts from STEP_FROM/step_<k−1>.h5 (a reference run's
+  // checkpoints), not from this run's step k − 1, so that every dumped step of a layout can be
+  // compared with the reference's from identical state in one run (the equivalence tests).
+  std::string step_from;
   int stop_after = 0;    // > 0: leave after this step (the LR schedule still spans training.steps)
   std::function<void(Trainer&, int resumed_from)> after_resume;
   // Before the step's checkpoint. Under post-validation it may come one step late, with the
