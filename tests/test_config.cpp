@@ -1,29 +1,15 @@
-// Config parsing, overrides and validation: every rejected input names file and key.
+// Config parsing, overrides and validation: defaults, the model families' keys, the shipped
+// configs; every rejected value names file and key. Malformed and hostile input (YAML, numbers
+// out of range, FIFOs, alias bombs): test_config_input.cpp.
 #include <gtest/gtest.h>
-
-#include <chrono>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cstdlib>
 
 #include "core/config.h"
 #include "core/error.h"
 #include "job/memory_estimate.h"
-#include "support/test_util.h"
+#include "support/config_error.h"
 
 using namespace pptrain;
-
-namespace {
-std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
-  try {
-    parse_config(yaml, "exp.yaml", overrides);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-}  // namespace
+using pptrain::testing::config_error;
 
 TEST(Config, DefaultsMatchDesign) {
   Config c = parse_config("", "empty.yaml");
@@ -66,55 +52,55 @@ TEST(Config, YamlRoundTrip) {
 }
 
 TEST(Config, RejectsUnknownKeyNamingFileAndKey) {
-  auto msg = error_of("training: {learning_rate: 1}\n");
+  auto msg = config_error("training: {learning_rate: 1}\n");
   EXPECT_NE(msg.find("exp.yaml"), std::string::npos) << msg;
   EXPECT_NE(msg.find("unknown key 'training.learning_rate'"), std::string::npos) << msg;
-  msg = error_of("trainig: {lr: 1}\n");
+  msg = config_error("trainig: {lr: 1}\n");
   EXPECT_NE(msg.find("unknown section 'trainig'"), std::string::npos) << msg;
 }
 
 TEST(Config, MemoryPerRankIsGibInRangeAndAutoRecomputeNeedsItAndAProfile) {
-  EXPECT_EQ(error_of("", {"parallel.memory_per_rank_gib=24"}), "");
-  auto msg = error_of("", {"parallel.memory_per_rank_gib=-1"});
+  EXPECT_EQ(config_error("", {"parallel.memory_per_rank_gib=24"}), "");
+  auto msg = config_error("", {"parallel.memory_per_rank_gib=-1"});
   EXPECT_NE(msg.find("key 'parallel.memory_per_rank_gib': expected GiB in [0, 1e6] (0: no limit), got -1"),
             std::string::npos)
       << msg;
-  msg = error_of("parallel: {memory_per_rank_gib: .nan}\n");
+  msg = config_error("parallel: {memory_per_rank_gib: .nan}\n");
   EXPECT_NE(msg.find("key 'parallel.memory_per_rank_gib': expected a finite number"), std::string::npos) << msg;
   for (const auto& missing : std::vector<std::vector<std::string>>{
            {"training.recompute=auto"},
            {"training.recompute=auto", "parallel.profile=measure"},
            {"training.recompute=auto", "parallel.memory_per_rank_gib=8"}}) {
-    msg = error_of("", missing);
+    msg = config_error("", missing);
     EXPECT_NE(msg.find("key 'training.recompute': auto needs parallel.profile"), std::string::npos) << msg;
   }
-  EXPECT_EQ(error_of("", {"training.recompute=auto", "parallel.profile=measure", "parallel.memory_per_rank_gib=8"}),
+  EXPECT_EQ(config_error("", {"training.recompute=auto", "parallel.profile=measure", "parallel.memory_per_rank_gib=8"}),
             "");
 }
 
 TEST(Config, RejectsWrongType) {
-  auto msg = error_of("training: {steps: many}\n");
+  auto msg = config_error("training: {steps: many}\n");
   EXPECT_NE(msg.find("exp.yaml: key 'training.steps': expected an integer, got 'many'"), std::string::npos) << msg;
-  msg = error_of("model: {n_layer: [1, 2]}\n");
+  msg = config_error("model: {n_layer: [1, 2]}\n");
   EXPECT_NE(msg.find("'model.n_layer': expected an integer, got a list"), std::string::npos) << msg;
-  msg = error_of("", {"training.lr=fast"});
+  msg = config_error("", {"training.lr=fast"});
   EXPECT_NE(msg.find("training.lr"), std::string::npos) << msg;
   EXPECT_NE(msg.find("expected a number"), std::string::npos) << msg;
 }
 
 TEST(Config, RejectsImpossibleValues) {
-  auto msg = error_of("model: {n_head: 5, d_model: 64}\n");
+  auto msg = config_error("model: {n_head: 5, d_model: 64}\n");
   EXPECT_NE(msg.find("n_head 5 must divide d_model 64"), std::string::npos) << msg;
-  msg = error_of("model: {n_layer: 2}\nparallel: {pp: 4}\n");
+  msg = config_error("model: {n_layer: 2}\nparallel: {pp: 4}\n");
   EXPECT_NE(msg.find("fewer than the 4 pipeline stages"), std::string::npos) << msg;
-  msg = error_of("model: {n_layer: 4}\nparallel: {pp: 2, layers_per_stage: [1, 2]}\n");
+  msg = config_error("model: {n_layer: 4}\nparallel: {pp: 2, layers_per_stage: [1, 2]}\n");
   EXPECT_NE(msg.find("sum to 3 but model.n_layer is 4"), std::string::npos) << msg;
-  msg = error_of("model: {n_head: 12}\nparallel: {tp: 5}\n");
+  msg = config_error("model: {n_head: 12}\nparallel: {tp: 5}\n");
   EXPECT_NE(msg.find("tp 5 must divide model.n_head 12"), std::string::npos) << msg;
-  msg = error_of("training: {precision: bf16}\n");
+  msg = config_error("training: {precision: bf16}\n");
   EXPECT_NE(msg.find("bf16 needs device: cuda"), std::string::npos) << msg;
   EXPECT_EQ(parse_config("device: cuda\ntraining: {precision: bf16}\n", "t.yaml").precision(), Precision::bf16);
-  msg = error_of("device: tpu\n");
+  msg = config_error("device: tpu\n");
   EXPECT_NE(msg.find("expected cpu or cuda"), std::string::npos) << msg;
 }
 
@@ -140,27 +126,27 @@ TEST(Config, LlamaKeysResolveToTheirStatedDefaults) {
 
 TEST(Config, RejectsImpossibleLlamaShapesWithOneLine) {
   const std::string llama = "model: {arch: llama, n_head: 4, d_model: 64, n_kv_head: 2}\n";
-  auto msg = error_of(llama + "parallel: {tp: 4}\n");
+  auto msg = config_error(llama + "parallel: {tp: 4}\n");
   EXPECT_NE(msg.find("key 'parallel.tp': tp 4 must divide model.n_kv_head 2"), std::string::npos) << msg;
-  msg = error_of("model: {arch: llama, n_head: 4, d_model: 64, n_kv_head: 3}\n");
+  msg = config_error("model: {arch: llama, n_head: 4, d_model: 64, n_kv_head: 3}\n");
   EXPECT_NE(msg.find("key 'model.n_kv_head': n_kv_head 3 must divide n_head 4"), std::string::npos) << msg;
-  msg = error_of("model: {arch: llama, n_head: 4, d_model: 64, n_kv_head: 8}\n");
+  msg = config_error("model: {arch: llama, n_head: 4, d_model: 64, n_kv_head: 8}\n");
   EXPECT_NE(msg.find("key 'model.n_kv_head': expected an integer in [1, 4], got 8"), std::string::npos) << msg;
-  msg = error_of("model: {arch: llama, n_head: 4, d_model: 12}\n");
+  msg = config_error("model: {arch: llama, n_head: 4, d_model: 12}\n");
   EXPECT_NE(msg.find("key 'model.n_head': the head size 3 must be even"), std::string::npos) << msg;
-  msg = error_of(llama, {"model.head_dim=7"});
+  msg = config_error(llama, {"model.head_dim=7"});
   EXPECT_NE(msg.find("key 'model.head_dim': the head size 7 must be even"), std::string::npos) << msg;
-  msg = error_of(llama, {"model.rope_scaling=yarn"});
+  msg = config_error(llama, {"model.rope_scaling=yarn"});
   EXPECT_NE(msg.find("key 'model.rope_scaling': expected none, linear or llama3, got 'yarn'"), std::string::npos) << msg;
-  msg = error_of(llama, {"model.rope_scaling=llama3", "model.rope_factor=8", "model.rope_low_freq_factor=4"});
+  msg = config_error(llama, {"model.rope_scaling=llama3", "model.rope_factor=8", "model.rope_low_freq_factor=4"});
   EXPECT_NE(msg.find("key 'model.rope_high_freq_factor': expected 0 < rope_low_freq_factor < rope_high_freq_factor"),
             std::string::npos) << msg;
-  msg = error_of(llama, {"model.rope_factor=8"});
+  msg = config_error(llama, {"model.rope_factor=8"});
   EXPECT_NE(msg.find("key 'model.rope_factor': applies with rope_scaling linear or llama3 only"), std::string::npos)
       << msg;
-  msg = error_of("model: {n_head: 4, d_model: 64, head_dim: 32}\n");
+  msg = config_error("model: {n_head: 4, d_model: 64, head_dim: 32}\n");
   EXPECT_NE(msg.find("key 'model.head_dim': applies to the Llama family only"), std::string::npos) << msg;
-  msg = error_of("model: {n_head: 4, d_model: 64, rope_scaling: linear, rope_factor: 2}\n");
+  msg = config_error("model: {n_head: 4, d_model: 64, rope_scaling: linear, rope_factor: 2}\n");
   EXPECT_NE(msg.find("key 'model.rope_scaling': applies to the Llama family only"), std::string::npos) << msg;
   // Another head width than d_model/n_head (Mistral's, Qwen's), and the family's other archs.
   for (const char* arch : {"llama", "mistral", "qwen2"}) {
@@ -169,11 +155,11 @@ TEST(Config, RejectsImpossibleLlamaShapesWithOneLine) {
     EXPECT_EQ(c.model.attention_head_dim(), 32);
     EXPECT_EQ(c.model.qkv_bias(), std::string(arch) == "qwen2");
   }
-  msg = error_of(llama, {"model.ffn_hidden=31", "parallel.tp=2"});
+  msg = config_error(llama, {"model.ffn_hidden=31", "parallel.tp=2"});
   EXPECT_NE(msg.find("tp 2 must divide model.ffn_hidden 31"), std::string::npos) << msg;
-  msg = error_of(llama, {"model.rope_theta=0.5"});
+  msg = config_error(llama, {"model.rope_theta=0.5"});
   EXPECT_NE(msg.find("key 'model.rope_theta': expected 1 < rope_theta"), std::string::npos) << msg;
-  msg = error_of(llama, {"model.norm_eps=0"});
+  msg = config_error(llama, {"model.norm_eps=0"});
   EXPECT_NE(msg.find("key 'model.norm_eps': expected 0 < norm_eps"), std::string::npos) << msg;
   // Llama runs on cuda with any of the three attention cores; cuDNN's takes grouped-query
   // attention (n_kv_head 2 < n_head 4 here) as it takes multi-head.
@@ -181,33 +167,33 @@ TEST(Config, RejectsImpossibleLlamaShapesWithOneLine) {
   EXPECT_EQ(parse_config("device: cuda\n" + llama, "l.yaml", {"model.attention=cudnn", "training.precision=bf16"})
                 .model.attention,
             "cudnn");
-  msg = error_of("model: {arch: llama3}\n");
+  msg = config_error("model: {arch: llama3}\n");
   EXPECT_NE(msg.find("expected gpt2, llama, mistral, qwen2 or qwen3, got 'llama3'"), std::string::npos) << msg;
   // gpt2 takes none of the Llama keys.
-  msg = error_of("model: {n_kv_head: 2}\n");
+  msg = config_error("model: {n_kv_head: 2}\n");
   EXPECT_NE(msg.find("key 'model.n_kv_head': applies to arch: llama only"), std::string::npos) << msg;
-  msg = error_of("model: {ffn_hidden: 100}\n");
+  msg = config_error("model: {ffn_hidden: 100}\n");
   EXPECT_NE(msg.find("key 'model.ffn_hidden': applies to arch: llama only"), std::string::npos) << msg;
-  msg = error_of("model: {rope_theta: 500000}\n");
+  msg = config_error("model: {rope_theta: 500000}\n");
   EXPECT_NE(msg.find("key 'model.rope_theta': applies to arch: llama only"), std::string::npos) << msg;
-  for (const std::string& m : {error_of(llama + "parallel: {tp: 4}\n"), error_of("model: {ffn_hidden: 100}\n")})
+  for (const std::string& m : {config_error(llama + "parallel: {tp: 4}\n"), config_error("model: {ffn_hidden: 100}\n")})
     EXPECT_EQ(m.find('\n'), std::string::npos) << m;
 }
 
 TEST(Config, OnlyTheFirstAndLastStageMayHoldNoBlock) {
   // The first stage keeps the embedding and the last the head even with no block.
   for (const char* cut : {"[0, 4]", "[4, 0]"})
-    EXPECT_EQ(error_of(std::string("model: {n_layer: 4}\nparallel: {pp: 2, layers_per_stage: ") + cut + "}\n"), "")
+    EXPECT_EQ(config_error(std::string("model: {n_layer: 4}\nparallel: {pp: 2, layers_per_stage: ") + cut + "}\n"), "")
         << cut;
   const Config c = parse_config("model: {n_layer: 2}\nparallel: {pp: 2, stages_per_rank: 2, layers_per_stage: [0, 1, 1, 0]}\n",
                                 "v.yaml");
   EXPECT_EQ(c.parallel.layers_per_stage, (std::vector<int>{0, 1, 1, 0}));
-  auto msg = error_of("model: {n_layer: 4}\nparallel: {pp: 3, layers_per_stage: [2, 0, 2]}\n");
+  auto msg = config_error("model: {n_layer: 4}\nparallel: {pp: 3, layers_per_stage: [2, 0, 2]}\n");
   EXPECT_NE(msg.find("exp.yaml: key 'parallel.layers_per_stage[1]': expected at least 1 block"), std::string::npos)
       << msg;
-  msg = error_of("model: {n_layer: 4}\nparallel: {pp: 2, layers_per_stage: [-1, 5]}\n");
+  msg = config_error("model: {n_layer: 4}\nparallel: {pp: 2, layers_per_stage: [-1, 5]}\n");
   EXPECT_NE(msg.find("'parallel.layers_per_stage[0]': expected 0 or more blocks, got -1"), std::string::npos) << msg;
-  msg = error_of("model: {n_layer: 1}\nparallel: {pp: 2, layers_per_stage: [0, 0]}\n");
+  msg = config_error("model: {n_layer: 1}\nparallel: {pp: 2, layers_per_stage: [0, 0]}\n");
   EXPECT_NE(msg.find("sum to 0 but model.n_layer is 1"), std::string::npos) << msg;
 }
 
@@ -260,137 +246,32 @@ TEST(Config, AttentionDefaultOnCudaIsCudnnWhereTheBuildAndTheModelAllowIt) {
 }
 
 TEST(Config, RejectsAnUnknownAttentionAndCudnnOnTheCpu) {
-  auto msg = error_of("model: {attention: fused}\n");
+  auto msg = config_error("model: {attention: fused}\n");
   EXPECT_EQ(msg, "exp.yaml: key 'model.attention': expected flash, cudnn or naive, got 'fused'");
-  msg = error_of("", {"model.attention=cudnn"});
+  msg = config_error("", {"model.attention=cudnn"});
   EXPECT_EQ(msg, "exp.yaml: key 'model.attention': cudnn needs device: cuda (on the cpu expected naive or flash)");
   EXPECT_EQ(msg.find('\n'), std::string::npos);
-  msg = error_of("device: cuda\nmodel: {n_head: 2, d_model: 16, attention: flash}\n");
+  msg = config_error("device: cuda\nmodel: {n_head: 2, d_model: 16, attention: flash}\n");
   EXPECT_EQ(msg, "exp.yaml: key 'model.attention': flash on cuda needs a head size of 32, 64 or 128 "
                  "(its kernels' tiles), got 8; naive takes any");
   // On the cpu flash takes any head size.
   EXPECT_EQ(parse_config("model: {n_head: 2, d_model: 16, attention: flash}\n", "t.yaml").model.attention, "flash");
 }
 
-TEST(Config, RejectsMalformedYamlAndOverride) {
-  auto msg = error_of("model: {n_layer: 4\n");
-  EXPECT_NE(msg.find("exp.yaml"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("invalid YAML"), std::string::npos) << msg;
-  msg = error_of("", {"training.lr"});
-  EXPECT_NE(msg.find("expected section.key=value"), std::string::npos) << msg;
-}
-
 TEST(Config, CudnnAttentionNeedsBf16AndAHeadSizeCudnnTakes) {
   // d_model 64 / n_head 2 = head size 32: a multiple of 8, at most 128.
   const std::string ok = "device: cuda\nmodel: {n_head: 2, d_model: 64, attention: cudnn}\n";
-  EXPECT_EQ(error_of(ok, {"training.precision=bf16"}), "");
-  EXPECT_EQ(error_of(ok), "exp.yaml: key 'model.attention': cudnn needs training.precision: bf16 "
+  EXPECT_EQ(config_error(ok, {"training.precision=bf16"}), "");
+  EXPECT_EQ(config_error(ok), "exp.yaml: key 'model.attention': cudnn needs training.precision: bf16 "
                           "(cuDNN's fused attention has no fp32 path)");
   // Head sizes 12 (not a multiple of 8) and 136 (above 128).
   for (const char* d_model : {"24", "272"})
-    EXPECT_EQ(error_of(ok, {"training.precision=bf16", std::string("model.d_model=") + d_model}),
+    EXPECT_EQ(config_error(ok, {"training.precision=bf16", std::string("model.d_model=") + d_model}),
               std::string("exp.yaml: key 'model.attention': cudnn needs a head size that is a "
                           "multiple of 8 and at most 128, got ") +
                   (d_model == std::string("24") ? "12" : "136"));
   // 128 itself is taken.
-  EXPECT_EQ(error_of(ok, {"training.precision=bf16", "model.d_model=256"}), "");
-}
-
-TEST(Config, RejectsDuplicateKeysNamingTheKeyAndBothLines) {
-  EXPECT_EQ(error_of("training:\n  lr: 1.0e-3\n  steps: 5\n  lr: 2.0e-3\n"),
-            "exp.yaml: key 'training.lr' is given twice (lines 2 and 4; expected once)");
-  EXPECT_EQ(error_of("model: {n_layer: 2}\ntraining: {steps: 1}\nmodel: {n_head: 2}\n"),
-            "exp.yaml: key 'model' is given twice (lines 1 and 3; expected once)");
-  EXPECT_EQ(error_of("", {"training={lr: 1.0e-3, lr: 2.0e-3}"}),
-            "command line override 'training={lr: 1.0e-3, lr: 2.0e-3}': key 'training.lr' is given twice "
-            "(lines 1 and 1; expected once)");
-  // The same key in two sections, or given again as an override, is no duplicate.
-  EXPECT_EQ(error_of("checkpoint: {every: 2}\nlogging: {every: 3}\n", {"logging.every=4"}), "");
-}
-
-// Every float key must be finite: YAML's .inf / .nan are refused where they are read,
-// naming the file or the override and the key.
-TEST(Config, RejectsNonFiniteFloatsNamingFileOrOverrideAndKey) {
-  for (const char* key : {"lr", "min_lr", "weight_decay", "grad_clip", "beta1", "beta2", "eps"}) {
-    for (const char* value : {".inf", "-.inf", ".nan"}) {
-      const std::string in_file = std::string("training: {") + key + ": " + value + "}\n";
-      EXPECT_EQ(error_of(in_file),
-                std::string("exp.yaml: key 'training.") + key + "': expected a finite number, got '" + value + "'");
-      const std::string override = std::string("training.") + key + "=" + value;
-      EXPECT_EQ(error_of("", {override}), "command line override '" + override + "': key 'training." + key +
-                                              "': expected a finite number, got '" + value + "'");
-    }
-  }
-  // 1e999 is not a double at all; 1e308 is finite and caught by the range below.
-  EXPECT_EQ(error_of("", {"training.lr=1e999"}),
-            "command line override 'training.lr=1e999': key 'training.lr': expected a number, got '1e999'");
-}
-
-// Each float key has a stated range (config.h); each message names the key and the range.
-TEST(Config, RejectsFloatsOutsideTheirStatedRanges) {
-  const std::vector<std::pair<std::string, std::string>> cases = {
-      {"training.lr=1e308", "exp.yaml: key 'training.lr': expected 0 < lr <= 10, got 1e+308"},
-      {"training.lr=0", "exp.yaml: key 'training.lr': expected 0 < lr <= 10, got 0"},
-      {"training.min_lr=1.0e-3", "exp.yaml: key 'training.min_lr': expected 0 <= min_lr <= lr (0.0006), got 0.001"},
-      {"training.min_lr=-1.0e-9", "exp.yaml: key 'training.min_lr': expected 0 <= min_lr <= lr (0.0006), got -1e-09"},
-      {"training.weight_decay=11", "exp.yaml: key 'training.weight_decay': expected 0 <= weight_decay <= 10, got 11"},
-      {"training.grad_clip=-1", "exp.yaml: key 'training.grad_clip': expected 0 <= grad_clip <= 1e+06 (0 disables "
-                                "clipping), got -1"},
-      {"training.beta1=1", "exp.yaml: key 'training.beta1': expected 0 <= beta1 < 1, got 1"},
-      {"training.beta2=-0.5", "exp.yaml: key 'training.beta2': expected 0 <= beta2 < 1, got -0.5"},
-      {"training.eps=0", "exp.yaml: key 'training.eps': expected 0 < eps <= 0.01, got 0"},
-      {"training.eps=0.1", "exp.yaml: key 'training.eps': expected 0 < eps <= 0.01, got 0.1"},
-  };
-  for (const auto& [override, message] : cases) EXPECT_EQ(error_of("", {override}), message) << override;
-  // The bounds themselves are in range.
-  EXPECT_EQ(error_of("training: {lr: 10, min_lr: 10, weight_decay: 10, grad_clip: 1.0e6, eps: 1.0e-2}\n"), "");
-}
-
-// Integer keys have ranges too, and the buffers their products size must fit 64 bits.
-TEST(Config, RejectsIntegersOutsideTheirRangesAndOverflowingSizes) {
-  EXPECT_EQ(error_of("", {"model.n_layer=0"}), "exp.yaml: key 'model.n_layer': expected an integer in [1, 16384], got 0");
-  EXPECT_EQ(error_of("", {"model.seq_len=2097152"}),
-            "exp.yaml: key 'model.seq_len': expected an integer in [1, 1048576], got 2097152");
-  EXPECT_EQ(error_of("", {"parallel.microbatches=-3"}),
-            "exp.yaml: key 'parallel.microbatches': expected an integer in [1, 1048576], got -3");
-  EXPECT_EQ(error_of("", {"parallel.profile_repeats=0"}),
-            "exp.yaml: key 'parallel.profile_repeats': expected an integer in [1, 100000], got 0");
-  EXPECT_EQ(error_of("", {"training.eval_batches=2000000"}),
-            "exp.yaml: key 'training.eval_batches': expected an integer in [0, 1048576], got 2000000");
-  EXPECT_EQ(error_of("", {"training.steps=4294967296"}),
-            "command line override 'training.steps=4294967296': key 'training.steps': expected an integer, got "
-            "'4294967296'");
-  // pp·tp·dp: each factor in range, the product not.
-  EXPECT_EQ(error_of("model: {n_head: 1024, d_model: 1024, n_layer: 1024}\n",
-                     {"parallel.pp=1024", "parallel.tp=1024", "parallel.dp=2"}),
-            "exp.yaml: key 'parallel.dp': pp x tp x dp = 2097152 ranks, more than 1048576");
-  // 2^20 sequences of 2^20 tokens over a 2^24 vocabulary: 2^64 logits (x 4 bytes).
-  EXPECT_EQ(error_of("", {"training.micro_batch_size=1048576", "model.seq_len=1048576",
-                          "model.vocab_size=16777216"}),
-            "exp.yaml: key 'training.micro_batch_size': micro_batch_size x seq_len x vocab_size (logits) overflows "
-            "64-bit sizes (expected a smaller model or batch)");
-  EXPECT_EQ(error_of("", {"training.micro_batch_size=1048576", "parallel.microbatches=4096"}),
-            "exp.yaml: key 'training.micro_batch_size': micro_batch_size x microbatches x dp = 4294967296 "
-            "sequences per step, more than 2147483647");
-}
-
-// load_config takes regular files only: a directory is not an empty config.
-TEST(Config, LoadRefusesDirectoriesAndMissingFiles) {
-  char dir_template[] = "/tmp/pptrain-config-XXXXXX";
-  const std::string dir = mkdtemp(dir_template);
-  try {
-    load_config(dir);
-    ADD_FAILURE() << "a directory loaded as a config";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), "config " + dir + ": is a directory (expected a regular file)");
-  }
-  try {
-    load_config(dir + "/none.yaml");
-    ADD_FAILURE() << "a missing file loaded as a config";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), dir + "/none.yaml: cannot open config file (No such file or directory)");
-  }
-  rmdir(dir.c_str());
+  EXPECT_EQ(config_error(ok, {"training.precision=bf16", "model.d_model=256"}), "");
 }
 
 // The shipped configs stay within the ranges.
@@ -420,87 +301,5 @@ TEST(Config, LlamaGpuConfigsHaveLlama3ShapesAndTheirLayouts) {
     EXPECT_EQ(global_parameter_count(cfg.model), c.parameters) << c.file;
     EXPECT_EQ(cfg.model.seq_len, 8192) << c.file;
     EXPECT_NO_THROW(load_config(c.file)) << c.file;
-  }
-}
-
-// A FIFO or a directory given as the config (or a FIFO as a token shard) ends the run at
-// once with one line naming it; `timeout` turns a hang into exit code 124.
-TEST(Config, TrainRefusesFifosAndDirectoriesWithoutBlocking) {
-  pptrain::testing::TempDir dir;
-  const std::string fifo = dir.file("c.yaml");
-  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
-  auto train = [&](const std::string& config) {
-    return pptrain::testing::run_command("timeout 30 " + pptrain::testing::pptrain_bin() + " train " + config, 60);
-  };
-  auto r = train(fifo);
-  EXPECT_TRUE(r.exit_code != 0 && r.exit_code != 124) << r.exit_code << r.output;
-  EXPECT_NE(r.output.find("config " + fifo + ": is a FIFO (expected a regular file)"), std::string::npos) << r.output;
-
-  r = train(dir.path());
-  EXPECT_TRUE(r.exit_code != 0 && r.exit_code != 124) << r.exit_code << r.output;
-  EXPECT_NE(r.output.find("config " + dir.path() + ": is a directory (expected a regular file)"), std::string::npos)
-      << r.output;
-
-  const std::string shard = dir.file("train_000.bin");
-  ASSERT_EQ(mkfifo(shard.c_str(), 0600), 0);
-  pptrain::testing::write_file(dir.file("ok.yaml"),
-                               "model: {n_layer: 1, n_head: 1, d_model: 8, seq_len: 4, vocab_size: 16}\n"
-                               "parallel: {microbatches: 1}\n"
-                               "training: {steps: 1, micro_batch_size: 1, eval_every: 0}\n"
-                               "data: {train: '" + dir.path() + "/train_*.bin'}\n");
-  r = train(dir.file("ok.yaml"));
-  EXPECT_TRUE(r.exit_code != 0 && r.exit_code != 124) << r.exit_code << r.output;
-  EXPECT_NE(r.output.find("token shard " + shard + ": is a FIFO (expected a regular file)"), std::string::npos)
-      << r.output;
-}
-
-// Found by fuzz_config (tests/fuzz/regressions/config/): a key that is not a name (a YAML
-// sequence or mapping used as a key) was an uncaught yaml-cpp conversion error.
-TEST(Config, RejectsKeysThatAreNotNames) {
-  EXPECT_EQ(error_of("[~=r=]: 1\n"), "exp.yaml:1: expected a section name, got a list as a key");
-  EXPECT_EQ(error_of("training:\n  {a: 1}: 2\n"), "exp.yaml:2: section 'training': expected a key name, got a mapping as a key");
-}
-
-// An alias bomb (9 levels of 9 aliases: 9^9 nodes in 400 bytes) is refused at once, in one
-// line, before any walk over the tree; aliases in a normal config still work.
-TEST(Config, AnAliasBombIsRefusedAtOnce) {
-  std::string yaml = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n";
-  for (int level = 1; level < 9; ++level) {
-    const std::string prev = "*a" + std::to_string(level - 1);
-    yaml += "a" + std::to_string(level) + ": &a" + std::to_string(level) + " [";
-    for (int i = 0; i < 9; ++i) yaml += (i ? ", " : "") + prev;
-    yaml += "]\n";
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  try {
-    parse_config(yaml, "bomb.yaml");
-    ADD_FAILURE() << "accepted";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "bomb.yaml: the config expands to more than 100000 YAML nodes (aliases that repeat "
-                           "aliases); a config has a few hundred");
-  }
-  // The bound walks at most 100000 nodes (milliseconds); the 7-level bomb's full walk took 7 s.
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
-  const Config c = parse_config("model: {n_layer: &n 2, n_head: *n, d_model: 16}\n", "alias.yaml");
-  EXPECT_EQ(c.model.n_head, 2);
-}
-
-// A second YAML document is refused, not dropped; `layers_per_stage: []` is not read as auto.
-TEST(Config, ASecondDocumentAndAnEmptySplitAreRefused) {
-  try {
-    parse_config("model: {n_layer: 2}\n---\ntraining: {steps: 5}\n", "two.yaml");
-    ADD_FAILURE() << "accepted";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "two.yaml:2: a second YAML document ('---' after the first); a config is one document");
-  }
-  EXPECT_EQ(parse_config("---\nmodel: {n_layer: 2}\n", "one.yaml").model.n_layer, 2);  // one, marked
-  try {
-    parse_config("parallel: {layers_per_stage: []}\n", "empty.yaml");
-    ADD_FAILURE() << "accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("key 'parallel.layers_per_stage': expected 'auto' or a list of one block "
-                                         "count per stage, got []"),
-              std::string::npos)
-        << e.what();
   }
 }
