@@ -312,8 +312,9 @@ CheckpointManager::Rollback CheckpointManager::rollback(ParamStore& params, Opti
   return {int(meta.step), path};
 }
 
-void CheckpointManager::load_step_state(const std::string& path, int step, ParamStore& params,
+void CheckpointManager::load_step_state(const std::string& dir, int step, ParamStore& params,
                                         OptimizerState& optimizer) {
+  const std::string path = (fs::path(dir) / checkpoint_name(step)).string();
   const CheckpointMeta meta = load(path, params, optimizer);
   if (meta.step != step) fail("--step-from: ", path, " holds step ", meta.step, ", expected step ", step);
   if (!meta.has_optimizer_state) fail("--step-from: ", path, " holds no optimizer state (AdamW moments)");

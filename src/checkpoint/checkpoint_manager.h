@@ -75,10 +75,10 @@ class CheckpointManager {
   };
   Rollback rollback(ParamStore& params, OptimizerState& optimizer);
   // Collective, for comparing layouts step by step (`train --dump DIR --step-from REF`):
-  // loads `path`'s parameters and moments into this run as resume() would, within the run
-  // (no lineage, nothing moved aside, the run's step and data position unchanged). Fails
-  // unless the file holds step `step`.
-  void load_step_state(const std::string& path, int step, ParamStore& params, OptimizerState& optimizer);
+  // loads the parameters and moments of `dir`'s checkpoint of `step` (the name save() gives
+  // it) into this run as resume() would, within the run (no lineage, nothing moved aside,
+  // the run's step and data position unchanged). Fails unless the file holds that step.
+  void load_step_state(const std::string& dir, int step, ParamStore& params, OptimizerState& optimizer);
   // Global batches skipped by rollbacks: the trainer reads batch step + offset at step + 1,
   // and a checkpoint stores data_next_batch = step + offset, which resume() restores.
   int64_t data_offset() const { return data_offset_; }

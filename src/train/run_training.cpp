@@ -340,11 +340,8 @@ int run_training(Job& job, const TrainingHooks& hooks) {
     maybe_inject_failure(job.faults(), world_rank, trainer.step() + 1);
     maybe_freeze(job.faults(), trainer.step() + 1);
     const int making = trainer.step() + 1;
-    if (!hooks.step_from.empty() && making > 1) {
-      char name[32];
-      std::snprintf(name, sizeof name, "/step_%08d.h5", making - 1);
-      checkpoints.load_step_state(hooks.step_from + name, making - 1, trainer.params(), trainer.optimizer().state());
-    }
+    if (!hooks.step_from.empty() && making > 1)
+      checkpoints.load_step_state(hooks.step_from, making - 1, trainer.params(), trainer.optimizer().state());
     op_profile.before(making);
     const std::optional<StepResult> r = trainer.train_step();
     op_profile.after(making);
