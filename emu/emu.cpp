@@ -14,30 +14,42 @@
 #include "emu/emu.h"
 
 #include <algorithm>
+#include <cstring>
 #include <exception>
+#include <memory>
 #include <sstream>
 #include <utility>
 #include <vector>
 
 #include "emu/fiber.h"
 
-// Bounds of the section that holds every static __shared__ variable (defined by the linker
-// when the section exists; weak so a binary without kernels still links).
-extern "C" char __start_pptrain_emu_shared[] __attribute__((weak));
-extern "C" char __stop_pptrain_emu_shared[] __attribute__((weak));
 
 namespace pptrain::emu {
 namespace {
 
 constexpr unsigned kMaxThreadsPerBlock = 1024;
+constexpr size_t kMaxSharedBytes = 48 * 1024;  // static + dynamic, without an opt-in attribute
 constexpr unsigned char kPoisonByte = 0xFF;  // 0xFFFFFFFF is a NaN as float, -1 as int
 
 
 
 enum class Wait { runnable, block_barrier, warp, exited };
 
+// One cp.async: copied when its group completes (or at issue; see ptx_emu.h).
+struct AsyncCopy {
+  void* dst;
+  const void* src;
+  size_t bytes, src_bytes;
+  void run() const {
+    std::memcpy(dst, src, src_bytes);
+    std::memset(static_cast<char*>(dst) + src_bytes, 0, bytes - src_bytes);
+  }
+};
+
 struct Fiber {
   FiberContext context;
+  std::vector<AsyncCopy> open_group;               // cp.async issued since the last commit
+  std::vector<std::vector<AsyncCopy>> groups;      // committed, not yet complete, oldest first
   uint3 index;
   Wait wait = Wait::runnable;
   const char* waiting_at = "";
@@ -144,6 +156,54 @@ class BlockRunner {
 
   void* dynamic_shared() { return dynamic_.data(); }
 
+  bool in_shared(const void* p, size_t bytes) const {
+    auto in = [&](const void* lo, size_t n) {
+      auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(lo);
+      return a >= b && a + bytes <= b + n;
+    };
+    if (in(dynamic_.data(), dynamic_bytes_)) return true;
+    for (const StaticRegion& r : statics_)
+      if (in(r.data.get(), r.bytes)) return true;
+    return false;
+  }
+
+  void* static_shared(const void* tag, size_t bytes, const char* name) {
+    for (const StaticRegion& r : statics_)
+      if (r.tag == tag) {
+        if (r.bytes != bytes) fault(cat("static shared '", name, "' declared with ", bytes, " bytes, before with ", r.bytes));
+        return r.data.get();
+      }
+    size_t total = 0;
+    for (const StaticRegion& r : statics_) total += r.bytes;
+    if (total + bytes + dynamic_bytes_ > kMaxSharedBytes)
+      fault(cat("static shared '", name, "' of ", bytes, " bytes: the block would use ", total + bytes + dynamic_bytes_,
+                " bytes of shared memory (at most ", kMaxSharedBytes, ")"));
+    StaticRegion r{tag, std::make_unique<Chunk[]>((bytes + 15) / 16), bytes};
+    std::fill_n(reinterpret_cast<unsigned char*>(r.data.get()), bytes, kPoisonByte);
+    statics_.push_back(std::move(r));
+    return statics_.back().data.get();
+  }
+
+  // cp.async: in forward order the copy lands at issue, in reverse order when its group
+  // completes (the two extremes a GPU allows; see ptx_emu.h).
+  void async_copy(const AsyncCopy& c) {
+    if (stream_.order == Order::forward) c.run();
+    else fibers_[current_].open_group.push_back(c);
+  }
+  void async_commit() {
+    Fiber& f = fibers_[current_];
+    f.groups.push_back(std::move(f.open_group));
+    f.open_group.clear();
+  }
+  void async_wait(int pending) {
+    Fiber& f = fibers_[current_];
+    if (pending < 0) fault(cat("cp.async.wait_group ", pending));
+    while (f.groups.size() > size_t(pending)) {
+      for (const AsyncCopy& c : f.groups.front()) c.run();
+      f.groups.erase(f.groups.begin());
+    }
+  }
+
   [[noreturn]] void fault(const std::string& what) {
     const Fiber& f = fibers_[current_];
     throw KernelFault(cat("kernel ", name_, " block ", block_string(block_index_), " thread ",
@@ -158,8 +218,8 @@ class BlockRunner {
     // Shared memory holds garbage on a GPU: poison it so a read before a write shows.
     std::fill(reinterpret_cast<unsigned char*>(dynamic_.data()),
               reinterpret_cast<unsigned char*>(dynamic_.data()) + dynamic_bytes_, kPoisonByte);
-    if (__start_pptrain_emu_shared && __stop_pptrain_emu_shared)
-      std::fill(__start_pptrain_emu_shared, __stop_pptrain_emu_shared, char(kPoisonByte));
+    for (StaticRegion& r : statics_)
+      std::fill_n(reinterpret_cast<unsigned char*>(r.data.get()), r.bytes, kPoisonByte);
     int n = int(fibers_.size());
     for (int k = 0; k < n; ++k) prepare_fiber(fibers_[k], g_stack_pool[k], k);
     for (Warp& w : warps_) w.pending.clear();
@@ -204,6 +264,8 @@ class BlockRunner {
   // starting fiber k's stack k cache lines lower (modulo a page) spreads them over the sets.
   static void prepare_fiber(Fiber& f, const FiberStack& stack, int k) {
     f.wait = Wait::runnable;
+    f.open_group.clear();  // copies a previous block never waited for are dropped
+    f.groups.clear();
     size_t stagger = size_t(k) * 64 % 4096;
     prepare_context(f.context, stack.usable(), stack.usable_bytes() - stagger,
                     &BlockRunner::fiber_main);
@@ -311,6 +373,13 @@ class BlockRunner {
   std::vector<Warp> warps_;
   struct alignas(16) Chunk { unsigned char bytes[16]; };
   std::vector<Chunk> dynamic_;
+  // Static shared declarations met so far in this launch; the storage does not move.
+  struct StaticRegion {
+    const void* tag;
+    std::unique_ptr<Chunk[]> data;
+    size_t bytes;
+  };
+  std::vector<StaticRegion> statics_;
   size_t dynamic_bytes_ = 0;
   FiberContext scheduler_;
   int current_ = -1;
@@ -371,6 +440,31 @@ void warp_matrix_collective(const char* name, void* operands, MatrixRun run) {
 void sync_block() {
   if (!g_active || !g_active->in_fiber()) fault("__syncthreads called outside a kernel");
   g_active->sync_block();
+}
+
+bool in_shared(const void* p, size_t bytes) {
+  if (!g_active || !g_active->in_fiber()) fault("shared memory checked outside a kernel");
+  return g_active->in_shared(p, bytes);
+}
+
+void async_copy(void* dst, const void* src, size_t bytes, size_t src_bytes) {
+  if (!g_active || !g_active->in_fiber()) fault("cp.async outside a kernel");
+  g_active->async_copy({dst, src, bytes, src_bytes});
+}
+
+void async_commit() {
+  if (!g_active || !g_active->in_fiber()) fault("cp.async.commit_group outside a kernel");
+  g_active->async_commit();
+}
+
+void async_wait(int pending) {
+  if (!g_active || !g_active->in_fiber()) fault("cp.async.wait_group outside a kernel");
+  g_active->async_wait(pending);
+}
+
+void* static_shared(const void* tag, size_t bytes, const char* name) {
+  if (!g_active || !g_active->in_fiber()) fault("static shared memory used outside a kernel");
+  return g_active->static_shared(tag, bytes, name);
 }
 
 void* dynamic_shared_memory() {

@@ -8,8 +8,8 @@
 // elsewhere) that switch only at synchronisation points. `__syncthreads` waits for every thread of the block; warp collectives
 // (`__shfl_*_sync`, `__ballot_sync`, `__syncwarp`) wait for every lane of their mask, and
 // each lane then reads the values all lanes deposited, as on hardware; the warp matrix
-// operations of nvcuda::wmma (wmma_emu.h) wait for all 32 lanes and then run once for the
-// whole warp. Between two block
+// instructions (mma.sync, ldmatrix: ptx_emu.h) wait for all 32 lanes and then run once for
+// the whole warp. Between two block
 // barriers the warps run one after another, each as far as it can get, and within a warp
 // the lanes run in ascending index; Order::reverse makes warps, lanes and blocks run in
 // descending order. So a kernel that forgets a barrier computes a different answer in one
@@ -20,12 +20,11 @@
 // accesses and invalid launch configurations are reported as KernelFault exceptions from
 // the launch.
 //
-// Static __shared__ variables are process-wide, so a process runs one emulated launch at a
-// time (tests are single-threaded).
-//
-// Dynamic shared memory: kernels declare it with PPTRAIN_DYNAMIC_SHARED(T, name) from
-// kernels/device.cuh, which is `extern __shared__` under nvcc and the launch's buffer here
-// (a block-scope `extern` array cannot be given per-launch storage by a macro).
+// Shared memory: kernels declare it with PPTRAIN_STATIC_SHARED(T, name, count) and
+// PPTRAIN_DYNAMIC_SHARED(T, name) from kernels/device.cuh, `__shared__` arrays under nvcc
+// and here storage owned by the launch: one region per static declaration (found by the
+// address of a function-local tag, so every fiber of the block gets the same one) and the
+// dynamic buffer. Both are poisoned before every block.
 #pragma once
 #define PPTRAIN_EMULATED 1
 
@@ -44,10 +43,12 @@
 #define __forceinline__ inline __attribute__((always_inline))
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
-// Static shared variables become function statics: one instance per kernel instantiation,
-// shared by all fibers of the running block (blocks never overlap). They live in one
-// linker section so the emulator can poison all of them before each block.
-#define __shared__ static __attribute__((section("pptrain_emu_shared")))
+// Shared memory is declared with PPTRAIN_STATIC_SHARED / PPTRAIN_DYNAMIC_SHARED
+// (kernels/device.cuh), never `__shared__` directly: a function-static array would outlive
+// the launch and escape the poisoning (GCC puts the statics of function templates in COMDAT
+// sections of their own, whatever section attribute they carry). A stray __shared__ fails
+// to compile with this name in the message.
+#define __shared__ use_PPTRAIN_STATIC_SHARED_for_shared_memory
 
 struct uint3 {
   unsigned x, y, z;
@@ -107,7 +108,7 @@ enum class WarpOp { shfl, shfl_up, shfl_down, shfl_xor, ballot, sync, matrix };
 // all of them arrived: the value of the source lane (shuffles) or the vote mask (ballot).
 uint64_t warp_collective(WarpOp op, const char* name, unsigned mask, uint64_t value, int arg,
                          int width);
-// A warp-wide matrix operation (wmma_emu.h): all 32 lanes of the warp call this with a pointer
+// A warp-wide matrix operation (ptx_emu.h): all 32 lanes of the warp call this with a pointer
 // to their own operands; when the last one arrives, run(lanes) runs once with every lane's
 // pointer (lanes[l] from lane l), then all lanes continue. A lane that never arrives is a
 // deadlock, one at another collective a disagreement: both are KernelFaults.
@@ -115,8 +116,18 @@ using MatrixRun = void (*)(void* const* lanes);
 void warp_matrix_collective(const char* name, void* operands, MatrixRun run);
 void sync_block();
 void* dynamic_shared_memory();
+// The launch's region for the static shared declaration `tag` (bytes, 16-byte aligned).
+void* static_shared(const void* tag, size_t bytes, const char* name);
 [[noreturn]] void fault(const std::string& what);
 void check_aligned(const void* p, size_t alignment, const char* what);
+// True when [p, p + bytes) lies in the block's shared memory (static or dynamic).
+bool in_shared(const void* p, size_t bytes);
+// cp.async of the calling thread (ptx_emu.h): a copy of `bytes` to shared memory, the first
+// `src_bytes` from src and the rest zero; closing the open group; completing all but the
+// `pending` most recent groups.
+void async_copy(void* dst, const void* src, size_t bytes, size_t src_bytes);
+void async_commit();
+void async_wait(int pending);
 }  // namespace detail
 
 }  // namespace pptrain::emu
@@ -236,5 +247,5 @@ inline float __bfloat162float(__nv_bfloat16 h) {
   return f;
 }
 
-// ---- warp matrix operations (nvcuda::wmma) ----------------------------------------------------
-#include "emu/wmma_emu.h"
+// ---- sm_80 PTX: mma.sync, ldmatrix, cp.async (kernels/ptx.cuh) --------------------------------
+#include "emu/ptx_emu.h"

@@ -22,7 +22,7 @@ constexpr int kLossBlock = 1024;
 
 template <typename T>
 __global__ void row_max_kernel(float* rmax, const T* logits, int vl, int valid) {
-  __shared__ float scratch[32];
+  PPTRAIN_STATIC_SHARED(float, scratch, 32);
   const T* row = logits + size_t(blockIdx.x) * vl;
   float m = -INFINITY;
   for (int j = threadIdx.x; j < valid; j += blockDim.x) m = fmaxf(m, to_float(row[j]));
@@ -34,7 +34,7 @@ template <typename T>
 __global__ void sumexp_target_kernel(float* sumexp, float* target_logit, const T* logits,
                                      const float* rmax, const int32_t* targets, int vl, int valid,
                                      int v0) {
-  __shared__ float scratch[32];
+  PPTRAIN_STATIC_SHARED(float, scratch, 32);
   const T* row = logits + size_t(blockIdx.x) * vl;
   float m = rmax[blockIdx.x];
   float s = 0.0f;
@@ -51,7 +51,7 @@ __global__ void sumexp_target_kernel(float* sumexp, float* target_logit, const T
 // microbatch, negligible), then a block reduction.
 __global__ void loss_sum_kernel(double* loss, const float* rmax, const float* sumexp,
                                 const float* target_logit, int n) {
-  __shared__ double scratch[32];
+  PPTRAIN_STATIC_SHARED(double, scratch, 32);
   double s = 0.0;
   for (int r = threadIdx.x; r < n; r += blockDim.x)
     s += log(double(sumexp[r])) + double(rmax[r]) - double(target_logit[r]);
@@ -178,7 +178,8 @@ template <typename T>
 __global__ void __launch_bounds__(kFusedBlock)
     fused_kernel(T* dlogits, float* rmax, float* sumexp, float* target_logit, const T* logits,
                  const int32_t* targets, int vl, int valid, float scale) {
-  __shared__ float scratch_m[32], scratch_s[32];
+  PPTRAIN_STATIC_SHARED(float, scratch_m, 32);
+  PPTRAIN_STATIC_SHARED(float, scratch_s, 32);
   int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
   size_t offset = size_t(blockIdx.x) * vl;
   const T* row = logits + offset;

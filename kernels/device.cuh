@@ -74,6 +74,17 @@ __device__ __forceinline__ void store_pack(T* p, const Pack128<T>& x) {
 
 }  // namespace pptrain::kernels
 
+// Static shared memory: `count` elements of T named `name` (an array under nvcc, a T* to the
+// launch's region under the emulator: use it as a pointer), 16-byte aligned.
+#ifdef PPTRAIN_EMULATED
+#define PPTRAIN_STATIC_SHARED(T, name, count)                                                 \
+  static const char name##_shared_tag = 0;                                                    \
+  T* const name = static_cast<T*>(                                                            \
+      ::pptrain::emu::detail::static_shared(&name##_shared_tag, sizeof(T) * size_t(count), #name))
+#else
+#define PPTRAIN_STATIC_SHARED(T, name, count) __shared__ __align__(16) T name[count]
+#endif
+
 // The launch's dynamic shared memory (`shared_bytes` of launch()) as a T* named `name`.
 #ifdef PPTRAIN_EMULATED
 #define PPTRAIN_DYNAMIC_SHARED(T, name) \

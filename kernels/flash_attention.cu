@@ -1,17 +1,19 @@
-// Fused causal attention, FlashAttention-2 style (see flash_attention.cuh for the ops, and
-// flash_attention_tiles.cuh for the lane layout and the tile products).
+// Fused causal attention, FlashAttention-2 style (see flash_attention.cuh for the ops). The
+// fp32 kernels are in this file (lane layout and tile products: flash_attention_tiles.cuh);
+// the bf16 kernels, on tensor cores, in flash_attention_bf16.cuh. Both share the block shape,
+// the order of work and the backward's split below.
 //
 // Blocks: 128 threads (4 warps); each warp owns 16 rows, a block 64. Columns stream through
-// shared memory in tiles of kCols = 64 (HD 32, 64) or 32 (HD 128) rows. Static shared memory
-// per block (Config::kBytes), independent of T:
-//   bf16  HD 32: 36.5 KiB, HD 64: 44.5 KiB, HD 128: 39.3 KiB
+// shared memory in tiles of kCols = 64 (HD 32, 64) or 32 (HD 128) rows (bf16 forward: 64 for
+// every HD). Static shared memory per block, independent of T (flash_attention_shared_bytes):
+//   bf16  HD 32: 20.0 KiB, HD 64: 36.0 KiB, HD 128: 34.3 KiB (the largest of its 3 kernels)
 //   fp32  HD 32: 16.5 KiB, HD 64: 32.5 KiB, HD 128: 32.3 KiB
 // Per streamed tile a block reads 2·kCols·HD elements (16 KiB for bf16, HD 64) from global
 // memory (mostly L2) and does 4·64·kCols·HD FLOPs in the forward (S = QKᵀ and PV: 1 MFLOP),
 // 8·64·kCols·HD in the backward kernels: 64 (forward) and 128 (backward) FLOPs per byte.
 //
-// Grouped-query attention: a query head reads the rows of its key/value head (Head below);
-// the forward and dQ change nothing else. dK and dV of a key/value head sum over the query
+// Grouped-query attention: a query head reads the rows of its key/value head (Head); the
+// forward and dQ change nothing else. dK and dV of a key/value head sum over the query
 // heads of its group: one kv_kernel block per key tile of the key/value head loops over the
 // group's heads, so that sum stays in the block's registers too.
 //
@@ -19,22 +21,23 @@
 //   S = Q Kᵀ · (log2 e / √HD)           [64, kCols]   (base 2: exp2f is one instruction)
 //   mask j > i to −∞ (every tile; a no-op below the diagonal)
 //   m' = max(m, rowmax S), α = 2^(m − m'), P = 2^(S − m'), l = α l + rowsum P
-//   O = α O + P V                       [64, HD] in registers (lane layout)
+//   O = α O + P V                       [64, HD] in registers
 // then out = O / l, lse = (m + log2 l) · ln 2. Fully masked key tiles are never visited.
-// bf16: S and PV on tensor cores (WMMA m16n16k16, fp32 accumulate); P is rounded to bf16
-// before the PV product (l sums the unrounded fp32 P); Q's fragments stay in registers.
-// fp32: the same tiles with plain FMAs (WMMA's tf32 would not meet 1e-5).
+// bf16: S and PV on tensor cores (mma.sync m16n8k16, fp32 accumulate); P is rounded to bf16
+// before the PV product (l sums the unrounded fp32 P).
+// fp32: the same tiles with plain FMAs (tf32 tensor cores would not meet 1e-5).
 //
 // Backward (the I action), deterministic, no atomics:
 //   delta_kernel: delta[i] = Σ_d dout[i,d] · out[i,d]
 //   kv_kernel: one block per (key tile, b·kv) loops over the group's query heads and, for
 //     each, over query tiles i0 ≥ its first key and
 //     accumulates dV += Pᵀ dO, dK += dSᵀ Q with P = 2^(S·log2e − lse·log2e), dS = P (dP − delta),
-//     dP = dO Vᵀ, in registers it owns.
+//     dP = dO Vᵀ, in registers it owns (bf16: P and dS rounded to bf16 for the products).
 //   q_kernel: one block per (query tile, b·h) loops over key tiles and accumulates dQ += dS K.
 // Splitting dQ from dK/dV costs recomputing S and dP twice, but each output row then has one
 // owner summing in a fixed order: no float atomics, bit-reproducible results.
 #include "flash_attention.cuh"
+#include "flash_attention_bf16.cuh"
 #include "flash_attention_tiles.cuh"
 
 namespace pptrain::kernels {
@@ -42,24 +45,6 @@ namespace {
 
 using namespace flash;
 
-// Where the rows of query head hi of batch index bi and of its key/value head hi / (NH/NKV)
-// live in qkv[B,T,(NH + 2·NKV)·HD]: row i of q, k, v at q, k, v + i·qkv_stride; of out/dout
-// at row + i·row_stride; lse/delta at stats + i.
-struct Head {
-  size_t q, k, v, row, stats;  // offsets of row 0
-  size_t qkv_stride, row_stride;
-  __device__ Head(int bi, int hi, int t, int nh, int nkv, int hd) {
-    int kv = hi / (nh / nkv);
-    qkv_stride = size_t(nh + 2 * nkv) * hd;
-    row_stride = size_t(nh) * hd;
-    size_t base = size_t(bi) * t * qkv_stride;
-    q = base + size_t(hi) * hd;
-    k = base + size_t(nh + kv) * hd;
-    v = base + size_t(nh + nkv + kv) * hd;
-    row = size_t(bi) * t * row_stride + size_t(hi) * hd;
-    stats = (size_t(bi) * nh + hi) * t;
-  }
-};
 
 // One online-softmax step of a row over n scores s[] (already scaled to base 2, masked to
 // −∞): updates the running max m and sum l, turns s into P = 2^(s − m'), and returns
@@ -88,7 +73,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(T* out, float* lse, c
                                                            int nkv) {
   using C = Config<T, HD>;
   constexpr int kCols = C::kCols;
-  __shared__ __align__(32) unsigned char smem[C::kBytes];
+  PPTRAIN_STATIC_SHARED(unsigned char, smem, C::kBytes);
   T* k_tile = reinterpret_cast<T*>(smem + C::kX);  // [kCols][HD]
   T* v_tile = reinterpret_cast<T*>(smem + C::kY);  // [kCols][HD]
   Head head(blockIdx.y / nh, blockIdx.y % nh, t, nh, nkv, HD);
@@ -103,56 +88,21 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(T* out, float* lse, c
   float m = -INFINITY, l = 0.0f, o[HD / 2];  // o: the lane's half of row i of O
   for (int k2 = 0; k2 < HD / 2; ++k2) o[k2] = 0.0f;
 
-  if constexpr (C::kTensorCores) {
-    float* scratch = reinterpret_cast<float*>(smem) + warp * kWarpRows * C::kLdS;  // [16][kLdS]
-    bf16* p_tile = reinterpret_cast<bf16*>(smem + C::kP) + warp * kWarpRows * C::kLdP;  // [16][kLdP]
-    FragA qa[HD / 16];
-    load_tile<T, HD>(reinterpret_cast<T*>(smem), q + q0 * head.qkv_stride, head.qkv_stride, kRows, q_end - q0);
+  float qr[HD / 2];  // the lane's half of query row i
+  load_half_row<T, HD>(qr, q + size_t(i) * head.qkv_stride, i < t, h);
+  for (int j0 = 0; j0 < q_end; j0 += kCols) {
+    load_tile<T, HD>(k_tile, k + j0 * head.qkv_stride, head.qkv_stride, kCols, t - j0);
+    load_tile<T, HD>(v_tile, v + j0 * head.qkv_stride, head.qkv_stride, kCols, t - j0);
     __syncthreads();
-    load_row_fragments<HD>(qa, reinterpret_cast<const bf16*>(smem), warp);
-    __syncthreads();  // the staging area becomes the scratch tiles
-    for (int j0 = 0; j0 < q_end; j0 += kCols) {
-      load_tile<T, HD>(k_tile, k + j0 * head.qkv_stride, head.qkv_stride, kCols, t - j0);
-      load_tile<T, HD>(v_tile, v + j0 * head.qkv_stride, head.qkv_stride, kCols, t - j0);
-      __syncthreads();
-      product_with_tile_rows<HD, kCols>(scratch, C::kLdS, qa, k_tile);  // S[16][kCols]
-      __syncwarp();
-      float s[kCols / 2];  // columns 2·k2 + h
-      for (int k2 = 0; k2 < kCols / 2; ++k2) {
-        int col = 2 * k2 + h;
-        s[k2] = j0 + col > i ? -INFINITY : scratch[r * C::kLdS + col] * scale2;
-      }
-      float alpha = softmax_step<kCols / 2, true>(s, m, l);
-      for (int k2 = 0; k2 < kCols / 2; ++k2) p_tile[r * C::kLdP + 2 * k2 + h] = from_float<bf16>(s[k2]);
-      for (int k2 = 0; k2 < HD / 2; ++k2) o[k2] *= alpha;
-      __syncwarp();
-      FragAcc pv[HD / 16];
-      for (int c = 0; c < HD / 16; ++c) wmma::fill_fragment(pv[c], 0.0f);
-      accumulate_p_times_tile<HD, kCols>(pv, p_tile, C::kLdP, v_tile);
-      for (int c = 0; c < HD / 16; ++c) {
-        float part[8];
-        chunk_to_lane(part, pv[c], scratch, C::kLdS, r, h);
-        for (int e = 0; e < 8; ++e) o[c * 8 + e] += part[e];
-      }
-      __syncthreads();  // every warp is done with k_tile, v_tile before they are reloaded
+    float s[kCols];  // the whole row of the tile, in both lanes of the pair
+    for (int jj = 0; jj < kCols; ++jj) {
+      float dot = pair_dot<T, HD>(qr, k_tile + jj * kTileLd<T, HD>, h);
+      s[jj] = j0 + jj > i ? -INFINITY : dot * scale2;
     }
-  } else {
-    float qr[HD / 2];  // the lane's half of query row i
-    load_half_row<T, HD>(qr, q + size_t(i) * head.qkv_stride, i < t, h);
-    for (int j0 = 0; j0 < q_end; j0 += kCols) {
-      load_tile<T, HD>(k_tile, k + j0 * head.qkv_stride, head.qkv_stride, kCols, t - j0);
-      load_tile<T, HD>(v_tile, v + j0 * head.qkv_stride, head.qkv_stride, kCols, t - j0);
-      __syncthreads();
-      float s[kCols];  // the whole row of the tile, in both lanes of the pair
-      for (int jj = 0; jj < kCols; ++jj) {
-        float dot = pair_dot<T, HD>(qr, k_tile + jj * kTileLd<T, HD>, h);
-        s[jj] = j0 + jj > i ? -INFINITY : dot * scale2;
-      }
-      float alpha = softmax_step<kCols, false>(s, m, l);
-      for (int k2 = 0; k2 < HD / 2; ++k2) o[k2] *= alpha;
-      for (int jj = 0; jj < kCols; ++jj) axpy_half<T, HD>(o, s[jj], v_tile + jj * kTileLd<T, HD>, h);
-      __syncthreads();
-    }
+    float alpha = softmax_step<kCols, false>(s, m, l);
+    for (int k2 = 0; k2 < HD / 2; ++k2) o[k2] *= alpha;
+    for (int jj = 0; jj < kCols; ++jj) axpy_half<T, HD>(o, s[jj], v_tile + jj * kTileLd<T, HD>, h);
+    __syncthreads();
   }
   if (i >= t) return;  // rows past the end of a partial tile (no barrier follows)
   float inv = 1.0f / l;
@@ -182,7 +132,7 @@ __global__ void __launch_bounds__(kThreads)
     kv_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta, int t, int nh, int nkv) {
   using C = Config<T, HD>;
   constexpr int kCols = C::kCols;
-  __shared__ __align__(32) unsigned char smem[C::kBytes];
+  PPTRAIN_STATIC_SHARED(unsigned char, smem, C::kBytes);
   T* q_tile = reinterpret_cast<T*>(smem + C::kX);     // [kCols][HD]
   T* do_tile = reinterpret_cast<T*>(smem + C::kY);    // [kCols][HD]
   float* lse2 = reinterpret_cast<float*>(smem + C::kStats);  // [kCols] lse in base 2
@@ -213,68 +163,22 @@ __global__ void __launch_bounds__(kThreads)
   // Both paths visit every (query head of the group, query tile) pair in a fixed order: the
   // group's sum of dK and dV is accumulated by this block alone, in registers, no atomics.
 
-  if constexpr (C::kTensorCores) {
-    float* scratch = reinterpret_cast<float*>(smem) + warp * kWarpRows * C::kLdS;
-    bf16* p_tile = reinterpret_cast<bf16*>(smem + C::kP) + warp * kWarpRows * C::kLdP;
-    FragA ka[HD / 16], va[HD / 16];
-    int k_valid = min_int(kRows, t - k0);
-    load_tile<T, HD>(reinterpret_cast<T*>(smem), k + k0 * head.qkv_stride, head.qkv_stride, kRows, k_valid);
-    __syncthreads();
-    load_row_fragments<HD>(ka, reinterpret_cast<const bf16*>(smem), warp);
-    __syncthreads();
-    load_tile<T, HD>(reinterpret_cast<T*>(smem), v + k0 * head.qkv_stride, head.qkv_stride, kRows, k_valid);
-    __syncthreads();
-    load_row_fragments<HD>(va, reinterpret_cast<const bf16*>(smem), warp);
-    __syncthreads();  // the staging area becomes the scratch tiles
-    FragAcc dk_acc[HD / 16], dv_acc[HD / 16];
-    for (int c = 0; c < HD / 16; ++c) wmma::fill_fragment(dk_acc[c], 0.0f), wmma::fill_fragment(dv_acc[c], 0.0f);
-    for (int hi = first_head; hi < first_head + group; ++hi) {
-      head = Head(bi, hi, t, nh, nkv, HD);
-      for (int i0 = first; i0 < t; i0 += kCols) {
-        load_query_tile(i0);
-        product_with_tile_rows<HD, kCols>(scratch, C::kLdS, ka, q_tile);  // Sᵀ[16][kCols]
-        __syncwarp();
-        float p[kCols / 2];  // Pᵀ of columns (queries) 2·k2 + h
-        for (int k2 = 0; k2 < kCols / 2; ++k2) {
-          int col = 2 * k2 + h;
-          p[k2] = i0 + col < j ? 0.0f : exp2f(scratch[r * C::kLdS + col] * scale2 - lse2[col]);
-          p_tile[r * C::kLdP + col] = from_float<bf16>(p[k2]);
-        }
-        __syncwarp();
-        accumulate_p_times_tile<HD, kCols>(dv_acc, p_tile, C::kLdP, do_tile);  // dV += Pᵀ dO
-        product_with_tile_rows<HD, kCols>(scratch, C::kLdS, va, do_tile);      // dPᵀ = V dOᵀ
-        __syncwarp();
-        for (int k2 = 0; k2 < kCols / 2; ++k2) {
-          int col = 2 * k2 + h;
-          p_tile[r * C::kLdP + col] = from_float<bf16>(p[k2] * (scratch[r * C::kLdS + col] - dlt[col]));
-        }
-        __syncwarp();
-        accumulate_p_times_tile<HD, kCols>(dk_acc, p_tile, C::kLdP, q_tile);  // dK += dSᵀ Q
-        __syncthreads();
+  float kr[HD / 2], vr[HD / 2];
+  load_half_row<T, HD>(kr, k + size_t(j) * head.qkv_stride, j < t, h);
+  load_half_row<T, HD>(vr, v + size_t(j) * head.qkv_stride, j < t, h);
+  for (int k2 = 0; k2 < HD / 2; ++k2) dk[k2] = dv[k2] = 0.0f;
+  for (int hi = first_head; hi < first_head + group; ++hi) {
+    head = Head(bi, hi, t, nh, nkv, HD);
+    for (int i0 = first; i0 < t; i0 += kCols) {
+      load_query_tile(i0);
+      for (int c = 0; c < kCols; ++c) {
+        float s = pair_dot<T, HD>(kr, q_tile + c * kTileLd<T, HD>, h);
+        float p = i0 + c < j ? 0.0f : exp2f(s * scale2 - lse2[c]);
+        float dp = pair_dot<T, HD>(vr, do_tile + c * kTileLd<T, HD>, h);
+        axpy_half<T, HD>(dv, p, do_tile + c * kTileLd<T, HD>, h);
+        axpy_half<T, HD>(dk, p * (dp - dlt[c]), q_tile + c * kTileLd<T, HD>, h);
       }
-    }
-    for (int c = 0; c < HD / 16; ++c) {
-      chunk_to_lane(dk + c * 8, dk_acc[c], scratch, C::kLdS, r, h);
-      chunk_to_lane(dv + c * 8, dv_acc[c], scratch, C::kLdS, r, h);
-    }
-  } else {
-    float kr[HD / 2], vr[HD / 2];
-    load_half_row<T, HD>(kr, k + size_t(j) * head.qkv_stride, j < t, h);
-    load_half_row<T, HD>(vr, v + size_t(j) * head.qkv_stride, j < t, h);
-    for (int k2 = 0; k2 < HD / 2; ++k2) dk[k2] = dv[k2] = 0.0f;
-    for (int hi = first_head; hi < first_head + group; ++hi) {
-      head = Head(bi, hi, t, nh, nkv, HD);
-      for (int i0 = first; i0 < t; i0 += kCols) {
-        load_query_tile(i0);
-        for (int c = 0; c < kCols; ++c) {
-          float s = pair_dot<T, HD>(kr, q_tile + c * kTileLd<T, HD>, h);
-          float p = i0 + c < j ? 0.0f : exp2f(s * scale2 - lse2[c]);
-          float dp = pair_dot<T, HD>(vr, do_tile + c * kTileLd<T, HD>, h);
-          axpy_half<T, HD>(dv, p, do_tile + c * kTileLd<T, HD>, h);
-          axpy_half<T, HD>(dk, p * (dp - dlt[c]), q_tile + c * kTileLd<T, HD>, h);
-        }
-        __syncthreads();
-      }
+      __syncthreads();
     }
   }
   if (j >= t) return;
@@ -289,7 +193,7 @@ __global__ void __launch_bounds__(kThreads)
     q_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta, int t, int nh, int nkv) {
   using C = Config<T, HD>;
   constexpr int kCols = C::kCols;
-  __shared__ __align__(32) unsigned char smem[C::kBytes];
+  PPTRAIN_STATIC_SHARED(unsigned char, smem, C::kBytes);
   T* k_tile = reinterpret_cast<T*>(smem + C::kX);
   T* v_tile = reinterpret_cast<T*>(smem + C::kY);
   Head head(blockIdx.y / nh, blockIdx.y % nh, t, nh, nkv, HD);
@@ -311,56 +215,19 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
   };
 
-  if constexpr (C::kTensorCores) {
-    float* scratch = reinterpret_cast<float*>(smem) + warp * kWarpRows * C::kLdS;
-    bf16* p_tile = reinterpret_cast<bf16*>(smem + C::kP) + warp * kWarpRows * C::kLdP;
-    FragA qa[HD / 16], doa[HD / 16];
-    load_tile<T, HD>(reinterpret_cast<T*>(smem), q + q0 * head.qkv_stride, head.qkv_stride, kRows, q_end - q0);
-    __syncthreads();
-    load_row_fragments<HD>(qa, reinterpret_cast<const bf16*>(smem), warp);
-    __syncthreads();
-    load_tile<T, HD>(reinterpret_cast<T*>(smem), dO + q0 * head.row_stride, head.row_stride, kRows, q_end - q0);
-    __syncthreads();
-    load_row_fragments<HD>(doa, reinterpret_cast<const bf16*>(smem), warp);
-    __syncthreads();
-    FragAcc dq_acc[HD / 16];
-    for (int c = 0; c < HD / 16; ++c) wmma::fill_fragment(dq_acc[c], 0.0f);
-    for (int j0 = 0; j0 < q_end; j0 += kCols) {
-      load_key_tile(j0);
-      product_with_tile_rows<HD, kCols>(scratch, C::kLdS, qa, k_tile);  // S[16][kCols]
-      __syncwarp();
-      float p[kCols / 2];
-      for (int k2 = 0; k2 < kCols / 2; ++k2) {
-        int col = 2 * k2 + h;
-        p[k2] = j0 + col > i ? 0.0f : exp2f(scratch[r * C::kLdS + col] * scale2 - lse2);
-      }
-      __syncwarp();
-      product_with_tile_rows<HD, kCols>(scratch, C::kLdS, doa, v_tile);  // dP = dO Vᵀ
-      __syncwarp();
-      for (int k2 = 0; k2 < kCols / 2; ++k2) {
-        int col = 2 * k2 + h;
-        p_tile[r * C::kLdP + col] = from_float<bf16>(p[k2] * (scratch[r * C::kLdS + col] - dlt));
-      }
-      __syncwarp();
-      accumulate_p_times_tile<HD, kCols>(dq_acc, p_tile, C::kLdP, k_tile);  // dQ += dS K
-      __syncthreads();
+  float qr[HD / 2], dor[HD / 2];
+  load_half_row<T, HD>(qr, q + size_t(i) * head.qkv_stride, i < t, h);
+  load_half_row<T, HD>(dor, dO + size_t(i) * head.row_stride, i < t, h);
+  for (int k2 = 0; k2 < HD / 2; ++k2) dq[k2] = 0.0f;
+  for (int j0 = 0; j0 < q_end; j0 += kCols) {
+    load_key_tile(j0);
+    for (int c = 0; c < kCols; ++c) {
+      float s = pair_dot<T, HD>(qr, k_tile + c * kTileLd<T, HD>, h);
+      float p = j0 + c > i ? 0.0f : exp2f(s * scale2 - lse2);
+      float dp = pair_dot<T, HD>(dor, v_tile + c * kTileLd<T, HD>, h);
+      axpy_half<T, HD>(dq, p * (dp - dlt), k_tile + c * kTileLd<T, HD>, h);
     }
-    for (int c = 0; c < HD / 16; ++c) chunk_to_lane(dq + c * 8, dq_acc[c], scratch, C::kLdS, r, h);
-  } else {
-    float qr[HD / 2], dor[HD / 2];
-    load_half_row<T, HD>(qr, q + size_t(i) * head.qkv_stride, i < t, h);
-    load_half_row<T, HD>(dor, dO + size_t(i) * head.row_stride, i < t, h);
-    for (int k2 = 0; k2 < HD / 2; ++k2) dq[k2] = 0.0f;
-    for (int j0 = 0; j0 < q_end; j0 += kCols) {
-      load_key_tile(j0);
-      for (int c = 0; c < kCols; ++c) {
-        float s = pair_dot<T, HD>(qr, k_tile + c * kTileLd<T, HD>, h);
-        float p = j0 + c > i ? 0.0f : exp2f(s * scale2 - lse2);
-        float dp = pair_dot<T, HD>(dor, v_tile + c * kTileLd<T, HD>, h);
-        axpy_half<T, HD>(dq, p * (dp - dlt), k_tile + c * kTileLd<T, HD>, h);
-      }
-      __syncthreads();
-    }
+    __syncthreads();
   }
   if (i >= t) return;
   for (int k2 = 0; k2 < HD / 2; ++k2) dq[k2] *= scale;
@@ -391,7 +258,11 @@ void check_shape(int b, int t, int nh, int nkv, bool aligned) {
 template <typename T>
 size_t flash_attention_shared_bytes(int hd) {
   size_t bytes = 0;
-  with_head_dim(hd, [&](auto hd_constant) { bytes = Config<T, decltype(hd_constant)::value>::kBytes; });
+  with_head_dim(hd, [&](auto hd_constant) {
+    constexpr int HD = decltype(hd_constant)::value;
+    if constexpr (std::is_same_v<T, bf16>) bytes = bf16_tc::Shape<HD>::kMaxBytes;
+    else bytes = Config<T, HD>::kBytes;
+  });
   return bytes;
 }
 
@@ -403,8 +274,12 @@ void launch_flash_attention_forward(const LaunchContext& ctx, T* out, float* lse
     check_shape(b, t, nh, nkv, aligned16(out, qkv));
     if (size_t(b) * t * nh == 0) return;
     dim3 grid(ceil_div(t, kRows), b * nh);
-    launch(ctx, "flash_attention_forward", forward_kernel<T, HD>, grid, dim3(kThreads), 0, out, lse, qkv, t,
-           nh, nkv);
+    if constexpr (std::is_same_v<T, bf16>)
+      launch(ctx, "flash_attention_forward", bf16_tc::forward_kernel<HD>, grid, dim3(kThreads),
+             bf16_tc::Shape<HD>::kForwardBytes, out, lse, qkv, t, nh, nkv);
+    else
+      launch(ctx, "flash_attention_forward", forward_kernel<T, HD>, grid, dim3(kThreads), 0, out, lse, qkv, t,
+             nh, nkv);
   });
 }
 
@@ -420,10 +295,19 @@ void launch_flash_attention_backward_input(const LaunchContext& ctx, T* dqkv, fl
     launch(ctx, "flash_attention_delta", delta_kernel<T>, dim3(ceil_div(rows, kWarps)), dim3(kThreads), 0, delta,
            dout, out, rows, t, nh, hd);
     // dK, dV: one block per key tile of each key/value head; dQ: one per query tile of each query head.
-    launch(ctx, "flash_attention_backward_kv", kv_kernel<T, HD>, dim3(ceil_div(t, kRows), b * nkv),
-           dim3(kThreads), 0, dqkv, dout, qkv, lse, static_cast<const float*>(delta), t, nh, nkv);
-    launch(ctx, "flash_attention_backward_q", q_kernel<T, HD>, dim3(ceil_div(t, kRows), b * nh), dim3(kThreads),
-           0, dqkv, dout, qkv, lse, static_cast<const float*>(delta), t, nh, nkv);
+    dim3 kv_grid(ceil_div(t, kRows), b * nkv), q_grid(ceil_div(t, kRows), b * nh);
+    const float* dlt = delta;
+    if constexpr (std::is_same_v<T, bf16>) {
+      launch(ctx, "flash_attention_backward_kv", bf16_tc::kv_kernel<HD>, kv_grid, dim3(kThreads),
+             bf16_tc::Shape<HD>::kKvBytes, dqkv, dout, qkv, lse, dlt, t, nh, nkv);
+      launch(ctx, "flash_attention_backward_q", bf16_tc::q_kernel<HD>, q_grid, dim3(kThreads),
+             bf16_tc::Shape<HD>::kQBytes, dqkv, dout, qkv, lse, dlt, t, nh, nkv);
+    } else {
+      launch(ctx, "flash_attention_backward_kv", kv_kernel<T, HD>, kv_grid, dim3(kThreads), 0, dqkv, dout, qkv, lse,
+             dlt, t, nh, nkv);
+      launch(ctx, "flash_attention_backward_q", q_kernel<T, HD>, q_grid, dim3(kThreads), 0, dqkv, dout, qkv, lse,
+             dlt, t, nh, nkv);
+    }
   });
 }
 

@@ -20,7 +20,7 @@ unsigned partial_count(size_t n) {
 }
 
 __global__ void sum_squares_partial_kernel(double* partials, const float* x, size_t n) {
-  __shared__ double scratch[32];
+  PPTRAIN_STATIC_SHARED(double, scratch, 32);
   double s = 0.0;
   size_t stride = size_t(gridDim.x) * blockDim.x;
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -33,7 +33,7 @@ __global__ void sum_squares_partial_kernel(double* partials, const float* x, siz
 
 __global__ void sum_squares_finish_kernel(double* out, const double* partials, int count,
                                           bool accumulate) {
-  __shared__ double scratch[32];
+  PPTRAIN_STATIC_SHARED(double, scratch, 32);
   double s = int(threadIdx.x) < count ? partials[threadIdx.x] : 0.0;
   s = block_reduce(s, 0.0, scratch, Sum{});
   if (threadIdx.x == 0) *out = accumulate ? *out + s : s;

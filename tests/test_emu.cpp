@@ -26,7 +26,7 @@ constexpr Order kOrders[] = {Order::forward, Order::reverse};
 
 // Classic shared-memory tree reduction: sums[blockIdx.x] = Σ of the block's slice of x[n].
 __global__ void tree_sum_kernel(float* sums, const float* x, int n, bool with_barriers) {
-  __shared__ float partial[256];
+  PPTRAIN_STATIC_SHARED(float, partial, 256);
   int t = threadIdx.x, i = blockIdx.x * blockDim.x + t;
   partial[t] = i < n ? x[i] : 0.0f;
   if (with_barriers) __syncthreads();
@@ -40,7 +40,7 @@ __global__ void tree_sum_kernel(float* sums, const float* x, int n, bool with_ba
 // out[i] = x[i-1] through shared memory (0 for the first thread): a thread reads what its
 // left neighbour wrote, so without the barrier only the reverse order exposes the race.
 __global__ void shift_right_kernel(float* out, const float* x, bool with_barrier) {
-  __shared__ float staged[128];
+  PPTRAIN_STATIC_SHARED(float, staged, 128);
   int t = threadIdx.x;
   staged[t] = x[t];
   if (with_barrier) __syncthreads();
@@ -75,7 +75,7 @@ __global__ void vote_kernel(unsigned* ballots, int* any, int* all, const int* pr
 
 // Sum over a block with the shared block_reduce helper, then a max on the same scratch.
 __global__ void block_reduce_kernel(float* sums, float* maxes, const float* x, int n) {
-  __shared__ float scratch[32];
+  PPTRAIN_STATIC_SHARED(float, scratch, 32);
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   float v = i < n ? x[i] : 0.0f;
   float s = block_reduce(v, 0.0f, scratch, Sum{});
@@ -96,7 +96,7 @@ __device__ float racy_block_sum(float v, float* scratch) {
   return warp_reduce(lane < int(blockDim.x / 32) ? scratch[lane] : 0.0f, Sum{});
 }
 __global__ void racy_two_sums_kernel(float* out, const float* x) {
-  __shared__ float scratch[32];
+  PPTRAIN_STATIC_SHARED(float, scratch, 32);
   float a = racy_block_sum(x[threadIdx.x], scratch);
   float b = racy_block_sum(2.0f * x[threadIdx.x], scratch);
   out[threadIdx.x] = a + b;
@@ -361,6 +361,39 @@ TEST(Emulator, StaticSharedMemoryIsPoisonedBetweenBlocks) {
   launch({&stream}, "tree_sum", tree_sum_kernel, dim3(2), dim3(256), 0, sums.data(), x.data(),
          512, false);
   EXPECT_TRUE(std::isnan(sums[0]) && std::isnan(sums[1]));
+}
+
+// A function template's static shared memory (the case a linker section could not cover):
+// every block of every launch starts with the poison, never the values of an earlier block.
+template <int kN>
+__global__ void read_then_write_shared_kernel(float* out) {
+  PPTRAIN_STATIC_SHARED(float, s, kN);
+  out[blockIdx.x * kN + threadIdx.x] = s[threadIdx.x];
+  __syncthreads();
+  s[threadIdx.x] = 1.0f;
+}
+
+TEST(Emulator, StaticSharedMemoryOfTemplatesIsPoisonedInEveryBlockAndLaunch) {
+  std::vector<float> out(2 * 32);
+  for (int launch_index = 0; launch_index < 2; ++launch_index) {
+    launch({}, "read_then_write", read_then_write_shared_kernel<32>, dim3(2), dim3(32), 0, out.data());
+    for (float v : out) EXPECT_TRUE(std::isnan(v)) << "launch " << launch_index;
+  }
+}
+
+__global__ void too_much_shared_kernel(float* out) {
+  PPTRAIN_STATIC_SHARED(float, s, 13 * 1024);  // 52 KiB
+  out[0] = s[0];
+}
+
+TEST(Emulator, StaticSharedMemoryOver48KiBIsAFault) {
+  float out[1];
+  try {
+    launch({}, "too_much_shared", too_much_shared_kernel, dim3(1), dim3(32), 0, out);
+    FAIL() << "no fault";
+  } catch (const KernelFault& e) {
+    EXPECT_NE(std::string(e.what()).find("static shared 's' of 53248 bytes"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Emulator, DivergentBarrierIsReportedAsDeadlock) {

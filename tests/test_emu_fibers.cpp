@@ -37,7 +37,7 @@ __global__ void deep_stack_kernel(float* out, const float* x) { out[threadIdx.x]
 constexpr int kCarryThreads = 96;
 __global__ void carried_state_kernel(long long* out_int, double* out_double, float* out_float,
                                      int* out_local, int rounds) {
-  __shared__ int ring[kCarryThreads];
+  PPTRAIN_STATIC_SHARED(int, ring, kCarryThreads);
   int t = threadIdx.x, n = blockDim.x, salt = int(blockIdx.x) * 1000;
   long long a = t + 1 + salt, b = 3 * t + 7, c = 11, e = t * t;
   int local[8];

@@ -198,6 +198,10 @@ const Shape kShapes[] = {
     {1, 70, 2, 64},  // a full and a partial tile of query rows and of keys
     {2, 1, 1, 64},   // a single token
     {1, 40, 1, 128}, // head dim 128: 32-key tiles
+    // Three query tiles, the middle one with every warp's rows valid and two key tiles: a
+    // tile buffer refilled while another warp still reads it shows (emu/ptx_emu.h).
+    {1, 150, 1, 64},
+    {1, 140, 1, 128},
 };
 
 }  // namespace

@@ -407,6 +407,7 @@ const GqaShape kGqaShapes[] = {
     {2, 17, 4, 2, 32},  // one partial tile, groups of 2
     {1, 70, 3, 1, 64},  // multi-query: one key/value head for 3 query heads; full + partial tiles
     {1, 9, 4, 4, 32},   // NKV = NH: multi-head through the grouped-query launcher
+    {1, 100, 4, 2, 128},  // head dim 128 (32-key tiles): each dK/dV block loops over 2 heads × 4 tiles
 };
 
 TEST(KernelsFlashAttentionGqa, Fp32MatchesReferenceAndCpuNaive) {
