@@ -28,12 +28,12 @@ namespace pptrain::emu {
 namespace {
 
 constexpr unsigned kMaxThreadsPerBlock = 1024;
-constexpr size_t kMaxSharedBytes = 48 * 1024;  // static + dynamic, without an opt-in attribute
+constexpr size_t kMaxStaticSharedBytes = 48 * 1024;  // a GPU's limit for static shared memory
 constexpr unsigned char kPoisonByte = 0xFF;  // 0xFFFFFFFF is a NaN as float, -1 as int
 
 
 
-enum class Wait { runnable, block_barrier, warp, exited };
+enum class Wait { runnable, block_barrier, warp, warpgroup, exited };
 
 // One cp.async: copied when its group completes (or at issue; see ptx_emu.h).
 struct AsyncCopy {
@@ -48,6 +48,10 @@ struct AsyncCopy {
 
 struct Fiber {
   FiberContext context;
+  // wgmma.mma_async operations (ptx_emu.h) issued since the last wgmma.commit_group, and the
+  // committed groups not yet waited for, oldest first. Shared by the warpgroup's 128 lanes.
+  std::vector<std::shared_ptr<detail::AsyncMatrixOp>> open_wgmma;
+  std::vector<std::vector<std::shared_ptr<detail::AsyncMatrixOp>>> wgmma_groups;
   std::vector<AsyncCopy> open_group;               // cp.async issued since the last commit
   std::vector<std::vector<AsyncCopy>> groups;      // committed, not yet complete, oldest first
   uint3 index;
@@ -92,6 +96,7 @@ class BlockRunner {
     for (unsigned k = 0; k < n; ++k)
       fibers_[k].index = {k % block.x, (k / block.x) % block.y, k / (block.x * block.y)};
     warps_.resize((n + 31) / 32);
+    warpgroups_.resize((n + 127) / 128);
     // 16-byte aligned, as the start of dynamic shared memory is on a GPU.
     dynamic_.resize((dynamic_bytes + 15) / 16 + 1);
     dynamic_bytes_ = dynamic_bytes;
@@ -156,6 +161,57 @@ class BlockRunner {
 
   void* dynamic_shared() { return dynamic_.data(); }
 
+  // A warpgroup-wide operation: all 128 threads of the calling thread's warpgroup arrive
+  // (the block's threads must be a multiple of 128), then `run` runs once with every lane's
+  // operands, on the last arriving thread. With `async`, run is wrapped in an operation that
+  // completes at the thread's wgmma.wait_group (see async_matrix_wait) or, in forward order,
+  // at once: the two extremes a GPU allows.
+  void warpgroup_collective(const char* name, const void* operands, size_t bytes, detail::MatrixRun run, bool async) {
+    if (fibers_.size() % 128 != 0)
+      fault(cat(name, " in a block of ", fibers_.size(), " threads (warpgroups need a multiple of 128)"));
+    int group = current_ / 128, lane = current_ % 128;
+    WarpgroupState& g = warpgroups_[group];
+    if (g.arrived == 0) g.name = name, g.run = run;
+    else if (g.run != run)
+      fault(cat("the threads of warpgroup ", group, " disagree: this one is at ", name, ", others at ", g.name));
+    g.operands[lane] = operands;
+    g.bytes = bytes;
+    ++g.arrived;
+    Fiber& f = fibers_[current_];
+    if (g.arrived < 128) {
+      f.wait = Wait::warpgroup;
+      f.waiting_at = name;
+      yield();
+    } else {
+      auto op = std::make_shared<detail::AsyncMatrixOp>();
+      op->run = run;
+      op->operands.resize(128 * bytes);
+      for (int l = 0; l < 128; ++l) {
+        std::memcpy(op->operands.data() + l * bytes, g.operands[l], bytes);
+        op->lanes[l] = op->operands.data() + l * bytes;
+      }
+      if (!async || stream_.order == Order::forward) op->complete();
+      g.last = op;
+      g.arrived = 0;
+      for (int k = group * 128; k < group * 128 + 128; ++k)
+        if (k != current_) fibers_[k].wait = Wait::runnable;
+    }
+    if (async) f.open_wgmma.push_back(g.last);
+  }
+  void async_matrix_commit() {
+    Fiber& f = fibers_[current_];
+    f.wgmma_groups.push_back(std::move(f.open_wgmma));
+    f.open_wgmma.clear();
+  }
+  void async_matrix_wait(int pending) {
+    Fiber& f = fibers_[current_];
+    if (pending < 0) fault(cat("wgmma.wait_group ", pending));
+    while (f.wgmma_groups.size() > size_t(pending)) {
+      for (auto& op : f.wgmma_groups.front()) op->complete();
+      f.wgmma_groups.erase(f.wgmma_groups.begin());
+    }
+  }
+
   bool in_shared(const void* p, size_t bytes) const {
     auto in = [&](const void* lo, size_t n) {
       auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(lo);
@@ -175,9 +231,9 @@ class BlockRunner {
       }
     size_t total = 0;
     for (const StaticRegion& r : statics_) total += r.bytes;
-    if (total + bytes + dynamic_bytes_ > kMaxSharedBytes)
-      fault(cat("static shared '", name, "' of ", bytes, " bytes: the block would use ", total + bytes + dynamic_bytes_,
-                " bytes of shared memory (at most ", kMaxSharedBytes, ")"));
+    if (total + bytes > kMaxStaticSharedBytes)
+      fault(cat("static shared '", name, "' of ", bytes, " bytes: the block would use ", total + bytes,
+                " bytes of static shared memory (at most ", kMaxStaticSharedBytes, ")"));
     StaticRegion r{tag, std::make_unique<Chunk[]>((bytes + 15) / 16), bytes};
     std::fill_n(reinterpret_cast<unsigned char*>(r.data.get()), bytes, kPoisonByte);
     statics_.push_back(std::move(r));
@@ -211,6 +267,7 @@ class BlockRunner {
   }
 
   bool in_fiber() const { return current_ >= 0; }
+  size_t dynamic_bytes() const { return dynamic_bytes_; }
 
  private:
   void run_block() {
@@ -223,6 +280,7 @@ class BlockRunner {
     int n = int(fibers_.size());
     for (int k = 0; k < n; ++k) prepare_fiber(fibers_[k], g_stack_pool[k], k);
     for (Warp& w : warps_) w.pending.clear();
+    for (WarpgroupState& g : warpgroups_) g.arrived = 0, g.last.reset();
     bool reverse = stream_.order == Order::reverse;
     int warps = int(warps_.size());
     for (;;) {
@@ -266,6 +324,8 @@ class BlockRunner {
     f.wait = Wait::runnable;
     f.open_group.clear();  // copies a previous block never waited for are dropped
     f.groups.clear();
+    f.open_wgmma.clear();
+    f.wgmma_groups.clear();
     size_t stagger = size_t(k) * 64 % 4096;
     prepare_context(f.context, stack.usable(), stack.usable_bytes() - stagger,
                     &BlockRunner::fiber_main);
@@ -310,6 +370,7 @@ class BlockRunner {
         case Wait::exited: return "exited";
         case Wait::block_barrier: return "at __syncthreads";
         case Wait::warp: return cat("at ", f.waiting_at, " (mask ", hex(f.waiting_mask), ")");
+        case Wait::warpgroup: return cat("at ", f.waiting_at, " (warpgroup)");
         case Wait::runnable: return "runnable";
       }
       return "";
@@ -380,6 +441,15 @@ class BlockRunner {
     size_t bytes;
   };
   std::vector<StaticRegion> statics_;
+  struct WarpgroupState {
+    int arrived = 0;
+    const char* name = "";
+    detail::MatrixRun run = nullptr;
+    const void* operands[128];
+    size_t bytes = 0;
+    std::shared_ptr<detail::AsyncMatrixOp> last;  // the operation the arrivals just issued
+  };
+  std::vector<WarpgroupState> warpgroups_;
   size_t dynamic_bytes_ = 0;
   FiberContext scheduler_;
   int current_ = -1;
@@ -399,7 +469,7 @@ void check_config(const char* name, dim3 grid, dim3 block, size_t dynamic_bytes)
   if (block.z > 64) bad("block.z must be <= 64");
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) bad("empty grid");
   if (grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535) bad("grid too large");
-  if (dynamic_bytes > kMaxDynamicSharedBytes) bad("more than 48 KiB of dynamic shared memory");
+  if (dynamic_bytes > kMaxDynamicSharedBytes) bad("more than 227 KiB of dynamic shared memory");
 }
 
 }  // namespace
@@ -435,6 +505,28 @@ void warp_matrix_collective(const char* name, void* operands, MatrixRun run) {
   if (!g_active || !g_active->in_fiber()) fault(std::string(name) + " called outside a kernel");
   g_active->warp_collective(WarpOp::matrix, name, 0xffffffffu, reinterpret_cast<uintptr_t>(operands), 0,
                             32, run);
+}
+
+void warpgroup_collective(const char* name, const void* operands, size_t bytes, MatrixRun run, bool async) {
+  if (!g_active || !g_active->in_fiber()) fault(std::string(name) + " called outside a kernel");
+  g_active->warpgroup_collective(name, operands, bytes, run, async);
+}
+
+void async_matrix_commit() {
+  if (!g_active || !g_active->in_fiber()) fault("wgmma.commit_group called outside a kernel");
+  g_active->async_matrix_commit();
+}
+
+void async_matrix_wait(int pending) {
+  if (!g_active || !g_active->in_fiber()) fault("wgmma.wait_group called outside a kernel");
+  g_active->async_matrix_wait(pending);
+}
+
+void* shared_base(uint32_t& window_start, size_t& bytes) {
+  if (!g_active || !g_active->in_fiber()) fault("shared memory address taken outside a kernel");
+  window_start = kDynamicWindowStart;
+  bytes = g_active->dynamic_bytes();
+  return g_active->dynamic_shared();
 }
 
 void sync_block() {

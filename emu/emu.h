@@ -35,6 +35,8 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 // ---- CUDA keywords ---------------------------------------------------------------------
 #define __global__
@@ -99,8 +101,9 @@ struct KernelBody {
 void launch(Stream* stream, const char* name, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
             KernelBody body);
 
-// Largest dynamic shared memory a launch may request without an opt-in attribute.
-constexpr size_t kMaxDynamicSharedBytes = 48 * 1024;
+// Largest dynamic shared memory a launch may request: an sm_90 block's 227 KiB (launch()
+// opts in above 48 KiB on a GPU; static shared memory stays within 48 KiB, see emu.cpp).
+constexpr size_t kMaxDynamicSharedBytes = 227 * 1024;
 
 namespace detail {
 enum class WarpOp { shfl, shfl_up, shfl_down, shfl_xor, ballot, sync, matrix };
@@ -116,6 +119,27 @@ using MatrixRun = void (*)(void* const* lanes);
 void warp_matrix_collective(const char* name, void* operands, MatrixRun run);
 void sync_block();
 void* dynamic_shared_memory();
+// A warpgroup matrix operation (wgmma, ptx_emu.h) that may complete later: run(lanes) with
+// the 128 lanes' operands, once.
+struct AsyncMatrixOp {
+  MatrixRun run = nullptr;
+  std::vector<unsigned char> operands;  // a copy of each lane's operand struct
+  void* lanes[128];
+  bool done = false;
+  void complete() {
+    if (!done) run(lanes), done = true;
+  }
+};
+// All 128 threads of the caller's warpgroup arrive with their operands (`bytes` each, copied:
+// the caller's struct may go out of scope); then run(lanes) runs once (async: at the latest
+// when the thread's wgmma.wait_group covers it).
+void warpgroup_collective(const char* name, const void* operands, size_t bytes, MatrixRun run, bool async);
+void async_matrix_commit();
+void async_matrix_wait(int pending);
+// The emulated shared window: dynamic shared memory starts at shared address `window_start`
+// (16-byte aligned, deliberately not 1024-byte aligned) and spans `bytes`.
+constexpr uint32_t kDynamicWindowStart = 0x410;
+void* shared_base(uint32_t& window_start, size_t& bytes);
 // The launch's region for the static shared declaration `tag` (bytes, 16-byte aligned).
 void* static_shared(const void* tag, size_t bytes, const char* name);
 [[noreturn]] void fault(const std::string& what);

@@ -135,3 +135,139 @@ inline void cp_async_commit() { ::pptrain::emu::detail::async_commit(); }
 inline void cp_async_wait(int pending) { ::pptrain::emu::detail::async_wait(pending); }
 
 }  // namespace pptrain::emu::ptx
+
+// ---- sm_90a: wgmma (warpgroup MMA) on shared-memory matrix descriptors ----------------------
+// wgmma.mma_async.m64nNk16.f32.bf16.bf16 (PTX ISA 9.7.15): the 128 threads of a warpgroup
+// compute D[64×N] (+)= A[64×16] · B[16×N]. A comes from registers (warp w holds rows 16w..16w+15
+// in the mma.sync A layout of ptx.cuh) or, like B, from shared memory through a 64-bit matrix
+// descriptor; D is in registers, lane (w, g, t) holding d[4j + i] = D[16w + g + 8(i/2)][8j + 2t + i%2].
+// Descriptors are decoded by the canonical layouts of the manual ("Shared Memory Matrix Layout",
+// in CuTe notation, T = 8 bf16 per 16 bytes, w = the swizzle atom's width in 16-byte units):
+//   K-major,  no swizzle: ((8,m),(T,2k)):((T,SBO),(1,LBO))      element (mn, k)
+//   K-major,  swizzled:   ((8,m),(T,2k)):((wT,SBO),(1,T))
+//   MN-major, no swizzle: ((T,1,m),(8,k)):((1,T,SBO),(T,LBO))
+//   MN-major, swizzled:   ((T,w,m),(8,k)):((1,T,LBO),(wT,SBO))
+// and the swizzle Swizzle<log2 w, 4, 3> applied to the shared-window byte address: bits 4..
+// of the address XORed with bits 7.. (so a pattern repeats at 1024 bytes for 128B swizzling;
+// a descriptor with a non-zero base offset is reported as not emulated). Shared addresses are
+// those of ptx_emu's window: dynamic shared memory at kDynamicWindowStart.
+// The operation completes when the 128th thread arrives (forward order) or at the issuing
+// threads' wgmma.wait_group (reverse order): reading D early, or changing A's registers or
+// the shared tiles before the wait, shows in one of the two.
+namespace pptrain::emu::ptx {
+
+inline uint32_t shared_address(const void* p) {
+  uint32_t start;
+  size_t bytes;
+  auto* base = static_cast<const unsigned char*>(::pptrain::emu::detail::shared_base(start, bytes));
+  auto* q = static_cast<const unsigned char*>(p);
+  if (q < base || q > base + bytes)
+    ::pptrain::emu::detail::fault("shared address of a pointer outside dynamic shared memory (the emulated window "
+                                  "holds dynamic shared memory only)");
+  return start + uint32_t(q - base);
+}
+
+namespace detail {
+
+struct WgmmaArgs {
+  float* d;
+  const uint32_t* a;  // nullptr: A from desc_a
+  uint64_t desc_a, desc_b;
+  int n;
+  bool scale_d, trans_a, trans_b;
+};
+
+// The bf16 element (mn, k) of an operand described by `desc` (mn_major: the layout's
+// contiguous dimension is M or N, else K).
+inline float descriptor_element(uint64_t desc, bool mn_major, int mn, int k) {
+  uint32_t start = uint32_t(desc & 0x3fff) << 4, lbo = uint32_t((desc >> 16) & 0x3fff) << 4,
+           sbo = uint32_t((desc >> 32) & 0x3fff) << 4;
+  if ((desc >> 49) & 7) ::pptrain::emu::detail::fault("wgmma: a descriptor with a base offset (not emulated)");
+  int mode = int(desc >> 62), w = mode == 1 ? 8 : mode == 2 ? 4 : mode == 3 ? 2 : 1;
+  uint32_t off;
+  if (!mn_major)
+    off = mode == 0 ? uint32_t(mn % 8) * 16 + uint32_t(mn / 8) * sbo + uint32_t(k % 8) * 2 + uint32_t(k / 8) * lbo
+                    : uint32_t(mn % 8) * 16 * w + uint32_t(mn / 8) * sbo + uint32_t(k) * 2;
+  else
+    off = mode == 0 ? uint32_t(mn % 8) * 2 + uint32_t(mn / 8) * sbo + uint32_t(k % 8) * 16 + uint32_t(k / 8) * lbo
+                    : uint32_t(mn % (8 * w)) * 2 + uint32_t(mn / (8 * w)) * lbo + uint32_t(k % 8) * 16 * w +
+                          uint32_t(k / 8) * sbo;
+  uint32_t addr = start + off;
+  addr ^= ((addr >> 7) & uint32_t(w - 1)) << 4;
+  uint32_t window;
+  size_t bytes;
+  auto* base = static_cast<const unsigned char*>(::pptrain::emu::detail::shared_base(window, bytes));
+  if (addr < window || addr + 2 > window + bytes)
+    ::pptrain::emu::detail::fault("wgmma: descriptor element at shared address " + std::to_string(addr) +
+                                  " outside dynamic shared memory");
+  uint16_t bits;
+  std::memcpy(&bits, base + (addr - window), 2);
+  return bf16_bits_to_float(bits);
+}
+
+inline void wgmma_all(void* const* lanes) {
+  const auto* first = static_cast<const WgmmaArgs*>(lanes[0]);
+  int n = first->n;
+  for (int l = 1; l < 128; ++l) {
+    const auto* x = static_cast<const WgmmaArgs*>(lanes[l]);
+    if (x->n != n || (x->a == nullptr) != (first->a == nullptr) || x->desc_a != first->desc_a ||
+        x->desc_b != first->desc_b || x->scale_d != first->scale_d || x->trans_a != first->trans_a ||
+        x->trans_b != first->trans_b)
+      ::pptrain::emu::detail::fault("wgmma: threads 0 and " + std::to_string(l) +
+                                    " of the warpgroup pass different shapes, descriptors or flags");
+  }
+  std::vector<float> a(64 * 16), b(16 * size_t(n)), d(64 * size_t(n));
+  for (int m = 0; m < 64; ++m)
+    for (int k = 0; k < 16; ++k)
+      if (!first->a) a[m * 16 + k] = descriptor_element(first->desc_a, first->trans_a, m, k);
+  if (first->a)
+    for (int l = 0; l < 128; ++l) {
+      const uint32_t* r = static_cast<const WgmmaArgs*>(lanes[l])->a;
+      int row0 = 16 * (l / 32), g = l % 32 / 4, t = l % 4;
+      for (int reg = 0; reg < 4; ++reg) {
+        int row = row0 + g + (reg & 1) * 8, col = 2 * t + (reg >> 1) * 8;
+        a[row * 16 + col] = low_half(r[reg]), a[row * 16 + col + 1] = high_half(r[reg]);
+      }
+    }
+  for (int k = 0; k < 16; ++k)
+    for (int j = 0; j < n; ++j) b[k * n + j] = descriptor_element(first->desc_b, first->trans_b, j, k);
+  auto d_index = [](int l, int e) {  // (row, column) of d[e] of lane l, as row·N + column
+    int j = e / 4, i = e % 4;
+    return std::pair<int, int>(16 * (l / 32) + l % 32 / 4 + 8 * (i / 2), 8 * j + 2 * (l % 4) + i % 2);
+  };
+  for (int l = 0; l < 128; ++l) {
+    const float* x = static_cast<const WgmmaArgs*>(lanes[l])->d;
+    for (int e = 0; e < n / 2; ++e) {
+      auto [row, col] = d_index(l, e);
+      d[row * n + col] = first->scale_d ? x[e] : 0.0f;
+    }
+  }
+  for (int m = 0; m < 64; ++m)
+    for (int j = 0; j < n; ++j) {
+      float acc = d[m * n + j];
+      for (int k = 0; k < 16; ++k) acc += a[m * 16 + k] * b[k * n + j];  // exact products, fp32 sums
+      d[m * n + j] = acc;
+    }
+  for (int l = 0; l < 128; ++l) {
+    float* x = static_cast<const WgmmaArgs*>(lanes[l])->d;
+    for (int e = 0; e < n / 2; ++e) {
+      auto [row, col] = d_index(l, e);
+      x[e] = d[row * n + col];
+    }
+  }
+}
+
+}  // namespace detail
+
+// d[0 .. n/2) (+)= A·B (a = nullptr: A from desc_a). d and a must stay alive until the
+// thread's wgmma.wait_group covers the operation.
+inline void wgmma_bf16(float* d, int n, const uint32_t* a, uint64_t desc_a, uint64_t desc_b, bool scale_d,
+                       bool trans_a, bool trans_b) {
+  if (n < 8 || n > 256 || n % 8) ::pptrain::emu::detail::fault("wgmma: N = " + std::to_string(n) + " (8..256, a multiple of 8)");
+  detail::WgmmaArgs args{d, a, desc_a, desc_b, n, scale_d, trans_a, trans_b};
+  ::pptrain::emu::detail::warpgroup_collective("wgmma.mma_async", &args, sizeof args, detail::wgmma_all, true);
+}
+inline void wgmma_commit() { ::pptrain::emu::detail::async_matrix_commit(); }
+inline void wgmma_wait(int pending) { ::pptrain::emu::detail::async_matrix_wait(pending); }
+
+}  // namespace pptrain::emu::ptx

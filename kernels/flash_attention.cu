@@ -38,7 +38,10 @@
 // owner summing in a fixed order: no float atomics, bit-reproducible results.
 #include "flash_attention.cuh"
 #include "flash_attention_bf16.cuh"
+#include "flash_attention_sm90.cuh"
 #include "flash_attention_tiles.cuh"
+
+#include <algorithm>
 
 namespace pptrain::kernels {
 namespace {
@@ -260,27 +263,67 @@ size_t flash_attention_shared_bytes(int hd) {
   size_t bytes = 0;
   with_head_dim(hd, [&](auto hd_constant) {
     constexpr int HD = decltype(hd_constant)::value;
-    if constexpr (std::is_same_v<T, bf16>) bytes = bf16_tc::Shape<HD>::kMaxBytes;
-    else bytes = Config<T, HD>::kBytes;
+    if constexpr (std::is_same_v<T, bf16>) {
+      bytes = bf16_tc::Shape<HD>::kMaxBytes;
+      if constexpr (HD != 32)
+        if (flash_attention_forward_uses_wgmma(HD)) bytes = std::max(bytes, sm90::Shape<HD>::kBytes);
+    } else {
+      bytes = Config<T, HD>::kBytes;
+    }
   });
   return bytes;
+}
+
+// The wgmma kernel runs where the cubin the runtime loaded for this device is sm_90 (the
+// build makes every 90 target sm_90a: mk/kernels.mk); elsewhere the kernel would trap.
+bool flash_attention_forward_uses_wgmma(int hd) {
+#ifdef PPTRAIN_EMULATED
+  (void)hd;
+  return false;
+#else
+  if (hd != 64 && hd != 128) return false;
+  static const bool sm90a = [] {
+    cudaFuncAttributes attr{};
+    return cudaFuncGetAttributes(&attr, sm90::forward_kernel<64>) == cudaSuccess && attr.binaryVersion == 90;
+  }();
+  return sm90a;
+#endif
+}
+
+void launch_flash_attention_forward_bf16(const LaunchContext& ctx, bf16* out, float* lse, const bf16* qkv, int b,
+                                         int t, int nh, int nkv, int hd, FlashForward kernel) {
+  with_head_dim(hd, [&](auto hd_constant) {
+    constexpr int HD = decltype(hd_constant)::value;
+    check_shape(b, t, nh, nkv, aligned16(out, qkv));
+    if (kernel == FlashForward::automatic)
+      kernel = flash_attention_forward_uses_wgmma(hd) ? FlashForward::wgmma : FlashForward::mma;
+    if (kernel == FlashForward::wgmma && HD == 32)
+      fail("flash attention: the wgmma forward takes head sizes 64 and 128, not ", hd);
+    if (size_t(b) * t * nh == 0) return;
+    dim3 grid(ceil_div(t, kRows), b * nh);
+    if constexpr (HD != 32)
+      if (kernel == FlashForward::wgmma)
+        return launch(ctx, "flash_attention_forward_sm90", sm90::forward_kernel<HD>, grid, dim3(kThreads),
+                      sm90::Shape<HD>::kBytes, out, lse, qkv, t, nh, nkv);
+    launch(ctx, "flash_attention_forward", bf16_tc::forward_kernel<HD>, grid, dim3(kThreads),
+           bf16_tc::Shape<HD>::kForwardBytes, out, lse, qkv, t, nh, nkv);
+  });
 }
 
 template <typename T>
 void launch_flash_attention_forward(const LaunchContext& ctx, T* out, float* lse, const T* qkv, int b, int t,
                                     int nh, int nkv, int hd) {
-  with_head_dim(hd, [&](auto hd_constant) {
-    constexpr int HD = decltype(hd_constant)::value;
-    check_shape(b, t, nh, nkv, aligned16(out, qkv));
-    if (size_t(b) * t * nh == 0) return;
-    dim3 grid(ceil_div(t, kRows), b * nh);
-    if constexpr (std::is_same_v<T, bf16>)
-      launch(ctx, "flash_attention_forward", bf16_tc::forward_kernel<HD>, grid, dim3(kThreads),
-             bf16_tc::Shape<HD>::kForwardBytes, out, lse, qkv, t, nh, nkv);
-    else
-      launch(ctx, "flash_attention_forward", forward_kernel<T, HD>, grid, dim3(kThreads), 0, out, lse, qkv, t,
-             nh, nkv);
-  });
+  if constexpr (std::is_same_v<T, bf16>) {
+    launch_flash_attention_forward_bf16(ctx, out, lse, qkv, b, t, nh, nkv, hd, FlashForward::automatic);
+  } else {
+    with_head_dim(hd, [&](auto hd_constant) {
+      constexpr int HD = decltype(hd_constant)::value;
+      check_shape(b, t, nh, nkv, aligned16(out, qkv));
+      if (size_t(b) * t * nh == 0) return;
+      launch(ctx, "flash_attention_forward", forward_kernel<T, HD>, dim3(ceil_div(t, kRows), b * nh), dim3(kThreads),
+             0, out, lse, qkv, t, nh, nkv);
+    });
+  }
 }
 
 template <typename T>

@@ -125,6 +125,52 @@ __device__ __forceinline__ void store_rows(bf16* row_lo, bf16* row_hi, const flo
   }
 }
 
+// One online-softmax step of the forward over the warp's scores S [16 × kCols] of the key tile
+// at j0 (C tiles; the lane's rows i_lo = row g and i_hi = row g + 8): scale to base 2, mask
+// j > i to −∞ (a no-op below the diagonal), update the running max m and this lane's share of
+// the sum l (l sums the unrounded P), rescale the accumulators o by α = 2^(m − m'), and return
+// P = 2^(S − m') rounded to bf16 as the A fragments of the P·V product. Column 0 is visible
+// to every row, so m' is finite after the first tile; before, m = −∞ and α = 2^(−∞) = 0
+// multiplies the empty accumulators.
+template <int kCols, int HD>
+__device__ __forceinline__ void softmax_step(float (&s)[kCols / 8][4], u32 (&pa)[kCols / 16][4],
+                                             float (&o)[HD / 8][4], int j0, int i_lo, int i_hi, int t4,
+                                             float scale2, float& m_lo, float& m_hi, float& l_lo, float& l_hi) {
+  float mx_lo = m_lo, mx_hi = m_hi;
+  for (int n = 0; n < kCols / 8; ++n)
+    for (int e = 0; e < 2; ++e) {
+      int j = j0 + n * 8 + 2 * t4 + e;
+      s[n][e] = j > i_lo ? -INFINITY : s[n][e] * scale2;
+      s[n][2 + e] = j > i_hi ? -INFINITY : s[n][2 + e] * scale2;
+      mx_lo = fmaxf(mx_lo, s[n][e]), mx_hi = fmaxf(mx_hi, s[n][2 + e]);
+    }
+  mx_lo = quad_max(mx_lo), mx_hi = quad_max(mx_hi);
+  float alpha_lo = exp2f(m_lo - mx_lo), alpha_hi = exp2f(m_hi - mx_hi), sum_lo = 0.0f, sum_hi = 0.0f;
+  for (int n = 0; n < kCols / 8; ++n)
+    for (int e = 0; e < 2; ++e) {
+      s[n][e] = exp2f(s[n][e] - mx_lo), sum_lo += s[n][e];
+      s[n][2 + e] = exp2f(s[n][2 + e] - mx_hi), sum_hi += s[n][2 + e];
+    }
+  m_lo = mx_lo, m_hi = mx_hi;
+  l_lo = alpha_lo * l_lo + sum_lo, l_hi = alpha_hi * l_hi + sum_hi;
+  for (int n = 0; n < HD / 8; ++n) o[n][0] *= alpha_lo, o[n][1] *= alpha_lo, o[n][2] *= alpha_hi, o[n][3] *= alpha_hi;
+  to_a<kCols / 8>(pa, s);
+}
+
+// The forward's epilogue: out rows = O / l, lse = (m + log2 l) · ln 2 for the lane's rows
+// (rows at or past T are not stored).
+template <int HD>
+__device__ __forceinline__ void store_forward_rows(bf16* out, float* lse, const Head& head, float (&o)[HD / 8][4],
+                                                   int t, int i_lo, int i_hi, int t4, float m_lo, float m_hi,
+                                                   float l_lo, float l_hi) {
+  l_lo = quad_sum(l_lo), l_hi = quad_sum(l_hi);
+  bf16* row_lo = i_lo < t ? out + head.row + size_t(i_lo) * head.row_stride : nullptr;
+  bf16* row_hi = i_hi < t ? out + head.row + size_t(i_hi) * head.row_stride : nullptr;
+  store_rows<HD>(row_lo, row_hi, o, 1.0f / l_lo, 1.0f / l_hi, t4);
+  if (t4 == 0 && row_lo) lse[head.stats + i_lo] = (m_lo + log2f(l_lo)) * kLn2;
+  if (t4 == 0 && row_hi) lse[head.stats + i_hi] = (m_hi + log2f(l_hi)) * kLn2;
+}
+
 // ---- forward ---------------------------------------------------------------------------------
 // One block per (query tile of 64, b·h); S = Q Kᵀ · log2(e)/√HD per key tile of 64 up to the
 // diagonal, online softmax in base 2, O += P V; out = O / l, lse = (m + log2 l) · ln 2.
@@ -167,29 +213,8 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(bf16* out, float* lse
     if (j0 + kCols < q_end) async_tile<HD>(k_tile, qkv + head.k + (j0 + kCols) * ld, ld, kCols, t - j0 - kCols);
     ptx::cp_async_commit();
 
-    // Scale to base 2, mask j > i to −∞ (a no-op below the diagonal), online softmax.
-    float mx_lo = m_lo, mx_hi = m_hi;
-    for (int n = 0; n < kCols / 8; ++n)
-      for (int e = 0; e < 2; ++e) {
-        int j = j0 + n * 8 + 2 * t4 + e;
-        s[n][e] = j > i_lo ? -INFINITY : s[n][e] * scale2;
-        s[n][2 + e] = j > i_hi ? -INFINITY : s[n][2 + e] * scale2;
-        mx_lo = fmaxf(mx_lo, s[n][e]), mx_hi = fmaxf(mx_hi, s[n][2 + e]);
-      }
-    // Column 0 is visible to every row, so the max is finite after the first tile; before,
-    // m = −∞ and α = 2^(−∞) = 0 multiplies the empty accumulators.
-    mx_lo = quad_max(mx_lo), mx_hi = quad_max(mx_hi);
-    float alpha_lo = exp2f(m_lo - mx_lo), alpha_hi = exp2f(m_hi - mx_hi), sum_lo = 0.0f, sum_hi = 0.0f;
-    for (int n = 0; n < kCols / 8; ++n)
-      for (int e = 0; e < 2; ++e) {
-        s[n][e] = exp2f(s[n][e] - mx_lo), sum_lo += s[n][e];
-        s[n][2 + e] = exp2f(s[n][2 + e] - mx_hi), sum_hi += s[n][2 + e];
-      }
-    m_lo = mx_lo, m_hi = mx_hi;
-    l_lo = alpha_lo * l_lo + sum_lo, l_hi = alpha_hi * l_hi + sum_hi;  // l sums the unrounded P
-    for (int n = 0; n < S::kHdTiles; ++n) o[n][0] *= alpha_lo, o[n][1] *= alpha_lo, o[n][2] *= alpha_hi, o[n][3] *= alpha_hi;
     u32 pa[kCols / 16][4];  // P rounded to bf16 for the product
-    to_a<kCols / 8>(pa, s);
+    softmax_step<kCols, HD>(s, pa, o, j0, i_lo, i_hi, t4, scale2, m_lo, m_hi, l_lo, l_hi);
 
     ptx::cp_async_wait<1>();  // V_j (K_{j+1} may still be in flight)
     __syncthreads();
@@ -198,12 +223,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(bf16* out, float* lse
     if (j0 + kCols < q_end) async_tile<HD>(v_tile, qkv + head.v + (j0 + kCols) * ld, ld, kCols, t - j0 - kCols);
     ptx::cp_async_commit();
   }
-  l_lo = quad_sum(l_lo), l_hi = quad_sum(l_hi);
-  bf16* row_lo = i_lo < t ? out + head.row + size_t(i_lo) * head.row_stride : nullptr;
-  bf16* row_hi = i_hi < t ? out + head.row + size_t(i_hi) * head.row_stride : nullptr;
-  store_rows<HD>(row_lo, row_hi, o, 1.0f / l_lo, 1.0f / l_hi, t4);
-  if (t4 == 0 && row_lo) lse[head.stats + i_lo] = (m_lo + log2f(l_lo)) * kLn2;
-  if (t4 == 0 && row_hi) lse[head.stats + i_hi] = (m_hi + log2f(l_hi)) * kLn2;
+  store_forward_rows<HD>(out, lse, head, o, t, i_lo, i_hi, t4, m_lo, m_hi, l_lo, l_hi);
 }
 
 // ---- backward: dK, dV -----------------------------------------------------------------------

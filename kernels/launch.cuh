@@ -54,6 +54,13 @@ void launch(const LaunchContext& ctx, const char* name, void (*kernel)(Params...
   // cleared, so the check below reports this launch alone. A sticky error (a device fault)
   // is returned again by the launch itself.
   (void)cudaGetLastError();
+  // Above 48 KiB a kernel must opt in to dynamic shared memory (a host-side attribute, no
+  // device work: set at every such launch rather than tracked per kernel).
+  if (shared_bytes > 48 * 1024) {
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes));
+    if (e != cudaSuccess)
+      fail("kernel ", name, ": ", shared_bytes, " bytes of shared memory refused: ", cudaGetErrorString(e));
+  }
   kernel<<<grid, block, shared_bytes, ctx.stream>>>(args...);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) fail("kernel ", name, ": launch failed: ", cudaGetErrorString(err));

@@ -19,7 +19,11 @@ $(KERNEL_EMU_TESTS): $(KERNEL_EMU_OBJS)
 NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 CUDA_ARCH ?= 80 90
 NVCC_FLAGS ?= -O3 -std=c++20 -lineinfo
-NVCC_GENCODE := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
+# Hopper (90) is built as sm_90a: the wgmma flash attention forward needs its
+# architecture-specific instructions (the cubin runs on every compute capability 9.0 GPU);
+# the launcher takes that kernel where the loaded cubin is 9.0 (flash_attention.cu).
+NVCC_ARCH = $(if $(filter 90,$(1)),90a,$(1))
+NVCC_GENCODE := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(call NVCC_ARCH,$(a)),code=sm_$(call NVCC_ARCH,$(a)))
 KERNEL_NVCC_OBJS := $(KERNEL_SRCS:%.cu=$(BUILD)/nvcc/%.o)
 
 $(BUILD)/nvcc/kernels/%.o: kernels/%.cu kernels/*.cuh

@@ -13,6 +13,7 @@
 
 #include "device.cuh"
 #include "ptx.cuh"
+#include "wgmma.cuh"
 
 using namespace pptrain::kernels;
 using pptrain::emu::KernelFault;
@@ -212,6 +213,94 @@ TEST(EmulatedPtx, AddressesOutsideSharedMemoryAreFaults) {
   } catch (const KernelFault& e) {
     EXPECT_NE(std::string(e.what()).find("row address is not in shared memory"), std::string::npos) << e.what();
   }
+}
+
+// ---- wgmma (sm_90a) -------------------------------------------------------------------------
+// D[64×N] = A[64×16]·B[16×N] for three operand placements, each tile written into shared
+// memory by the manual's own layout formulas (PTX ISA "Shared Memory Matrix Layout", CuTe
+// notation, in bf16 elements; swizzles applied to byte addresses of a 1024-byte aligned tile):
+//  kInterleaved: A and B K-major, no swizzle: ((8,m),(8,2k)):((8,SBO),(1,LBO)), LBO 128 B, SBO 256 B
+//  kSwizzled:    A and B K-major, 128B swizzle: Swizzle<3,4,3> o ((8,m),(8,2k)):((64,SBO),(1,8)), SBO 1024 B
+//  kRegisters:   A in registers (mma.sync A layout per warp), B MN-major 128B swizzled, N = 128:
+//                Swizzle<3,4,3> o ((8,8,2),(8,2)):((1,8,LBO),(64,SBO)), LBO 8192 B, SBO 1024 B
+enum Placement { kInterleaved, kSwizzled, kRegisters };
+
+uint32_t swizzle128(uint32_t byte) { return byte ^ (((byte >> 7) & 7) << 4); }
+
+// Byte offset (from the 1024-aligned tile) of element (mn, k) of a K-major operand.
+uint32_t k_major_byte(Placement p, int mn, int k) {
+  if (p == kInterleaved) return uint32_t((mn % 8) * 8 + (mn / 8) * 128 + (k % 8) + (k / 8) * 64) * 2;
+  return swizzle128(uint32_t((mn % 8) * 64 + (mn / 8) * 512 + k) * 2);
+}
+// Byte offset of element (k, n) of the MN-major B of kRegisters.
+uint32_t mn_major_byte(int k, int n) {
+  return swizzle128(uint32_t(n % 8 + (n / 8) % 8 * 8 + (n / 64) * 4096 + (k % 8) * 64 + (k / 8) * 512) * 2);
+}
+
+template <int N>
+__global__ void wgmma_kernel(float* d, const float* a, const float* b, Placement p) {
+  PPTRAIN_DYNAMIC_SHARED(unsigned char, raw);
+  unsigned char* tile = raw + (1024 - wgmma::smem_address(raw) % 1024) % 1024;
+  unsigned char* a_tile = tile;                  // 8 KiB
+  unsigned char* b_tile = tile + 8192;           // 16 KiB
+  int l = threadIdx.x;
+  for (int e = l; e < 64 * 16; e += 128) {
+    int m = e / 16, k = e % 16;
+    bf16 v = __float2bfloat16_rn(a[e]);
+    std::memcpy(a_tile + k_major_byte(p == kRegisters ? kSwizzled : p, m, k), &v, 2);
+  }
+  for (int e = l; e < 16 * N; e += 128) {
+    int k = e / N, n = e % N;
+    bf16 v = __float2bfloat16_rn(b[e]);
+    std::memcpy(b_tile + (p == kRegisters ? mn_major_byte(k, n) : k_major_byte(p, n, k)), &v, 2);
+  }
+  wgmma::fence_proxy_async();
+  __syncthreads();
+  uint32_t a_addr = wgmma::smem_address(a_tile), b_addr = wgmma::smem_address(b_tile);
+  float acc[N / 2];
+  int w = l / 32, g = l % 32 / 4, t = l % 4;
+  for (int e = 0; e < N / 2; ++e) acc[e] = 0.5f;  // C = 0.5 everywhere, accumulated onto
+  wgmma::fence();
+  if (p == kRegisters) {
+    u32 ar[4];
+    for (int r = 0; r < 4; ++r) {
+      int row = 16 * w + g + (r & 1) * 8, col = 2 * t + (r >> 1) * 8;
+      ar[r] = pair(a[row * 16 + col], a[row * 16 + col + 1]);
+    }
+    if constexpr (N == 128) wgmma::mma_rs_mn<128>(acc, ar, wgmma::descriptor_sw128(b_addr, 8192, 1024), true);
+  } else if constexpr (N == 64) {
+    uint64_t da = p == kInterleaved ? (uint64_t(a_addr >> 4) | uint64_t(128 >> 4) << 16 | uint64_t(256 >> 4) << 32)
+                                    : wgmma::descriptor_sw128(a_addr, 16, 1024);
+    uint64_t db = p == kInterleaved ? (uint64_t(b_addr >> 4) | uint64_t(128 >> 4) << 16 | uint64_t(256 >> 4) << 32)
+                                    : wgmma::descriptor_sw128(b_addr, 16, 1024);
+    wgmma::mma_ss_n64(acc, da, db, true);
+  }
+  wgmma::commit();
+  wgmma::wait<0>();
+  // "d[4j + i] = D[16w + g + 8(i / 2)][8j + 2t + i % 2]"
+  for (int e = 0; e < N / 2; ++e) d[(16 * w + g + 8 * (e % 4 / 2)) * N + 8 * (e / 4) + 2 * t + e % 2] = acc[e];
+}
+
+template <int N>
+void check_wgmma(Placement p) {
+  std::vector<float> a = small_ints(64 * 16, 6), b = small_ints(16 * N, 7), d(64 * N);
+  for (Order order : {Order::forward, Order::reverse}) {
+    Stream stream{order};
+    launch({&stream}, "wgmma", wgmma_kernel<N>, dim3(1), dim3(128), 8192 + 16384 + 1024, d.data(),
+           (const float*)a.data(), (const float*)b.data(), p);
+    for (int m = 0; m < 64; ++m)
+      for (int n = 0; n < N; ++n) {
+        float ref = 0.5f;
+        for (int k = 0; k < 16; ++k) ref += a[m * 16 + k] * b[k * N + n];
+        ASSERT_EQ(d[m * N + n], ref) << "placement " << p << " row " << m << " column " << n;
+      }
+  }
+}
+
+TEST(EmulatedPtx, WgmmaReadsTheManualsSharedMemoryLayouts) {
+  check_wgmma<64>(kInterleaved);
+  check_wgmma<64>(kSwizzled);
+  check_wgmma<128>(kRegisters);
 }
 
 }  // namespace

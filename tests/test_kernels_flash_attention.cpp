@@ -140,15 +140,21 @@ void backward_reference(Reference& r, const Shape& s, const std::vector<float>& 
                                        << worst << " times the bf16 bound)";
 }
 
-// Forward then backward of the kernels at storage type T, in both fiber orders. The backward
-// is given `out_in`, `lse_in` (or, when empty, the forward's own outputs).
+// Forward then backward of the kernels at storage type T, in both fiber orders; the backward
+// runs on the forward's out and lse. `forward` picks the bf16 forward kernel (mma.sync or the
+// Hopper wgmma one; automatic is mma.sync under the emulator).
 template <typename T>
-Outputs run_kernels(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout) {
+Outputs run_kernels(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout,
+                    FlashForward forward = FlashForward::automatic) {
   return run_both_orders([&](const LaunchContext& ctx) {
     Guarded<T> gqkv(store_as<T>(qkv)), gdout(store_as<T>(dout));
     Guarded<T> out{std::vector<T>(s.rows() * s.c())}, dqkv{std::vector<T>(qkv.size())};
     Guarded<float> lse{std::vector<float>(size_t(s.b) * s.nh * s.t)}, delta{std::vector<float>(lse.size())};
-    launch_flash_attention_forward<T>(ctx, out.data(), lse.data(), gqkv.data(), s.b, s.t, s.nh, s.hd);
+    if constexpr (std::is_same_v<T, bf16>)
+      launch_flash_attention_forward_bf16(ctx, out.data(), lse.data(), gqkv.data(), s.b, s.t, s.nh, s.nh, s.hd,
+                                          forward);
+    else
+      launch_flash_attention_forward<T>(ctx, out.data(), lse.data(), gqkv.data(), s.b, s.t, s.nh, s.hd);
     launch_flash_attention_backward_input<T>(ctx, dqkv.data(), delta.data(), gdout.data(), gqkv.data(), out.data(),
                                              lse.data(), s.b, s.t, s.nh, s.hd);
     return Outputs{checked(out, "out"), checked(lse, "lse"), checked(dqkv, "dqkv"), checked(delta, "delta")};
@@ -175,11 +181,12 @@ void check_fp32(const Shape& s) {
   EXPECT_TRUE(normwise(got[2], std::vector<double>(dqkv.begin(), dqkv.end()))) << "dqkv vs cpu naive";
 }
 
-void check_bf16(const Shape& s) {
-  SCOPED_TRACE(::testing::Message() << "bf16 b=" << s.b << " t=" << s.t << " nh=" << s.nh << " hd=" << s.hd);
+void check_bf16(const Shape& s, FlashForward forward = FlashForward::automatic) {
+  SCOPED_TRACE(::testing::Message() << "bf16 b=" << s.b << " t=" << s.t << " nh=" << s.nh << " hd=" << s.hd
+                                    << (forward == FlashForward::wgmma ? " (wgmma forward)" : ""));
   std::vector<float> qkv = representable<bf16>(inputs(s.rows() * 3 * s.c(), 71));
   std::vector<float> dout = representable<bf16>(inputs(s.rows() * s.c(), 72));
-  Outputs got = run_kernels<bf16>(s, qkv, dout);
+  Outputs got = run_kernels<bf16>(s, qkv, dout, forward);
   Reference ref = forward_reference(s, qkv);
   EXPECT_TRUE(within_bf16(got[0], ref.out, ref.abs_out)) << "out vs double";
   EXPECT_TRUE(normwise(got[1], ref.lse)) << "lse vs double";
@@ -212,6 +219,27 @@ TEST(KernelsFlashAttention, Fp32MatchesReferenceAndNaive) {
 
 TEST(KernelsFlashAttention, Bf16WithinRoundingBound) {
   for (const Shape& s : kShapes) check_bf16(s);
+}
+
+// The Hopper forward (wgmma on swizzled shared tiles, emu/ptx_emu.h) against the same
+// reference and bound; the backward then runs on its out and lse. Its head sizes: 64, 128.
+TEST(KernelsFlashAttention, Bf16WgmmaForwardWithinRoundingBound) {
+  for (const Shape& s : kShapes)
+    if (s.hd != 32) check_bf16(s, FlashForward::wgmma);
+}
+
+TEST(KernelsFlashAttention, WgmmaForwardRefusesHeadSize32WithOneLine) {
+  std::vector<bf16> buf(3 * 32 * 4), out(32 * 4);
+  std::vector<float> lse(4);
+  emu::Stream stream;
+  try {
+    launch_flash_attention_forward_bf16(LaunchContext{&stream}, out.data(), lse.data(), buf.data(), 1, 4, 1, 1, 32,
+                                        FlashForward::wgmma);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "flash attention: the wgmma forward takes head sizes 64 and 128, not 32");
+  }
+  EXPECT_EQ(stream.launches, 0);
 }
 
 TEST(KernelsFlashAttention, UnsupportedHeadDimFailsWithOneLine) {
