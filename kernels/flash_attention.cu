@@ -299,6 +299,11 @@ void launch_flash_attention_forward_bf16(const LaunchContext& ctx, bf16* out, fl
       kernel = flash_attention_forward_uses_wgmma(hd) ? FlashForward::wgmma : FlashForward::mma;
     if (kernel == FlashForward::wgmma && HD == 32)
       fail("flash attention: the wgmma forward takes head sizes 64 and 128, not ", hd);
+#ifndef PPTRAIN_EMULATED
+    if (kernel == FlashForward::wgmma && !flash_attention_forward_uses_wgmma(hd))
+      fail("flash attention: the wgmma forward needs a Hopper GPU (compute capability 9.0) and a build with "
+           "CUDA_ARCH including 90");
+#endif
     if (size_t(b) * t * nh == 0) return;
     dim3 grid(ceil_div(t, kRows), b * nh);
     if constexpr (HD != 32)

@@ -151,7 +151,26 @@ TEST(CudaBackendAttentionCheck, NaivePathIsWithinTheCheckBoundsAndCudnnSaysItIsM
         << cudnn.output;
   CommandResult usage = run_command(bin + " --impls naive,fast", 30);
   EXPECT_EQ(usage.exit_code, 2) << usage.output;
-  EXPECT_EQ(usage.output, "attention_check: --impls: expected naive, flash or cudnn, got 'fast'\n");
+  EXPECT_EQ(usage.output, "attention_check: --impls: expected naive, flash, flash-mma, flash-wgmma or cudnn, got 'fast'\n");
+}
+
+TEST(CudaBackendAttentionCheck, BothFlashForwardsAreWithinTheCheckBoundsAndAgree) {
+  // The two bf16 forward kernels (mma.sync, and Hopper's wgmma on the emulator's PTX) through
+  // the check's own bounds: each against the fp64 reference and against each other, for
+  // every tensor and shape (multi-head and grouped-query, HD 64 and 128).
+  const std::string bin = fs::path(pptrain_emu_bin()).parent_path().string() + "/bench/attention_check-emu";
+  ASSERT_TRUE(fs::exists(bin)) << bin << " not built";
+  CommandResult r = run_command("OMP_NUM_THREADS=1 " + bin + " --impls flash-mma,flash-wgmma", 300);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  int lines = 0;
+  for (size_t at = r.output.find("\"check\""); at != std::string::npos; at = r.output.find("\"check\"", at + 1)) {
+    const std::string line = r.output.substr(at, r.output.find('\n', at) - at);
+    EXPECT_NE(line.find("\"pass\": true"), std::string::npos) << line;
+    ++lines;
+  }
+  // 4 shapes × (2 implementations against the reference + 1 pair) × 6 tensors (out, lse, dq,
+  // dk, dv, and the whole dqkv) at most; at least out, dq, dk, dv of each.
+  EXPECT_GE(lines, 4 * 3 * 4) << r.output;
 }
 
 TEST(CudaBackendBuild, HostSourcesCompileAgainstTheCudaToolkitHeaders) {

@@ -1,15 +1,18 @@
-// attention_check: the causal attention core of the cuda backend, run three ways through
-// CudaOps on one GPU, against each other and against an fp64 host reference:
-//   naive  attention_forward / attention_backward_input (cuBLAS GEMMs + softmax kernels, the
-//          [B,NH,T,T] probabilities stored in bf16);
-//   flash  flash_attention_forward / _backward_input, the handwritten fused kernels;
-//   cudnn  the same two ops with model.attention: cudnn (cuDNN's fused SDPA).
+// attention_check: the causal attention core of the cuda backend, run several ways on one
+// GPU, against each other and against an fp64 host reference:
+//   naive        attention_forward / attention_backward_input (cuBLAS GEMMs + softmax
+//                kernels, the [B,NH,T,T] probabilities stored in bf16);
+//   flash        flash_attention_forward / _backward_input, the handwritten fused kernels as
+//                CudaOps runs them (the forward: wgmma on Hopper, mma.sync elsewhere);
+//   flash-mma    the same with the forward forced to the mma.sync kernel,
+//   flash-wgmma  and to the Hopper wgmma kernel (an error line elsewhere);
+//   cudnn        the same two ops with model.attention: cudnn (cuDNN's fused SDPA).
 // Random bf16 inputs (qkv and dout entries N(0,1), rounded to bf16), B=2, NH=4, T=200, HD=64
 // and HD=128 with 4 key/value heads, and grouped-query: HD=64 with 2, HD=128 with 1;
 // forward, then backward from the forward's own out (and lse or probs), as in
 // training. Built only by the real CUDA build:
 //   make CUDA=1 build/bench/attention_check && build/bench/attention_check [--device N]
-//        [--impls naive,flash,cudnn] [--time]
+//        [--impls naive,flash,flash-mma,flash-wgmma,cudnn] [--time]   (default: all but flash)
 // (scripts/gpu_check.sh runs it on a lent GPU). One JSON line per comparison:
 //   {"check": "attention", "B": 2, "NH": 4, "T": 200, "HD": 64, "tensor": "dq", "a": "cudnn",
 //    "b": "reference", "normwise": 1.2e-04, "bound": 1.6e-02, "pass": true}
@@ -75,6 +78,7 @@
 
 #include "backend/cuda/cuda_ops.h"
 #include "core/bf16.h"
+#include "flash_attention.cuh"
 
 namespace pptrain {
 namespace {
@@ -234,6 +238,18 @@ std::vector<double> to_double(Ops& ops, const bfloat16* device, size_t n) {
   return out;
 }
 
+// The fused forward of `impl` (flash, cudnn: through CudaOps; flash-mma, flash-wgmma: the
+// bf16 kernel launcher with the forward kernel forced, on the backend's compute stream).
+void flash_forward(cuda::CudaOps& ops, const std::string& impl, bfloat16* out, float* lse, const bfloat16* qkv, int b,
+                   int t, int nh, int nkv, int hd) {
+  if (impl != "flash-mma" && impl != "flash-wgmma")
+    return ops.gqa_flash_attention_forward(out, lse, qkv, b, t, nh, nkv, hd);
+  kernels::launch_flash_attention_forward_bf16(
+      kernels::LaunchContext{ops.compute_stream()}, reinterpret_cast<kernels::bf16*>(out), lse,
+      reinterpret_cast<const kernels::bf16*>(qkv), b, t, nh, nkv, hd,
+      impl == "flash-mma" ? kernels::FlashForward::mma : kernels::FlashForward::wgmma);
+}
+
 // Forward then backward of one implementation, on its own CudaOps.
 Result run(const std::string& impl, int device, const Shape& s, const std::vector<bfloat16>& qkv,
            const std::vector<bfloat16>& dout) {
@@ -251,7 +267,7 @@ Result run(const std::string& impl, int device, const Shape& s, const std::vecto
       ops.gqa_attention_forward(o, probs, q, s.b, s.t, s.nh, s.nkv, s.hd);
       ops.gqa_attention_backward_input(dq, d_dout.as<bfloat16>(), q, probs, s.b, s.t, s.nh, s.nkv, s.hd);
     } else {
-      ops.gqa_flash_attention_forward(o, d_lse.as<float>(), q, s.b, s.t, s.nh, s.nkv, s.hd);
+      flash_forward(ops, impl, o, d_lse.as<float>(), q, s.b, s.t, s.nh, s.nkv, s.hd);
       ops.gqa_flash_attention_backward_input(dq, d_delta.as<float>(), d_dout.as<bfloat16>(), q, o,
                                              d_lse.as<float>(), s.b, s.t, s.nh, s.nkv, s.hd);
       std::vector<float> lse(n_lse);
@@ -380,7 +396,7 @@ void time_impl(const std::string& impl, int device, const TimeShape& s) {
     auto* dout = d_dout.as<bfloat16>();
     auto forward = [&] {
       if (impl == "naive") ops.gqa_attention_forward(o, probs, q, s.b, s.t, s.nh, s.nkv, s.hd);
-      else ops.gqa_flash_attention_forward(o, d_lse.as<float>(), q, s.b, s.t, s.nh, s.nkv, s.hd);
+      else flash_forward(ops, impl, o, d_lse.as<float>(), q, s.b, s.t, s.nh, s.nkv, s.hd);
     };
     auto backward = [&] {
       if (impl == "naive") ops.gqa_attention_backward_input(dq, dout, q, probs, s.b, s.t, s.nh, s.nkv, s.hd);
@@ -419,7 +435,8 @@ void time_impl(const std::string& impl, int device, const TimeShape& s) {
 int main(int argc, char** argv) {
   int device = 0;
   bool time = false;
-  std::vector<std::string> impls = {"naive", "flash", "cudnn"};
+  std::vector<std::string> impls = {"naive", "flash-mma", "flash-wgmma", "cudnn"};
+  const std::vector<std::string> known = {"naive", "flash", "flash-mma", "flash-wgmma", "cudnn"};
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--device" && i + 1 < argc) {
@@ -428,8 +445,9 @@ int main(int argc, char** argv) {
       impls.clear();
       std::stringstream list(argv[++i]);
       for (std::string name; std::getline(list, name, ',');) {
-        if (name != "naive" && name != "flash" && name != "cudnn") {
-          std::fprintf(stderr, "attention_check: --impls: expected naive, flash or cudnn, got '%s'\n", name.c_str());
+        if (std::find(known.begin(), known.end(), name) == known.end()) {
+          std::fprintf(stderr, "attention_check: --impls: expected naive, flash, flash-mma, flash-wgmma or cudnn, got '%s'\n",
+                       name.c_str());
           return 2;
         }
         impls.push_back(name);
@@ -437,7 +455,7 @@ int main(int argc, char** argv) {
     } else if (arg == "--time") {
       time = true;
     } else {
-      std::fprintf(stderr, "usage: attention_check [--device N] [--impls naive,flash,cudnn] [--time]\n");
+      std::fprintf(stderr, "usage: attention_check [--device N] [--impls naive,flash,flash-mma,flash-wgmma,cudnn] [--time]\n");
       return 2;
     }
   }
