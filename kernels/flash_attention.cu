@@ -266,7 +266,8 @@ size_t flash_attention_shared_bytes(int hd) {
     if constexpr (std::is_same_v<T, bf16>) {
       bytes = bf16_tc::Shape<HD>::kMaxBytes;
       if constexpr (HD != 32)
-        if (flash_attention_forward_uses_wgmma(HD)) bytes = std::max(bytes, sm90::Shape<HD>::kBytes);
+        if (flash_attention_uses_wgmma(HD))
+          bytes = std::max({bytes, sm90::Shape<HD>::kForwardBytes, sm90::Shape<HD>::kKvBytes, sm90::Shape<HD>::kQBytes});
     } else {
       bytes = Config<T, HD>::kBytes;
     }
@@ -276,7 +277,7 @@ size_t flash_attention_shared_bytes(int hd) {
 
 // The wgmma kernel runs where the cubin the runtime loaded for this device is sm_90 (the
 // build makes every 90 target sm_90a: mk/kernels.mk); elsewhere the kernel would trap.
-bool flash_attention_forward_uses_wgmma(int hd) {
+bool flash_attention_uses_wgmma(int hd) {
 #ifdef PPTRAIN_EMULATED
   (void)hd;
   return false;
@@ -290,26 +291,34 @@ bool flash_attention_forward_uses_wgmma(int hd) {
 #endif
 }
 
+namespace {
+// `automatic` resolved; a forced wgmma that cannot run fails with one line.
+FlashKernels resolve(FlashKernels kernels, int hd) {
+  if (kernels == FlashKernels::automatic)
+    return flash_attention_uses_wgmma(hd) ? FlashKernels::wgmma : FlashKernels::mma;
+  if (kernels == FlashKernels::wgmma && hd != 64 && hd != 128)
+    fail("flash attention: the wgmma kernels take head sizes 64 and 128, not ", hd);
+#ifndef PPTRAIN_EMULATED
+  if (kernels == FlashKernels::wgmma && !flash_attention_uses_wgmma(hd))
+    fail("flash attention: the wgmma kernels need a Hopper GPU (compute capability 9.0) and a build with "
+         "CUDA_ARCH including 90");
+#endif
+  return kernels;
+}
+}  // namespace
+
 void launch_flash_attention_forward_bf16(const LaunchContext& ctx, bf16* out, float* lse, const bf16* qkv, int b,
-                                         int t, int nh, int nkv, int hd, FlashForward kernel) {
+                                         int t, int nh, int nkv, int hd, FlashKernels kernel) {
   with_head_dim(hd, [&](auto hd_constant) {
     constexpr int HD = decltype(hd_constant)::value;
     check_shape(b, t, nh, nkv, aligned16(out, qkv));
-    if (kernel == FlashForward::automatic)
-      kernel = flash_attention_forward_uses_wgmma(hd) ? FlashForward::wgmma : FlashForward::mma;
-    if (kernel == FlashForward::wgmma && HD == 32)
-      fail("flash attention: the wgmma forward takes head sizes 64 and 128, not ", hd);
-#ifndef PPTRAIN_EMULATED
-    if (kernel == FlashForward::wgmma && !flash_attention_forward_uses_wgmma(hd))
-      fail("flash attention: the wgmma forward needs a Hopper GPU (compute capability 9.0) and a build with "
-           "CUDA_ARCH including 90");
-#endif
+    kernel = resolve(kernel, hd);
     if (size_t(b) * t * nh == 0) return;
     dim3 grid(ceil_div(t, kRows), b * nh);
     if constexpr (HD != 32)
-      if (kernel == FlashForward::wgmma)
+      if (kernel == FlashKernels::wgmma)
         return launch(ctx, "flash_attention_forward_sm90", sm90::forward_kernel<HD>, grid, dim3(kThreads),
-                      sm90::Shape<HD>::kBytes, out, lse, qkv, t, nh, nkv);
+                      sm90::Shape<HD>::kForwardBytes, out, lse, qkv, t, nh, nkv);
     launch(ctx, "flash_attention_forward", bf16_tc::forward_kernel<HD>, grid, dim3(kThreads),
            bf16_tc::Shape<HD>::kForwardBytes, out, lse, qkv, t, nh, nkv);
   });
@@ -319,7 +328,7 @@ template <typename T>
 void launch_flash_attention_forward(const LaunchContext& ctx, T* out, float* lse, const T* qkv, int b, int t,
                                     int nh, int nkv, int hd) {
   if constexpr (std::is_same_v<T, bf16>) {
-    launch_flash_attention_forward_bf16(ctx, out, lse, qkv, b, t, nh, nkv, hd, FlashForward::automatic);
+    launch_flash_attention_forward_bf16(ctx, out, lse, qkv, b, t, nh, nkv, hd, FlashKernels::automatic);
   } else {
     with_head_dim(hd, [&](auto hd_constant) {
       constexpr int HD = decltype(hd_constant)::value;
@@ -331,32 +340,59 @@ void launch_flash_attention_forward(const LaunchContext& ctx, T* out, float* lse
   }
 }
 
-template <typename T>
-void launch_flash_attention_backward_input(const LaunchContext& ctx, T* dqkv, float* delta, const T* dout,
-                                           const T* qkv, const T* out, const float* lse, int b, int t, int nh,
-                                           int nkv, int hd) {
+void launch_flash_attention_backward_input_bf16(const LaunchContext& ctx, bf16* dqkv, float* delta,
+                                                const bf16* dout, const bf16* qkv, const bf16* out,
+                                                const float* lse, int b, int t, int nh, int nkv, int hd,
+                                                FlashKernels kernel) {
   with_head_dim(hd, [&](auto hd_constant) {
     constexpr int HD = decltype(hd_constant)::value;
     check_shape(b, t, nh, nkv, aligned16(dqkv, dout, qkv, out));
+    kernel = resolve(kernel, hd);
     int rows = b * t * nh;
     if (rows == 0) return;
-    launch(ctx, "flash_attention_delta", delta_kernel<T>, dim3(ceil_div(rows, kWarps)), dim3(kThreads), 0, delta,
+    launch(ctx, "flash_attention_delta", delta_kernel<bf16>, dim3(ceil_div(rows, kWarps)), dim3(kThreads), 0, delta,
            dout, out, rows, t, nh, hd);
     // dK, dV: one block per key tile of each key/value head; dQ: one per query tile of each query head.
     dim3 kv_grid(ceil_div(t, kRows), b * nkv), q_grid(ceil_div(t, kRows), b * nh);
     const float* dlt = delta;
-    if constexpr (std::is_same_v<T, bf16>) {
-      launch(ctx, "flash_attention_backward_kv", bf16_tc::kv_kernel<HD>, kv_grid, dim3(kThreads),
-             bf16_tc::Shape<HD>::kKvBytes, dqkv, dout, qkv, lse, dlt, t, nh, nkv);
-      launch(ctx, "flash_attention_backward_q", bf16_tc::q_kernel<HD>, q_grid, dim3(kThreads),
-             bf16_tc::Shape<HD>::kQBytes, dqkv, dout, qkv, lse, dlt, t, nh, nkv);
-    } else {
-      launch(ctx, "flash_attention_backward_kv", kv_kernel<T, HD>, kv_grid, dim3(kThreads), 0, dqkv, dout, qkv, lse,
-             dlt, t, nh, nkv);
-      launch(ctx, "flash_attention_backward_q", q_kernel<T, HD>, q_grid, dim3(kThreads), 0, dqkv, dout, qkv, lse,
-             dlt, t, nh, nkv);
-    }
+    if constexpr (HD != 32)
+      if (kernel == FlashKernels::wgmma) {
+        launch(ctx, "flash_attention_backward_kv_sm90", sm90::kv_kernel<HD>, kv_grid, dim3(kThreads),
+               sm90::Shape<HD>::kKvBytes, dqkv, dout, qkv, lse, dlt, t, nh, nkv);
+        launch(ctx, "flash_attention_backward_q_sm90", sm90::q_kernel<HD>, q_grid, dim3(kThreads),
+               sm90::Shape<HD>::kQBytes, dqkv, dout, qkv, lse, dlt, t, nh, nkv);
+        return;
+      }
+    launch(ctx, "flash_attention_backward_kv", bf16_tc::kv_kernel<HD>, kv_grid, dim3(kThreads),
+           bf16_tc::Shape<HD>::kKvBytes, dqkv, dout, qkv, lse, dlt, t, nh, nkv);
+    launch(ctx, "flash_attention_backward_q", bf16_tc::q_kernel<HD>, q_grid, dim3(kThreads),
+           bf16_tc::Shape<HD>::kQBytes, dqkv, dout, qkv, lse, dlt, t, nh, nkv);
   });
+}
+
+template <typename T>
+void launch_flash_attention_backward_input(const LaunchContext& ctx, T* dqkv, float* delta, const T* dout,
+                                           const T* qkv, const T* out, const float* lse, int b, int t, int nh,
+                                           int nkv, int hd) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    launch_flash_attention_backward_input_bf16(ctx, dqkv, delta, dout, qkv, out, lse, b, t, nh, nkv, hd,
+                                               FlashKernels::automatic);
+  } else {
+    with_head_dim(hd, [&](auto hd_constant) {
+      constexpr int HD = decltype(hd_constant)::value;
+      check_shape(b, t, nh, nkv, aligned16(dqkv, dout, qkv, out));
+      int rows = b * t * nh;
+      if (rows == 0) return;
+      launch(ctx, "flash_attention_delta", delta_kernel<T>, dim3(ceil_div(rows, kWarps)), dim3(kThreads), 0, delta,
+             dout, out, rows, t, nh, hd);
+      // dK, dV: one block per key tile of each key/value head; dQ: one per query tile of each query head.
+      dim3 kv_grid(ceil_div(t, kRows), b * nkv), q_grid(ceil_div(t, kRows), b * nh);
+      launch(ctx, "flash_attention_backward_kv", kv_kernel<T, HD>, kv_grid, dim3(kThreads), 0, dqkv, dout, qkv, lse,
+             static_cast<const float*>(delta), t, nh, nkv);
+      launch(ctx, "flash_attention_backward_q", q_kernel<T, HD>, q_grid, dim3(kThreads), 0, dqkv, dout, qkv, lse,
+             static_cast<const float*>(delta), t, nh, nkv);
+    });
+  }
 }
 
 #define PPTRAIN_INSTANTIATE(T)                                                                                   \

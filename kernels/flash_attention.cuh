@@ -44,19 +44,24 @@ void launch_flash_attention_backward_input(const LaunchContext& ctx, T* dqkv, fl
   launch_flash_attention_backward_input(ctx, dqkv, delta, dout, qkv, out, lse, b, t, nh, nh, hd);
 }
 
-// The bf16 forward's kernels: the mma.sync kernel runs on every GPU; the wgmma kernel (head
-// sizes 64 and 128) where the cubin loaded for the device is sm_90a (Hopper). `automatic`
-// picks the wgmma kernel where it can run; the others force one (tests, attention_check).
-enum class FlashForward { automatic, mma, wgmma };
+// The bf16 kernels: the mma.sync kernels run on every GPU; the wgmma kernels (head sizes 64
+// and 128) where the cubin loaded for the device is sm_90a (Hopper). `automatic` picks wgmma
+// where it can run; the others force one set (tests, attention_check).
+enum class FlashKernels { automatic, mma, wgmma };
 
-// The bf16 forward with an explicit kernel choice (launch_flash_attention_forward<bf16> is
-// this with FlashForward::automatic). Forcing wgmma where it cannot run fails with one line.
+// The bf16 forward and backward with an explicit choice of kernels (the launchers above at
+// T = bf16 are these with FlashKernels::automatic). Forcing wgmma where it cannot run fails
+// with one line.
 void launch_flash_attention_forward_bf16(const LaunchContext& ctx, bf16* out, float* lse, const bf16* qkv, int b,
-                                         int t, int nh, int nkv, int hd, FlashForward kernel);
+                                         int t, int nh, int nkv, int hd, FlashKernels kernels);
+void launch_flash_attention_backward_input_bf16(const LaunchContext& ctx, bf16* dqkv, float* delta,
+                                                const bf16* dout, const bf16* qkv, const bf16* out,
+                                                const float* lse, int b, int t, int nh, int nkv, int hd,
+                                                FlashKernels kernels);
 
-// Whether FlashForward::automatic runs the wgmma kernel for head size hd on this device
-// (always false in the emulated build, whose tests choose the kernel explicitly).
-bool flash_attention_forward_uses_wgmma(int hd);
+// Whether FlashKernels::automatic runs the wgmma kernels for head size hd on this device
+// (always false in the emulated build, whose tests choose the kernels explicitly).
+bool flash_attention_uses_wgmma(int hd);
 
 // Shared memory of one block of the flash kernels at storage type T and head dim hd (bytes,
 // the largest of the kernels launched on this device; no tile depends on the sequence length).

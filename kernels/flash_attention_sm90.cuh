@@ -1,22 +1,28 @@
-// The Hopper (sm_90a) bf16 flash attention forward (flash_attention.cu only): the same
-// algorithm, block shape and softmax as the mma.sync forward (flash_attention_bf16.cuh), with
-// both products on warpgroup MMA (wgmma.cuh):
-//   S [64 × 64]  = Q Kᵀ: wgmma m64n64k16, Q and K K-major in shared memory (descriptors)
-//   O [64 × HD] += P V: wgmma m64nHDk16, P from registers (the softmax's output, already in
-//                 the A-fragment layout), V MN-major in shared memory (transposed B)
-// One block is one warpgroup (128 threads) and 64 query rows, as before: warp w owns rows
-// 16w..16w+15 of every accumulator, so the softmax code is shared. HD 64 and 128 (the
-// swizzle atom is 64 columns; HD 32 stays on the mma.sync kernel).
+// The Hopper (sm_90a) bf16 flash attention kernels (flash_attention.cu only): the same
+// algorithm, block shapes, softmax and deterministic backward split as the mma.sync kernels
+// (flash_attention_bf16.cuh), with every product on warpgroup MMA (wgmma.cuh):
+//   forward  S [64 × 64] = Q Kᵀ (SS: Q, K K-major in shared memory) and O += P V (RS: P from
+//            registers, already in the A-fragment layout; V MN-major, i.e. transposed B)
+//   dK, dV   Sᵀ = K Qᵀ, dPᵀ = V dOᵀ (SS), dV += Pᵀ dO, dK += dSᵀ Q (RS, dO and Q MN-major)
+//   dQ       S = Q Kᵀ, dP = dO Vᵀ (SS), dQ += dS K (RS, K MN-major)
+// One block is one warpgroup (128 threads) and 64 rows, as before: warp w owns rows
+// 16w..16w+15 of every accumulator (the wgmma D layout per warp is the mma.sync C layout), so
+// the softmax and the epilogues are shared. HD 64 and 128 (the swizzle atom is 64 columns;
+// HD 32 stays on the mma.sync kernels). The backward streams tiles of kN = 64 (HD 64) or 32
+// (HD 128: two HD-wide accumulators per thread already take 128 registers) columns.
 //
 // Shared memory (dynamic, 1024-byte aligned in the shared window: the 128B swizzle pattern
-// repeats at 1024 bytes, and descriptors with base offset 0 assume it): Q, then two stages of
-// (K, V), each a [64][HD] tile stored as HD/64 swizzled atoms of [64 rows][64 columns]
-// (8 KiB each, wgmma.cuh's swizzled_offset). HD 64: 41 KiB; HD 128: 81 KiB (above 48 KiB:
-// launch() opts in), two blocks per SM.
+// repeats at 1024 bytes, and descriptors with base offset 0 assume it): every tile a [R][HD]
+// array of HD/64 swizzled atoms of [R rows][64 columns] (wgmma.cuh's swizzled_offset), which
+// serves as a K-major operand (its rows are M or N) and as an MN-major one (its rows are K)
+// alike. Forward: Q and two stages of (K, V): 41 KiB (HD 64), 81 KiB (HD 128); dK/dV: the
+// block's K and V and two stages of (Q, dO, lse, delta): 50 / 65.5 KiB; dQ: the block's Q and
+// dO and two stages of (K, V): 49 / 65 KiB. Above 48 KiB launch() opts in.
 //
-// Pipeline: cp.async fills stage j + 2 while the block computes tile j + 1, as in the mma.sync
-// dQ kernel; each tile's data is published to the async proxy (fence.proxy.async) and the
-// warpgroup (barrier) before the wgmma that reads it.
+// Pipeline: cp.async fills stage j + 2 while the block computes tile j + 1; each tile's data
+// is published to the async proxy (fence.proxy.async) and the warpgroup (barrier) before the
+// wgmma that reads it. The emulator checks the layouts and the synchronisation
+// (tests/test_kernels_flash_attention.cpp), bench/cuda/attention_check the hardware.
 #pragma once
 #include "flash_attention_bf16.cuh"
 #include "wgmma.cuh"
@@ -25,53 +31,71 @@ namespace pptrain::kernels::flash::sm90 {
 
 using ptx::u32;
 
-template <int HD>
-struct Shape {
-  static_assert(HD == 64 || HD == 128, "the Hopper forward takes head sizes 64 and 128");
-  static constexpr int kAtoms = HD / 64;                      // 64-column atoms per row
-  static constexpr uint32_t kAtomBytes = 64 * 128;            // [64 rows][64 bf16], 8 KiB
-  static constexpr uint32_t kTileBytes = kAtoms * kAtomBytes; // a [64][HD] tile
-  static constexpr size_t kBytes = 5 * size_t(kTileBytes) + 1024;  // Q, 2 × (K, V), alignment slack
+// A [R][HD] bf16 tile in shared memory: HD/64 swizzled atoms of [R rows][64 columns] (R·128
+// bytes each, 1024-byte aligned), element (r, c) at atom c/64, byte swizzled_offset(r, c % 64).
+template <int HD, int R>
+struct Tile {
+  static_assert(HD == 64 || HD == 128, "the Hopper kernels take head sizes 64 and 128");
+  static_assert(R % 8 == 0, "whole 8-row groups (1024 bytes each)");
+  static constexpr uint32_t kAtomBytes = R * 128;
+  static constexpr uint32_t kBytes = HD / 64 * kAtomBytes;
 };
 
-// cp.async of 64 rows of a [*][HD] global matrix (row stride `stride` elements) into a
-// swizzled [64][HD] tile (1024-byte aligned); rows ≥ valid are zero-filled.
 template <int HD>
+struct Shape {
+  static constexpr int kN = HD == 128 ? 32 : 64;  // backward: columns per streamed tile (registers)
+  using Rows = Tile<HD, kRows>;                    // the block's own 64 rows
+  using Cols = Tile<HD, kN>;                       // a streamed backward tile
+  // Dynamic shared memory of each kernel, with 1024 bytes of slack for the alignment.
+  static constexpr size_t kForwardBytes = 5 * size_t(Rows::kBytes) + 1024;  // Q, 2 × (K, V)
+  static constexpr size_t kKvBytes = 2 * size_t(Rows::kBytes) + 4 * size_t(Cols::kBytes) + 4 * kN * 4 + 1024;
+  static constexpr size_t kQBytes = 2 * size_t(Rows::kBytes) + 4 * size_t(Cols::kBytes) + 1024;
+};
+
+// cp.async of R rows of a [*][HD] global matrix (row stride `stride` elements) into a
+// swizzled [R][HD] tile; rows ≥ valid are zero-filled.
+template <int HD, int R>
 __device__ __forceinline__ void async_tile(unsigned char* tile, const bf16* src, size_t stride, int valid) {
   constexpr int kChunks = HD / 8;  // 16-byte chunks per row
-  for (int idx = threadIdx.x; idx < 64 * kChunks; idx += blockDim.x) {
+  for (int idx = threadIdx.x; idx < R * kChunks; idx += blockDim.x) {
     int r = idx / kChunks, c = idx % kChunks;
     bool ok = r < valid;
-    unsigned char* dst = tile + (c / 8) * Shape<HD>::kAtomBytes + wgmma::swizzled_offset(r, (c % 8) * 8);
+    unsigned char* dst = tile + (c / 8) * Tile<HD, R>::kAtomBytes + wgmma::swizzled_offset(r, (c % 8) * 8);
     ptx::cp_async_16(dst, src + (ok ? size_t(r) * stride + c * 8 : 0), ok ? 16 : 0);
   }
 }
 
 // Descriptor of the K-major operand (rows × 16 columns) at column chunk kc of a swizzled
-// [64][HD] tile at shared address `tile`: the chunk's atom, 32 bytes per 16 columns inside
+// [R][HD] tile at shared address `tile`: the chunk's atom, 32 bytes per 16 columns inside
 // it; 8-row groups 1024 bytes apart (SBO); LBO unused for swizzled K-major layouts.
-template <int HD>
+template <int HD, int R>
 __device__ __forceinline__ uint64_t k_major(uint32_t tile, int kc) {
-  return wgmma::descriptor_sw128(tile + (kc / 4) * Shape<HD>::kAtomBytes + (kc % 4) * 32, 16, 1024);
+  return wgmma::descriptor_sw128(tile + (kc / 4) * Tile<HD, R>::kAtomBytes + (kc % 4) * 32, 16, 1024);
 }
 
-// Descriptor of V's rows 16kk..16kk+15 as the MN-major B of P·V: 8-key groups 1024 bytes apart
-// (SBO), the next 64 columns in the next atom (LBO).
-template <int HD>
+// Descriptor of rows 16kk..16kk+15 of a swizzled [R][HD] tile as an MN-major B (its rows
+// are B's K, its columns B's N): 8-row groups 1024 bytes apart (SBO), the next 64 columns in
+// the next atom (LBO).
+template <int HD, int R>
 __device__ __forceinline__ uint64_t mn_major(uint32_t tile, int kk) {
-  return wgmma::descriptor_sw128(tile + kk * 16 * 128, Shape<HD>::kAtomBytes, 1024);
+  return wgmma::descriptor_sw128(tile + kk * 16 * 128, Tile<HD, R>::kAtomBytes, 1024);
+}
+
+// The dynamic shared memory, advanced to the next 1024-byte boundary of the shared window.
+__device__ __forceinline__ unsigned char* aligned_shared(unsigned char* raw) {
+  return raw + (1024 - wgmma::smem_address(raw) % 1024) % 1024;
 }
 
 template <int HD>
 __global__ void __launch_bounds__(kThreads) forward_kernel(bf16* out, float* lse, const bf16* qkv, int t, int nh,
                                                            int nkv) {
-  using S = Shape<HD>;
+  using T = typename Shape<HD>::Rows;
   constexpr int kCols = kRows;  // keys per tile
-  PPTRAIN_DYNAMIC_SHARED(unsigned char, raw);  // S::kBytes
-  unsigned char* smem = raw + (1024 - wgmma::smem_address(raw) % 1024) % 1024;
+  PPTRAIN_DYNAMIC_SHARED(unsigned char, raw);  // Shape<HD>::kForwardBytes
+  unsigned char* smem = aligned_shared(raw);
   unsigned char* q_tile = smem;
-  auto k_tile = [&](int stage) { return smem + (1 + 2 * stage) * S::kTileBytes; };
-  auto v_tile = [&](int stage) { return smem + (2 + 2 * stage) * S::kTileBytes; };
+  auto k_tile = [&](int stage) { return smem + (1 + 2 * stage) * T::kBytes; };
+  auto v_tile = [&](int stage) { return smem + (2 + 2 * stage) * T::kBytes; };
   Head head(blockIdx.y / nh, blockIdx.y % nh, t, nh, nkv, HD);
   const size_t ld = head.qkv_stride;
   int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t4 = lane % 4;
@@ -82,12 +106,12 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(bf16* out, float* lse
 
   auto load_key_tile = [&](int j0, int stage) {
     if (j0 < q_end) {
-      async_tile<HD>(k_tile(stage), qkv + head.k + j0 * ld, ld, t - j0);
-      async_tile<HD>(v_tile(stage), qkv + head.v + j0 * ld, ld, t - j0);
+      async_tile<HD, kCols>(k_tile(stage), qkv + head.k + j0 * ld, ld, t - j0);
+      async_tile<HD, kCols>(v_tile(stage), qkv + head.v + j0 * ld, ld, t - j0);
     }
     ptx::cp_async_commit();  // possibly empty: one group per tile keeps wait<1> exact
   };
-  async_tile<HD>(q_tile, qkv + head.q + q0 * ld, ld, q_end - q0);  // in the first tile's group
+  async_tile<HD, kRows>(q_tile, qkv + head.q + q0 * ld, ld, q_end - q0);  // in the first tile's group
   load_key_tile(0, 0);
   load_key_tile(kCols, 1);
   uint32_t q_addr = wgmma::smem_address(q_tile);
@@ -102,7 +126,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(bf16* out, float* lse
     float s[kCols / 8][4] = {};  // overwritten: the first product does not accumulate
     wgmma::fence();
     for (int kc = 0; kc < HD / 16; ++kc)
-      wgmma::mma_ss_n64(reinterpret_cast<float(&)[32]>(s), k_major<HD>(q_addr, kc), k_major<HD>(k_addr, kc), kc > 0);
+      wgmma::mma_ss<64>(reinterpret_cast<float(&)[32]>(s), k_major<HD, kRows>(q_addr, kc), k_major<HD, kCols>(k_addr, kc), kc > 0);
     wgmma::commit();
     wgmma::wait<0>();
 
@@ -111,13 +135,196 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(bf16* out, float* lse
 
     wgmma::fence();  // o was rescaled and pa written by plain instructions
     for (int kk = 0; kk < kCols / 16; ++kk)
-      wgmma::mma_rs_mn<HD>(reinterpret_cast<float(&)[HD / 2]>(o), pa[kk], mn_major<HD>(v_addr, kk), true);
+      wgmma::mma_rs_mn<HD>(reinterpret_cast<float(&)[HD / 2]>(o), pa[kk], mn_major<HD, kCols>(v_addr, kk), true);
     wgmma::commit();
     wgmma::wait<0>();
     __syncthreads();  // the warpgroup is done with this stage
     load_key_tile(j0 + 2 * kCols, stage);
   }
   flash::bf16_tc::store_forward_rows<HD>(out, lse, head, o, t, i_lo, i_hi, t4, m_lo, m_hi, l_lo, l_hi);
+}
+
+// ---- backward: dK, dV -----------------------------------------------------------------------
+// As bf16_tc::kv_kernel (one block per key tile of 64 and key/value head, over the group's
+// query heads and their query tiles in a fixed order: no atomics), each product a wgmma:
+//   Sᵀ [64 × kN]  = K Qᵀ      SS, K and Q K-major        dPᵀ = V dOᵀ   SS, V and dO K-major
+//   dV [64 × HD] += Pᵀ dO     RS, Pᵀ in registers, dO MN-major
+//   dK [64 × HD] += dSᵀ Q     RS, dSᵀ in registers, Q MN-major
+// K and V of the block stay in shared memory; the query tiles (Q, dO, lse, delta) stream
+// through two stages, the (head, tile) sequence flattened so the pipeline runs across heads.
+template <int HD>
+__global__ void __launch_bounds__(kThreads)
+    kv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta, int t, int nh,
+              int nkv) {
+  using S = Shape<HD>;
+  using RowsT = typename S::Rows;
+  using ColsT = typename S::Cols;
+  constexpr int kN = S::kN;
+  PPTRAIN_DYNAMIC_SHARED(unsigned char, raw);  // S::kKvBytes
+  unsigned char* smem = aligned_shared(raw);
+  unsigned char* k_tile = smem;                               // [64][HD], the block's keys
+  unsigned char* v_tile = smem + RowsT::kBytes;               // [64][HD]
+  auto q_tile = [&](int stage) { return smem + 2 * RowsT::kBytes + (2 * stage) * ColsT::kBytes; };
+  auto do_tile = [&](int stage) { return smem + 2 * RowsT::kBytes + (2 * stage + 1) * ColsT::kBytes; };
+  float* stats = reinterpret_cast<float*>(smem + 2 * RowsT::kBytes + 4 * ColsT::kBytes);  // [2][lse2 | delta][kN]
+  int bi = blockIdx.y / nkv, group = nh / nkv, first_head = blockIdx.y % nkv * group;
+  Head head(bi, first_head, t, nh, nkv, HD);  // k, v: the group's
+  const size_t ld = head.qkv_stride;
+  int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t4 = lane % 4;
+  int k0 = blockIdx.x * kRows;  // key tiles near 0 see the most queries: launched first
+  int j_lo = k0 + warp * kWarpRows + g, j_hi = j_lo + 8;  // this lane's two key rows
+  float scale = 1.0f / sqrtf(float(HD)), scale2 = scale * kLog2e;
+  int first = k0 / kN * kN;                    // the first query tile that sees key k0
+  int per_head = (t - first + kN - 1) / kN;    // query tiles per head
+  int tiles = group * per_head;
+
+  // Query tile `it` of the flattened (head, tile) sequence into `stage`; its statistics with
+  // plain stores (published by the barrier before they are read), +∞ lse past T (P = 0).
+  auto load_query_tile = [&](int it, int stage) {
+    if (it < tiles) {
+      Head h(bi, first_head + it / per_head, t, nh, nkv, HD);
+      int i0 = first + it % per_head * kN;
+      async_tile<HD, kN>(q_tile(stage), qkv + h.q + i0 * ld, ld, t - i0);
+      async_tile<HD, kN>(do_tile(stage), dout + h.row + i0 * h.row_stride, h.row_stride, t - i0);
+      for (int c = threadIdx.x; c < kN; c += blockDim.x) {
+        bool valid = i0 + c < t;
+        stats[stage * 2 * kN + c] = valid ? lse[h.stats + i0 + c] * kLog2e : INFINITY;
+        stats[stage * 2 * kN + kN + c] = valid ? delta[h.stats + i0 + c] : 0.0f;
+      }
+    }
+    ptx::cp_async_commit();  // possibly empty: one group per tile keeps wait<1> exact
+  };
+  int k_valid = min_int(kRows, t - k0);
+  async_tile<HD, kRows>(k_tile, qkv + head.k + k0 * ld, ld, k_valid);  // in the first tile's group
+  async_tile<HD, kRows>(v_tile, qkv + head.v + k0 * ld, ld, k_valid);
+  load_query_tile(0, 0);
+  load_query_tile(1, 1);
+  uint32_t k_addr = wgmma::smem_address(k_tile), v_addr = wgmma::smem_address(v_tile);
+
+  float dk[HD / 8][4] = {}, dv[HD / 8][4] = {};
+  for (int it = 0, stage = 0; it < tiles; ++it, stage ^= 1) {
+    ptx::cp_async_wait<1>();  // this tile (the next may be in flight)
+    wgmma::fence_proxy_async();
+    __syncthreads();
+    int i0 = first + it % per_head * kN;
+    uint32_t q_addr = wgmma::smem_address(q_tile(stage)), do_addr = wgmma::smem_address(do_tile(stage));
+    const float* lse2 = stats + stage * 2 * kN;
+    const float* dlt = lse2 + kN;
+    float p[kN / 8][4] = {}, dp[kN / 8][4] = {};  // Sᵀ then Pᵀ; dPᵀ then dSᵀ [16 keys × kN] per warp
+    wgmma::fence();
+    for (int kc = 0; kc < HD / 16; ++kc)
+      wgmma::mma_ss<kN>(reinterpret_cast<float(&)[kN / 2]>(p), k_major<HD, kRows>(k_addr, kc),
+                        k_major<HD, kN>(q_addr, kc), kc > 0);
+    for (int kc = 0; kc < HD / 16; ++kc)
+      wgmma::mma_ss<kN>(reinterpret_cast<float(&)[kN / 2]>(dp), k_major<HD, kRows>(v_addr, kc),
+                        k_major<HD, kN>(do_addr, kc), kc > 0);
+    wgmma::commit();
+    wgmma::wait<0>();
+    for (int n = 0; n < kN / 8; ++n)
+      for (int e = 0; e < 4; ++e) {
+        int col = n * 8 + 2 * t4 + (e & 1), i = i0 + col, j = e < 2 ? j_lo : j_hi;
+        p[n][e] = i < j ? 0.0f : exp2f(p[n][e] * scale2 - lse2[col]);
+        dp[n][e] = p[n][e] * (dp[n][e] - dlt[col]);
+      }
+    u32 pa[kN / 16][4], dsa[kN / 16][4];  // Pᵀ and dSᵀ rounded to bf16: A operands in registers
+    flash::bf16_tc::to_a<kN / 8>(pa, p);
+    flash::bf16_tc::to_a<kN / 8>(dsa, dp);
+    wgmma::fence();
+    for (int kk = 0; kk < kN / 16; ++kk)
+      wgmma::mma_rs_mn<HD>(reinterpret_cast<float(&)[HD / 2]>(dv), pa[kk], mn_major<HD, kN>(do_addr, kk), true);
+    for (int kk = 0; kk < kN / 16; ++kk)
+      wgmma::mma_rs_mn<HD>(reinterpret_cast<float(&)[HD / 2]>(dk), dsa[kk], mn_major<HD, kN>(q_addr, kk), true);
+    wgmma::commit();
+    wgmma::wait<0>();
+    __syncthreads();  // the warpgroup is done with this stage
+    load_query_tile(it + 2, stage);
+  }
+  bf16* k_lo = j_lo < t ? dqkv + head.k + size_t(j_lo) * ld : nullptr;
+  bf16* k_hi = j_hi < t ? dqkv + head.k + size_t(j_hi) * ld : nullptr;
+  flash::bf16_tc::store_rows<HD>(k_lo, k_hi, dk, scale, scale, t4);  // S = scale · q·k
+  bf16* v_lo = j_lo < t ? dqkv + head.v + size_t(j_lo) * ld : nullptr;
+  bf16* v_hi = j_hi < t ? dqkv + head.v + size_t(j_hi) * ld : nullptr;
+  flash::bf16_tc::store_rows<HD>(v_lo, v_hi, dv, 1.0f, 1.0f, t4);
+}
+
+// ---- backward: dQ ---------------------------------------------------------------------------
+// As bf16_tc::q_kernel (one block per query tile of 64 and query head, over the key tiles up
+// to it), each product a wgmma:
+//   S [64 × kN] = Q Kᵀ, dP = dO Vᵀ   SS, all K-major;   dQ [64 × HD] += dS K   RS, K MN-major.
+template <int HD>
+__global__ void __launch_bounds__(kThreads)
+    q_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta, int t, int nh,
+             int nkv) {
+  using S = Shape<HD>;
+  using RowsT = typename S::Rows;
+  using ColsT = typename S::Cols;
+  constexpr int kN = S::kN;
+  PPTRAIN_DYNAMIC_SHARED(unsigned char, raw);  // S::kQBytes
+  unsigned char* smem = aligned_shared(raw);
+  unsigned char* q_tile = smem;                    // [64][HD], the block's queries
+  unsigned char* do_tile = smem + RowsT::kBytes;   // [64][HD]
+  auto k_tile = [&](int stage) { return smem + 2 * RowsT::kBytes + (2 * stage) * ColsT::kBytes; };
+  auto v_tile = [&](int stage) { return smem + 2 * RowsT::kBytes + (2 * stage + 1) * ColsT::kBytes; };
+  Head head(blockIdx.y / nh, blockIdx.y % nh, t, nh, nkv, HD);
+  const size_t ld = head.qkv_stride;
+  int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t4 = lane % 4;
+  int q0 = (gridDim.x - 1 - blockIdx.x) * kRows;
+  int q_end = min_int(q0 + kRows, t);
+  int i_lo = q0 + warp * kWarpRows + g, i_hi = i_lo + 8;
+  float scale = 1.0f / sqrtf(float(HD)), scale2 = scale * kLog2e;
+  float lse2_lo = i_lo < t ? lse[head.stats + i_lo] * kLog2e : INFINITY;  // +∞: P = 0 past the end
+  float lse2_hi = i_hi < t ? lse[head.stats + i_hi] * kLog2e : INFINITY;
+  float dlt_lo = i_lo < t ? delta[head.stats + i_lo] : 0.0f;
+  float dlt_hi = i_hi < t ? delta[head.stats + i_hi] : 0.0f;
+
+  auto load_key_tile = [&](int j0, int stage) {
+    if (j0 < q_end) {
+      async_tile<HD, kN>(k_tile(stage), qkv + head.k + j0 * ld, ld, t - j0);
+      async_tile<HD, kN>(v_tile(stage), qkv + head.v + j0 * ld, ld, t - j0);
+    }
+    ptx::cp_async_commit();  // possibly empty: one group per tile keeps wait<1> exact
+  };
+  async_tile<HD, kRows>(q_tile, qkv + head.q + q0 * ld, ld, q_end - q0);  // in the first tile's group
+  async_tile<HD, kRows>(do_tile, dout + head.row + q0 * head.row_stride, head.row_stride, q_end - q0);
+  load_key_tile(0, 0);
+  load_key_tile(kN, 1);
+  uint32_t q_addr = wgmma::smem_address(q_tile), do_addr = wgmma::smem_address(do_tile);
+
+  float dq[HD / 8][4] = {};
+  for (int j0 = 0, stage = 0; j0 < q_end; j0 += kN, stage ^= 1) {
+    ptx::cp_async_wait<1>();  // this tile (the next may be in flight)
+    wgmma::fence_proxy_async();
+    __syncthreads();
+    uint32_t k_addr = wgmma::smem_address(k_tile(stage)), v_addr = wgmma::smem_address(v_tile(stage));
+    float p[kN / 8][4] = {}, dp[kN / 8][4] = {};
+    wgmma::fence();
+    for (int kc = 0; kc < HD / 16; ++kc)
+      wgmma::mma_ss<kN>(reinterpret_cast<float(&)[kN / 2]>(p), k_major<HD, kRows>(q_addr, kc),
+                        k_major<HD, kN>(k_addr, kc), kc > 0);
+    for (int kc = 0; kc < HD / 16; ++kc)
+      wgmma::mma_ss<kN>(reinterpret_cast<float(&)[kN / 2]>(dp), k_major<HD, kRows>(do_addr, kc),
+                        k_major<HD, kN>(v_addr, kc), kc > 0);
+    wgmma::commit();
+    wgmma::wait<0>();
+    for (int n = 0; n < kN / 8; ++n)
+      for (int e = 0; e < 4; ++e) {
+        int j = j0 + n * 8 + 2 * t4 + (e & 1), i = e < 2 ? i_lo : i_hi;
+        float pe = j > i ? 0.0f : exp2f(p[n][e] * scale2 - (e < 2 ? lse2_lo : lse2_hi));
+        dp[n][e] = pe * (dp[n][e] - (e < 2 ? dlt_lo : dlt_hi));  // dS
+      }
+    u32 dsa[kN / 16][4];
+    flash::bf16_tc::to_a<kN / 8>(dsa, dp);
+    wgmma::fence();
+    for (int kk = 0; kk < kN / 16; ++kk)
+      wgmma::mma_rs_mn<HD>(reinterpret_cast<float(&)[HD / 2]>(dq), dsa[kk], mn_major<HD, kN>(k_addr, kk), true);
+    wgmma::commit();
+    wgmma::wait<0>();
+    __syncthreads();  // the warpgroup is done with this stage
+    load_key_tile(j0 + 2 * kN, stage);
+  }
+  bf16* row_lo = i_lo < t ? dqkv + head.q + size_t(i_lo) * ld : nullptr;
+  bf16* row_hi = i_hi < t ? dqkv + head.q + size_t(i_hi) * ld : nullptr;
+  flash::bf16_tc::store_rows<HD>(row_lo, row_hi, dq, scale, scale, t4);
 }
 
 }  // namespace pptrain::kernels::flash::sm90

@@ -80,8 +80,27 @@ __device__ __forceinline__ void fence_proxy_async() {
 #endif
 }
 
-// d[64×64] (+)= A[64×16] · B[16×64], A and B K-major in shared memory (descriptors).
-__device__ __forceinline__ void mma_ss_n64(float (&d)[32], uint64_t desc_a, uint64_t desc_b, bool scale_d) {
+// d[64×N] (+)= A[64×16] · B[16×N], A and B K-major in shared memory (descriptors); N 32, 64.
+template <int N>
+__device__ __forceinline__ void mma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool scale_d);
+
+template <>
+__device__ __forceinline__ void mma_ss<32>(float (&d)[16], uint64_t desc_a, uint64_t desc_b, bool scale_d) {
+#ifdef PPTRAIN_EMULATED
+  emu::ptx::wgmma_bf16(d, 32, nullptr, desc_a, desc_b, scale_d, false, false);
+#elif defined(PPTRAIN_WGMMA_DEVICE)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(desc_a), "l"(desc_b), "r"(int(scale_d)));
+#else
+  __trap();
+#endif
+}
+
+template <>
+__device__ __forceinline__ void mma_ss<64>(float (&d)[32], uint64_t desc_a, uint64_t desc_b, bool scale_d) {
 #ifdef PPTRAIN_EMULATED
   emu::ptx::wgmma_bf16(d, 64, nullptr, desc_a, desc_b, scale_d, false, false);
 #elif defined(PPTRAIN_WGMMA_DEVICE)

@@ -154,7 +154,7 @@ TEST(CudaBackendAttentionCheck, NaivePathIsWithinTheCheckBoundsAndCudnnSaysItIsM
   EXPECT_EQ(usage.output, "attention_check: --impls: expected naive, flash, flash-mma, flash-wgmma or cudnn, got 'fast'\n");
 }
 
-TEST(CudaBackendAttentionCheck, BothFlashForwardsAreWithinTheCheckBoundsAndAgree) {
+TEST(CudaBackendAttentionCheck, BothFlashKernelssAreWithinTheCheckBoundsAndAgree) {
   // The two bf16 forward kernels (mma.sync, and Hopper's wgmma on the emulator's PTX) through
   // the check's own bounds: each against the fp64 reference and against each other, for
   // every tensor and shape (multi-head and grouped-query, HD 64 and 128).

@@ -273,7 +273,7 @@ __global__ void wgmma_kernel(float* d, const float* a, const float* b, Placement
                                     : wgmma::descriptor_sw128(a_addr, 16, 1024);
     uint64_t db = p == kInterleaved ? (uint64_t(b_addr >> 4) | uint64_t(128 >> 4) << 16 | uint64_t(256 >> 4) << 32)
                                     : wgmma::descriptor_sw128(b_addr, 16, 1024);
-    wgmma::mma_ss_n64(acc, da, db, true);
+    wgmma::mma_ss<64>(acc, da, db, true);
   }
   wgmma::commit();
   wgmma::wait<0>();

@@ -141,11 +141,11 @@ void backward_reference(Reference& r, const Shape& s, const std::vector<float>& 
 }
 
 // Forward then backward of the kernels at storage type T, in both fiber orders; the backward
-// runs on the forward's out and lse. `forward` picks the bf16 forward kernel (mma.sync or the
-// Hopper wgmma one; automatic is mma.sync under the emulator).
+// runs on the forward's out and lse. `forward` picks the bf16 kernels (mma.sync or Hopper's
+// wgmma ones; automatic is mma.sync under the emulator).
 template <typename T>
 Outputs run_kernels(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout,
-                    FlashForward forward = FlashForward::automatic) {
+                    FlashKernels forward = FlashKernels::automatic) {
   return run_both_orders([&](const LaunchContext& ctx) {
     Guarded<T> gqkv(store_as<T>(qkv)), gdout(store_as<T>(dout));
     Guarded<T> out{std::vector<T>(s.rows() * s.c())}, dqkv{std::vector<T>(qkv.size())};
@@ -155,8 +155,12 @@ Outputs run_kernels(const Shape& s, const std::vector<float>& qkv, const std::ve
                                           forward);
     else
       launch_flash_attention_forward<T>(ctx, out.data(), lse.data(), gqkv.data(), s.b, s.t, s.nh, s.hd);
-    launch_flash_attention_backward_input<T>(ctx, dqkv.data(), delta.data(), gdout.data(), gqkv.data(), out.data(),
-                                             lse.data(), s.b, s.t, s.nh, s.hd);
+    if constexpr (std::is_same_v<T, bf16>)
+      launch_flash_attention_backward_input_bf16(ctx, dqkv.data(), delta.data(), gdout.data(), gqkv.data(),
+                                                 out.data(), lse.data(), s.b, s.t, s.nh, s.nh, s.hd, forward);
+    else
+      launch_flash_attention_backward_input<T>(ctx, dqkv.data(), delta.data(), gdout.data(), gqkv.data(), out.data(),
+                                               lse.data(), s.b, s.t, s.nh, s.hd);
     return Outputs{checked(out, "out"), checked(lse, "lse"), checked(dqkv, "dqkv"), checked(delta, "delta")};
   });
 }
@@ -181,9 +185,9 @@ void check_fp32(const Shape& s) {
   EXPECT_TRUE(normwise(got[2], std::vector<double>(dqkv.begin(), dqkv.end()))) << "dqkv vs cpu naive";
 }
 
-void check_bf16(const Shape& s, FlashForward forward = FlashForward::automatic) {
+void check_bf16(const Shape& s, FlashKernels forward = FlashKernels::automatic) {
   SCOPED_TRACE(::testing::Message() << "bf16 b=" << s.b << " t=" << s.t << " nh=" << s.nh << " hd=" << s.hd
-                                    << (forward == FlashForward::wgmma ? " (wgmma forward)" : ""));
+                                    << (forward == FlashKernels::wgmma ? " (wgmma kernels)" : ""));
   std::vector<float> qkv = representable<bf16>(inputs(s.rows() * 3 * s.c(), 71));
   std::vector<float> dout = representable<bf16>(inputs(s.rows() * s.c(), 72));
   Outputs got = run_kernels<bf16>(s, qkv, dout, forward);
@@ -221,23 +225,23 @@ TEST(KernelsFlashAttention, Bf16WithinRoundingBound) {
   for (const Shape& s : kShapes) check_bf16(s);
 }
 
-// The Hopper forward (wgmma on swizzled shared tiles, emu/ptx_emu.h) against the same
-// reference and bound; the backward then runs on its out and lse. Its head sizes: 64, 128.
-TEST(KernelsFlashAttention, Bf16WgmmaForwardWithinRoundingBound) {
+// The Hopper kernels (wgmma on swizzled shared tiles, emu/ptx_emu.h), forward and backward,
+// against the same reference and bound. Their head sizes: 64, 128.
+TEST(KernelsFlashAttention, Bf16WgmmaKernelsWithinRoundingBound) {
   for (const Shape& s : kShapes)
-    if (s.hd != 32) check_bf16(s, FlashForward::wgmma);
+    if (s.hd != 32) check_bf16(s, FlashKernels::wgmma);
 }
 
-TEST(KernelsFlashAttention, WgmmaForwardRefusesHeadSize32WithOneLine) {
+TEST(KernelsFlashAttention, WgmmaKernelsRefuseHeadSize32WithOneLine) {
   std::vector<bf16> buf(3 * 32 * 4), out(32 * 4);
   std::vector<float> lse(4);
   emu::Stream stream;
   try {
     launch_flash_attention_forward_bf16(LaunchContext{&stream}, out.data(), lse.data(), buf.data(), 1, 4, 1, 1, 32,
-                                        FlashForward::wgmma);
+                                        FlashKernels::wgmma);
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "flash attention: the wgmma forward takes head sizes 64 and 128, not 32");
+    EXPECT_STREQ(e.what(), "flash attention: the wgmma kernels take head sizes 64 and 128, not 32");
   }
   EXPECT_EQ(stream.launches, 0);
 }

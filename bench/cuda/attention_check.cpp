@@ -3,9 +3,9 @@
 //   naive        attention_forward / attention_backward_input (cuBLAS GEMMs + softmax
 //                kernels, the [B,NH,T,T] probabilities stored in bf16);
 //   flash        flash_attention_forward / _backward_input, the handwritten fused kernels as
-//                CudaOps runs them (the forward: wgmma on Hopper, mma.sync elsewhere);
-//   flash-mma    the same with the forward forced to the mma.sync kernel,
-//   flash-wgmma  and to the Hopper wgmma kernel (an error line elsewhere);
+//                CudaOps runs them (wgmma on Hopper, mma.sync elsewhere);
+//   flash-mma    the same with the kernels forced to the mma.sync ones,
+//   flash-wgmma  and to Hopper's wgmma ones (an error line elsewhere);
 //   cudnn        the same two ops with model.attention: cudnn (cuDNN's fused SDPA).
 // Random bf16 inputs (qkv and dout entries N(0,1), rounded to bf16), B=2, NH=4, T=200, HD=64
 // and HD=128 with 4 key/value heads, and grouped-query: HD=64 with 2, HD=128 with 1;
@@ -238,16 +238,32 @@ std::vector<double> to_double(Ops& ops, const bfloat16* device, size_t n) {
   return out;
 }
 
-// The fused forward of `impl` (flash, cudnn: through CudaOps; flash-mma, flash-wgmma: the
-// bf16 kernel launcher with the forward kernel forced, on the backend's compute stream).
+// The fused forward and backward of `impl` (flash, cudnn: through CudaOps; flash-mma,
+// flash-wgmma: the bf16 kernel launchers with the kernels forced, on the backend's stream).
+bool forced(const std::string& impl) { return impl == "flash-mma" || impl == "flash-wgmma"; }
+kernels::FlashKernels kernels_of(const std::string& impl) {
+  return impl == "flash-mma" ? kernels::FlashKernels::mma : kernels::FlashKernels::wgmma;
+}
+using KernelBf16 = kernels::bf16;
+
 void flash_forward(cuda::CudaOps& ops, const std::string& impl, bfloat16* out, float* lse, const bfloat16* qkv, int b,
                    int t, int nh, int nkv, int hd) {
-  if (impl != "flash-mma" && impl != "flash-wgmma")
-    return ops.gqa_flash_attention_forward(out, lse, qkv, b, t, nh, nkv, hd);
-  kernels::launch_flash_attention_forward_bf16(
-      kernels::LaunchContext{ops.compute_stream()}, reinterpret_cast<kernels::bf16*>(out), lse,
-      reinterpret_cast<const kernels::bf16*>(qkv), b, t, nh, nkv, hd,
-      impl == "flash-mma" ? kernels::FlashForward::mma : kernels::FlashForward::wgmma);
+  if (!forced(impl)) return ops.gqa_flash_attention_forward(out, lse, qkv, b, t, nh, nkv, hd);
+  kernels::launch_flash_attention_forward_bf16(kernels::LaunchContext{ops.compute_stream()},
+                                               reinterpret_cast<KernelBf16*>(out), lse,
+                                               reinterpret_cast<const KernelBf16*>(qkv), b, t, nh, nkv, hd,
+                                               kernels_of(impl));
+}
+
+void flash_backward(cuda::CudaOps& ops, const std::string& impl, bfloat16* dqkv, float* delta, const bfloat16* dout,
+                    const bfloat16* qkv, const bfloat16* out, const float* lse, int b, int t, int nh, int nkv,
+                    int hd) {
+  if (!forced(impl))
+    return ops.gqa_flash_attention_backward_input(dqkv, delta, dout, qkv, out, lse, b, t, nh, nkv, hd);
+  kernels::launch_flash_attention_backward_input_bf16(
+      kernels::LaunchContext{ops.compute_stream()}, reinterpret_cast<KernelBf16*>(dqkv), delta,
+      reinterpret_cast<const KernelBf16*>(dout), reinterpret_cast<const KernelBf16*>(qkv),
+      reinterpret_cast<const KernelBf16*>(out), lse, b, t, nh, nkv, hd, kernels_of(impl));
 }
 
 // Forward then backward of one implementation, on its own CudaOps.
@@ -268,8 +284,8 @@ Result run(const std::string& impl, int device, const Shape& s, const std::vecto
       ops.gqa_attention_backward_input(dq, d_dout.as<bfloat16>(), q, probs, s.b, s.t, s.nh, s.nkv, s.hd);
     } else {
       flash_forward(ops, impl, o, d_lse.as<float>(), q, s.b, s.t, s.nh, s.nkv, s.hd);
-      ops.gqa_flash_attention_backward_input(dq, d_delta.as<float>(), d_dout.as<bfloat16>(), q, o,
-                                             d_lse.as<float>(), s.b, s.t, s.nh, s.nkv, s.hd);
+      flash_backward(ops, impl, dq, d_delta.as<float>(), d_dout.as<bfloat16>(), q, o, d_lse.as<float>(), s.b, s.t,
+                     s.nh, s.nkv, s.hd);
       std::vector<float> lse(n_lse);
       ops.copy_to_host(lse.data(), d_lse.as<float>(), n_lse * 4);
       r.lse.assign(lse.begin(), lse.end());
@@ -401,8 +417,8 @@ void time_impl(const std::string& impl, int device, const TimeShape& s) {
     auto backward = [&] {
       if (impl == "naive") ops.gqa_attention_backward_input(dq, dout, q, probs, s.b, s.t, s.nh, s.nkv, s.hd);
       else
-        ops.gqa_flash_attention_backward_input(dq, d_delta.as<float>(), dout, q, o, d_lse.as<float>(), s.b, s.t,
-                                               s.nh, s.nkv, s.hd);
+        flash_backward(ops, impl, dq, d_delta.as<float>(), dout, q, o, d_lse.as<float>(), s.b, s.t, s.nh, s.nkv,
+                       s.hd);
     };
     auto median_ms = [&](auto&& body) {
       for (int i = 0; i < 3; ++i) body();
