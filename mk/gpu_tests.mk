@@ -27,6 +27,17 @@ $(BUILD)/gpu-tests/%: $(BUILD)/obj-gpu/tests/%.o $(TEST_SUPPORT_OBJS) $(CUDA_OBJ
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(GTEST_LIBS) $(LIB) $(LDLIBS) $(CUDA_LDLIBS)
 
+# The PTX layout test (tests/test_emu_ptx.cpp, emulated as build/tests/test_emu_ptx) compiled by
+# nvcc for the GPU: mma.sync, ldmatrix and wgmma against the manual's layouts on the hardware,
+# so a failing flash kernel can be told from a wrong reading of a layout.
+$(BUILD)/obj-gpu/tests/test_ptx.o: tests/test_emu_ptx.cpp kernels/*.cuh $(CODEGEN_STAMP)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_GENCODE) -x cu -DPPTRAIN_REAL_DEVICE -Isrc -Ikernels -Itests -c $< -o $@
+$(BUILD)/gpu-tests/test_ptx: $(BUILD)/obj-gpu/tests/test_ptx.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $^ -o $@ $(GTEST_LIBS) $(LIB) $(LDLIBS) $(CUDA_LDLIBS)
+GPU_TEST_BINS += $(BUILD)/gpu-tests/test_ptx
+
 .PHONY: gpu-tests
 gpu-tests: $(GPU_TEST_BINS)
 EXTRA_TARGETS += $(GPU_TEST_BINS)

@@ -1,8 +1,8 @@
 // The real CUDA build (`make CUDA=1`: the cuda backend's host sources compiled against the
 // toolkit, every kernel (kernels/*.cu) by nvcc for sm_90, linked with cuBLAS, cuBLASLt and
 // NCCL; where cuDNN is installed also cudnn_attention.cpp against the cuDNN frontend headers, linked with cuDNN,
-// and the GPU attention check bench/attention_check) compiles and links
-// wherever nvcc is found, with or without a GPU. Without a GPU the default build leaves it
+// the GPU attention check bench/attention_check and the PTX layout test gpu-tests/test_ptx)
+// compiles and links wherever nvcc is found, with or without a GPU. Without a GPU the default build leaves it
 // out, so this test is what keeps it building on such machines (CI among them).
 // To take well under a minute it builds in a temporary BUILD folder seeded with this
 // build's library objects, so only the cuda host sources (the cuda backend and NcclComm) and
@@ -74,7 +74,7 @@ TEST(CudaBuild, MakeCuda1CompilesAndLinksPptrainWithTheCudaBackend) {
   CommandResult r = run_command("env -u MAKEFLAGS -u MAKELEVEL make -j2 --no-print-directory -o " +
                                     dir.file("codegen.stamp") + " CUDA=1 CUDA_ARCH=90 CUDNN=" + (cudnn ? "1" : "0") +
                                     " BUILD=" + dir.path() + " " + dir.file("pptrain") + " " +
-                                    dir.file("bench/attention_check"),
+                                    dir.file("bench/attention_check") + " " + dir.file("gpu-tests/test_ptx"),
                                 900);
   ASSERT_EQ(r.exit_code, 0) << r.output.substr(r.output.size() > 6000 ? r.output.size() - 6000 : 0);
   EXPECT_NE(r.output.find("-c src/backend/cuda/cuda_ops.cpp"), std::string::npos) << r.output;
@@ -93,6 +93,8 @@ TEST(CudaBuild, MakeCuda1CompilesAndLinksPptrainWithTheCudaBackend) {
     EXPECT_NE(symbols.output, "0\n") << "the object calls no cuDNN: built without it?";
   }
   EXPECT_TRUE(fs::exists(dir.file("bench/attention_check"))) << r.output;
+  // The PTX layout test for the GPU (tests/test_emu_ptx.cpp compiled by nvcc, mk/gpu_tests.mk).
+  EXPECT_TRUE(fs::exists(dir.file("gpu-tests/test_ptx"))) << r.output;
   // Every kernel compiled by nvcc for sm_90 (mk/kernels.mk's $(BUILD)/nvcc/kernels/X.o).
   int kernels = 0;
   for (const auto& e : fs::directory_iterator("kernels")) {

@@ -1,13 +1,22 @@
-// The emulated sm_80 PTX of kernels/ptx.cuh (emu/ptx_emu.h): mma.sync.m16n8k16 and ldmatrix
-// against the element-to-lane formulas of the PTX ISA, written out again here from the
-// manual's text (not from the emulator's code); the fragment loaders of ptx.cuh composed into
-// whole products; cp.async's zero-fill, its groups, and the two completion times the
-// emulator chooses between; and the faults for addresses outside shared memory.
-#include "emu/emu.h"
+// The sm_80/sm_90a PTX of kernels/ptx.cuh and kernels/wgmma.cuh: mma.sync.m16n8k16, ldmatrix
+// and wgmma against the element-to-lane and shared-memory layout formulas of the PTX ISA,
+// written out again here from the manual's text (not from the emulator's code); the fragment
+// loaders of ptx.cuh composed into whole products. Two binaries from this file:
+//  - build/tests/test_emu_ptx, under the SIMT emulator (emu/ptx_emu.h), also checks cp.async's
+//    zero-fill, its groups and the two completion times the emulator chooses between, and the
+//    faults for addresses outside shared memory;
+//  - build/gpu-tests/test_ptx (mk/gpu_tests.mk, nvcc, the real CUDA build) runs the layout
+//    checks on the GPU (wgmma on Hopper only), so a flash kernel failing there can be told
+//    from a wrong reading of a layout, and the emulator's model of it is checked against the
+//    hardware's.
+#ifndef PPTRAIN_REAL_DEVICE
+#include "emu/emu.h"  // defines PPTRAIN_EMULATED
+#endif
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -16,23 +25,94 @@
 #include "wgmma.cuh"
 
 using namespace pptrain::kernels;
+using ptx::u32;
+#ifdef PPTRAIN_EMULATED
 using pptrain::emu::KernelFault;
 using pptrain::emu::Order;
 using pptrain::emu::Stream;
-using ptx::u32;
+#endif
 
 namespace {
 
+// An array the kernels read and write: host memory under the emulator, device memory (with
+// copies in and out) on a GPU.
+template <typename T>
+class Array {
+ public:
+  explicit Array(std::vector<T> init) : host_(std::move(init)) {
+#ifdef PPTRAIN_EMULATED
+    dev_ = host_.data();
+#else
+    EXPECT_EQ(cudaMalloc(&dev_, bytes()), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(dev_, host_.data(), bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+#endif
+  }
+  explicit Array(size_t n) : Array(std::vector<T>(n)) {}
+  ~Array() {
+#ifndef PPTRAIN_EMULATED
+    cudaFree(dev_);
+#endif
+  }
+  Array(const Array&) = delete;
+  Array& operator=(const Array&) = delete;
+  T* dev() { return dev_; }
+  const std::vector<T>& fetch() {
+#ifndef PPTRAIN_EMULATED
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(host_.data(), dev_, bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+#endif
+    return host_;
+  }
+
+ private:
+  size_t bytes() const { return host_.size() * sizeof(T); }
+  std::vector<T> host_;
+  T* dev_ = nullptr;
+};
+
+// Runs body(ctx) in both fiber orders under the emulator, once on a GPU.
+template <typename Body>
+void each_order(Body body) {
+#ifdef PPTRAIN_EMULATED
+  for (Order order : {Order::forward, Order::reverse}) {
+    Stream stream{order};
+    body(LaunchContext{&stream});
+  }
+#else
+  body(LaunchContext{});
+#endif
+}
+
+// Whether this GPU runs the wgmma tests: always under the emulator; on a GPU where the cubin
+// loaded for the device is sm_90 (mk/kernels.mk builds 90 as sm_90a).
+template <typename Kernel>
+bool runs_wgmma(Kernel kernel) {
+#ifdef PPTRAIN_EMULATED
+  (void)kernel;
+  return true;
+#else
+  cudaFuncAttributes attr{};
+  return cudaFuncGetAttributes(&attr, kernel) == cudaSuccess && attr.binaryVersion == 90;
+#endif
+}
+
 // ---- the manual's formulas (PTX ISA 9.7.x "Matrix Fragments for mma.m16n8k16 with floating
 // point type"), element i of a lane's fragment, groupID = lane >> 2, tig = lane % 4 ----------
-int a_row(int lane, int i) { return (i < 2 || (i >= 4 && i < 6)) ? lane / 4 : lane / 4 + 8; }
-int a_col(int lane, int i) { return (lane % 4) * 2 + (i & 1) + (i >= 4 ? 8 : 0); }
-int b_row(int lane, int i) { return (lane % 4) * 2 + (i & 1) + (i >= 2 ? 8 : 0); }
-int b_col(int lane, int /*i*/) { return lane / 4; }
-int c_row(int lane, int i) { return i < 2 ? lane / 4 : lane / 4 + 8; }
-int c_col(int lane, int i) { return (lane % 4) * 2 + (i & 1); }
+__host__ __device__ int a_row(int lane, int i) { return (i < 2 || (i >= 4 && i < 6)) ? lane / 4 : lane / 4 + 8; }
+__host__ __device__ int a_col(int lane, int i) { return (lane % 4) * 2 + (i & 1) + (i >= 4 ? 8 : 0); }
+__host__ __device__ int b_row(int lane, int i) { return (lane % 4) * 2 + (i & 1) + (i >= 2 ? 8 : 0); }
+__host__ __device__ int b_col(int lane, int /*i*/) { return lane / 4; }
+__host__ __device__ int c_row(int lane, int i) { return i < 2 ? lane / 4 : lane / 4 + 8; }
+__host__ __device__ int c_col(int lane, int i) { return (lane % 4) * 2 + (i & 1); }
 
-u32 pair(float lo, float hi) { return ptx::pack_bf16(lo, hi); }
+// Two floats as a bf16 pair (low half: lo) by truncation: exact for the small integers these
+// tests use, and the same on the host and the device.
+__host__ __device__ u32 pair(float lo, float hi) {
+  uint32_t a, b;
+  std::memcpy(&a, &lo, 4);
+  std::memcpy(&b, &hi, 4);
+  return a >> 16 | (b & 0xffff0000u);
+}
 
 // d[16][8] = a[16][16] · b[16][8] + c[16][8], each lane gathering its fragments by the formulas.
 __global__ void mma_kernel(float* d, const float* a, const float* b, const float* c) {
@@ -56,19 +136,20 @@ std::vector<float> small_ints(int n, int seed) {
   return v;
 }
 
-TEST(EmulatedPtx, MmaComputesTheProductInTheManualsFragmentLayout) {
-  std::vector<float> a = small_ints(256, 1), b = small_ints(128, 2), c = small_ints(128, 3), d(128);
-  for (Order order : {Order::forward, Order::reverse}) {
-    Stream stream{order};
-    launch({&stream}, "mma", mma_kernel, dim3(1), dim3(32), 0, d.data(), (const float*)a.data(),
-           (const float*)b.data(), (const float*)c.data());
+TEST(Ptx, MmaComputesTheProductInTheManualsFragmentLayout) {
+  std::vector<float> a = small_ints(256, 1), b = small_ints(128, 2), c = small_ints(128, 3);
+  each_order([&](const LaunchContext& ctx) {
+    Array<float> da(a), db(b), dc(c), dd(128);
+    launch(ctx, "mma", mma_kernel, dim3(1), dim3(32), 0, dd.dev(), (const float*)da.dev(), (const float*)db.dev(),
+           (const float*)dc.dev());
+    const std::vector<float>& d = dd.fetch();
     for (int r = 0; r < 16; ++r)
       for (int n = 0; n < 8; ++n) {
         float ref = c[r * 8 + n];
         for (int k = 0; k < 16; ++k) ref += a[r * 16 + k] * b[k * 8 + n];
         ASSERT_EQ(d[r * 8 + n], ref) << "row " << r << " column " << n;
       }
-  }
+  });
 }
 
 // ---- ldmatrix -----------------------------------------------------------------------------
@@ -76,7 +157,7 @@ TEST(EmulatedPtx, MmaComputesTheProductInTheManualsFragmentLayout) {
 // matrix m at slot (5i + 3m) % 8 of its 8-row block, rows 24 elements apart), so only the
 // per-lane row addresses can put them together; element (m, i, j) holds m·64 + i·8 + j.
 constexpr int kLd = 24;
-int slot(int m, int i) { return m * 8 + (5 * i + 3 * m) % 8; }
+__host__ __device__ int slot(int m, int i) { return m * 8 + (5 * i + 3 * m) % 8; }
 
 __global__ void ldmatrix_kernel(u32* out, bool trans) {
   PPTRAIN_STATIC_SHARED(bf16, tiles, 32 * kLd);
@@ -92,10 +173,11 @@ __global__ void ldmatrix_kernel(u32* out, bool trans) {
   for (int m = 0; m < 4; ++m) out[l * 4 + m] = r[m];
 }
 
-TEST(EmulatedPtx, LdmatrixGivesEachLaneTheManualsElements) {
+TEST(Ptx, LdmatrixGivesEachLaneTheManualsElements) {
   for (bool trans : {false, true}) {
-    std::vector<u32> out(128);
-    launch({}, "ldmatrix", ldmatrix_kernel, dim3(1), dim3(32), 0, out.data(), trans);
+    Array<u32> dout(128);
+    launch(LaunchContext{}, "ldmatrix", ldmatrix_kernel, dim3(1), dim3(32), 0, dout.dev(), trans);
+    const std::vector<u32>& out = dout.fetch();
     for (int l = 0; l < 32; ++l)
       for (int m = 0; m < 4; ++m) {
         // "each thread loads fragments of a row": lane l, row l/4, columns 2(l%4), +1;
@@ -136,10 +218,13 @@ __global__ void loaders_kernel(float* rows, float* cols, const float* x, const f
     }
 }
 
-TEST(EmulatedPtx, FragmentLoadersComposeIntoProducts) {
-  std::vector<float> x = small_ints(256, 4), y = small_ints(256, 5), rows(256), cols(256);
-  launch({}, "loaders", loaders_kernel, dim3(1), dim3(32), 0, rows.data(), cols.data(), (const float*)x.data(),
-         (const float*)y.data());
+TEST(Ptx, FragmentLoadersComposeIntoProducts) {
+  std::vector<float> x = small_ints(256, 4), y = small_ints(256, 5);
+  Array<float> dx(x), dy(y), drows(256), dcols(256);
+  launch(LaunchContext{}, "loaders", loaders_kernel, dim3(1), dim3(32), 0, drows.dev(), dcols.dev(),
+         (const float*)dx.dev(), (const float*)dy.dev());
+  const std::vector<float>& rows = drows.fetch();
+  const std::vector<float>& cols = dcols.fetch();
   for (int i = 0; i < 16; ++i)
     for (int j = 0; j < 16; ++j) {
       float xyt = 0, xy = 0;
@@ -149,6 +234,7 @@ TEST(EmulatedPtx, FragmentLoadersComposeIntoProducts) {
     }
 }
 
+#ifdef PPTRAIN_EMULATED
 // ---- cp.async -----------------------------------------------------------------------------
 // Thread t copies 16 bytes (4 floats) of src into two shared buffers, one group each (the
 // second zero-filled where `fill` says); reads buffer 0 before any wait, after wait<1> (the
@@ -167,7 +253,7 @@ __global__ void async_kernel(float* before, float* after1, float* after0, const 
   for (int e = 0; e < 4; ++e) after0[4 * t + e] = buf[128 + 4 * t + e] + buf[4 * t + e];
 }
 
-TEST(EmulatedPtx, CpAsyncLandsAtIssueInForwardOrderAndAtItsWaitInReverse) {
+TEST(Ptx, CpAsyncLandsAtIssueInForwardOrderAndAtItsWaitInReverse) {
   std::vector<float> src(128), before(128), after1(128), after0(128);
   for (int i = 0; i < 128; ++i) src[i] = float(i + 1);
   for (Order order : {Order::forward, Order::reverse}) {
@@ -197,7 +283,7 @@ __global__ void ldmatrix_global_kernel(const bf16* rows) {
   ptx::ldmatrix_x4(r, rows + (threadIdx.x % 8) * 8);
 }
 
-TEST(EmulatedPtx, AddressesOutsideSharedMemoryAreFaults) {
+TEST(Ptx, AddressesOutsideSharedMemoryAreFaults) {
   alignas(16) float dst[4], src[4] = {1, 2, 3, 4};
   try {
     launch({}, "async_global", async_to_global_kernel, dim3(1), dim3(1), 0, dst, (const float*)src);
@@ -215,6 +301,8 @@ TEST(EmulatedPtx, AddressesOutsideSharedMemoryAreFaults) {
   }
 }
 
+#endif  // PPTRAIN_EMULATED
+
 // ---- wgmma (sm_90a) -------------------------------------------------------------------------
 // D[64×N] = A[64×16]·B[16×N] for three operand placements, each tile written into shared
 // memory by the manual's own layout formulas (PTX ISA "Shared Memory Matrix Layout", CuTe
@@ -225,15 +313,15 @@ TEST(EmulatedPtx, AddressesOutsideSharedMemoryAreFaults) {
 //                Swizzle<3,4,3> o ((8,8,2),(8,2)):((1,8,LBO),(64,SBO)), LBO 8192 B, SBO 1024 B
 enum Placement { kInterleaved, kSwizzled, kRegisters };
 
-uint32_t swizzle128(uint32_t byte) { return byte ^ (((byte >> 7) & 7) << 4); }
+__host__ __device__ uint32_t swizzle128(uint32_t byte) { return byte ^ (((byte >> 7) & 7) << 4); }
 
 // Byte offset (from the 1024-aligned tile) of element (mn, k) of a K-major operand.
-uint32_t k_major_byte(Placement p, int mn, int k) {
+__host__ __device__ uint32_t k_major_byte(Placement p, int mn, int k) {
   if (p == kInterleaved) return uint32_t((mn % 8) * 8 + (mn / 8) * 128 + (k % 8) + (k / 8) * 64) * 2;
   return swizzle128(uint32_t((mn % 8) * 64 + (mn / 8) * 512 + k) * 2);
 }
 // Byte offset of element (k, n) of the MN-major B of kRegisters.
-uint32_t mn_major_byte(int k, int n) {
+__host__ __device__ uint32_t mn_major_byte(int k, int n) {
   return swizzle128(uint32_t(n % 8 + (n / 8) % 8 * 8 + (n / 64) * 4096 + (k % 8) * 64 + (k / 8) * 512) * 2);
 }
 
@@ -283,24 +371,24 @@ __global__ void wgmma_kernel(float* d, const float* a, const float* b, Placement
 
 template <int N>
 void check_wgmma(Placement p) {
-  std::vector<float> a = small_ints(64 * 16, 6), b = small_ints(16 * N, 7), d(64 * N);
-  for (Order order : {Order::forward, Order::reverse}) {
-    Stream stream{order};
-    launch({&stream}, "wgmma", wgmma_kernel<N>, dim3(1), dim3(128), 8192 + 16384 + 1024, d.data(),
-           (const float*)a.data(), (const float*)b.data(), p);
+  if (!runs_wgmma(wgmma_kernel<N>)) GTEST_SKIP() << "wgmma needs a Hopper GPU and a build for 90 (sm_90a)";
+  std::vector<float> a = small_ints(64 * 16, 6), b = small_ints(16 * N, 7);
+  each_order([&](const LaunchContext& ctx) {
+    Array<float> da(a), db(b), dd(64 * N);
+    launch(ctx, "wgmma", wgmma_kernel<N>, dim3(1), dim3(128), 8192 + 16384 + 1024, dd.dev(), (const float*)da.dev(),
+           (const float*)db.dev(), p);
+    const std::vector<float>& d = dd.fetch();
     for (int m = 0; m < 64; ++m)
       for (int n = 0; n < N; ++n) {
         float ref = 0.5f;
         for (int k = 0; k < 16; ++k) ref += a[m * 16 + k] * b[k * N + n];
         ASSERT_EQ(d[m * N + n], ref) << "placement " << p << " row " << m << " column " << n;
       }
-  }
+  });
 }
 
-TEST(EmulatedPtx, WgmmaReadsTheManualsSharedMemoryLayouts) {
-  check_wgmma<64>(kInterleaved);
-  check_wgmma<64>(kSwizzled);
-  check_wgmma<128>(kRegisters);
-}
+TEST(Ptx, WgmmaReadsKMajorInterleavedTiles) { check_wgmma<64>(kInterleaved); }
+TEST(Ptx, WgmmaReads128ByteSwizzledKMajorTiles) { check_wgmma<64>(kSwizzled); }
+TEST(Ptx, WgmmaTakesARegistersAndA128ByteSwizzledMnMajorB) { check_wgmma<128>(kRegisters); }
 
 }  // namespace
