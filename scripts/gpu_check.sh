@@ -82,7 +82,7 @@ done
 
 # ---- attention: flash vs cudnn vs naive ----------------------------------------------------
 if [ -x "$BUILD/bench/attention_check" ]; then
-  out=$(timeout 120 "$BUILD/bench/attention_check" --time 2>&1)
+  out=$(timeout 300 "$BUILD/bench/attention_check" --time 2>&1)
   rc=$?
   grep '^{' <<<"$out" | sed 's/^{/{"check": "attention", /'
   [ $rc -eq 0 ] || { echo "{\"check\": \"attention\", \"ok\": false, \"exit\": $rc, \"tail\": $(json_string "$(tail -3 <<<"$out")")}"; fail; }

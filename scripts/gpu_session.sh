@@ -19,8 +19,13 @@
 #   compare      vs_torch.sh's three shapes with torch.compile (the figures for a closing note)
 #   parity       scripts/hf_parity.py --device cuda: each Llama-family class against
 #                transformers on this GPU (needs torch and transformers on the node)
+#   attention    the flash kernels alone: gpu-tests/test_ptx (the PTX layouts on this GPU),
+#                attention_check --time (flash-mma, flash-wgmma, cudnn side by side), and
+#                where ncu is on the node, profiles of each flash kernel set's forward and
+#                backward at GPT-2's shape (speed of light, occupancy, warp stalls; clocks
+#                left alone) -> OUTDIR/ncu_*.csv
 set -uo pipefail
-[ $# -ge 2 ] || { echo "usage: $0 TARBALL OUTDIR [check|llama_flash|compare|parity ...]" >&2; exit 2; }
+[ $# -ge 2 ] || { echo "usage: $0 TARBALL OUTDIR [check|llama_flash|compare|parity|attention ...]" >&2; exit 2; }
 tarball=$(realpath "$1") out=$(realpath -m "$2")
 shift 2
 parts=("$@")
@@ -74,6 +79,29 @@ for part in "${parts[@]}"; do
       (cd "$B" && ./run python3 scripts/hf_parity.py --pptrain build/pptrain --device cuda) 2>&1 |
         tee "$out/parity.txt"
       ;;
+    attention)
+      stamp "attention: test_ptx, attention_check --time, ncu"
+      timeout 120 "$B/run" "$B/build/gpu-tests/test_ptx" --gtest_color=no >"$out/test_ptx.txt" 2>&1
+      table+=("test_ptx: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/test_ptx.txt" | tr '\n' ' ')")
+      timeout 300 "$B/run" "$B/build/bench/attention_check" --time 2>&1 | tee "$out/attention.jsonl"
+      if command -v ncu >/dev/null; then
+        for impl in flash-wgmma flash-mma; do
+          for pass in "forward forward_kernel" "backward (kv|q)_kernel"; do
+            set -- $pass
+            # The timed calls only (--time-only), past the warm-up, matched by their demangled
+            # names (pptrain::kernels::flash::{sm90,bf16_tc}::...).
+            timeout 240 ncu --clock-control none --kernel-name-base demangled \
+              --kernel-name "regex:kernels::flash::.*::$2" --launch-skip 8 --launch-count 4 \
+              --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats --csv \
+              "$B/run" "$B/build/bench/attention_check" --impls "$impl" --time-only --shape 16,12,12,1024,64 \
+              >"$out/ncu_${impl}_$1.csv" 2>"$out/ncu_${impl}_$1.err"
+            table+=("ncu $impl $1: $(grep -c '"' "$out/ncu_${impl}_$1.csv") csv lines; $(tail -1 "$out/ncu_${impl}_$1.err" | cut -c1-100)")
+          done
+        done
+      else
+        table+=("ncu: not on this node")
+      fi
+      ;;
     *) echo "gpu_session: unknown part '$part'" >&2 ;;
   esac
 done
@@ -81,13 +109,13 @@ stamp "done"
 
 # The short table: pass/fail per check, then each benchmark's headline.
 echo "---- summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
-for f in "$out"/gpu_check.jsonl; do
+for f in "$out"/gpu_check.jsonl "$out"/attention.jsonl; do
   [ -f "$f" ] || continue
   grep '"device_tests"' "$f" | sed -n 's/.*"binary": "\([^"]*\)", "ok": \([a-z]*\).*"passed": \([0-9]*\).*/tests \1 ok=\2 passed=\3/p'
   grep '"device_tests_detail"' "$f" | sed -n 's/.*"line": "\(.*\)"}$/  \1/p' | cut -c1-160
   grep -c '"check": "attention".*"pass": true' "$f" | sed 's/^/attention comparisons passed: /'
   grep '"check": "attention".*"pass": false' "$f" | cut -c1-200
-  grep '"bench": "attention"' "$f" | sed -n 's/.*"impl": "\([a-z]*\)".*"NH": \([0-9]*\), "NKV": \([0-9]*\), "T": \([0-9]*\), "HD": \([0-9]*\).*"fwd_tflops": \([0-9.]*\), "bwd_tflops": \([0-9.]*\).*/attn \1 NH\2 NKV\3 T\4 HD\5 fwd \6 bwd \7 TFLOP\/s/p'
+  grep '"bench": "attention"' "$f" | sed -n 's/.*"impl": "\([a-z-]*\)".*"NH": \([0-9]*\), "NKV": \([0-9]*\), "T": \([0-9]*\), "HD": \([0-9]*\).*"fwd_tflops": \([0-9.]*\), "bwd_tflops": \([0-9.]*\).*/attn \1 NH\2 NKV\3 T\4 HD\5 fwd \6 bwd \7 TFLOP\/s/p'
   grep '"bench": "attention".*error' "$f" | cut -c1-220
   grep '"bf16_learning"' "$f" | cut -c1-200
   grep '"check": "trace"' "$f" | cut -c1-220

@@ -12,7 +12,9 @@
 // forward, then backward from the forward's own out (and lse or probs), as in
 // training. Built only by the real CUDA build:
 //   make CUDA=1 build/bench/attention_check && build/bench/attention_check [--device N]
-//        [--impls naive,flash,flash-mma,flash-wgmma,cudnn] [--time]   (default: all but flash)
+//        [--impls naive,flash,flash-mma,flash-wgmma,cudnn] [--time | --time-only]
+//        [--shape B,NH,NKV,T,HD]   (impls: all but flash by default; --time-only skips the
+//        checks, for a profiler; --shape times that shape instead of the four below)
 // (scripts/gpu_check.sh runs it on a lent GPU). One JSON line per comparison:
 //   {"check": "attention", "B": 2, "NH": 4, "T": 200, "HD": 64, "tensor": "dq", "a": "cudnn",
 //    "b": "reference", "normwise": 1.2e-04, "bound": 1.6e-02, "pass": true}
@@ -450,7 +452,11 @@ void time_impl(const std::string& impl, int device, const TimeShape& s) {
 
 int main(int argc, char** argv) {
   int device = 0;
-  bool time = false;
+  bool time = false, check = true;
+  std::vector<pptrain::TimeShape> time_shapes = {pptrain::TimeShape{16, 12, 12, 1024, 64},
+                                                 pptrain::TimeShape{1, 32, 8, 8192, 64},
+                                                 pptrain::TimeShape{8, 16, 16, 1024, 128},
+                                                 pptrain::TimeShape{1, 16, 16, 8192, 128}};
   std::vector<std::string> impls = {"naive", "flash-mma", "flash-wgmma", "cudnn"};
   const std::vector<std::string> known = {"naive", "flash", "flash-mma", "flash-wgmma", "cudnn"};
   for (int i = 1; i < argc; ++i) {
@@ -470,18 +476,30 @@ int main(int argc, char** argv) {
       }
     } else if (arg == "--time") {
       time = true;
+    } else if (arg == "--time-only") {  // no checks: a profiler sees the timed kernels alone
+      time = true, check = false;
+    } else if (arg == "--shape" && i + 1 < argc) {  // B,NH,NKV,T,HD: time this shape only
+      pptrain::TimeShape t{};
+      if (std::sscanf(argv[++i], "%d,%d,%d,%d,%d", &t.b, &t.nh, &t.nkv, &t.t, &t.hd) != 5 || t.b < 1 || t.nh < 1 ||
+          t.nkv < 1 || t.nh % t.nkv != 0 || t.t < 1 || t.hd < 1) {
+        std::fprintf(stderr, "attention_check: --shape: expected B,NH,NKV,T,HD (NKV dividing NH), got '%s'\n", argv[i]);
+        return 2;
+      }
+      time_shapes = {t};
     } else {
-      std::fprintf(stderr, "usage: attention_check [--device N] [--impls naive,flash,flash-mma,flash-wgmma,cudnn] [--time]\n");
+      std::fprintf(stderr,
+                   "usage: attention_check [--device N] [--impls naive,flash,flash-mma,flash-wgmma,cudnn] [--time | "
+                   "--time-only] [--shape B,NH,NKV,T,HD]\n");
       return 2;
     }
   }
   bool ok = true;
   // Multi-head at HD 64 and 128, grouped-query (2 and 1 key/value heads for 4 query heads).
-  for (auto [hd, nkv] : {std::pair{64, 4}, std::pair{128, 4}, std::pair{64, 2}, std::pair{128, 1}})
-    ok = pptrain::check(device, pptrain::Shape{pptrain::kB, pptrain::kT, pptrain::kNH, hd, nkv}, impls) && ok;
+  if (check)
+    for (auto [hd, nkv] : {std::pair{64, 4}, std::pair{128, 4}, std::pair{64, 2}, std::pair{128, 1}})
+      ok = pptrain::check(device, pptrain::Shape{pptrain::kB, pptrain::kT, pptrain::kNH, hd, nkv}, impls) && ok;
   if (time)
-    for (const pptrain::TimeShape& s : {pptrain::TimeShape{16, 12, 12, 1024, 64}, pptrain::TimeShape{1, 32, 8, 8192, 64},
-                                        pptrain::TimeShape{8, 16, 16, 1024, 128}, pptrain::TimeShape{1, 16, 16, 8192, 128}})
+    for (const pptrain::TimeShape& s : time_shapes)
       for (const std::string& impl : impls)
         if (impl != "naive" || s.t <= 1024) pptrain::time_impl(impl, device, s);  // naive's T² probs: short T only
   return ok ? 0 : 1;
