@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -17,9 +18,35 @@ namespace pptrain {
 
 int threads_for_share(int cpus, int sharing) { return std::max(1, cpus / std::max(1, sharing)); }
 
+namespace {
+
+// Whether a launcher (mpirun/mpiexec, srun with PMI/PMIx) started this process: each sets
+// these for its ranks. Without one, MPI_Init makes a singleton.
+bool started_by_a_launcher() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMIX_NAMESPACE", "PMI_RANK", "PMI_SIZE",
+                           "MPI_LOCALNRANKS"})
+    if (std::getenv(name)) return true;
+  return false;
+}
+
+}  // namespace
+
 MpiSession::MpiSession(int* argc, char*** argv) {
   int provided = 0;
+  // An Open MPI singleton forks and executes a daemon (orted) from MPI_Init, with this
+  // process's environment. A library preloaded into pptrain (a profiler's injection library:
+  // CUPTI activity tracers, nsys) would be loaded into that daemon too, where it has no CUDA
+  // process to attach to and can keep the daemon from starting, leaving pptrain waiting in
+  // MPI_Init. The preload is already in this process, so it is held back from the daemon
+  // only: unset around MPI_Init (still single-threaded here), then restored.
+  std::string preload;
+  const bool hold_back = !started_by_a_launcher() && std::getenv("LD_PRELOAD");
+  if (hold_back) {
+    preload = std::getenv("LD_PRELOAD");
+    unsetenv("LD_PRELOAD");
+  }
   MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  if (hold_back) setenv("LD_PRELOAD", preload.c_str(), 1);
   // Errors on any communicator return codes instead of aborting silently, so the
   // Communicator can name the failed call.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);

@@ -1,0 +1,61 @@
+// MpiSession's start: a singleton pptrain (no launcher) keeps a preloaded library (a
+// profiler's injection library) to itself, out of the daemon Open MPI's singleton MPI_Init
+// forks; started by mpirun, the ranks keep their environment as given.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "support/test_util.h"
+
+using namespace pptrain::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A preload library whose constructor appends "<executable>" to $PRELOAD_PROBE_LOG in every
+// process that loads it, compiled into `dir` with the system C compiler.
+std::string build_probe(const TempDir& dir) {
+  std::ofstream(dir.file("probe.c")) << R"(#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+__attribute__((constructor)) static void probe(void) {
+  char exe[512] = {0};
+  const char* log = getenv("PRELOAD_PROBE_LOG");
+  if (!log || readlink("/proc/self/exe", exe, sizeof exe - 1) <= 0) return;
+  FILE* f = fopen(log, "a");
+  if (f) fprintf(f, "%s\n", exe), fclose(f);
+}
+)";
+  CommandResult cc = run_command("cc -shared -fPIC -o " + dir.file("libprobe.so") + " " + dir.file("probe.c"), 60);
+  EXPECT_EQ(cc.exit_code, 0) << cc.output;
+  return dir.file("libprobe.so");
+}
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+TEST(MpiSession, ASingletonKeepsItsPreloadOutOfTheMpiDaemon) {
+  TempDir dir;
+  const std::string probe = build_probe(dir);
+  const std::string log = dir.file("loads.txt");
+  CommandResult r = run_command("env -u OMPI_COMM_WORLD_SIZE -u PMIX_RANK -u PMIX_NAMESPACE -u PMI_RANK -u PMI_SIZE "
+                                "PRELOAD_PROBE_LOG=" + log + " LD_PRELOAD=" + probe + " " + pptrain_bin() + " --version",
+                                60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string loads = read(log);
+  // pptrain itself loaded it (the preload works) ...
+  EXPECT_NE(loads.find(fs::canonical(pptrain_bin()).string()), std::string::npos) << loads;
+  // ... and no other process did: without the hold-back, Open MPI's orted appears here.
+  std::istringstream lines(loads);
+  for (std::string line; std::getline(lines, line);)
+    EXPECT_EQ(line, fs::canonical(pptrain_bin()).string()) << "a process other than pptrain loaded the preload";
+}
