@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <utility>
@@ -33,7 +34,7 @@ constexpr unsigned char kPoisonByte = 0xFF;  // 0xFFFFFFFF is a NaN as float, -1
 
 
 
-enum class Wait { runnable, block_barrier, warp, warpgroup, exited };
+enum class Wait { runnable, block_barrier, warp, warpgroup, mbarrier, exited };
 
 // One cp.async: copied when its group completes (or at issue; see ptx_emu.h).
 struct AsyncCopy {
@@ -56,6 +57,8 @@ struct Fiber {
   std::vector<std::vector<AsyncCopy>> groups;      // committed, not yet complete, oldest first
   uint3 index;
   Wait wait = Wait::runnable;
+  const void* waiting_bar = nullptr;  // Wait::mbarrier: the barrier and the phase parity awaited
+  int waiting_parity = 0;
   const char* waiting_at = "";
   unsigned waiting_mask = 0;
 };
@@ -167,9 +170,9 @@ class BlockRunner {
   // completes at the thread's wgmma.wait_group (see async_matrix_wait) or, in forward order,
   // at once: the two extremes a GPU allows.
   void warpgroup_collective(const char* name, const void* operands, size_t bytes, detail::MatrixRun run, bool async) {
-    if (fibers_.size() % 128 != 0)
-      fault(cat(name, " in a block of ", fibers_.size(), " threads (warpgroups need a multiple of 128)"));
     int group = current_ / 128, lane = current_ % 128;
+    if (size_t(group + 1) * 128 > fibers_.size())
+      fault(cat(name, " by a thread of an incomplete warpgroup (", fibers_.size(), " threads in the block)"));
     WarpgroupState& g = warpgroups_[group];
     if (g.arrived == 0) g.name = name, g.run = run;
     else if (g.run != run)
@@ -198,6 +201,78 @@ class BlockRunner {
     }
     if (async) f.open_wgmma.push_back(g.last);
   }
+  // ---- mbarrier and bulk copies (ptx_emu.h) ----
+  struct Mbarrier {
+    int count = 0, pending = 0, phase = 0;
+    long long tx = 0;
+  };
+  Mbarrier& mbarrier_at(const void* bar, const char* what) {
+    auto it = mbarriers_.find(bar);
+    if (it == mbarriers_.end()) fault(cat(what, " on an mbarrier that was not initialised in this block"));
+    return it->second;
+  }
+  void mbarrier_init(void* bar, int count) {
+    if (!in_shared(bar, 8) || reinterpret_cast<uintptr_t>(bar) % 8) fault("mbarrier.init: not 8-byte aligned shared memory");
+    if (count < 1 || count > (1 << 20) - 1) fault(cat("mbarrier.init with count ", count));
+    Mbarrier m;
+    m.count = m.pending = count;
+    mbarriers_[bar] = m;
+  }
+  void mbarrier_update(const void* bar, Mbarrier& m, int arrivals, long long tx) {
+    m.tx += tx;
+    m.pending -= arrivals;
+    if (m.pending < 0) fault(cat("mbarrier: ", m.count - m.pending, " arrivals in a phase of ", m.count));
+    if (m.pending > 0 || m.tx != 0) return;
+    m.phase ^= 1;
+    m.pending = m.count;
+    for (Fiber& f : fibers_)
+      if (f.wait == Wait::mbarrier && f.waiting_bar == bar && f.waiting_parity != m.phase) f.wait = Wait::runnable;
+  }
+  void mbarrier_arrive(void* bar, long long expect_tx) {
+    mbarrier_update(bar, mbarrier_at(bar, "mbarrier.arrive"), 1, expect_tx);
+  }
+  // "The phase of parity p has completed": the current phase's parity is no longer p.
+  void mbarrier_wait(void* bar, int parity) {
+    Fiber& f = fibers_[current_];
+    while (mbarrier_at(bar, "mbarrier.try_wait").phase == parity) {
+      f.wait = Wait::mbarrier;
+      f.waiting_bar = bar;
+      f.waiting_parity = parity;
+      f.waiting_at = "mbarrier.try_wait";
+      yield();
+    }
+  }
+  void bulk_copy(void* bar, long long bytes, std::function<void()> copy) {
+    mbarrier_at(bar, "cp.async.bulk");
+    if (stream_.order == Order::forward) {
+      copy();
+      mbarrier_update(bar, mbarriers_[bar], 0, -bytes);
+    } else {
+      bulk_.push_back({bar, bytes, std::move(copy)});
+    }
+  }
+  // Completes held-back bulk copies (reverse order) when no thread can run: only those on
+  // barriers a thread is waiting for (a copy another barrier covers stays in flight, so a
+  // read that forgot its own barrier sees the poison), else all of them. False if none.
+  bool complete_bulk_copies() {
+    if (bulk_.empty()) return false;
+    auto awaited = [&](const void* bar) {
+      for (const Fiber& f : fibers_)
+        if (f.wait == Wait::mbarrier && f.waiting_bar == bar) return true;
+      return false;
+    };
+    bool any = false;
+    for (const BulkCopy& c : bulk_) any = any || awaited(c.bar);
+    std::vector<BulkCopy> now, later;
+    for (BulkCopy& c : bulk_) (!any || awaited(c.bar) ? now : later).push_back(std::move(c));
+    bulk_ = std::move(later);
+    for (BulkCopy& c : now) {
+      c.copy();
+      mbarrier_update(c.bar, mbarriers_[c.bar], 0, -c.bytes);
+    }
+    return true;
+  }
+
   void async_matrix_commit() {
     Fiber& f = fibers_[current_];
     f.wgmma_groups.push_back(std::move(f.open_wgmma));
@@ -281,6 +356,8 @@ class BlockRunner {
     for (int k = 0; k < n; ++k) prepare_fiber(fibers_[k], g_stack_pool[k], k);
     for (Warp& w : warps_) w.pending.clear();
     for (WarpgroupState& g : warpgroups_) g.arrived = 0, g.last.reset();
+    mbarriers_.clear();
+    bulk_.clear();
     bool reverse = stream_.order == Order::reverse;
     int warps = int(warps_.size());
     for (;;) {
@@ -302,6 +379,7 @@ class BlockRunner {
         }
       }
       if (ran) continue;
+      if (complete_bulk_copies()) continue;  // held-back copies land when nothing else can run
       int exited = 0, at_barrier = 0;
       for (const Fiber& f : fibers_) {
         exited += f.wait == Wait::exited;
@@ -371,6 +449,7 @@ class BlockRunner {
         case Wait::block_barrier: return "at __syncthreads";
         case Wait::warp: return cat("at ", f.waiting_at, " (mask ", hex(f.waiting_mask), ")");
         case Wait::warpgroup: return cat("at ", f.waiting_at, " (warpgroup)");
+        case Wait::mbarrier: return cat("at mbarrier.try_wait (parity ", f.waiting_parity, ")");
         case Wait::runnable: return "runnable";
       }
       return "";
@@ -450,6 +529,13 @@ class BlockRunner {
     std::shared_ptr<detail::AsyncMatrixOp> last;  // the operation the arrivals just issued
   };
   std::vector<WarpgroupState> warpgroups_;
+  std::map<const void*, Mbarrier> mbarriers_;
+  struct BulkCopy {
+    void* bar;
+    long long bytes;
+    std::function<void()> copy;
+  };
+  std::vector<BulkCopy> bulk_;
   size_t dynamic_bytes_ = 0;
   FiberContext scheduler_;
   int current_ = -1;
@@ -527,6 +613,26 @@ void* shared_base(uint32_t& window_start, size_t& bytes) {
   window_start = kDynamicWindowStart;
   bytes = g_active->dynamic_bytes();
   return g_active->dynamic_shared();
+}
+
+void mbarrier_init(void* bar, int count) {
+  if (!g_active || !g_active->in_fiber()) fault("mbarrier.init outside a kernel");
+  g_active->mbarrier_init(bar, count);
+}
+
+void mbarrier_arrive(void* bar, long long expect_tx) {
+  if (!g_active || !g_active->in_fiber()) fault("mbarrier.arrive outside a kernel");
+  g_active->mbarrier_arrive(bar, expect_tx);
+}
+
+void mbarrier_wait(void* bar, int parity) {
+  if (!g_active || !g_active->in_fiber()) fault("mbarrier.try_wait outside a kernel");
+  g_active->mbarrier_wait(bar, parity);
+}
+
+void bulk_copy(void* bar, long long bytes, std::function<void()> copy) {
+  if (!g_active || !g_active->in_fiber()) fault("cp.async.bulk outside a kernel");
+  g_active->bulk_copy(bar, bytes, std::move(copy));
 }
 
 void sync_block() {

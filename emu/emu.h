@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -44,6 +45,7 @@
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
 #define __launch_bounds__(...)
+#define __grid_constant__
 #define __align__(n) __attribute__((aligned(n)))
 // Shared memory is declared with PPTRAIN_STATIC_SHARED / PPTRAIN_DYNAMIC_SHARED
 // (kernels/device.cuh), never `__shared__` directly: a function-static array would outlive
@@ -136,6 +138,16 @@ struct AsyncMatrixOp {
 void warpgroup_collective(const char* name, const void* operands, size_t bytes, MatrixRun run, bool async);
 void async_matrix_commit();
 void async_matrix_wait(int pending);
+// mbarrier (ptx_emu.h): an arrival counter with a transaction count, completing a phase when
+// both reach zero, then re-armed with its count. A thread waiting for a phase that has not
+// completed blocks until it does (a wait nothing can satisfy is a deadlock).
+void mbarrier_init(void* bar, int count);
+void mbarrier_arrive(void* bar, long long expect_tx);  // expect_tx > 0: arrive.expect_tx
+void mbarrier_wait(void* bar, int parity);
+// A bulk copy into shared memory that completes `bytes` of transactions on `bar`: at once in
+// forward order; in reverse order only when no thread of the block can run, and then only if
+// a thread waits on its barrier (or none waits on any barrier with copies in flight).
+void bulk_copy(void* bar, long long bytes, std::function<void()> copy);
 // The emulated shared window: dynamic shared memory starts at shared address `window_start`
 // (16-byte aligned, deliberately not 1024-byte aligned) and spans `bytes`.
 constexpr uint32_t kDynamicWindowStart = 0x410;

@@ -271,3 +271,55 @@ inline void wgmma_commit() { ::pptrain::emu::detail::async_matrix_commit(); }
 inline void wgmma_wait(int pending) { ::pptrain::emu::detail::async_matrix_wait(pending); }
 
 }  // namespace pptrain::emu::ptx
+
+// ---- sm_90: mbarrier and the bulk tensor copy (TMA) ------------------------------------------
+// A tensor map as cuTensorMapEncodeTiled makes one (kernels/tma.cuh): a bf16 tensor of up to
+// 3 dimensions (dims[0] contiguous), byte strides of dimensions 1 and 2, the box a copy moves,
+// and the swizzle (0 none, 3 the 128-byte pattern: Swizzle<3,4,3> on the shared address, as
+// wgmma reads it). cp.async.bulk.tensor copies the box at the given coordinates into shared
+// memory in box order (dims[0] fastest), elements outside the tensor as zeros, and completes
+// its bytes on an mbarrier (emu.h: at once in forward order, as late as possible in reverse).
+namespace pptrain::emu::ptx {
+
+struct TensorMap {
+  const void* base = nullptr;
+  int rank = 0;
+  uint64_t dims[3] = {1, 1, 1};
+  uint64_t strides[3] = {2, 0, 0};  // bytes; strides[0] is the element size
+  uint32_t box[3] = {1, 1, 1};
+  int swizzle = 0;
+};
+
+inline void mbarrier_init(void* bar, int count) { ::pptrain::emu::detail::mbarrier_init(bar, count); }
+inline void mbarrier_arrive(void* bar) { ::pptrain::emu::detail::mbarrier_arrive(bar, 0); }
+inline void mbarrier_arrive_expect_tx(void* bar, uint32_t bytes) {
+  ::pptrain::emu::detail::mbarrier_arrive(bar, bytes);
+}
+inline void mbarrier_wait(void* bar, int parity) { ::pptrain::emu::detail::mbarrier_wait(bar, parity); }
+
+inline void tma_load_3d(void* dst, const TensorMap& map, int c0, int c1, int c2, void* bar) {
+  uint32_t box_bytes = map.box[0] * map.box[1] * map.box[2] * 2;
+  if (!::pptrain::emu::detail::in_shared(dst, box_bytes))
+    ::pptrain::emu::detail::fault("cp.async.bulk.tensor: the box does not fit in shared memory at the destination");
+  uint32_t dst_addr = shared_address(dst);
+  if (dst_addr % (map.swizzle ? 1024 : 128))
+    ::pptrain::emu::detail::fault("cp.async.bulk.tensor: destination not aligned to its swizzle pattern");
+  TensorMap m = map;
+  ::pptrain::emu::detail::bulk_copy(bar, box_bytes, [m, dst, dst_addr, c0, c1, c2] {
+    auto* out = static_cast<unsigned char*>(dst);
+    for (uint32_t z = 0; z < m.box[2]; ++z)
+      for (uint32_t y = 0; y < m.box[1]; ++y)
+        for (uint32_t x = 0; x < m.box[0]; ++x) {
+          long long g0 = c0 + long(x), g1 = c1 + long(y), g2 = c2 + long(z);
+          uint16_t v = 0;
+          if (g0 >= 0 && g1 >= 0 && g2 >= 0 && uint64_t(g0) < m.dims[0] && uint64_t(g1) < m.dims[1] &&
+              uint64_t(g2) < m.dims[2])
+            std::memcpy(&v, static_cast<const unsigned char*>(m.base) + g0 * 2 + g1 * m.strides[1] + g2 * m.strides[2], 2);
+          uint32_t off = ((z * m.box[1] + y) * m.box[0] + x) * 2, addr = dst_addr + off;
+          if (m.swizzle) addr ^= ((addr >> 7) & 7) << 4;
+          std::memcpy(out + (addr - dst_addr), &v, 2);
+        }
+  });
+}
+
+}  // namespace pptrain::emu::ptx

@@ -267,7 +267,7 @@ size_t flash_attention_shared_bytes(int hd) {
       bytes = bf16_tc::Shape<HD>::kMaxBytes;
       if constexpr (HD != 32)
         if (flash_attention_uses_wgmma(HD))
-          bytes = std::max({bytes, sm90::Shape<HD>::kForwardBytes, sm90::Shape<HD>::kKvBytes, sm90::Shape<HD>::kQBytes});
+          bytes = std::max({bytes, sm90::Forward<HD>::kBytes, sm90::Shape<HD>::kKvBytes, sm90::Shape<HD>::kQBytes});
     } else {
       bytes = Config<T, HD>::kBytes;
     }
@@ -316,9 +316,17 @@ void launch_flash_attention_forward_bf16(const LaunchContext& ctx, bf16* out, fl
     if (size_t(b) * t * nh == 0) return;
     dim3 grid(ceil_div(t, kRows), b * nh);
     if constexpr (HD != 32)
-      if (kernel == FlashKernels::wgmma)
-        return launch(ctx, "flash_attention_forward_sm90", sm90::forward_kernel<HD>, grid, dim3(kThreads),
-                      sm90::Shape<HD>::kForwardBytes, out, lse, qkv, t, nh, nkv);
+      if (kernel == FlashKernels::wgmma) {
+        // qkv as a [B][T][W] tensor (W = (NH + 2·NKV)·HD): rows past T are outside it, so the
+        // copy engine zero-fills a partial tile; boxes of 64 columns × 128 (Q) or 64 (K, V) rows.
+        const uint64_t w = uint64_t(nh + 2 * nkv) * HD;
+        tma::Map q_map = tma::make_map_3d(qkv, w, uint64_t(t), uint64_t(b), w * 2, uint64_t(t) * w * 2, 64,
+                                          sm90::kForwardRows);
+        tma::Map kv_map = tma::make_map_3d(qkv, w, uint64_t(t), uint64_t(b), w * 2, uint64_t(t) * w * 2, 64, kRows);
+        return launch(ctx, "flash_attention_forward_sm90", sm90::forward_kernel<HD>,
+                      dim3(ceil_div(t, sm90::kForwardRows), b * nh), dim3(sm90::kForwardThreads),
+                      sm90::Forward<HD>::kBytes, out, lse, q_map, kv_map, t, nh, nkv);
+      }
     launch(ctx, "flash_attention_forward", bf16_tc::forward_kernel<HD>, grid, dim3(kThreads),
            bf16_tc::Shape<HD>::kForwardBytes, out, lse, qkv, t, nh, nkv);
   });

@@ -1,30 +1,37 @@
 // The Hopper (sm_90a) bf16 flash attention kernels (flash_attention.cu only): the same
-// algorithm, block shapes, softmax and deterministic backward split as the mma.sync kernels
+// algorithm, softmax and deterministic backward split as the mma.sync kernels
 // (flash_attention_bf16.cuh), with every product on warpgroup MMA (wgmma.cuh):
 //   forward  S [64 × 64] = Q Kᵀ (SS: Q, K K-major in shared memory) and O += P V (RS: P from
 //            registers, already in the A-fragment layout; V MN-major, i.e. transposed B)
 //   dK, dV   Sᵀ = K Qᵀ, dPᵀ = V dOᵀ (SS), dV += Pᵀ dO, dK += dSᵀ Q (RS, dO and Q MN-major)
 //   dQ       S = Q Kᵀ, dP = dO Vᵀ (SS), dQ += dS K (RS, K MN-major)
-// One block is one warpgroup (128 threads) and 64 rows, as before: warp w owns rows
-// 16w..16w+15 of every accumulator (the wgmma D layout per warp is the mma.sync C layout), so
-// the softmax and the epilogues are shared. HD 64 and 128 (the swizzle atom is 64 columns;
-// HD 32 stays on the mma.sync kernels). The backward streams tiles of kN = 64 (HD 64) or 32
-// (HD 128: two HD-wide accumulators per thread already take 128 registers) columns.
+// A consumer warpgroup owns 64 rows: warp w rows 16w..16w+15 of every accumulator (the wgmma
+// D layout per warp is the mma.sync C layout), so the softmax and the epilogues are shared.
+// HD 64 and 128 (the swizzle atom is 64 columns; HD 32 stays on the mma.sync kernels).
+//
+// The forward is warp-specialised (FlashAttention-3's structure): 2 consumer warpgroups (128
+// query rows) and a producer warp whose one thread loads Q, K and V with the bulk tensor copy
+// engine (tma.cuh) into a ring of stages guarded by mbarriers. The backward kernels are one
+// warpgroup each, streaming tiles of kN = 64 (HD 64) or 32 (HD 128: two HD-wide accumulators
+// per thread already take 128 registers) columns through two cp.async stages; each tile's
+// data is published to the async proxy (fence.proxy.async) and the warpgroup (barrier)
+// before the wgmma that reads it.
 //
 // Shared memory (dynamic, 1024-byte aligned in the shared window: the 128B swizzle pattern
 // repeats at 1024 bytes, and descriptors with base offset 0 assume it): every tile a [R][HD]
-// array of HD/64 swizzled atoms of [R rows][64 columns] (wgmma.cuh's swizzled_offset), which
-// serves as a K-major operand (its rows are M or N) and as an MN-major one (its rows are K)
-// alike. Forward: Q and two stages of (K, V): 41 KiB (HD 64), 81 KiB (HD 128); dK/dV: the
-// block's K and V and two stages of (Q, dO, lse, delta): 50 / 65.5 KiB; dQ: the block's Q and
-// dO and two stages of (K, V): 49 / 65 KiB. Above 48 KiB launch() opts in.
+// array of HD/64 swizzled atoms of [R rows][64 columns] (wgmma.cuh's swizzled_offset, which
+// is also where the copy engine's 128-byte swizzle puts each element), serving as a K-major
+// operand (its rows are M or N) and as an MN-major one (its rows are K) alike. Forward: Q and
+// kStages × (K, V): 81 KiB (HD 64, 4 stages), 97 KiB (HD 128, 2); dK/dV: the block's K and V
+// and two stages of (Q, dO, lse, delta): 50 / 65.5 KiB; dQ: the block's Q and dO and two
+// stages of (K, V): 49 / 65 KiB. Above 48 KiB launch() opts in.
 //
-// Pipeline: cp.async fills stage j + 2 while the block computes tile j + 1; each tile's data
-// is published to the async proxy (fence.proxy.async) and the warpgroup (barrier) before the
-// wgmma that reads it. The emulator checks the layouts and the synchronisation
-// (tests/test_kernels_flash_attention.cpp), bench/cuda/attention_check the hardware.
+// The emulator checks the layouts and the synchronisation (tests/test_kernels_flash_attention
+// .cpp: copies land as late as the barriers allow in one fiber order, at once in the other),
+// gpu-tests/test_ptx the instructions and bench/cuda/attention_check the kernels on a GPU.
 #pragma once
 #include "flash_attention_bf16.cuh"
+#include "tma.cuh"
 #include "wgmma.cuh"
 
 namespace pptrain::kernels::flash::sm90 {
@@ -46,8 +53,7 @@ struct Shape {
   static constexpr int kN = HD == 128 ? 32 : 64;  // backward: columns per streamed tile (registers)
   using Rows = Tile<HD, kRows>;                    // the block's own 64 rows
   using Cols = Tile<HD, kN>;                       // a streamed backward tile
-  // Dynamic shared memory of each kernel, with 1024 bytes of slack for the alignment.
-  static constexpr size_t kForwardBytes = 5 * size_t(Rows::kBytes) + 1024;  // Q, 2 × (K, V)
+  // Dynamic shared memory of the backward kernels, with 1024 bytes of slack for the alignment.
   static constexpr size_t kKvBytes = 2 * size_t(Rows::kBytes) + 4 * size_t(Cols::kBytes) + 4 * kN * 4 + 1024;
   static constexpr size_t kQBytes = 2 * size_t(Rows::kBytes) + 4 * size_t(Cols::kBytes) + 1024;
 };
@@ -86,61 +92,109 @@ __device__ __forceinline__ unsigned char* aligned_shared(unsigned char* raw) {
   return raw + (1024 - wgmma::smem_address(raw) % 1024) % 1024;
 }
 
+// ---- forward ---------------------------------------------------------------------------------
+// Warp-specialised, FlashAttention-3's structure: a block is 2 consumer warpgroups (threads
+// 0-255: query rows q0..q0+63 and q0+64..q0+127 of the block's 128) and 1 producer warp
+// (threads 256-287), whose lane 0 issues every load on the copy engine: Q once, then each key
+// tile's K and V into a ring of kStages stages. Stage s has two barriers: `full` (the
+// producer's arrive.expect_tx plus the copies' bytes) and `empty` (an arrival from each of the
+// 256 consumer threads once its warpgroup's wgmmas on the stage have completed). Consumers
+// never wait for loads they do not need next, the producer never for a stage still read; no
+// __syncthreads after the barriers are set up. A warpgroup whose rows end before a key tile
+// still waits for and releases it (the phases of a barrier must stay in step).
+constexpr int kForwardRows = 128, kForwardThreads = 2 * kThreads + kWarp;
+
 template <int HD>
-__global__ void __launch_bounds__(kThreads) forward_kernel(bf16* out, float* lse, const bf16* qkv, int t, int nh,
-                                                           int nkv) {
-  using T = typename Shape<HD>::Rows;
+struct Forward {
+  static constexpr int kStages = HD == 128 ? 2 : 4;  // shared memory: 97 KiB (HD 128), 81 KiB (HD 64)
+  using QTile = Tile<HD, kForwardRows>;               // [128][HD]
+  using KTile = Tile<HD, kRows>;                      // a K or V tile [64][HD]
+  static constexpr uint32_t kStageBytes = 2 * KTile::kBytes;
+  static constexpr size_t kBarriers = QTile::kBytes + size_t(kStages) * kStageBytes;  // byte offset
+  static constexpr size_t kBytes = kBarriers + (1 + 2 * kStages) * 8 + 1024;
+};
+
+template <int HD>
+__global__ void __launch_bounds__(kForwardThreads) forward_kernel(bf16* out, float* lse,
+                                                                  const __grid_constant__ tma::Map q_map,
+                                                                  const __grid_constant__ tma::Map kv_map, int t,
+                                                                  int nh, int nkv) {
+  using F = Forward<HD>;
   constexpr int kCols = kRows;  // keys per tile
-  PPTRAIN_DYNAMIC_SHARED(unsigned char, raw);  // Shape<HD>::kForwardBytes
+  PPTRAIN_DYNAMIC_SHARED(unsigned char, raw);  // F::kBytes
   unsigned char* smem = aligned_shared(raw);
   unsigned char* q_tile = smem;
-  auto k_tile = [&](int stage) { return smem + (1 + 2 * stage) * T::kBytes; };
-  auto v_tile = [&](int stage) { return smem + (2 + 2 * stage) * T::kBytes; };
-  Head head(blockIdx.y / nh, blockIdx.y % nh, t, nh, nkv, HD);
-  const size_t ld = head.qkv_stride;
-  int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t4 = lane % 4;
-  int q0 = (gridDim.x - 1 - blockIdx.x) * kRows;  // the longest rows first: better tail balance
-  int q_end = min_int(q0 + kRows, t);
-  int i_lo = q0 + warp * kWarpRows + g, i_hi = i_lo + 8;  // this lane's two query rows
-  float scale2 = kLog2e / sqrtf(float(HD));
+  auto k_tile = [&](int stage) { return smem + F::QTile::kBytes + stage * F::kStageBytes; };
+  auto v_tile = [&](int stage) { return k_tile(stage) + F::KTile::kBytes; };
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + F::kBarriers);
+  uint64_t* full = q_full + 1;            // [kStages]
+  uint64_t* empty = full + F::kStages;    // [kStages]
+  int bi = blockIdx.y / nh, hi = blockIdx.y % nh, kv = hi / (nh / nkv);
+  int q_col = hi * HD, k_col = (nh + kv) * HD, v_col = (nh + nkv + kv) * HD;  // columns in a qkv row
+  int q0 = (gridDim.x - 1 - blockIdx.x) * kForwardRows;  // the longest rows first: better tail balance
+  int q_end = min_int(q0 + kForwardRows, t);
+  int tiles = (q_end + kCols - 1) / kCols;  // key tiles up to the block's last query
 
-  auto load_key_tile = [&](int j0, int stage) {
-    if (j0 < q_end) {
-      async_tile<HD, kCols>(k_tile(stage), qkv + head.k + j0 * ld, ld, t - j0);
-      async_tile<HD, kCols>(v_tile(stage), qkv + head.v + j0 * ld, ld, t - j0);
+  if (threadIdx.x == 0) {
+    tma::mbarrier_init(q_full, 1);
+    for (int s = 0; s < F::kStages; ++s) tma::mbarrier_init(&full[s], 1), tma::mbarrier_init(&empty[s], 2 * kThreads);
+    tma::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (threadIdx.x >= 2 * kThreads) {  // the producer warp
+    if (threadIdx.x != 2 * kThreads) return;
+    tma::mbarrier_arrive_expect_tx(q_full, F::QTile::kBytes);
+    for (int a = 0; a < HD / 64; ++a)
+      tma::load_3d(q_tile + a * F::QTile::kAtomBytes, q_map, q_col + 64 * a, q0, bi, q_full);
+    for (int j = 0; j < tiles; ++j) {
+      int s = j % F::kStages;
+      if (j >= F::kStages) tma::mbarrier_wait(&empty[s], (j / F::kStages - 1) & 1);  // tile j − kStages released
+      tma::mbarrier_arrive_expect_tx(&full[s], F::kStageBytes);
+      for (int a = 0; a < HD / 64; ++a) {
+        tma::load_3d(k_tile(s) + a * F::KTile::kAtomBytes, kv_map, k_col + 64 * a, j * kCols, bi, &full[s]);
+        tma::load_3d(v_tile(s) + a * F::KTile::kAtomBytes, kv_map, v_col + 64 * a, j * kCols, bi, &full[s]);
+      }
     }
-    ptx::cp_async_commit();  // possibly empty: one group per tile keeps wait<1> exact
-  };
-  async_tile<HD, kRows>(q_tile, qkv + head.q + q0 * ld, ld, q_end - q0);  // in the first tile's group
-  load_key_tile(0, 0);
-  load_key_tile(kCols, 1);
-  uint32_t q_addr = wgmma::smem_address(q_tile);
+    return;
+  }
+
+  // A consumer: warpgroup c, its warp w, lane (g, t4).
+  int c = threadIdx.x / kThreads, warp = threadIdx.x % kThreads / kWarp, lane = threadIdx.x % kWarp;
+  int g = lane / 4, t4 = lane % 4;
+  int r0 = q0 + c * kRows;                                // the warpgroup's first row
+  int my_end = r0 < t ? min_int(r0 + kRows, t) : 0;      // keys it needs: j < my_end (none past T)
+  int i_lo = r0 + warp * kWarpRows + g, i_hi = i_lo + 8;  // this lane's two query rows
+  float scale2 = kLog2e / sqrtf(float(HD));
+  uint32_t q_addr = wgmma::smem_address(q_tile) + uint32_t(c * kRows * 128);  // the warpgroup's 64 rows
 
   float o[HD / 8][4] = {};
   float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f;  // l: this lane's columns only
-  for (int j0 = 0, stage = 0; j0 < q_end; j0 += kCols, stage ^= 1) {
-    ptx::cp_async_wait<1>();  // this tile (the next may be in flight)
-    wgmma::fence_proxy_async();
-    __syncthreads();
-    uint32_t k_addr = wgmma::smem_address(k_tile(stage)), v_addr = wgmma::smem_address(v_tile(stage));
-    float s[kCols / 8][4] = {};  // overwritten: the first product does not accumulate
-    wgmma::fence();
-    for (int kc = 0; kc < HD / 16; ++kc)
-      wgmma::mma_ss<64>(reinterpret_cast<float(&)[32]>(s), k_major<HD, kRows>(q_addr, kc), k_major<HD, kCols>(k_addr, kc), kc > 0);
-    wgmma::commit();
-    wgmma::wait<0>();
-
-    u32 pa[kCols / 16][4];  // P rounded to bf16: the A operand of P·V, in registers
-    flash::bf16_tc::softmax_step<kCols, HD>(s, pa, o, j0, i_lo, i_hi, t4, scale2, m_lo, m_hi, l_lo, l_hi);
-
-    wgmma::fence();  // o was rescaled and pa written by plain instructions
-    for (int kk = 0; kk < kCols / 16; ++kk)
-      wgmma::mma_rs_mn<HD>(reinterpret_cast<float(&)[HD / 2]>(o), pa[kk], mn_major<HD, kCols>(v_addr, kk), true);
-    wgmma::commit();
-    wgmma::wait<0>();
-    __syncthreads();  // the warpgroup is done with this stage
-    load_key_tile(j0 + 2 * kCols, stage);
+  tma::mbarrier_wait(q_full, 0);
+  for (int j = 0; j < tiles; ++j) {
+    int s = j % F::kStages, j0 = j * kCols;
+    tma::mbarrier_wait(&full[s], (j / F::kStages) & 1);
+    if (j0 < my_end) {
+      uint32_t k_addr = wgmma::smem_address(k_tile(s)), v_addr = wgmma::smem_address(v_tile(s));
+      float sc[kCols / 8][4] = {};  // overwritten: the first product does not accumulate
+      wgmma::fence();
+      for (int kc = 0; kc < HD / 16; ++kc)
+        wgmma::mma_ss<64>(reinterpret_cast<float(&)[32]>(sc), k_major<HD, kForwardRows>(q_addr, kc),
+                          k_major<HD, kCols>(k_addr, kc), kc > 0);
+      wgmma::commit();
+      wgmma::wait<0>();
+      u32 pa[kCols / 16][4];  // P rounded to bf16: the A operand of P·V, in registers
+      flash::bf16_tc::softmax_step<kCols, HD>(sc, pa, o, j0, i_lo, i_hi, t4, scale2, m_lo, m_hi, l_lo, l_hi);
+      wgmma::fence();  // o was rescaled and pa written by plain instructions
+      for (int kk = 0; kk < kCols / 16; ++kk)
+        wgmma::mma_rs_mn<HD>(reinterpret_cast<float(&)[HD / 2]>(o), pa[kk], mn_major<HD, kCols>(v_addr, kk), true);
+      wgmma::commit();
+      wgmma::wait<0>();
+    }
+    tma::mbarrier_arrive(&empty[s]);  // this thread is done with the stage
   }
+  if (r0 >= t) return;
+  Head head(bi, hi, t, nh, nkv, HD);
   flash::bf16_tc::store_forward_rows<HD>(out, lse, head, o, t, i_lo, i_hi, t4, m_lo, m_hi, l_lo, l_hi);
 }
 

@@ -33,7 +33,7 @@ $(BUILD)/gpu-tests/%: $(BUILD)/obj-gpu/tests/%.o $(TEST_SUPPORT_OBJS) $(CUDA_OBJ
 $(BUILD)/obj-gpu/tests/test_ptx.o: tests/test_emu_ptx.cpp kernels/*.cuh $(CODEGEN_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_GENCODE) -x cu -DPPTRAIN_REAL_DEVICE -Isrc -Ikernels -Itests -c $< -o $@
-$(BUILD)/gpu-tests/test_ptx: $(BUILD)/obj-gpu/tests/test_ptx.o $(LIB)
+$(BUILD)/gpu-tests/test_ptx: $(BUILD)/obj-gpu/tests/test_ptx.o $(BUILD)/nvcc/kernels/tma.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(GTEST_LIBS) $(LIB) $(LDLIBS) $(CUDA_LDLIBS)
 GPU_TEST_BINS += $(BUILD)/gpu-tests/test_ptx

@@ -22,6 +22,7 @@
 
 #include "device.cuh"
 #include "ptx.cuh"
+#include "tma.cuh"
 #include "wgmma.cuh"
 
 using namespace pptrain::kernels;
@@ -390,5 +391,99 @@ void check_wgmma(Placement p) {
 TEST(Ptx, WgmmaReadsKMajorInterleavedTiles) { check_wgmma<64>(kInterleaved); }
 TEST(Ptx, WgmmaReads128ByteSwizzledKMajorTiles) { check_wgmma<64>(kSwizzled); }
 TEST(Ptx, WgmmaTakesARegistersAndA128ByteSwizzledMnMajorB) { check_wgmma<128>(kRegisters); }
+
+// ---- the bulk tensor copy (TMA) and mbarrier (sm_90) -------------------------------------------
+// A [2][16][80] bf16 tensor (element (z, y, x) = z·10000 + y·100 + x, exact in bf16 up to 256,
+// so values are taken modulo 251), a box of 64 × 24 rows at (8, −4, 1): rows −4..−1 and
+// 16..19 lie outside and arrive as zeros. One thread issues the copy with arrive.expect_tx;
+// all 128 wait on the barrier's phase 0, then read the tile by the manual's 128-byte
+// swizzle (Swizzle<3,4,3> on byte addresses of a 1024-byte aligned tile).
+constexpr int kTmaW = 80, kTmaT = 16, kTmaRows = 24;
+__host__ __device__ float tma_value(int z, int y, int x) { return float((z * 10000 + y * 100 + x) % 251); }
+
+__global__ void tma_kernel(float* out, const __grid_constant__ tma::Map map) {
+  PPTRAIN_DYNAMIC_SHARED(unsigned char, raw);
+  unsigned char* tile = raw + (1024 - wgmma::smem_address(raw) % 1024) % 1024;
+  uint64_t* bar = reinterpret_cast<uint64_t*>(tile + kTmaRows * 128);
+  if (threadIdx.x == 0) {
+    tma::mbarrier_init(bar, 1);
+    tma::fence_barrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    tma::mbarrier_arrive_expect_tx(bar, kTmaRows * 128);
+    tma::load_3d(tile, map, 8, -4, 1, bar);
+  }
+  tma::mbarrier_wait(bar, 0);
+  for (int e = threadIdx.x; e < kTmaRows * 64; e += blockDim.x) {
+    int r = e / 64, x = e % 64;
+    bf16 v;
+    std::memcpy(&v, tile + swizzle128(uint32_t(r * 128 + x * 2)), 2);
+    out[e] = __bfloat162float(v);
+  }
+}
+
+TEST(Ptx, TheCopyEngineMovesABoxWithZerosOutsideAndTheSwizzleWgmmaReads) {
+#ifndef PPTRAIN_EMULATED
+  int device = 0, major = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (major < 9) GTEST_SKIP() << "the bulk tensor copy needs compute capability 9.0 or later";
+#endif
+  std::vector<bf16> host(2 * kTmaT * kTmaW);
+  for (int z = 0; z < 2; ++z)
+    for (int y = 0; y < kTmaT; ++y)
+      for (int x = 0; x < kTmaW; ++x) host[(z * kTmaT + y) * kTmaW + x] = __float2bfloat16_rn(tma_value(z, y, x));
+  each_order([&](const LaunchContext& ctx) {
+    Array<bf16> tensor(host);
+    Array<float> dout(kTmaRows * 64);
+    tma::Map map = tma::make_map_3d(tensor.dev(), kTmaW, kTmaT, 2, kTmaW * 2, kTmaT * kTmaW * 2, 64, kTmaRows);
+    launch(ctx, "tma", tma_kernel, dim3(1), dim3(128), kTmaRows * 128 + 8 + 1024, dout.dev(), map);
+    const std::vector<float>& out = dout.fetch();
+    for (int r = 0; r < kTmaRows; ++r)
+      for (int x = 0; x < 64; ++x) {
+        int y = r - 4;
+        float expect = y >= 0 && y < kTmaT ? tma_value(1, y, 8 + x) : 0.0f;
+        ASSERT_EQ(out[r * 64 + x], expect) << "box row " << r << " column " << x;
+      }
+  });
+}
+
+#ifdef PPTRAIN_EMULATED
+__global__ void too_many_arrivals_kernel() {
+  PPTRAIN_STATIC_SHARED(uint64_t, bar, 1);
+  if (threadIdx.x == 0) tma::mbarrier_init(bar, 1);
+  __syncthreads();
+  // Thread 0's arrival announces 16 bytes no copy brings, so the phase stays open and thread
+  // 1's arrival is a second one in a phase of 1 (without the bytes it would open the next).
+  if (threadIdx.x == 0) tma::mbarrier_arrive_expect_tx(bar, 16);
+  __syncthreads();
+  if (threadIdx.x == 1) tma::mbarrier_arrive(bar);
+}
+
+__global__ void wait_forever_kernel() {
+  PPTRAIN_STATIC_SHARED(uint64_t, bar, 1);
+  if (threadIdx.x == 0) tma::mbarrier_init(bar, 2);
+  __syncthreads();
+  if (threadIdx.x == 0) tma::mbarrier_arrive(bar);  // 1 of 2 arrivals
+  tma::mbarrier_wait(bar, 0);
+}
+
+TEST(Ptx, MbarrierMisuseIsAFaultOrADeadlock) {
+  try {
+    launch(LaunchContext{}, "too_many", too_many_arrivals_kernel, dim3(1), dim3(2), 0);
+    FAIL() << "no fault";
+  } catch (const KernelFault& e) {
+    EXPECT_NE(std::string(e.what()).find("mbarrier: 2 arrivals in a phase of 1"), std::string::npos) << e.what();
+  }
+  try {
+    launch(LaunchContext{}, "wait_forever", wait_forever_kernel, dim3(1), dim3(32), 0);
+    FAIL() << "no fault";
+  } catch (const KernelFault& e) {
+    EXPECT_NE(std::string(e.what()).find("deadlock: threads 0-31 at mbarrier.try_wait (parity 0)"), std::string::npos)
+        << e.what();
+  }
+}
+#endif
 
 }  // namespace

@@ -213,6 +213,8 @@ const Shape kShapes[] = {
     // tile buffer refilled while another warp still reads it shows (emu/ptx_emu.h).
     {1, 150, 1, 64},
     {1, 140, 1, 128},
+    // More key tiles than the Hopper forward's ring of stages (4 at HD 64): a stage is reused.
+    {1, 300, 1, 64},
 };
 
 }  // namespace
