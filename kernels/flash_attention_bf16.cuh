@@ -171,6 +171,23 @@ __device__ __forceinline__ void store_forward_rows(bf16* out, float* lse, const 
   if (t4 == 0 && row_hi) lse[head.stats + i_hi] = (m_hi + log2f(l_hi)) * kLn2;
 }
 
+// The dQ kernels' block of 64 query rows (the last tile first: the longest rows first gives
+// better tail balance) and this lane's two rows g and g + 8 of warp `warp`, with their lse in
+// base 2 (+∞ past T: P = 0 there) and delta.
+struct QueryRows {
+  int q0, q_end, i_lo, i_hi;
+  float lse2_lo, lse2_hi, dlt_lo, dlt_hi;
+  __device__ QueryRows(const Head& head, int t, const float* lse, const float* delta, int warp, int g) {
+    q0 = (gridDim.x - 1 - blockIdx.x) * kRows;
+    q_end = min_int(q0 + kRows, t);
+    i_lo = q0 + warp * kWarpRows + g, i_hi = i_lo + 8;
+    lse2_lo = i_lo < t ? lse[head.stats + i_lo] * kLog2e : INFINITY;
+    lse2_hi = i_hi < t ? lse[head.stats + i_hi] * kLog2e : INFINITY;
+    dlt_lo = i_lo < t ? delta[head.stats + i_lo] : 0.0f;
+    dlt_hi = i_hi < t ? delta[head.stats + i_hi] : 0.0f;
+  }
+};
+
 // ---- forward ---------------------------------------------------------------------------------
 // One block per (query tile of 64, b·h); S = Q Kᵀ · log2(e)/√HD per key tile of 64 up to the
 // diagonal, online softmax in base 2, O += P V; out = O / l, lse = (m + log2 l) · ln 2.
@@ -334,14 +351,10 @@ __global__ void __launch_bounds__(kThreads)
   Head head(blockIdx.y / nh, blockIdx.y % nh, t, nh, nkv, HD);
   const size_t ld = head.qkv_stride;
   int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t4 = lane % 4;
-  int q0 = (gridDim.x - 1 - blockIdx.x) * kRows;
-  int q_end = min_int(q0 + kRows, t);
-  int i_lo = q0 + warp * kWarpRows + g, i_hi = i_lo + 8;
+  QueryRows rows(head, t, lse, delta, warp, g);
+  const int q0 = rows.q0, q_end = rows.q_end, i_lo = rows.i_lo, i_hi = rows.i_hi;
+  const float lse2_lo = rows.lse2_lo, lse2_hi = rows.lse2_hi, dlt_lo = rows.dlt_lo, dlt_hi = rows.dlt_hi;
   float scale = 1.0f / sqrtf(float(HD)), scale2 = scale * kLog2e;
-  float lse2_lo = i_lo < t ? lse[head.stats + i_lo] * kLog2e : INFINITY;  // +∞: P = 0 past the end
-  float lse2_hi = i_hi < t ? lse[head.stats + i_hi] * kLog2e : INFINITY;
-  float dlt_lo = i_lo < t ? delta[head.stats + i_lo] : 0.0f;
-  float dlt_hi = i_hi < t ? delta[head.stats + i_hi] : 0.0f;
 
   async_tile<HD>(smem, qkv + head.q + q0 * ld, ld, kRows, q_end - q0);
   async_tile<HD>(smem + kStage, dout + head.row + q0 * head.row_stride, head.row_stride, kRows, q_end - q0);

@@ -322,14 +322,10 @@ __global__ void __launch_bounds__(kThreads)
   Head head(blockIdx.y / nh, blockIdx.y % nh, t, nh, nkv, HD);
   const size_t ld = head.qkv_stride;
   int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t4 = lane % 4;
-  int q0 = (gridDim.x - 1 - blockIdx.x) * kRows;
-  int q_end = min_int(q0 + kRows, t);
-  int i_lo = q0 + warp * kWarpRows + g, i_hi = i_lo + 8;
+  flash::bf16_tc::QueryRows rows(head, t, lse, delta, warp, g);
+  const int q0 = rows.q0, q_end = rows.q_end, i_lo = rows.i_lo, i_hi = rows.i_hi;
+  const float lse2_lo = rows.lse2_lo, lse2_hi = rows.lse2_hi, dlt_lo = rows.dlt_lo, dlt_hi = rows.dlt_hi;
   float scale = 1.0f / sqrtf(float(HD)), scale2 = scale * kLog2e;
-  float lse2_lo = i_lo < t ? lse[head.stats + i_lo] * kLog2e : INFINITY;  // +∞: P = 0 past the end
-  float lse2_hi = i_hi < t ? lse[head.stats + i_hi] * kLog2e : INFINITY;
-  float dlt_lo = i_lo < t ? delta[head.stats + i_lo] : 0.0f;
-  float dlt_hi = i_hi < t ? delta[head.stats + i_hi] : 0.0f;
 
   auto load_key_tile = [&](int j0, int stage) {
     if (j0 < q_end) {
