@@ -170,26 +170,45 @@ __global__ void __launch_bounds__(kForwardThreads) forward_kernel(bf16* out, flo
 
   float o[HD / 8][4] = {};
   float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f;  // l: this lane's columns only
+  // S of key tile j into `dst`: waits for the tile, issues the products (one wgmma group).
+  int my_tiles = (my_end + kCols - 1) / kCols;  // the key tiles this warpgroup computes
+  auto issue_s = [&](int j, float (&dst)[kCols / 8][4]) {
+    int s = j % F::kStages;
+    tma::mbarrier_wait(&full[s], (j / F::kStages) & 1);
+    uint32_t k_addr = wgmma::smem_address(k_tile(s));
+    wgmma::fence();
+    for (int kc = 0; kc < HD / 16; ++kc)
+      wgmma::mma_ss<64>(reinterpret_cast<float(&)[32]>(dst), k_major<HD, kForwardRows>(q_addr, kc),
+                        k_major<HD, kCols>(k_addr, kc), kc > 0);
+    wgmma::commit();
+  };
+  // The softmax of tile j overlaps the tensor cores' work on S of tile j + 1: S_{j+1} is issued
+  // before the softmax of S_j and waited for only after P_j V_j (FlashAttention-3's
+  // intra-warpgroup pipelining), so two score tiles live in registers.
+  float s_cur[kCols / 8][4] = {}, s_next[kCols / 8][4] = {};
   tma::mbarrier_wait(q_full, 0);
+  if (my_tiles > 0) issue_s(0, s_cur);
   for (int j = 0; j < tiles; ++j) {
     int s = j % F::kStages, j0 = j * kCols;
-    tma::mbarrier_wait(&full[s], (j / F::kStages) & 1);
-    if (j0 < my_end) {
-      uint32_t k_addr = wgmma::smem_address(k_tile(s)), v_addr = wgmma::smem_address(v_tile(s));
-      float sc[kCols / 8][4] = {};  // overwritten: the first product does not accumulate
-      wgmma::fence();
-      for (int kc = 0; kc < HD / 16; ++kc)
-        wgmma::mma_ss<64>(reinterpret_cast<float(&)[32]>(sc), k_major<HD, kForwardRows>(q_addr, kc),
-                          k_major<HD, kCols>(k_addr, kc), kc > 0);
-      wgmma::commit();
-      wgmma::wait<0>();
+    if (j < my_tiles) {
+      if (j + 1 < my_tiles) {
+        issue_s(j + 1, s_next);
+        wgmma::wait<1>();  // S_j (S_{j+1} may still run)
+      } else {
+        wgmma::wait<0>();
+      }
       u32 pa[kCols / 16][4];  // P rounded to bf16: the A operand of P·V, in registers
-      flash::bf16_tc::softmax_step<kCols, HD>(sc, pa, o, j0, i_lo, i_hi, t4, scale2, m_lo, m_hi, l_lo, l_hi);
+      flash::bf16_tc::softmax_step<kCols, HD>(s_cur, pa, o, j0, i_lo, i_hi, t4, scale2, m_lo, m_hi, l_lo, l_hi);
+      uint32_t v_addr = wgmma::smem_address(v_tile(s));
       wgmma::fence();  // o was rescaled and pa written by plain instructions
       for (int kk = 0; kk < kCols / 16; ++kk)
         wgmma::mma_rs_mn<HD>(reinterpret_cast<float(&)[HD / 2]>(o), pa[kk], mn_major<HD, kCols>(v_addr, kk), true);
       wgmma::commit();
-      wgmma::wait<0>();
+      wgmma::wait<0>();  // P_j V_j, and S_{j+1}
+      for (int n = 0; n < kCols / 8; ++n)
+        for (int e = 0; e < 4; ++e) s_cur[n][e] = s_next[n][e];
+    } else {
+      tma::mbarrier_wait(&full[s], (j / F::kStages) & 1);  // not needed, but its phase is
     }
     tma::mbarrier_arrive(&empty[s]);  // this thread is done with the stage
   }
