@@ -11,7 +11,8 @@
 //
 // The forward is warp-specialised (FlashAttention-3's structure): 2 consumer warpgroups (128
 // query rows) and a producer warp whose one thread loads Q, K and V with the bulk tensor copy
-// engine (tma.cuh) into a ring of stages guarded by mbarriers. The backward kernels are one
+// engine (tma.cuh) into a ring of stages guarded by mbarriers; within a consumer warpgroup
+// the softmax of one key tile overlaps the tensor cores' work on the next tile's scores. The backward kernels are one
 // warpgroup each, streaming tiles of kN = 64 (HD 64) or 32 (HD 128: two HD-wide accumulators
 // per thread already take 128 registers) columns through two cp.async stages; each tile's
 // data is published to the async proxy (fence.proxy.async) and the warpgroup (barrier)
