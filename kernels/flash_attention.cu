@@ -267,7 +267,7 @@ size_t flash_attention_shared_bytes(int hd) {
       bytes = bf16_tc::Shape<HD>::kMaxBytes;
       if constexpr (HD != 32)
         if (flash_attention_uses_wgmma(HD))
-          bytes = std::max({bytes, sm90::Forward<HD>::kBytes, sm90::Shape<HD>::kKvBytes, sm90::Shape<HD>::kQBytes});
+          bytes = std::max({bytes, sm90::Forward<HD>::kBytes, sm90::Backward<HD>::kBytes});
     } else {
       bytes = Config<T, HD>::kBytes;
     }
@@ -365,10 +365,18 @@ void launch_flash_attention_backward_input_bf16(const LaunchContext& ctx, bf16* 
     const float* dlt = delta;
     if constexpr (HD != 32)
       if (kernel == FlashKernels::wgmma) {
-        launch(ctx, "flash_attention_backward_kv_sm90", sm90::kv_kernel<HD>, kv_grid, dim3(kThreads),
-               sm90::Shape<HD>::kKvBytes, dqkv, dout, qkv, lse, dlt, t, nh, nkv);
-        launch(ctx, "flash_attention_backward_q_sm90", sm90::q_kernel<HD>, q_grid, dim3(kThreads),
-               sm90::Shape<HD>::kQBytes, dqkv, dout, qkv, lse, dlt, t, nh, nkv);
+        // qkv [B][T][W] and dout [B][T][NH·HD] as tensors (rows past T zero-filled), boxes of
+        // 64 columns × kN rows (streamed tiles) or 64 rows (a block's own tiles).
+        constexpr int kN = sm90::Backward<HD>::kN;
+        const uint64_t w = uint64_t(nh + 2 * nkv) * HD, c = uint64_t(nh) * HD, tt = uint64_t(t), bb = uint64_t(b);
+        tma::Map qkv_n = tma::make_map_3d(qkv, w, tt, bb, w * 2, tt * w * 2, 64, kN);
+        tma::Map qkv_64 = tma::make_map_3d(qkv, w, tt, bb, w * 2, tt * w * 2, 64, kRows);
+        tma::Map dout_n = tma::make_map_3d(dout, c, tt, bb, c * 2, tt * c * 2, 64, kN);
+        tma::Map dout_64 = tma::make_map_3d(dout, c, tt, bb, c * 2, tt * c * 2, 64, kRows);
+        launch(ctx, "flash_attention_backward_kv_sm90", sm90::kv_kernel<HD>, kv_grid, dim3(sm90::kBackwardThreads),
+               sm90::Backward<HD>::kBytes, dqkv, qkv_n, qkv_64, dout_n, lse, dlt, t, nh, nkv);
+        launch(ctx, "flash_attention_backward_q_sm90", sm90::q_kernel<HD>, q_grid, dim3(sm90::kBackwardThreads),
+               sm90::Backward<HD>::kBytes, dqkv, qkv_n, qkv_64, dout_64, lse, dlt, t, nh, nkv);
         return;
       }
     launch(ctx, "flash_attention_backward_kv", bf16_tc::kv_kernel<HD>, kv_grid, dim3(kThreads),

@@ -9,23 +9,23 @@
 // D layout per warp is the mma.sync C layout), so the softmax and the epilogues are shared.
 // HD 64 and 128 (the swizzle atom is 64 columns; HD 32 stays on the mma.sync kernels).
 //
-// The forward is warp-specialised (FlashAttention-3's structure): 2 consumer warpgroups (128
-// query rows) and a producer warp whose one thread loads Q, K and V with the bulk tensor copy
-// engine (tma.cuh) into a ring of stages guarded by mbarriers; within a consumer warpgroup
-// the softmax of one key tile overlaps the tensor cores' work on the next tile's scores. The backward kernels are one
-// warpgroup each, streaming tiles of kN = 64 (HD 64) or 32 (HD 128: two HD-wide accumulators
-// per thread already take 128 registers) columns through two cp.async stages; each tile's
-// data is published to the async proxy (fence.proxy.async) and the warpgroup (barrier)
-// before the wgmma that reads it.
+// Every kernel is warp-specialised (FlashAttention-3's structure): consumer warpgroups do the
+// products and the softmax, and one thread of a producer warp loads every tile with the bulk
+// tensor copy engine (tma.cuh) into shared memory guarded by mbarriers. The forward has 2
+// consumer warpgroups (128 query rows), Q loaded once and K, V streamed through a ring of
+// stages; within a consumer warpgroup the softmax of one key tile overlaps the tensor cores'
+// work on the next tile's scores. The backward kernels have one consumer warpgroup: dK/dV
+// keeps its K and V and streams (Q, dO) tiles of kN = 64 (HD 64) or 32 (HD 128: two HD-wide
+// accumulators per thread already take 128 registers) rows, dQ keeps Q and dO and streams
+// (K, V). The copy engine zero-fills rows past T (qkv and dout are mapped as [B][T][width]).
 //
 // Shared memory (dynamic, 1024-byte aligned in the shared window: the 128B swizzle pattern
 // repeats at 1024 bytes, and descriptors with base offset 0 assume it): every tile a [R][HD]
 // array of HD/64 swizzled atoms of [R rows][64 columns] (wgmma.cuh's swizzled_offset, which
 // is also where the copy engine's 128-byte swizzle puts each element), serving as a K-major
 // operand (its rows are M or N) and as an MN-major one (its rows are K) alike. Forward: Q and
-// kStages × (K, V): 81 KiB (HD 64, 4 stages), 97 KiB (HD 128, 2); dK/dV: the block's K and V
-// and two stages of (Q, dO, lse, delta): 50 / 65.5 KiB; dQ: the block's Q and dO and two
-// stages of (K, V): 49 / 65 KiB. Above 48 KiB launch() opts in.
+// kStages × (K, V): 81 KiB (HD 64, 4 stages), 97 KiB (HD 128, 2); backward: 81 KiB (4 stages
+// at HD 64, 3 at HD 128). Above 48 KiB launch() opts in.
 //
 // The emulator checks the layouts and the synchronisation (tests/test_kernels_flash_attention
 // .cpp: copies land as late as the barriers allow in one fiber order, at once in the other),
@@ -48,29 +48,6 @@ struct Tile {
   static constexpr uint32_t kAtomBytes = R * 128;
   static constexpr uint32_t kBytes = HD / 64 * kAtomBytes;
 };
-
-template <int HD>
-struct Shape {
-  static constexpr int kN = HD == 128 ? 32 : 64;  // backward: columns per streamed tile (registers)
-  using Rows = Tile<HD, kRows>;                    // the block's own 64 rows
-  using Cols = Tile<HD, kN>;                       // a streamed backward tile
-  // Dynamic shared memory of the backward kernels, with 1024 bytes of slack for the alignment.
-  static constexpr size_t kKvBytes = 2 * size_t(Rows::kBytes) + 4 * size_t(Cols::kBytes) + 4 * kN * 4 + 1024;
-  static constexpr size_t kQBytes = 2 * size_t(Rows::kBytes) + 4 * size_t(Cols::kBytes) + 1024;
-};
-
-// cp.async of R rows of a [*][HD] global matrix (row stride `stride` elements) into a
-// swizzled [R][HD] tile; rows ≥ valid are zero-filled.
-template <int HD, int R>
-__device__ __forceinline__ void async_tile(unsigned char* tile, const bf16* src, size_t stride, int valid) {
-  constexpr int kChunks = HD / 8;  // 16-byte chunks per row
-  for (int idx = threadIdx.x; idx < R * kChunks; idx += blockDim.x) {
-    int r = idx / kChunks, c = idx % kChunks;
-    bool ok = r < valid;
-    unsigned char* dst = tile + (c / 8) * Tile<HD, R>::kAtomBytes + wgmma::swizzled_offset(r, (c % 8) * 8);
-    ptx::cp_async_16(dst, src + (ok ? size_t(r) * stride + c * 8 : 0), ok ? 16 : 0);
-  }
-}
 
 // Descriptor of the K-major operand (rows × 16 columns) at column chunk kc of a swizzled
 // [R][HD] tile at shared address `tile`: the chunk's atom, 32 bytes per 16 columns inside
@@ -218,72 +195,109 @@ __global__ void __launch_bounds__(kForwardThreads) forward_kernel(bf16* out, flo
   flash::bf16_tc::store_forward_rows<HD>(out, lse, head, o, t, i_lo, i_hi, t4, m_lo, m_hi, l_lo, l_hi);
 }
 
-// ---- backward: dK, dV -----------------------------------------------------------------------
-// As bf16_tc::kv_kernel (one block per key tile of 64 and key/value head, over the group's
-// query heads and their query tiles in a fixed order: no atomics), each product a wgmma:
+// ---- backward ------------------------------------------------------------------------------
+// Both kernels warp-specialised like the forward: one consumer warpgroup (64 rows) and a
+// producer warp whose lane 0 loads the block's own two tiles once (on `own`) and streams the
+// other side's tiles through a ring of kStages stages (`full` / `empty` barriers, as in the
+// forward). lse and delta are read from global memory by the consumers (a few values per
+// thread and tile, cached).
+constexpr int kBackwardThreads = kThreads + kWarp;
+
+template <int HD>
+struct Backward {
+  static constexpr int kN = HD == 128 ? 32 : 64;  // columns per streamed tile (registers)
+  static constexpr int kStages = HD == 128 ? 3 : 4;  // 81 KiB of shared memory either way
+  using Own = Tile<HD, kRows>;                        // the block's rows: K, V or Q, dO
+  using Streamed = Tile<HD, kN>;                      // a streamed tile
+  static constexpr uint32_t kStageBytes = 2 * Streamed::kBytes;
+  static constexpr size_t kBarriers = 2 * size_t(Own::kBytes) + size_t(kStages) * kStageBytes;  // byte offset
+  static constexpr size_t kBytes = kBarriers + (1 + 2 * kStages) * 8 + 1024;
+};
+
+// The shared memory of a backward block: the two own tiles, the ring, the barriers.
+template <int HD>
+struct BackwardSmem {
+  using B = Backward<HD>;
+  unsigned char *own0, *own1, *ring;
+  uint64_t *own_full, *full, *empty;
+  __device__ explicit BackwardSmem(unsigned char* raw) {
+    unsigned char* smem = aligned_shared(raw);
+    own0 = smem, own1 = smem + B::Own::kBytes, ring = smem + 2 * B::Own::kBytes;
+    own_full = reinterpret_cast<uint64_t*>(smem + B::kBarriers);
+    full = own_full + 1, empty = full + B::kStages;
+    if (threadIdx.x == 0) {
+      tma::mbarrier_init(own_full, 1);
+      for (int s = 0; s < B::kStages; ++s) tma::mbarrier_init(&full[s], 1), tma::mbarrier_init(&empty[s], kThreads);
+      tma::fence_barrier_init();
+    }
+    __syncthreads();
+  }
+  __device__ unsigned char* first(int stage) const { return ring + stage * B::kStageBytes; }
+  __device__ unsigned char* second(int stage) const { return first(stage) + B::Streamed::kBytes; }
+};
+
+// dK, dV: as bf16_tc::kv_kernel (one block per key tile of 64 and key/value head, over the
+// group's query heads and their query tiles in a fixed order: no atomics), each product a
+// wgmma:
 //   Sᵀ [64 × kN]  = K Qᵀ      SS, K and Q K-major        dPᵀ = V dOᵀ   SS, V and dO K-major
 //   dV [64 × HD] += Pᵀ dO     RS, Pᵀ in registers, dO MN-major
 //   dK [64 × HD] += dSᵀ Q     RS, dSᵀ in registers, Q MN-major
-// K and V of the block stay in shared memory; the query tiles (Q, dO, lse, delta) stream
-// through two stages, the (head, tile) sequence flattened so the pipeline runs across heads.
+// K and V are the block's own tiles; (Q, dO) stream through the ring, the (head, tile)
+// sequence flattened so the pipeline runs across heads.
 template <int HD>
-__global__ void __launch_bounds__(kThreads)
-    kv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta, int t, int nh,
+__global__ void __launch_bounds__(kBackwardThreads)
+    kv_kernel(bf16* dqkv, const __grid_constant__ tma::Map qkv_streamed, const __grid_constant__ tma::Map qkv_own,
+              const __grid_constant__ tma::Map dout_streamed, const float* lse, const float* delta, int t, int nh,
               int nkv) {
-  using S = Shape<HD>;
-  using RowsT = typename S::Rows;
-  using ColsT = typename S::Cols;
-  constexpr int kN = S::kN;
-  PPTRAIN_DYNAMIC_SHARED(unsigned char, raw);  // S::kKvBytes
-  unsigned char* smem = aligned_shared(raw);
-  unsigned char* k_tile = smem;                               // [64][HD], the block's keys
-  unsigned char* v_tile = smem + RowsT::kBytes;               // [64][HD]
-  auto q_tile = [&](int stage) { return smem + 2 * RowsT::kBytes + (2 * stage) * ColsT::kBytes; };
-  auto do_tile = [&](int stage) { return smem + 2 * RowsT::kBytes + (2 * stage + 1) * ColsT::kBytes; };
-  float* stats = reinterpret_cast<float*>(smem + 2 * RowsT::kBytes + 4 * ColsT::kBytes);  // [2][lse2 | delta][kN]
-  int bi = blockIdx.y / nkv, group = nh / nkv, first_head = blockIdx.y % nkv * group;
-  Head head(bi, first_head, t, nh, nkv, HD);  // k, v: the group's
-  const size_t ld = head.qkv_stride;
-  int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t4 = lane % 4;
-  int k0 = blockIdx.x * kRows;  // key tiles near 0 see the most queries: launched first
-  int j_lo = k0 + warp * kWarpRows + g, j_hi = j_lo + 8;  // this lane's two key rows
-  float scale = 1.0f / sqrtf(float(HD)), scale2 = scale * kLog2e;
+  using B = Backward<HD>;
+  constexpr int kN = B::kN;
+  PPTRAIN_DYNAMIC_SHARED(unsigned char, raw);  // B::kBytes
+  BackwardSmem<HD> sm(raw);                    // own0: K, own1: V; stages: (Q, dO)
+  int bi = blockIdx.y / nkv, group = nh / nkv, first_head = blockIdx.y % nkv * group, kv = blockIdx.y % nkv;
+  int k0 = blockIdx.x * kRows;                 // key tiles near 0 see the most queries: launched first
   int first = k0 / kN * kN;                    // the first query tile that sees key k0
   int per_head = (t - first + kN - 1) / kN;    // query tiles per head
   int tiles = group * per_head;
 
-  // Query tile `it` of the flattened (head, tile) sequence into `stage`; its statistics with
-  // plain stores (published by the barrier before they are read), +∞ lse past T (P = 0).
-  auto load_query_tile = [&](int it, int stage) {
-    if (it < tiles) {
-      Head h(bi, first_head + it / per_head, t, nh, nkv, HD);
-      int i0 = first + it % per_head * kN;
-      async_tile<HD, kN>(q_tile(stage), qkv + h.q + i0 * ld, ld, t - i0);
-      async_tile<HD, kN>(do_tile(stage), dout + h.row + i0 * h.row_stride, h.row_stride, t - i0);
-      for (int c = threadIdx.x; c < kN; c += blockDim.x) {
-        bool valid = i0 + c < t;
-        stats[stage * 2 * kN + c] = valid ? lse[h.stats + i0 + c] * kLog2e : INFINITY;
-        stats[stage * 2 * kN + kN + c] = valid ? delta[h.stats + i0 + c] : 0.0f;
+  if (threadIdx.x >= kThreads) {  // the producer warp
+    if (threadIdx.x != kThreads) return;
+    tma::mbarrier_arrive_expect_tx(sm.own_full, 2 * B::Own::kBytes);
+    for (int a = 0; a < HD / 64; ++a) {
+      tma::load_3d(sm.own0 + a * B::Own::kAtomBytes, qkv_own, (nh + kv) * HD + 64 * a, k0, bi, sm.own_full);
+      tma::load_3d(sm.own1 + a * B::Own::kAtomBytes, qkv_own, (nh + nkv + kv) * HD + 64 * a, k0, bi, sm.own_full);
+    }
+    for (int it = 0; it < tiles; ++it) {
+      int s = it % B::kStages, hi = first_head + it / per_head, i0 = first + it % per_head * kN;
+      if (it >= B::kStages) tma::mbarrier_wait(&sm.empty[s], (it / B::kStages - 1) & 1);
+      tma::mbarrier_arrive_expect_tx(&sm.full[s], B::kStageBytes);
+      for (int a = 0; a < HD / 64; ++a) {
+        tma::load_3d(sm.first(s) + a * B::Streamed::kAtomBytes, qkv_streamed, hi * HD + 64 * a, i0, bi, &sm.full[s]);
+        tma::load_3d(sm.second(s) + a * B::Streamed::kAtomBytes, dout_streamed, hi * HD + 64 * a, i0, bi, &sm.full[s]);
       }
     }
-    ptx::cp_async_commit();  // possibly empty: one group per tile keeps wait<1> exact
-  };
-  int k_valid = min_int(kRows, t - k0);
-  async_tile<HD, kRows>(k_tile, qkv + head.k + k0 * ld, ld, k_valid);  // in the first tile's group
-  async_tile<HD, kRows>(v_tile, qkv + head.v + k0 * ld, ld, k_valid);
-  load_query_tile(0, 0);
-  load_query_tile(1, 1);
-  uint32_t k_addr = wgmma::smem_address(k_tile), v_addr = wgmma::smem_address(v_tile);
+    return;
+  }
 
+  int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t4 = lane % 4;
+  int j_lo = k0 + warp * kWarpRows + g, j_hi = j_lo + 8;  // this lane's two key rows
+  float scale = 1.0f / sqrtf(float(HD)), scale2 = scale * kLog2e;
+  uint32_t k_addr = wgmma::smem_address(sm.own0), v_addr = wgmma::smem_address(sm.own1);
   float dk[HD / 8][4] = {}, dv[HD / 8][4] = {};
-  for (int it = 0, stage = 0; it < tiles; ++it, stage ^= 1) {
-    ptx::cp_async_wait<1>();  // this tile (the next may be in flight)
-    wgmma::fence_proxy_async();
-    __syncthreads();
+  tma::mbarrier_wait(sm.own_full, 0);
+  for (int it = 0; it < tiles; ++it) {
+    int s = it % B::kStages;
+    Head h(bi, first_head + it / per_head, t, nh, nkv, HD);
     int i0 = first + it % per_head * kN;
-    uint32_t q_addr = wgmma::smem_address(q_tile(stage)), do_addr = wgmma::smem_address(do_tile(stage));
-    const float* lse2 = stats + stage * 2 * kN;
-    const float* dlt = lse2 + kN;
+    // This lane's columns' lse (base 2, +∞ past T: P = 0) and delta, read while the tile lands.
+    float lse2[kN / 8][2], dlt[kN / 8][2];
+    for (int n = 0; n < kN / 8; ++n)
+      for (int e = 0; e < 2; ++e) {
+        int i = i0 + n * 8 + 2 * t4 + e;
+        lse2[n][e] = i < t ? lse[h.stats + i] * kLog2e : INFINITY;
+        dlt[n][e] = i < t ? delta[h.stats + i] : 0.0f;
+      }
+    tma::mbarrier_wait(&sm.full[s], (it / B::kStages) & 1);
+    uint32_t q_addr = wgmma::smem_address(sm.first(s)), do_addr = wgmma::smem_address(sm.second(s));
     float p[kN / 8][4] = {}, dp[kN / 8][4] = {};  // Sᵀ then Pᵀ; dPᵀ then dSᵀ [16 keys × kN] per warp
     wgmma::fence();
     for (int kc = 0; kc < HD / 16; ++kc)
@@ -296,9 +310,9 @@ __global__ void __launch_bounds__(kThreads)
     wgmma::wait<0>();
     for (int n = 0; n < kN / 8; ++n)
       for (int e = 0; e < 4; ++e) {
-        int col = n * 8 + 2 * t4 + (e & 1), i = i0 + col, j = e < 2 ? j_lo : j_hi;
-        p[n][e] = i < j ? 0.0f : exp2f(p[n][e] * scale2 - lse2[col]);
-        dp[n][e] = p[n][e] * (dp[n][e] - dlt[col]);
+        int i = i0 + n * 8 + 2 * t4 + (e & 1), j = e < 2 ? j_lo : j_hi;
+        p[n][e] = i < j ? 0.0f : exp2f(p[n][e] * scale2 - lse2[n][e & 1]);
+        dp[n][e] = p[n][e] * (dp[n][e] - dlt[n][e & 1]);
       }
     u32 pa[kN / 16][4], dsa[kN / 16][4];  // Pᵀ and dSᵀ rounded to bf16: A operands in registers
     flash::bf16_tc::to_a<kN / 8>(pa, p);
@@ -310,9 +324,10 @@ __global__ void __launch_bounds__(kThreads)
       wgmma::mma_rs_mn<HD>(reinterpret_cast<float(&)[HD / 2]>(dk), dsa[kk], mn_major<HD, kN>(q_addr, kk), true);
     wgmma::commit();
     wgmma::wait<0>();
-    __syncthreads();  // the warpgroup is done with this stage
-    load_query_tile(it + 2, stage);
+    tma::mbarrier_arrive(&sm.empty[s]);  // this thread is done with the stage
   }
+  Head head(bi, first_head, t, nh, nkv, HD);  // k, v: the group's
+  const size_t ld = head.qkv_stride;
   bf16* k_lo = j_lo < t ? dqkv + head.k + size_t(j_lo) * ld : nullptr;
   bf16* k_hi = j_hi < t ? dqkv + head.k + size_t(j_hi) * ld : nullptr;
   flash::bf16_tc::store_rows<HD>(k_lo, k_hi, dk, scale, scale, t4);  // S = scale · q·k
@@ -321,51 +336,54 @@ __global__ void __launch_bounds__(kThreads)
   flash::bf16_tc::store_rows<HD>(v_lo, v_hi, dv, 1.0f, 1.0f, t4);
 }
 
-// ---- backward: dQ ---------------------------------------------------------------------------
-// As bf16_tc::q_kernel (one block per query tile of 64 and query head, over the key tiles up
-// to it), each product a wgmma:
+// dQ: as bf16_tc::q_kernel (one block per query tile of 64 and query head, over the key
+// tiles up to it), each product a wgmma:
 //   S [64 × kN] = Q Kᵀ, dP = dO Vᵀ   SS, all K-major;   dQ [64 × HD] += dS K   RS, K MN-major.
+// Q and dO are the block's own tiles; (K, V) stream through the ring.
 template <int HD>
-__global__ void __launch_bounds__(kThreads)
-    q_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta, int t, int nh,
-             int nkv) {
-  using S = Shape<HD>;
-  using RowsT = typename S::Rows;
-  using ColsT = typename S::Cols;
-  constexpr int kN = S::kN;
-  PPTRAIN_DYNAMIC_SHARED(unsigned char, raw);  // S::kQBytes
-  unsigned char* smem = aligned_shared(raw);
-  unsigned char* q_tile = smem;                    // [64][HD], the block's queries
-  unsigned char* do_tile = smem + RowsT::kBytes;   // [64][HD]
-  auto k_tile = [&](int stage) { return smem + 2 * RowsT::kBytes + (2 * stage) * ColsT::kBytes; };
-  auto v_tile = [&](int stage) { return smem + 2 * RowsT::kBytes + (2 * stage + 1) * ColsT::kBytes; };
-  Head head(blockIdx.y / nh, blockIdx.y % nh, t, nh, nkv, HD);
-  const size_t ld = head.qkv_stride;
-  int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t4 = lane % 4;
+__global__ void __launch_bounds__(kBackwardThreads)
+    q_kernel(bf16* dqkv, const __grid_constant__ tma::Map qkv_streamed, const __grid_constant__ tma::Map qkv_own,
+             const __grid_constant__ tma::Map dout_own, const float* lse, const float* delta, int t, int nh, int nkv) {
+  using B = Backward<HD>;
+  constexpr int kN = B::kN;
+  PPTRAIN_DYNAMIC_SHARED(unsigned char, raw);  // B::kBytes
+  BackwardSmem<HD> sm(raw);                    // own0: Q, own1: dO; stages: (K, V)
+  int bi = blockIdx.y / nh, hi = blockIdx.y % nh, kv = hi / (nh / nkv);
+  Head head(bi, hi, t, nh, nkv, HD);
+  int warp = threadIdx.x % kThreads / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t4 = lane % 4;
   flash::bf16_tc::QueryRows rows(head, t, lse, delta, warp, g);
-  const int q0 = rows.q0, q_end = rows.q_end, i_lo = rows.i_lo, i_hi = rows.i_hi;
-  const float lse2_lo = rows.lse2_lo, lse2_hi = rows.lse2_hi, dlt_lo = rows.dlt_lo, dlt_hi = rows.dlt_hi;
-  float scale = 1.0f / sqrtf(float(HD)), scale2 = scale * kLog2e;
+  const int q0 = rows.q0, q_end = rows.q_end, tiles = (q_end + kN - 1) / kN;
 
-  auto load_key_tile = [&](int j0, int stage) {
-    if (j0 < q_end) {
-      async_tile<HD, kN>(k_tile(stage), qkv + head.k + j0 * ld, ld, t - j0);
-      async_tile<HD, kN>(v_tile(stage), qkv + head.v + j0 * ld, ld, t - j0);
+  if (threadIdx.x >= kThreads) {  // the producer warp
+    if (threadIdx.x != kThreads) return;
+    tma::mbarrier_arrive_expect_tx(sm.own_full, 2 * B::Own::kBytes);
+    for (int a = 0; a < HD / 64; ++a) {
+      tma::load_3d(sm.own0 + a * B::Own::kAtomBytes, qkv_own, hi * HD + 64 * a, q0, bi, sm.own_full);
+      tma::load_3d(sm.own1 + a * B::Own::kAtomBytes, dout_own, hi * HD + 64 * a, q0, bi, sm.own_full);
     }
-    ptx::cp_async_commit();  // possibly empty: one group per tile keeps wait<1> exact
-  };
-  async_tile<HD, kRows>(q_tile, qkv + head.q + q0 * ld, ld, q_end - q0);  // in the first tile's group
-  async_tile<HD, kRows>(do_tile, dout + head.row + q0 * head.row_stride, head.row_stride, q_end - q0);
-  load_key_tile(0, 0);
-  load_key_tile(kN, 1);
-  uint32_t q_addr = wgmma::smem_address(q_tile), do_addr = wgmma::smem_address(do_tile);
+    for (int it = 0; it < tiles; ++it) {
+      int s = it % B::kStages;
+      if (it >= B::kStages) tma::mbarrier_wait(&sm.empty[s], (it / B::kStages - 1) & 1);
+      tma::mbarrier_arrive_expect_tx(&sm.full[s], B::kStageBytes);
+      for (int a = 0; a < HD / 64; ++a) {
+        tma::load_3d(sm.first(s) + a * B::Streamed::kAtomBytes, qkv_streamed, (nh + kv) * HD + 64 * a, it * kN, bi,
+                     &sm.full[s]);
+        tma::load_3d(sm.second(s) + a * B::Streamed::kAtomBytes, qkv_streamed, (nh + nkv + kv) * HD + 64 * a, it * kN,
+                     bi, &sm.full[s]);
+      }
+    }
+    return;
+  }
 
+  const int i_lo = rows.i_lo, i_hi = rows.i_hi;
+  float scale = 1.0f / sqrtf(float(HD)), scale2 = scale * kLog2e;
+  uint32_t q_addr = wgmma::smem_address(sm.own0), do_addr = wgmma::smem_address(sm.own1);
   float dq[HD / 8][4] = {};
-  for (int j0 = 0, stage = 0; j0 < q_end; j0 += kN, stage ^= 1) {
-    ptx::cp_async_wait<1>();  // this tile (the next may be in flight)
-    wgmma::fence_proxy_async();
-    __syncthreads();
-    uint32_t k_addr = wgmma::smem_address(k_tile(stage)), v_addr = wgmma::smem_address(v_tile(stage));
+  tma::mbarrier_wait(sm.own_full, 0);
+  for (int it = 0; it < tiles; ++it) {
+    int s = it % B::kStages, j0 = it * kN;
+    tma::mbarrier_wait(&sm.full[s], (it / B::kStages) & 1);
+    uint32_t k_addr = wgmma::smem_address(sm.first(s)), v_addr = wgmma::smem_address(sm.second(s));
     float p[kN / 8][4] = {}, dp[kN / 8][4] = {};
     wgmma::fence();
     for (int kc = 0; kc < HD / 16; ++kc)
@@ -379,8 +397,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int n = 0; n < kN / 8; ++n)
       for (int e = 0; e < 4; ++e) {
         int j = j0 + n * 8 + 2 * t4 + (e & 1), i = e < 2 ? i_lo : i_hi;
-        float pe = j > i ? 0.0f : exp2f(p[n][e] * scale2 - (e < 2 ? lse2_lo : lse2_hi));
-        dp[n][e] = pe * (dp[n][e] - (e < 2 ? dlt_lo : dlt_hi));  // dS
+        float pe = j > i ? 0.0f : exp2f(p[n][e] * scale2 - (e < 2 ? rows.lse2_lo : rows.lse2_hi));
+        dp[n][e] = pe * (dp[n][e] - (e < 2 ? rows.dlt_lo : rows.dlt_hi));  // dS
       }
     u32 dsa[kN / 16][4];
     flash::bf16_tc::to_a<kN / 8>(dsa, dp);
@@ -389,9 +407,9 @@ __global__ void __launch_bounds__(kThreads)
       wgmma::mma_rs_mn<HD>(reinterpret_cast<float(&)[HD / 2]>(dq), dsa[kk], mn_major<HD, kN>(k_addr, kk), true);
     wgmma::commit();
     wgmma::wait<0>();
-    __syncthreads();  // the warpgroup is done with this stage
-    load_key_tile(j0 + 2 * kN, stage);
+    tma::mbarrier_arrive(&sm.empty[s]);  // this thread is done with the stage
   }
+  const size_t ld = head.qkv_stride;
   bf16* row_lo = i_lo < t ? dqkv + head.q + size_t(i_lo) * ld : nullptr;
   bf16* row_hi = i_hi < t ? dqkv + head.q + size_t(i_hi) * ld : nullptr;
   flash::bf16_tc::store_rows<HD>(row_lo, row_hi, dq, scale, scale, t4);
