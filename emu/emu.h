@@ -5,11 +5,14 @@
 //
 // Execution model (see emu.cpp): the blocks of a grid run one after another; the threads
 // of a block run as cooperative fibers (a hand-written context switch on x86-64, ucontext
-// elsewhere) that switch only at synchronisation points. `__syncthreads` waits for every thread of the block; warp collectives
-// (`__shfl_*_sync`, `__ballot_sync`, `__syncwarp`) wait for every lane of their mask, and
-// each lane then reads the values all lanes deposited, as on hardware; the warp matrix
-// instructions (mma.sync, ldmatrix: ptx_emu.h) wait for all 32 lanes and then run once for
-// the whole warp. Between two block
+// elsewhere) that switch only at synchronisation points. `__syncthreads` waits for every
+// thread of the block; warp collectives (`__shfl_*_sync`, `__ballot_sync`, `__syncwarp`)
+// wait for every lane of their mask, and each lane then reads the values all lanes
+// deposited, as on hardware; the warp matrix instructions (mma.sync, ldmatrix: ptx_emu.h)
+// wait for all 32 lanes and then run once for the whole warp, wgmma for all 128 threads of
+// its warpgroup; a thread waiting on an mbarrier sleeps until the phase completes. The
+// asynchronous operations (cp.async, wgmma, bulk tensor copies) complete at issue in forward
+// order and as late as their waits allow in reverse order. Between two block
 // barriers the warps run one after another, each as far as it can get, and within a warp
 // the lanes run in ascending index; Order::reverse makes warps, lanes and blocks run in
 // descending order. So a kernel that forgets a barrier computes a different answer in one
