@@ -99,12 +99,12 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(T* out, float* lse, c
     __syncthreads();
     float s[kCols];  // the whole row of the tile, in both lanes of the pair
     for (int jj = 0; jj < kCols; ++jj) {
-      float dot = pair_dot<T, HD>(qr, k_tile + jj * kTileLd<T, HD>, h);
+      float dot = pair_dot<T, HD>(qr, k_tile + jj * HD, h);
       s[jj] = j0 + jj > i ? -INFINITY : dot * scale2;
     }
     float alpha = softmax_step<kCols, false>(s, m, l);
     for (int k2 = 0; k2 < HD / 2; ++k2) o[k2] *= alpha;
-    for (int jj = 0; jj < kCols; ++jj) axpy_half<T, HD>(o, s[jj], v_tile + jj * kTileLd<T, HD>, h);
+    for (int jj = 0; jj < kCols; ++jj) axpy_half<T, HD>(o, s[jj], v_tile + jj * HD, h);
     __syncthreads();
   }
   if (i >= t) return;  // rows past the end of a partial tile (no barrier follows)
@@ -175,11 +175,11 @@ __global__ void __launch_bounds__(kThreads)
     for (int i0 = first; i0 < t; i0 += kCols) {
       load_query_tile(i0);
       for (int c = 0; c < kCols; ++c) {
-        float s = pair_dot<T, HD>(kr, q_tile + c * kTileLd<T, HD>, h);
+        float s = pair_dot<T, HD>(kr, q_tile + c * HD, h);
         float p = i0 + c < j ? 0.0f : exp2f(s * scale2 - lse2[c]);
-        float dp = pair_dot<T, HD>(vr, do_tile + c * kTileLd<T, HD>, h);
-        axpy_half<T, HD>(dv, p, do_tile + c * kTileLd<T, HD>, h);
-        axpy_half<T, HD>(dk, p * (dp - dlt[c]), q_tile + c * kTileLd<T, HD>, h);
+        float dp = pair_dot<T, HD>(vr, do_tile + c * HD, h);
+        axpy_half<T, HD>(dv, p, do_tile + c * HD, h);
+        axpy_half<T, HD>(dk, p * (dp - dlt[c]), q_tile + c * HD, h);
       }
       __syncthreads();
     }
@@ -225,10 +225,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int j0 = 0; j0 < q_end; j0 += kCols) {
     load_key_tile(j0);
     for (int c = 0; c < kCols; ++c) {
-      float s = pair_dot<T, HD>(qr, k_tile + c * kTileLd<T, HD>, h);
+      float s = pair_dot<T, HD>(qr, k_tile + c * HD, h);
       float p = j0 + c > i ? 0.0f : exp2f(s * scale2 - lse2);
-      float dp = pair_dot<T, HD>(dor, v_tile + c * kTileLd<T, HD>, h);
-      axpy_half<T, HD>(dq, p * (dp - dlt), k_tile + c * kTileLd<T, HD>, h);
+      float dp = pair_dot<T, HD>(dor, v_tile + c * HD, h);
+      axpy_half<T, HD>(dq, p * (dp - dlt), k_tile + c * HD, h);
     }
     __syncthreads();
   }

@@ -27,24 +27,19 @@ __device__ __forceinline__ int min_int(int a, int b) { return a < b ? a : b; }
 // Column of element k (0 ≤ k < HD/2) of the lane's half of a head vector.
 __device__ __forceinline__ int lane_col(int k, int h) { return (k / 8) * 16 + h * 8 + k % 8; }
 
-// Row stride (elements) of a [rows][HD] fp32 tile in shared memory: the fp32 path reads two
-// addresses per warp, so no padding is needed.
-template <typename T, int HD>
-constexpr int kTileLd = HD;
-
 // The fp32 kernels' shared memory: two streamed tiles X, Y [kCols][HD] and kCols fp32 lse
 // and delta values (dK/dV kernel).
 template <typename T, int HD>
 struct Config {
   static_assert(std::is_same_v<T, float>, "the bf16 kernels have their own shapes");
   static constexpr int kCols = HD == 128 ? 32 : 64;   // columns per streamed tile
-  static constexpr size_t kTileBytes = size_t(kCols) * kTileLd<T, HD> * sizeof(T);
+  static constexpr size_t kTileBytes = size_t(kCols) * HD * sizeof(T);
   static constexpr size_t kStatsBytes = 2 * kCols * sizeof(float);
   static constexpr size_t kX = 0, kY = kX + kTileBytes, kStats = kY + kTileBytes, kBytes = kStats + kStatsBytes;
   static_assert(kBytes <= 48 * 1024, "static shared memory over 48 KiB");
 };
 
-// dst[rows][HD] (shared, row stride kTileLd) = rows of src (global, row stride `stride` elements); rows ≥ valid
+// dst[rows][HD] (shared, unpadded: the fp32 path reads two addresses per warp) = rows of src (global, row stride `stride` elements); rows ≥ valid
 // are zero (a partial last tile), so they add nothing to any product. 16-byte packs,
 // consecutive threads on consecutive packs of a row: coalesced.
 template <typename T, int HD>
@@ -56,7 +51,7 @@ __device__ void load_tile(T* dst, const T* src, size_t stride, int rows, int val
     if (r < valid) v = load_pack(src + size_t(r) * stride + p * kPack);
     else
       for (int e = 0; e < kPack; ++e) v.v[e] = from_float<T>(0.0f);
-    store_pack(dst + r * kTileLd<T, HD> + p * kPack, v);
+    store_pack(dst + r * HD + p * kPack, v);
   }
 }
 

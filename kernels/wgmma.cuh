@@ -73,7 +73,8 @@ __device__ __forceinline__ void wait() {
 // Makes this thread's completed generic-proxy writes to shared memory (cp.async after its
 // wait, plain stores) visible to the async proxy that wgmma reads through; a barrier after
 // it publishes them to the warpgroup. (Not modelled by the emulator: a missing fence passes
-// there and fails on the GPU; the Hopper kernel has one per stage.)
+// there and fails on the GPU. The flash kernels need none: their tiles arrive through the
+// copy engine, which writes in the async proxy.)
 __device__ __forceinline__ void fence_proxy_async() {
 #if defined(PPTRAIN_WGMMA_DEVICE)
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
