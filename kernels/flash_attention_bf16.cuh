@@ -128,14 +128,15 @@ __device__ __forceinline__ void store_rows(bf16* row_lo, bf16* row_hi, const flo
 // One online-softmax step of the forward over the warp's scores S [16 × kCols] of the key tile
 // at j0 (C tiles; the lane's rows i_lo = row g and i_hi = row g + 8): scale to base 2, mask
 // j > i to −∞ (a no-op below the diagonal), update the running max m and this lane's share of
-// the sum l (l sums the unrounded P), rescale the accumulators o by α = 2^(m − m'), and return
-// P = 2^(S − m') rounded to bf16 as the A fragments of the P·V product. Column 0 is visible
-// to every row, so m' is finite after the first tile; before, m = −∞ and α = 2^(−∞) = 0
+// the sum l (l sums the unrounded P), and leave P = 2^(S − m') in s (to_a rounds it to bf16
+// as the A fragments of the P·V product); return the factors α = 2^(m − m') by which the
+// accumulators must be rescaled before P·V adds to them (rescale_rows). Column 0 is visible to
+// every row, so m' is finite after the first tile; before, m = −∞ and α = 2^(−∞) = 0
 // multiplies the empty accumulators.
-template <int kCols, int HD>
-__device__ __forceinline__ void softmax_step(float (&s)[kCols / 8][4], u32 (&pa)[kCols / 16][4],
-                                             float (&o)[HD / 8][4], int j0, int i_lo, int i_hi, int t4,
-                                             float scale2, float& m_lo, float& m_hi, float& l_lo, float& l_hi) {
+template <int kCols>
+__device__ __forceinline__ void softmax_probabilities(float (&s)[kCols / 8][4], int j0, int i_lo, int i_hi, int t4,
+                                                      float scale2, float& m_lo, float& m_hi, float& l_lo,
+                                                      float& l_hi, float& alpha_lo, float& alpha_hi) {
   float mx_lo = m_lo, mx_hi = m_hi;
   for (int n = 0; n < kCols / 8; ++n)
     for (int e = 0; e < 2; ++e) {
@@ -145,7 +146,8 @@ __device__ __forceinline__ void softmax_step(float (&s)[kCols / 8][4], u32 (&pa)
       mx_lo = fmaxf(mx_lo, s[n][e]), mx_hi = fmaxf(mx_hi, s[n][2 + e]);
     }
   mx_lo = quad_max(mx_lo), mx_hi = quad_max(mx_hi);
-  float alpha_lo = exp2f(m_lo - mx_lo), alpha_hi = exp2f(m_hi - mx_hi), sum_lo = 0.0f, sum_hi = 0.0f;
+  alpha_lo = exp2f(m_lo - mx_lo), alpha_hi = exp2f(m_hi - mx_hi);
+  float sum_lo = 0.0f, sum_hi = 0.0f;
   for (int n = 0; n < kCols / 8; ++n)
     for (int e = 0; e < 2; ++e) {
       s[n][e] = exp2f(s[n][e] - mx_lo), sum_lo += s[n][e];
@@ -153,7 +155,22 @@ __device__ __forceinline__ void softmax_step(float (&s)[kCols / 8][4], u32 (&pa)
     }
   m_lo = mx_lo, m_hi = mx_hi;
   l_lo = alpha_lo * l_lo + sum_lo, l_hi = alpha_hi * l_hi + sum_hi;
+}
+
+// o's rows (the lane's i_lo in [0..1], i_hi in [2..3]) times their softmax rescale factors.
+template <int HD>
+__device__ __forceinline__ void rescale_rows(float (&o)[HD / 8][4], float alpha_lo, float alpha_hi) {
   for (int n = 0; n < HD / 8; ++n) o[n][0] *= alpha_lo, o[n][1] *= alpha_lo, o[n][2] *= alpha_hi, o[n][3] *= alpha_hi;
+}
+
+// Both of the above, for a kernel whose accumulators are idle during the softmax.
+template <int kCols, int HD>
+__device__ __forceinline__ void softmax_step(float (&s)[kCols / 8][4], u32 (&pa)[kCols / 16][4],
+                                             float (&o)[HD / 8][4], int j0, int i_lo, int i_hi, int t4,
+                                             float scale2, float& m_lo, float& m_hi, float& l_lo, float& l_hi) {
+  float alpha_lo, alpha_hi;
+  softmax_probabilities<kCols>(s, j0, i_lo, i_hi, t4, scale2, m_lo, m_hi, l_lo, l_hi, alpha_lo, alpha_hi);
+  rescale_rows<HD>(o, alpha_lo, alpha_hi);
   to_a<kCols / 8>(pa, s);
 }
 

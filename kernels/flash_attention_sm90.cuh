@@ -120,7 +120,11 @@ __global__ void __launch_bounds__(kForwardThreads) forward_kernel(bf16* out, flo
   }
   __syncthreads();
 
-  if (threadIdx.x >= 2 * kThreads) {  // the producer warp
+  // The warpgroup index as ptxas can see it is the same on every lane of a warp (a broadcast
+  // from lane 0): a branch on threadIdx.x itself counts as divergent, and wgmma issued after
+  // one is serialised (ptxas C7518), which would undo the overlap below.
+  const int c = __shfl_sync(kFullMask, int(threadIdx.x) / kThreads, 0);
+  if (c == 2) {  // the producer warp
     if (threadIdx.x != 2 * kThreads) return;
     tma::mbarrier_arrive_expect_tx(q_full, F::QTile::kBytes);
     for (int a = 0; a < HD / 64; ++a)
@@ -138,7 +142,7 @@ __global__ void __launch_bounds__(kForwardThreads) forward_kernel(bf16* out, flo
   }
 
   // A consumer: warpgroup c, its warp w, lane (g, t4).
-  int c = threadIdx.x / kThreads, warp = threadIdx.x % kThreads / kWarp, lane = threadIdx.x % kWarp;
+  int warp = threadIdx.x % kThreads / kWarp, lane = threadIdx.x % kWarp;
   int g = lane / 4, t4 = lane % 4;
   int r0 = q0 + c * kRows;                                // the warpgroup's first row
   int my_end = r0 < t ? min_int(r0 + kRows, t) : 0;      // keys it needs: j < my_end (none past T)
@@ -148,47 +152,89 @@ __global__ void __launch_bounds__(kForwardThreads) forward_kernel(bf16* out, flo
 
   float o[HD / 8][4] = {};
   float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f;  // l: this lane's columns only
-  // S of key tile j into `dst`: waits for the tile, issues the products (one wgmma group).
   int my_tiles = (my_end + kCols - 1) / kCols;  // the key tiles this warpgroup computes
+  // S of key tile j into `dst`: waits for the tile, issues the products (one wgmma group).
   auto issue_s = [&](int j, float (&dst)[kCols / 8][4]) {
     int s = j % F::kStages;
     tma::mbarrier_wait(&full[s], (j / F::kStages) & 1);
     uint32_t k_addr = wgmma::smem_address(k_tile(s));
+    wgmma::fence_operand(dst);
     wgmma::fence();
     for (int kc = 0; kc < HD / 16; ++kc)
       wgmma::mma_ss<64>(reinterpret_cast<float(&)[32]>(dst), k_major<HD, kForwardRows>(q_addr, kc),
                         k_major<HD, kCols>(k_addr, kc), kc > 0);
     wgmma::commit();
+    wgmma::fence_operand(dst);
   };
-  // The softmax of tile j overlaps the tensor cores' work on S of tile j + 1: S_{j+1} is issued
-  // before the softmax of S_j and waited for only after P_j V_j (FlashAttention-3's
-  // intra-warpgroup pipelining), so two score tiles live in registers.
-  float s_cur[kCols / 8][4] = {}, s_next[kCols / 8][4] = {};
+  // O += P_j V_j (one wgmma group; P in registers, V of tile j's stage).
+  auto issue_pv = [&](int j, u32 (&p)[kCols / 16][4]) {
+    uint32_t v_addr = wgmma::smem_address(v_tile(j % F::kStages));
+    uint64_t desc[kCols / 16];
+    for (int kk = 0; kk < kCols / 16; ++kk) desc[kk] = mn_major<HD, kCols>(v_addr, kk);
+    wgmma::fence_operand(o), wgmma::fence_operand(p);
+    wgmma::fence();  // o was rescaled and p written by plain instructions
+    for (int kk = 0; kk < kCols / 16; ++kk)
+      wgmma::mma_rs_mn<HD>(reinterpret_cast<float(&)[HD / 2]>(o), p[kk], desc[kk], true);
+    wgmma::commit();
+    wgmma::fence_operand(o), wgmma::fence_operand(p);
+  };
+  auto release = [&](int j) { tma::mbarrier_arrive(&empty[j % F::kStages]); };  // this thread is done with it
+
+  // The softmax of tile j overlaps the tensor cores' work on P_{j-1} V_{j-1}: iteration j
+  // issues S_j and then P_{j-1} V_{j-1}, waits for S_j alone, computes P_j while the second
+  // product runs, and rescales O once it is done (FlashAttention-3's intra-warpgroup
+  // pipelining). Registers a wgmma writes are read only after a wait every path has taken:
+  // anything else makes ptxas serialise the products or insert waits of its own (C7517/8).
+  u32 pa[kCols / 16][4];  // P_{j-1} rounded to bf16: the A operand of the pending P·V
   tma::mbarrier_wait(q_full, 0);
-  if (my_tiles > 0) issue_s(0, s_cur);
-  for (int j = 0; j < tiles; ++j) {
-    int s = j % F::kStages, j0 = j * kCols;
-    if (j < my_tiles) {
-      if (j + 1 < my_tiles) {
-        issue_s(j + 1, s_next);
-        wgmma::wait<1>();  // S_j (S_{j+1} may still run)
-      } else {
-        wgmma::wait<0>();
-      }
-      u32 pa[kCols / 16][4];  // P rounded to bf16: the A operand of P·V, in registers
-      flash::bf16_tc::softmax_step<kCols, HD>(s_cur, pa, o, j0, i_lo, i_hi, t4, scale2, m_lo, m_hi, l_lo, l_hi);
-      uint32_t v_addr = wgmma::smem_address(v_tile(s));
-      wgmma::fence();  // o was rescaled and pa written by plain instructions
-      for (int kk = 0; kk < kCols / 16; ++kk)
-        wgmma::mma_rs_mn<HD>(reinterpret_cast<float(&)[HD / 2]>(o), pa[kk], mn_major<HD, kCols>(v_addr, kk), true);
-      wgmma::commit();
-      wgmma::wait<0>();  // P_j V_j, and S_{j+1}
-      for (int n = 0; n < kCols / 8; ++n)
-        for (int e = 0; e < 4; ++e) s_cur[n][e] = s_next[n][e];
+  {
+    // Every block has a key tile 0, and every warpgroup issues S_0, even one whose rows all
+    // lie past T (the last query block's second warpgroup multiplies zero-filled rows and
+    // discards the result): a wgmma under a condition is one ptxas serialises.
+    float s0[kCols / 8][4] = {};
+    issue_s(0, s0);
+    wgmma::wait<0>();
+    float alpha_lo, alpha_hi;  // 0: o is empty
+    if (my_tiles > 0) {
+      flash::bf16_tc::softmax_probabilities<kCols>(s0, 0, i_lo, i_hi, t4, scale2, m_lo, m_hi, l_lo, l_hi, alpha_lo,
+                                                   alpha_hi);
+      flash::bf16_tc::to_a<kCols / 8>(pa, s0);
     } else {
-      tma::mbarrier_wait(&full[s], (j / F::kStages) & 1);  // not needed, but its phase is
+      release(0);
     }
-    tma::mbarrier_arrive(&empty[s]);  // this thread is done with the stage
+    wgmma::fence_operand(pa);  // final before S_1 is issued
+  }
+  for (int j = 1; j < tiles; ++j) {
+    if (j < my_tiles) {
+      float sj[kCols / 8][4] = {};
+      issue_s(j, sj);
+      issue_pv(j - 1, pa);
+      wgmma::wait<1>();  // S_j (P_{j-1} V_{j-1} may still run)
+      wgmma::fence_operand(sj);
+      float alpha_lo, alpha_hi;
+      flash::bf16_tc::softmax_probabilities<kCols>(sj, j * kCols, i_lo, i_hi, t4, scale2, m_lo, m_hi, l_lo, l_hi,
+                                                   alpha_lo, alpha_hi);
+      wgmma::fence_operand(sj);
+      wgmma::wait<0>();  // P_{j-1} V_{j-1}: only now may pa and o be written
+      wgmma::fence_operand(o), wgmma::fence_operand(pa);
+      release(j - 1);
+      flash::bf16_tc::rescale_rows<HD>(o, alpha_lo, alpha_hi);
+      flash::bf16_tc::to_a<kCols / 8>(pa, sj);  // P_j rounded to bf16
+      wgmma::fence_operand(pa), wgmma::fence_operand(o);  // both final before S_{j+1} is issued
+    } else {
+      if (j == my_tiles) {  // the warpgroup's last product
+        issue_pv(j - 1, pa);
+        wgmma::wait<0>();
+        release(j - 1);
+      }
+      tma::mbarrier_wait(&full[j % F::kStages], (j / F::kStages) & 1);  // not needed, but its phase is
+      release(j);
+    }
+  }
+  if (my_tiles == tiles) {  // the last tile was the warpgroup's own (tiles ≥ 1)
+    issue_pv(tiles - 1, pa);
+    wgmma::wait<0>();
+    release(tiles - 1);
   }
   if (r0 >= t) return;
   Head head(bi, hi, t, nh, nkv, HD);

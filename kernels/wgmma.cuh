@@ -70,6 +70,27 @@ __device__ __forceinline__ void wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 #endif
 }
+// Pins the registers of `x` where this call stands: the compiler may not move instructions
+// that define or read them across it. Around a wgmma's issue and wait, it keeps plain writes
+// of the product's operands (a P fragment copied into place, accumulators rescaled) out of
+// the span between the two, where ptxas would otherwise serialise the products (C7513/C7515).
+// Emits no instruction.
+template <typename T, int N>
+__device__ __forceinline__ void fence_operand(T (&x)[N]) {
+#if defined(PPTRAIN_WGMMA_DEVICE)
+  for (int i = 0; i < N; ++i) {
+    if constexpr (sizeof(T) == 4 && __is_same(T, float)) asm volatile("" : "+f"(x[i])::"memory");
+    else asm volatile("" : "+r"(x[i])::"memory");
+  }
+#else
+  (void)x;
+#endif
+}
+template <typename T, int M, int N>
+__device__ __forceinline__ void fence_operand(T (&x)[M][N]) {
+  for (int i = 0; i < M; ++i) fence_operand(x[i]);
+}
+
 // Makes this thread's completed generic-proxy writes to shared memory (cp.async after its
 // wait, plain stores) visible to the async proxy that wgmma reads through; a barrier after
 // it publishes them to the warpgroup. (Not modelled by the emulator: a missing fence passes
