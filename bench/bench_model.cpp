@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
     if (name != "wpe.weight") n_matmul += p->numel();
   }
   const double tokens_per_step = double(batch) * m.seq_len * microbatches;
-  const double flops_per_token = bench::training_flops_per_token(double(n_matmul), m.n_layer, m.seq_len, m.d_model);
+  const double flops_per_token = bench::training_flops_per_token(double(n_matmul), m.n_layer, m.seq_len, bench::attention_width(m));
 
   double sgemm_before = sgemm_gflops(2048);
   double best_s = 1e30, total_s = 0, loss = 0;

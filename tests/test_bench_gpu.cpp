@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <regex>
 #include <string>
+#include <vector>
 
 #include "../bench/model_flops.h"
 #include "support/single_rank_model.h"
@@ -83,24 +84,52 @@ TEST(BenchGpu, FlopsPerTokenOfGpt2_124M) {
   EXPECT_EQ(bench::training_flops_per_token(123689472.0, 12, 1024, 768), 798759936.0);
 }
 
+TEST(BenchGpu, FlopsPerTokenOfTheLlama1BShape) {
+  // configs/llama3_1b_gpu.yaml: C = 2048, L = 16, NH = 32, NKV = 8, HD = 64, F = 8192,
+  // V = 128256, tied, T = 8192.
+  //   per block: 2 RMSNorms 2C = 4,096; qkv C·(NH + 2·NKV)·HD = 6,291,456; o_proj C² =
+  //              4,194,304; gate, up, down 3·C·F = 50,331,648        -> 60,821,504
+  //   16 blocks 973,144,064 + embedding V·C 262,668,288 + final norm 2,048
+  //   = 1,235,814,400 parameters, all in matmuls (Llama 3.2 1B's published 1.24B)
+  //   FLOPs per token = 6·N + 6·L·T·(NH·HD) = 7,414,886,400 + 1,610,612,736 = 9,025,499,136
+  // (GPT-2's formula, which this benchmark once applied to every model, gives 8,021,041,152:
+  // an MFU 11% low.)
+  CommandResult r = run_command(build_dir() + "/bench/model_flops configs/llama3_1b_gpu.yaml parallel.dp=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(json_number(r.output, "params"), 1235814400.0) << r.output;
+  EXPECT_EQ(json_number(r.output, "matmul_params"), 1235814400.0) << r.output;
+  EXPECT_EQ(json_number(r.output, "flops_per_token"), 9025499136.0) << r.output;
+}
+
 TEST(BenchGpu, ModelFlopsRejectsABadConfigWithOneLine) {
   CommandResult r = run_command(build_dir() + "/bench/model_flops configs/gpt2_124m_gpu.yaml model.n_head=5 2>&1");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("model_flops: configs/gpt2_124m_gpu.yaml"), std::string::npos) << r.output;
 }
 
-// The analytic counts equal what src/model builds (a shape change there fails here).
+// The analytic counts equal what src/model builds (a shape change there fails here): GPT-2,
+// and each Llama-family block (grouped-query heads, qwen2's q/k/v biases, qwen3's q/k norms,
+// an untied head, a head_dim other than d_model / n_head).
 TEST(BenchGpu, ParamCountsMatchTheBuiltModel) {
   ModelConfig odd;
   odd.n_layer = 3; odd.n_head = 3; odd.d_model = 12; odd.seq_len = 7; odd.vocab_size = 13;
-  for (const ModelConfig& m : {testing::tiny_model(), odd}) {
+  std::vector<ModelConfig> models = {testing::tiny_model(), odd};
+  for (const char* path : {"configs/llama_tiny.yaml", "configs/qwen2_tiny.yaml", "configs/qwen3_tiny.yaml",
+                           "configs/mistral_tiny.yaml"})
+    models.push_back(load_config(path, {}).model);
+  ModelConfig wide_heads = load_config("configs/qwen3_tiny.yaml", {}).model;
+  wide_heads.head_dim = 2 * wide_heads.attention_head_dim();
+  wide_heads.tie_embeddings = !wide_heads.tie_embeddings;
+  models.push_back(wide_heads);
+  for (const ModelConfig& m : models) {
+    SCOPED_TRACE(m.arch + " d_model " + std::to_string(m.d_model) + " head_dim " + std::to_string(m.head_dim));
     testing::SingleRankModel model(m, 2, 1);
     size_t total = 0, matmul = 0;
     for (auto& [name, p] : model.params->all()) {
       total += p->numel();
       if (name != "wpe.weight") matmul += p->numel();
     }
-    const bench::Gpt2ParamCounts counts = bench::gpt2_param_counts(m);
+    const bench::ModelParamCounts counts = bench::model_param_counts(m);
     EXPECT_EQ(counts.total, total) << "d_model " << m.d_model;
     EXPECT_EQ(counts.matmul, matmul) << "d_model " << m.d_model;
   }

@@ -11,7 +11,9 @@
 #include <cmath>
 #include <filesystem>
 #include <regex>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "../bench/model_flops.h"
 #include "../bench/perf_model/perf_model.h"
@@ -27,6 +29,7 @@ namespace fs = std::filesystem;
 using bench::Fractions;
 using bench::predict_step;
 using testing::run_command;
+using testing::TempDir;
 
 std::string gpu_model_bin() { return (fs::path(testing::pptrain_bin()).parent_path() / "bench/gpu_model").string(); }
 
@@ -105,7 +108,7 @@ TEST(GpuModel, StepTimeAndMfuFollowFromTheOpsAndTheFractions) {
   EXPECT_NEAR(p.step_ms, sum, 1e-9 * sum);  // one sum in another order: a few roundings
   EXPECT_NEAR(p.mfu, p.tokens_per_s * p.flops_per_token / 989e12, 1e-12);
   // The FLOPs per token are bench/model_flops.h's.
-  const auto n = bench::gpt2_param_counts(cfg.model);
+  const auto n = bench::model_param_counts(cfg.model);
   EXPECT_EQ(p.flops_per_token, bench::training_flops_per_token(double(n.matmul), 12, 1024, 768));
   // Slower GEMMs, slower memory: each lowers the MFU (the GEMMs and the memory-bound
   // kernels both take a share of the step).
@@ -135,7 +138,7 @@ TEST(GpuModel, Gpt2XlShapedAtT4096FitsEightyGigabytesWithFlashOnly) {
   const auto dev = bench::device_spec("h100");
   const Config cfg = config_of("configs/gpt2_1558m_t4096.yaml");
   const auto flash = predict_step(cfg, dev, Fractions{});
-  const double params = double(bench::gpt2_param_counts(cfg.model).total);
+  const double params = double(bench::model_param_counts(cfg.model).total);
   EXPECT_EQ(flash.memory.params_fp32, 4 * params);
   EXPECT_EQ(flash.memory.weights_bf16, 2 * params);
   EXPECT_EQ(flash.memory.in_flight, 1);  // 1F1B at pp = 1
@@ -172,6 +175,161 @@ TEST(GpuModelProgram, BadInputIsOneLineAndExitOne) {
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;
     EXPECT_EQ(r.output.rfind("gpu_model: ", 0), 0u) << r.output;
   }
+}
+
+// ---- against a measured op profile --------------------------------------------------------
+
+// A small version of a config, one step profiled on `bin` (the cpu backend, or the emulated
+// cuda backend for bf16) with logging.op_profile_file; returns the profile's path.
+const char* kSmall = " model.n_layer=2 model.d_model=32 model.seq_len=16 model.vocab_size=64 training.micro_batch_size=2"
+                     " parallel.pp=1 parallel.tp=1 parallel.dp=1";
+
+std::string profiled_run(const TempDir& dir, const std::string& bin, const std::string& config,
+                         const std::string& overrides, const std::string& name) {
+  if (!fs::exists(dir.file("data/train_000.bin"))) {
+    auto data = run_command(testing::pptrain_bin() + " prepare-data --markov --order 0 --vocab 64 --out " +
+                                dir.file("data") + " --tokens 4000 2>&1",
+                            60);
+    EXPECT_EQ(data.exit_code, 0) << data.output;
+  }
+  const std::string profile = dir.file(name + ".json");
+  auto r = run_command("OMP_NUM_THREADS=1 " + bin + " train " + config + kSmall + overrides +
+                           " training.steps=2 training.eval_every=0 checkpoint.dir= logging.sample_tokens=0"
+                           " logging.op_profile=1 logging.op_profile_file=" + profile + " data.train='" +
+                           dir.file("data") + "/train_*.bin' data.val= 2>&1",
+                       300);
+  EXPECT_EQ(r.exit_code, 0) << config << overrides << "\n" << r.output;
+  return profile;
+}
+
+// gpu_model's output for `config` (small) against a profile; the JSON line last.
+testing::CommandResult model_against(const std::string& config, const std::string& overrides,
+                                     const std::string& args) {
+  return run_command(gpu_model_bin() + " " + config + kSmall + overrides + " --device h100 " + args + " 2>&1", 60);
+}
+
+std::string vs_profile(const std::string& output) {
+  const size_t at = output.rfind("\"vs_profile\": ");
+  return at == std::string::npos ? "" : output.substr(at);
+}
+
+// The model's op list is the step's calls: a real step of each block kind (GPT-2 with naive
+// and with flash attention under full recompute, the Llama family with grouped-query
+// attention, qwen2's q/k/v biases, qwen3's q/k norms), profiled, names the same ops with the
+// same calls and the same FLOPs and bytes (op_costs.cpp counts both). A change to the
+// layers that the model does not follow fails here.
+TEST(GpuModelProfile, TheModelListsTheCallsARealStepMakes) {
+  TempDir dir;
+  struct Case {
+    std::string config, overrides;
+  };
+  const std::vector<Case> cases = {{"configs/demo.yaml", " model.attention=naive"},
+                                   {"configs/demo.yaml", " model.attention=flash training.recompute=full"},
+                                   {"configs/llama_tiny.yaml", " model.attention=flash"},
+                                   {"configs/qwen2_tiny.yaml", ""},
+                                   {"configs/qwen3_tiny.yaml", " training.recompute=full"}};
+  int i = 0;
+  for (const Case& c : cases) {
+    const std::string profile = profiled_run(dir, testing::pptrain_bin(), c.config, c.overrides, "p" + std::to_string(i++));
+    auto r = model_against(c.config, c.overrides, "--measured " + profile);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string v = vs_profile(r.output);
+    // (the comparison's own verdicts, before its per-op list)
+    EXPECT_NE(v.find("\"calls_agree\": true, \"work_agrees\": true, \"ops\": ["), std::string::npos)
+        << c.config << c.overrides << "\n" << r.output;
+  }
+}
+
+// bf16 (the emulated cuda backend): the bytes follow the storage type on both sides.
+TEST(GpuModelProfile, TheModelListsTheCallsOfABf16Step) {
+  if (!fs::exists(testing::pptrain_emu_bin())) GTEST_SKIP() << "no " << testing::pptrain_emu_bin();
+  TempDir dir;
+  // flash on cuda takes head sizes 32, 64, 128: 2 heads (1 key/value head) of 32
+  const std::string o = " device=cuda training.precision=bf16 model.attention=flash model.d_model=64 model.n_head=2"
+                        " model.n_kv_head=1";
+  const std::string profile = profiled_run(dir, testing::pptrain_emu_bin(), "configs/llama_tiny.yaml", o, "bf16");
+  auto r = model_against("configs/llama_tiny.yaml", o, "--measured " + profile);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(vs_profile(r.output).find("\"calls_agree\": true, \"work_agrees\": true, \"ops\": ["), std::string::npos)
+      << r.output;
+}
+
+// A calibration fitted on a run predicts that run's ops at their measured times (efficiency
+// = roofline / measured, prediction = roofline / efficiency); against a profile where one
+// op took 30% longer, that op alone is off (and the step with it if it is large enough), and
+// a profile missing an op the model lists does not pass as the same program.
+TEST(GpuModelProfile, ACalibrationPredictsTheRunItCameFromAndFlagsWhatDiffers) {
+  TempDir dir;
+  const std::string config = "configs/llama_tiny.yaml";
+  const std::string profile = profiled_run(dir, testing::pptrain_bin(), config, "", "run");
+  const std::string cal = dir.file("cal.json");
+  auto fit = model_against(config, "", "--fit " + profile + " --write-calibration " + cal);
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  EXPECT_NE(fit.output.find("\"linear_forward\": "), std::string::npos) << fit.output;
+  auto same = model_against(config, "", "--calibration " + cal + " --measured " + profile);
+  ASSERT_EQ(same.exit_code, 0) << same.output;
+  const std::string v = vs_profile(same.output);
+  // The ops' sum is the busy time: the cpu's step is > 90% busy (its ops are the step).
+  EXPECT_NE(v.find("\"step_within\": true, \"ops_within\": true, \"calls_agree\": true"), std::string::npos)
+      << same.output;
+  EXPECT_NE(same.output.find("# calibrated from " + profile), std::string::npos) << same.output;
+
+  // linear_forward 30% slower in the measurement than in the calibration's.
+  std::string text = testing::read_file(profile);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(text, m, std::regex("(\"op\": \"linear_forward\"[^}]*\"ms_per_step\": )([0-9.]+)")));
+  const std::string slower = dir.file("slower.json");
+  testing::write_file(slower, m.prefix().str() + m[1].str() + std::to_string(1.3 * std::stod(m[2])) + m.suffix().str());
+  auto off = model_against(config, "", "--calibration " + cal + " --measured " + slower);
+  ASSERT_EQ(off.exit_code, 0) << off.output;
+  EXPECT_NE(vs_profile(off.output).find("\"ops_within\": false"), std::string::npos) << off.output;
+  EXPECT_TRUE(std::regex_search(off.output, std::regex("linear_forward [^\n]*OFF"))) << off.output;
+  EXPECT_FALSE(std::regex_search(off.output, std::regex("linear_backward_input [^\n]*OFF"))) << off.output;
+
+  // The same profile without its swiglu_forward entry.
+  const std::string missing = dir.file("missing.json");
+  testing::write_file(missing, std::regex_replace(text, std::regex("\\{\"op\": \"swiglu_forward\"[^}]*\\}, "), ""));
+  auto other = model_against(config, "", "--calibration " + cal + " --measured " + missing);
+  ASSERT_EQ(other.exit_code, 0) << other.output;
+  EXPECT_NE(vs_profile(other.output).find("\"calls_agree\": false"), std::string::npos) << other.output;
+}
+
+TEST(GpuModelProfile, BadProfilesAndCalibrationsAreOneLineAndExitOne) {
+  TempDir dir;
+  testing::write_file(dir.file("list.json"), "[1, 2]");
+  testing::write_file(dir.file("noops.json"), "{\"backend\": \"cuda\", \"steps\": 1, \"step_ms\": 3, \"busy_ms\": 2}");
+  testing::write_file(dir.file("badop.json"),
+                      "{\"backend\": \"cuda\", \"steps\": 1, \"step_ms\": 3, \"busy_ms\": 2, \"ops\": [{\"op\": "
+                      "\"add\", \"calls_per_step\": 1, \"ms_per_step\": \"x\"}]}");
+  testing::write_file(dir.file("cal0.json"), "{\"source\": \"s\", \"efficiency\": {\"add\": 0}}");
+  const std::string g = "configs/gpt2_124m_gpu.yaml --device h100 ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--measured " + dir.file("nope.json"), "nope.json"},
+      {"--measured " + dir.file("list.json"), "expected a JSON object"},
+      {"--measured " + dir.file("noops.json"), "key 'ops'"},
+      {"--measured " + dir.file("badop.json"), "ops[0]: key 'ms_per_step'"},
+      {"--calibration " + dir.file("cal0.json"), "key 'efficiency.add': expected a number in (0, 1]"},
+      {"--fit " + dir.file("noops.json"), "--fit PROFILE and --write-calibration OUT go together"}};
+  for (const auto& [args, says] : cases) {
+    auto r = run_command(gpu_model_bin() + " " + g + args + " 2>&1", 30);
+    EXPECT_EQ(r.exit_code, 1) << args << ": " << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;
+    EXPECT_NE(r.output.find(says), std::string::npos) << args << ": " << r.output;
+  }
+}
+
+// The Llama family is modelled as itself: its FLOPs per token (bench/model_flops.h) and an
+// op list of RMSNorms, rotary, grouped-query attention and SwiGLU, no GPT-2 op in it.
+TEST(GpuModel, LlamaIsModelledAsLlama) {
+  const Config cfg = config_of("configs/llama3_1b_gpu.yaml", {"parallel.dp=1"});
+  const auto p = predict_step(cfg, bench::device_spec("h200"), Fractions{});
+  EXPECT_EQ(p.flops_per_token, 9025499136.0);  // tests/test_bench_gpu.cpp derives it
+  std::set<std::string> ops;
+  for (const auto& o : p.ops) ops.insert(o.op);
+  for (const char* op : {"rmsnorm_forward", "rotary_forward", "swiglu_forward", "gqa_flash_attention_forward"})
+    EXPECT_TRUE(ops.count(op)) << op;
+  for (const char* op : {"layernorm_forward", "linear_gelu_forward", "flash_attention_forward", "add_bias"})
+    EXPECT_FALSE(ops.count(op)) << op;
 }
 
 }  // namespace

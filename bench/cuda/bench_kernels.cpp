@@ -279,7 +279,7 @@ void bench_parameter_kernels(std::vector<Result>& out) {
   const LaunchContext ctx{};
   ModelConfig m;
   m.n_layer = kLayers; m.n_head = kHeads; m.d_model = kC; m.seq_len = kT; m.vocab_size = kVocab;
-  const size_t n = bench::gpt2_param_counts(m).total;  // 124,475,904
+  const size_t n = bench::model_param_counts(m).total;  // 124,475,904
   const double p = double(n);
   DeviceArray<float> w(n), g(n), mom1(n), mom2(n);
   DeviceArray<bf16> w_bf16(n);

@@ -24,9 +24,8 @@ int main(int argc, char** argv) {
     // The whole model (every TP shard together): the vocabulary as padded for tp.
     ModelConfig whole = cfg.model;
     whole.vocab_size = ModelDims::from(cfg.model, 1, cfg.parallel.tp, 0).padded_vocab();
-    const bench::Gpt2ParamCounts n = bench::gpt2_param_counts(whole);
-    const double flops_per_token =
-        bench::training_flops_per_token(double(n.matmul), whole.n_layer, whole.seq_len, whole.d_model);
+    const bench::ModelParamCounts n = bench::model_param_counts(whole);
+    const double flops_per_token = bench::model_flops_per_token(whole);
     const double tokens_per_step = double(cfg.global_batch_sequences()) * cfg.model.seq_len;
     std::printf("{\"params\": %zu, \"matmul_params\": %zu, \"flops_per_token\": %.0f, \"tokens_per_step\": %.0f}\n",
                 n.total, n.matmul, flops_per_token, tokens_per_step);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "job/memory_estimate.h"
 #include "perf_model.h"
 #include "pipeline/registry.h"
 #include "pipeline/simulate.h"
@@ -65,7 +66,20 @@ MemoryBreakdown memory_breakdown(const Config& cfg, double params, const ModelDi
   m.grads_fp32 = 4 * params;           // fp32 accumulation in either precision
   m.adam_moments = 8 * params;         // AdamW m and v, fp32
   m.weights_bf16 = elem == 2 ? 2 * params : 0;  // the bf16 copies AdamW writes
-  m.activation = activation_bytes(cfg.model.attention, d, elem);
+  if (d.llama) {
+    // The Llama family's slots as the job's memory estimate sizes them (one block; the head;
+    // the stage's boundaries), the same functions the start-up prediction uses.
+    const Precision precision = elem == 2 ? Precision::bf16 : Precision::fp32;
+    const StageSlotBytes one_block = stage_slot_bytes(d, StageSpec{0, 0, 1, false, false}, precision);
+    const StageSlotBytes head = stage_slot_bytes(d, StageSpec{0, 0, 0, false, true}, precision);
+    const StageSlotBytes stage = stage_slot_bytes(d, StageSpec{0, 0, d.n_layer, true, true}, precision);
+    m.activation.block = one_block.layers;
+    m.activation.head = head.layers;
+    m.activation.stage_io = stage.io;
+    m.activation.per_microbatch = stage.io + stage.layers;
+  } else {
+    m.activation = activation_bytes(cfg.model.attention, d, elem);
+  }
   m.in_flight = microbatches_in_flight(cfg);
   m.activations = m.activation.per_microbatch * m.in_flight;
   // cuBLASLt's workspace (CudaLtGemm::kMaxWorkspaceBytes, 32 MiB); the naive attention's

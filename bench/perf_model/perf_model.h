@@ -2,14 +2,16 @@
 // memory footprint (bench/gpu_model.cpp prints it; tests/test_gpu_model.cpp checks it).
 //
 // The view is pp = 1, tp = 1: the whole model on one device, micro_batch_size ×
-// microbatches sequences per step. Every GEMM is listed with FLOPs = 2·m·n·k and the bytes
-// it must move; every memory-bound kernel with the minimum bytes it reads and writes. Each
-// op's time is the larger of FLOPs / (peak · fraction) and bytes / (HBM bandwidth ·
-// fraction) (a roofline per op), so a GEMM too thin for the tensor cores shows as memory
-// bound. The op list follows the cuda backend as it is and as its fused epilogues will be
-// (assumptions() states each).
+// microbatches sequences per step. The op list is the step's calls of the backend's ops as
+// the layers make them (GPT-2 and the Llama family), each with the FLOPs and bytes
+// backend/op_costs.cpp assigns the call, which are what `logging.op_profile` reports: a
+// measured profile compares with the prediction op by op, and calibrates it (an efficiency
+// per op, measured on one run, predicts another). Uncalibrated, each call's time is the
+// larger of FLOPs / (peak · fraction) and bytes / (HBM bandwidth · fraction), with the
+// fractions stated below.
 #pragma once
 #include <cstddef>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -40,14 +42,25 @@ struct Fractions {
   int small_gemm_dim = 512;
 };
 
-// One line of the table: one op kind, summed over the step.
-struct OpCost {
+// One line of the table: calls of one backend op in one role (qkv forward, fc1 dgrad, ...),
+// summed over the step.
+struct OpLine {
   std::string name;
-  int count = 0;       // launches per step
+  std::string op;      // the backend op (PPTRAIN_OPS' name, as logging.op_profile names it)
+  int count = 0;       // calls per step
   double flops = 0;    // per step
   double bytes = 0;    // per step, read + written
-  double ms = 0;       // per step
+  double ms = 0;       // per step, predicted
+  double roofline_ms = 0;  // per step, at the device's peaks (every fraction 1)
   bool compute_bound = false;
+};
+
+// Measured efficiencies: per backend op, its roofline time over its measured time in a
+// profiled run (fit_calibration). A calibrated prediction times an op's calls at roofline /
+// efficiency; ops without one keep the stated fractions.
+struct Calibration {
+  std::string source;                     // what it was measured on (file, config, device)
+  std::map<std::string, double> efficiency;  // op -> (0, 1]
 };
 
 // Activation memory of one microbatch on the one stage of a pp = 1 run, as src/model
@@ -69,7 +82,7 @@ struct MemoryBreakdown {
 };
 
 struct StepPrediction {
-  std::vector<OpCost> ops;
+  std::vector<OpLine> ops;
   double step_ms = 0;
   double tokens_per_step = 0, tokens_per_s = 0;
   double flops_per_token = 0;  // bench/model_flops.h: 6N + 6·L·T·C, as llm.c counts
@@ -93,11 +106,57 @@ ActivationBytes activation_bytes(const std::string& attention, const ModelDims& 
 // parameter of the model (the padded vocabulary included).
 MemoryBreakdown memory_breakdown(const Config& cfg, double params, const ModelDims& d, size_t elem);
 
+// Every parameter of the model (tp = 1; bench/model_flops.h's count): what the optimizer
+// touches once per step.
+double step_parameters(const ModelConfig& m);
+
 // The whole prediction for `cfg` (its model, precision, micro_batch_size, microbatches,
-// schedule and model.attention) on `dev`.
-StepPrediction predict_step(const Config& cfg, const DeviceSpec& dev, const Fractions& f);
+// training.recompute and model.attention) on `dev`; `cal` replaces the fractions of the
+// ops it measured.
+StepPrediction predict_step(const Config& cfg, const DeviceSpec& dev, const Fractions& f,
+                            const Calibration* cal = nullptr);
 
 // The assumptions behind predict_step, one per line, for the program's output.
-std::vector<std::string> assumptions(const Config& cfg, const Fractions& f);
+std::vector<std::string> assumptions(const Config& cfg, const Fractions& f, const Calibration* cal = nullptr);
+
+// ---- against a measured profile (calibration.cpp) ------------------------------------------
+// One rank's `logging.op_profile_file` JSON (backend/profiled_ops.cpp: ProfiledOps::json):
+// per op the calls, ms, FLOPs and bytes of one step.
+struct MeasuredOp {
+  std::string op;
+  double calls = 0, ms = 0, flops = 0, bytes = 0;
+};
+struct MeasuredProfile {
+  std::string source, backend;
+  double step_ms = 0, busy_ms = 0;
+  std::vector<MeasuredOp> ops;
+};
+// Throws pptrain::Error "PATH: ..." naming the key for a file that is not such a profile.
+MeasuredProfile read_op_profile(const std::string& path);
+
+// Per op of the profile that the prediction has: the prediction's roofline time over the
+// measured time. Ops the model does not list are skipped (they are in the comparison).
+Calibration fit_calibration(const StepPrediction& p, const MeasuredProfile& m, const std::string& source);
+// The calibration as one JSON object, and back (throws "PATH: ..." on a bad file).
+std::string calibration_json(const Calibration& c);
+Calibration read_calibration(const std::string& path);
+
+// Prediction against measurement, per backend op: an op taking at least `min_share` of the
+// measured step must be within `op_tolerance` (|predicted / measured − 1|), the step within
+// `step_tolerance`; calls per step must agree (else the two are different programs), and so
+// must the FLOPs and bytes of each op (else the model lists other calls than the run made).
+struct OpComparison {
+  std::string op;
+  double predicted_calls = 0, measured_calls = 0, predicted_ms = 0, measured_ms = 0, share = 0;
+  double predicted_flops = 0, measured_flops = 0, predicted_bytes = 0, measured_bytes = 0;
+  bool checked = false, within = true, work_agrees = true;
+};
+struct ProfileComparison {
+  std::vector<OpComparison> ops;  // by measured time, longest first; then ops only predicted
+  double predicted_step_ms = 0, measured_step_ms = 0;
+  bool step_within = false, ops_within = false, calls_agree = false, work_agrees = false;
+};
+ProfileComparison compare_with_profile(const StepPrediction& p, const MeasuredProfile& m, double op_tolerance = 0.15,
+                                       double step_tolerance = 0.10, double min_share = 0.01);
 
 }  // namespace pptrain::bench

@@ -1,11 +1,18 @@
-// Time side of the performance model: every kernel of one training step (pp = 1, tp = 1),
-// each at the roofline of its FLOPs and bytes. Units: N = B·T rows, C = d_model, H = 4C,
-// V = vocabulary (padded), NH heads of HD = C/NH, e = bytes per activation element
-// (2 bf16, 4 fp32). "u" below is one [N,C] activation tensor: N·C·e bytes.
+// Time side of the performance model: the ops one training step calls (pp = 1, tp = 1), as
+// the layers call them (model/block.cpp, llama_block.cpp, embedding.cpp, head.cpp; the
+// trainer's zero, gradient norm and AdamW), each with the FLOPs and bytes
+// backend/op_costs.cpp assigns the call: the numbers `logging.op_profile` reports for it,
+// so a measured profile and this table compare op by op (tests/test_gpu_model.cpp runs a
+// real step and checks the list, call for call). Each line's time is its roofline at the
+// stated fractions, or, calibrated, its roofline over the efficiency its op measured.
+// Units: N = B·T rows, C = d_model, H the MLP width, V the (padded) vocabulary, Q the qkv
+// width (3C for GPT-2), A = NH·HD the attention width.
 #include <algorithm>
 
 #include "../model_flops.h"
+#include "backend/profiled_ops.h"
 #include "core/error.h"
+#include "core/rotary.h"
 #include "perf_model.h"
 
 namespace pptrain::bench {
@@ -21,168 +28,367 @@ DeviceSpec device_spec(const std::string& name) {
 
 namespace {
 
-// The op table being built: one OpCost per op kind, each op's time its roofline.
+// How a line's time is stated without a calibration: which fraction of which peak.
+enum class Kind { gemm, fused_attention, naive_attention, memory };
+
+// The op table being built: one OpLine per line name, each call's time its roofline.
 class StepCosts {
  public:
-  StepCosts(const DeviceSpec& dev, const Fractions& f, size_t elem) : dev_(dev), f_(f), e_(double(elem)) {}
+  StepCosts(const DeviceSpec& dev, const Fractions& f, const Calibration* cal, size_t elem)
+      : dev_(dev), f_(f), cal_(cal), elem_(elem) {}
 
-  // `times` launches of a (batched) GEMM C[m,n] = A[m,k]·B[k,n]: reads A and B in the
-  // storage type, writes C with `out_bytes` per element (e; 8 for an fp32 gradient
-  // accumulated in place: read + write), plus `extra_bytes` (an epilogue's aux input).
-  void gemm(const std::string& name, double times, double m, double n, double k, double batch = 1,
-            double out_bytes = 0, double extra_bytes = 0) {
-    const double flops = 2 * m * n * k * batch;
-    const double bytes = batch * ((m * k + k * n) * e_ + m * n * (out_bytes > 0 ? out_bytes : e_)) + extra_bytes;
-    const bool small = std::min({m, n, k}) < f_.small_gemm_dim;
-    add(name, times, flops, bytes, matmul_peak() * (small ? f_.gemm_small : f_.gemm_large));
+  // `times` calls of backend op `op`, each costing `cost` (op_costs::op of the call's
+  // arguments). `min_dim`: a GEMM's smallest dimension (thin ones get the small fraction).
+  // `hidden_bytes`: traffic of the op's kernels beyond its tensors (intermediates that go
+  // through HBM), in its time but not in its bytes (the profile counts the tensors).
+  void add(const std::string& name, const char* op, double times, OpCost cost, Kind kind, double min_dim = 0,
+           double hidden_bytes = 0) {
+    const double peak = matmul_peak();
+    const double roof_s = std::max(cost.flops / peak, (cost.bytes + hidden_bytes) / dev_.hbm_bytes_per_s);
+    double fraction = f_.hbm;
+    if (kind == Kind::gemm) fraction = min_dim < f_.small_gemm_dim ? f_.gemm_small : f_.gemm_large;
+    if (kind == Kind::fused_attention) fraction = f_.flash;
+    if (kind == Kind::naive_attention) fraction = f_.gemm_small;
+    const double compute_s = cost.flops / (peak * (kind == Kind::memory ? 1.0 : fraction));
+    const double memory_s = (cost.bytes + hidden_bytes) / (dev_.hbm_bytes_per_s * f_.hbm);
+    double seconds = std::max(compute_s, memory_s);
+    if (cal_) {
+      auto it = cal_->efficiency.find(op);
+      if (it != cal_->efficiency.end()) seconds = roof_s / it->second;
+    }
+    auto line = std::find_if(ops.begin(), ops.end(), [&](const OpLine& o) { return o.name == name; });
+    if (line == ops.end()) line = ops.insert(ops.end(), OpLine{name, op});
+    PPTRAIN_CHECK(line->op == op, "perf model: line '", name, "' names two ops");
+    line->count += int(times);
+    line->flops += times * cost.flops;
+    line->bytes += times * cost.bytes;
+    line->ms += times * 1e3 * seconds;
+    line->roofline_ms += times * 1e3 * roof_s;
+    line->compute_bound = line->compute_bound || compute_s > memory_s;
   }
-  // `times` launches of a fused attention kernel (flash, cuDNN) on the tensor cores.
-  void fused_attention(const std::string& name, double times, double flops, double bytes) {
-    add(name, times, flops, bytes, matmul_peak() * f_.flash);
-  }
-  // `times` launches of a memory-bound kernel moving `bytes` (read + written) each.
-  void memory(const std::string& name, double times, double bytes) { add(name, times, 0, bytes, 1); }
 
-  std::vector<OpCost> ops;
+  std::vector<OpLine> ops;
 
  private:
   // bf16 GEMMs run on the tensor cores; fp32 ones do not (the backend turns TF32 off).
-  double matmul_peak() const { return e_ == 2 ? dev_.bf16_flops : dev_.fp32_flops; }
-
-  void add(const std::string& name, double times, double flops, double bytes, double flops_per_s) {
-    const double compute_s = flops / flops_per_s, memory_s = bytes / (dev_.hbm_bytes_per_s * f_.hbm);
-    auto it = std::find_if(ops.begin(), ops.end(), [&](const OpCost& o) { return o.name == name; });
-    if (it == ops.end()) it = ops.insert(ops.end(), OpCost{name});
-    it->count += int(times);
-    it->flops += times * flops;
-    it->bytes += times * bytes;
-    it->ms += times * 1e3 * std::max(compute_s, memory_s);
-    it->compute_bound = it->compute_bound || compute_s > memory_s;
-  }
+  double matmul_peak() const { return elem_ == 2 ? dev_.bf16_flops : dev_.fp32_flops; }
 
   DeviceSpec dev_;
   Fractions f_;
-  double e_;
+  const Calibration* cal_;
+  size_t elem_;
 };
 
-// The attention core of one layer and microbatch, forward and backward, per model.attention.
-void attention_costs(StepCosts& s, const std::string& kind, const ModelDims& d, double e, double times) {
-  const double b = d.batch, t = d.seq_len, hd = d.head_dim(), bh = b * d.n_head, u = double(d.rows()) * d.d_model * e;
-  if (kind == "naive") {
-    // kernels/attention.cuh: permute, q·kᵀ over the full T×T, causal softmax, probs·v,
-    // unpermute; backward the transposes and four GEMMs. The [B,NH,T,T] matrices go
-    // through HBM (written by a GEMM, read and written by the softmax).
-    const double square = bh * t * t * e;
-    s.memory("attention permute/unpermute (naive)", 2 * times, 4 * u);  // qkv→q,k,v (6u) and y→out (2u)
-    s.gemm("attention q.kT, dprobs = dy.vT (naive)", 2 * times, t, t, hd, bh);
-    s.memory("attention softmax fwd+bwd (naive)", times, 2 * square);   // read scores, write probs
-    s.gemm("attention probs.v, dv, dq, dk (naive)", 4 * times, t, hd, t, bh);
-    s.memory("attention softmax fwd+bwd (naive)", times, 3 * square);   // read dprobs, probs; write dscores
-    s.memory("attention permute/unpermute (naive)", 2 * times, 4 * u);  // backward: dout→dy (2u), dq,dk,dv→dqkv (6u)
+// Stand-ins for the ops' arguments: op_costs reads a view's dtype and whether an optional
+// tensor is there, never the memory, so every tensor is one dummy address of the right type.
+struct Args {
+  explicit Args(bool bf16) : bf16(bf16) {}
+  bool bf16;
+  float f32 = 0;
+  bfloat16 b16{};
+  View act() { return bf16 ? View(&b16) : View(&f32); }  // an activation (storage type)
+  float* stats() { return &f32; }                        // fp32 row statistics, gradients
+  const int32_t* ids() { return nullptr; }
+};
+
+// The linear ops of one call each: y[n,out] = x[n,in]·wᵀ and its passes.
+struct Linear {
+  StepCosts& s;
+  Args& a;
+  double times;
+  void forward(const std::string& name, int n, int in, int out, bool bias) {
+    s.add(name, "linear_forward", times,
+          op_costs::linear_forward(a.act(), a.act(), a.act(), bias ? ConstView(a.act()) : nullptr, n, in, out),
+          Kind::gemm, std::min({n, in, out}));
+  }
+  void dgrad(const std::string& name, int n, int in, int out, bool accumulate = false) {
+    s.add(name, "linear_backward_input", times,
+          op_costs::linear_backward_input(a.act(), a.act(), a.act(), n, in, out, accumulate), Kind::gemm,
+          std::min({n, in, out}));
+  }
+  void wgrad(const std::string& name, int n, int in, int out, bool bias) {
+    s.add(name, "linear_backward_weight", times,
+          op_costs::linear_backward_weight(a.stats(), bias ? a.stats() : nullptr, a.act(), a.act(), n, in, out),
+          Kind::gemm, std::min({n, in, out}));
+  }
+};
+
+// The attention core of one call, forward and backward, per model.attention (GQA for Llama).
+void attention_ops(StepCosts& s, Args& a, const ModelDims& d, const std::string& kind, double times, bool gqa,
+                   bool backward) {
+  const int b = d.batch, t = d.seq_len, nh = d.local_heads(), kv = d.local_kv_heads(), hd = d.head_dim();
+  const std::string tag = " (" + kind + ")";
+  const bool fused = kind != "naive";
+  const Kind k = fused ? Kind::fused_attention : Kind::naive_attention;
+  // The naive kernels' [B,NH,T,T] matrices beyond the one the op keeps (the probabilities):
+  // forward the scores written, read and rewritten by the softmax, the probabilities read by
+  // P·V (3 more); backward dP written, dP and P read, dS written, dS read twice, P read by dV
+  // (6 more, the kept P counted once by the op).
+  const double square = double(b) * nh * t * t * (a.bf16 ? 2 : 4);
+  const double hidden = fused ? 0 : (backward ? 6 : 3) * square;
+  if (!backward) {
+    if (gqa)
+      s.add("attention forward" + tag, fused ? "gqa_flash_attention_forward" : "gqa_attention_forward", times,
+            fused ? op_costs::gqa_flash_attention_forward(a.act(), a.stats(), a.act(), b, t, nh, kv, hd)
+                  : op_costs::gqa_attention_forward(a.act(), a.act(), a.act(), b, t, nh, kv, hd),
+            k, 0, hidden);
+    else
+      s.add("attention forward" + tag, fused ? "flash_attention_forward" : "attention_forward", times,
+            fused ? op_costs::flash_attention_forward(a.act(), a.stats(), a.act(), b, t, nh, hd)
+                  : op_costs::attention_forward(a.act(), a.act(), a.act(), b, t, nh, hd),
+            k, 0, hidden);
     return;
   }
-  // flash / cuDNN: the causal half of the T×T products, forward 2 GEMMs of 2·T·T·HD/2 FLOPs
-  // per head, backward 2.5× that (recomputing the scores and probabilities from lse);
-  // bytes O(T·HD): qkv in, out and lse out; backward qkv, out, dout in, dqkv out, delta.
-  const double fwd_flops = 4 * bh * t * t * hd / 2, stats = bh * t * 4;
-  const std::string tag = " (" + kind + ")";
-  s.fused_attention("attention forward" + tag, times, fwd_flops, 4 * u + stats);
-  s.fused_attention("attention backward" + tag, times, 2.5 * fwd_flops, 8 * u + 3 * stats);
+  if (gqa)
+    s.add("attention backward" + tag, fused ? "gqa_flash_attention_backward_input" : "gqa_attention_backward_input",
+          times,
+          fused ? op_costs::gqa_flash_attention_backward_input(a.act(), a.stats(), a.act(), a.act(), a.act(),
+                                                               a.stats(), b, t, nh, kv, hd)
+                : op_costs::gqa_attention_backward_input(a.act(), a.act(), a.act(), a.act(), b, t, nh, kv, hd),
+          k, 0, hidden);
+  else
+    s.add("attention backward" + tag, fused ? "flash_attention_backward_input" : "attention_backward_input", times,
+          fused ? op_costs::flash_attention_backward_input(a.act(), a.stats(), a.act(), a.act(), a.act(), a.stats(),
+                                                           b, t, nh, hd)
+                : op_costs::attention_backward_input(a.act(), a.act(), a.act(), a.act(), b, t, nh, hd),
+          k, 0, hidden);
+}
+
+// GPT-2's Block (model/block.cpp), `times` calls of each pass; `forward_again`: the
+// forward's ops that full recompute re-runs at the start of I (all but the MLP's last
+// projection and the residual after it).
+void gpt2_block(StepCosts& s, Args& a, const ModelDims& d, const std::string& attention, double times,
+                bool forward_again) {
+  const int n = d.rows(), c = d.d_model, cl = d.local_channels(), hl = d.local_hidden();
+  Linear lin{s, a, times};
+  auto forward_ops = [&](double k, const std::string& suffix) {
+    Linear l{s, a, k};
+    s.add("layernorm forward (ln_1)" + suffix, "layernorm_forward", k,
+          op_costs::layernorm_forward(a.act(), a.stats(), a.stats(), a.act(), a.act(), a.act(), n, c), Kind::memory);
+    l.forward("qkv forward (+bias epilogue)" + suffix, n, c, 3 * cl, true);
+    attention_ops(s, a, d, attention, k, false, false);
+    l.forward("attn proj forward" + suffix, n, cl, c, false);
+    // x2 = proj + bias + x and ln_2(x2) in one pass
+    s.add("residual + bias + layernorm forward (ln_2)" + suffix, "residual_layernorm_forward", k,
+          op_costs::residual_layernorm_forward(a.act(), a.act(), a.stats(), a.stats(), a.act(), a.act(), a.act(),
+                                               a.act(), a.act(), n, c),
+          Kind::memory);
+    s.add("fc1 forward (+bias+GELU epilogue, aux out)" + suffix, "linear_gelu_forward", k,
+          op_costs::linear_gelu_forward(a.act(), a.act(), a.act(), a.act(), a.act(), n, c, hl), Kind::gemm,
+          std::min({n, c, hl}));
+  };
+  forward_ops(times, "");
+  lin.forward("fc2 forward", n, hl, c, false);
+  s.add("fc2 bias", "add_bias", times, op_costs::add_bias(a.act(), a.act(), n, c), Kind::memory);
+  s.add("residual add", "add", times, op_costs::add(a.act(), a.act(), a.act(), size_t(n) * c), Kind::memory);
+  if (forward_again) forward_ops(times, " (recompute)");
+
+  s.add("fc2 dgrad (+DGELU epilogue)", "linear_backward_input_dgelu", times,
+        op_costs::linear_backward_input_dgelu(a.act(), a.act(), a.act(), a.act(), n, hl, c), Kind::gemm,
+        std::min({n, hl, c}));
+  lin.dgrad("fc1 dgrad", n, c, hl);
+  // dx = residual + LN'(dy): the residual gradient joins in the layernorm dgrad
+  s.add("layernorm dgrad (+ residual)", "layernorm_backward_input", 2 * times,
+        op_costs::layernorm_backward_input(a.act(), a.act(), a.act(), a.stats(), a.stats(), a.act(), n, c, a.act()),
+        Kind::memory);
+  lin.dgrad("attn proj dgrad", n, cl, c);
+  attention_ops(s, a, d, attention, times, false, true);
+  lin.dgrad("qkv dgrad", n, c, 3 * cl);
+
+  // W: fp32 gradients accumulated in place; bias gradients from the GEMMs' epilogue
+  lin.wgrad("fc2 wgrad (+bias grad)", n, hl, c, true);
+  lin.wgrad("fc1 wgrad (+bias grad)", n, c, hl, true);
+  lin.wgrad("attn proj wgrad (+bias grad)", n, cl, c, true);
+  lin.wgrad("qkv wgrad (+bias grad)", n, c, 3 * cl, true);
+  s.add("layernorm wgrad (dgamma, dbeta)", "layernorm_backward_weight", 2 * times,
+        op_costs::layernorm_backward_weight(a.stats(), a.stats(), a.act(), a.act(), a.stats(), a.stats(), n, c),
+        Kind::memory);
+}
+
+// The Llama family's block (model/llama_block.cpp).
+void llama_block(StepCosts& s, Args& a, const ModelDims& d, const std::string& attention, double times,
+                 bool forward_again, const RotaryFrequencies& rope) {
+  const int n = d.rows(), c = d.d_model, cl = d.local_channels(), hl = d.local_hidden(), ql = d.local_qkv();
+  const int b = d.batch, t = d.seq_len, nh = d.local_heads(), kv = d.local_kv_heads(), hd = d.head_dim();
+  const size_t nc = size_t(n) * c;
+  Linear lin{s, a, times};
+  // q_norm/k_norm (qwen3): the heads copied out as rows of HD, normed, copied back
+  auto qk_norm = [&](double k, bool backward, const std::string& suffix) {
+    const std::string pass = backward ? "dgrad" : "forward";
+    s.add("q/k norm copies " + pass + suffix, "copy_columns", 2 * k,
+          op_costs::copy_columns(a.act(), a.act(), n, nh * hd, nh * hd, ql), Kind::memory);
+    s.add("q/k norm copies " + pass + suffix, "copy_columns", 2 * k,
+          op_costs::copy_columns(a.act(), a.act(), n, kv * hd, kv * hd, ql), Kind::memory);
+    for (int rows : {n * nh, n * kv}) {
+      if (backward)
+        s.add("q/k norm dgrad" + suffix, "rmsnorm_backward_input", k,
+              op_costs::rmsnorm_backward_input(a.act(), a.act(), a.act(), a.stats(), a.act(), rows, hd, nullptr),
+              Kind::memory);
+      else
+        s.add("q/k norm forward" + suffix, "rmsnorm_forward", k,
+              op_costs::rmsnorm_forward(a.act(), a.stats(), a.act(), a.act(), rows, hd, d.norm_eps), Kind::memory);
+    }
+  };
+  auto forward_ops = [&](double k, const std::string& suffix) {
+    Linear l{s, a, k};
+    s.add("rmsnorm forward (attention norm)" + suffix, "rmsnorm_forward", k,
+          op_costs::rmsnorm_forward(a.act(), a.stats(), a.act(), a.act(), n, c, d.norm_eps), Kind::memory);
+    l.forward(std::string(d.qkv_bias ? "qkv forward (+bias epilogue)" : "qkv forward") + suffix, n, c, ql,
+              d.qkv_bias);
+    if (d.qk_norm) qk_norm(k, false, suffix);
+    s.add("rotary forward" + suffix, "rotary_forward", k, op_costs::rotary_forward(a.act(), b, t, nh, kv, hd, rope),
+          Kind::memory);
+    attention_ops(s, a, d, attention, k, true, false);
+    l.forward("o_proj forward" + suffix, n, cl, c, false);
+    s.add("residual add" + suffix, "add", k, op_costs::add(a.act(), a.act(), a.act(), nc), Kind::memory);
+    s.add("rmsnorm forward (ffn norm)" + suffix, "rmsnorm_forward", k,
+          op_costs::rmsnorm_forward(a.act(), a.stats(), a.act(), a.act(), n, c, d.norm_eps), Kind::memory);
+    l.forward("gate, up forward" + suffix, n, c, hl, false);
+    l.forward("gate, up forward" + suffix, n, c, hl, false);
+    s.add("swiglu forward" + suffix, "swiglu_forward", k,
+          op_costs::swiglu_forward(a.act(), a.act(), a.act(), size_t(n) * hl), Kind::memory);
+  };
+  forward_ops(times, "");
+  lin.forward("down forward", n, hl, c, false);
+  s.add("residual add", "add", times, op_costs::add(a.act(), a.act(), a.act(), nc), Kind::memory);
+  if (forward_again) forward_ops(times, " (recompute)");
+
+  lin.dgrad("down dgrad", n, hl, c);
+  s.add("swiglu dgrad", "swiglu_backward_input", times,
+        op_costs::swiglu_backward_input(a.act(), a.act(), a.act(), a.act(), a.act(), size_t(n) * hl), Kind::memory);
+  lin.dgrad("gate, up dgrad", n, c, hl, false);
+  lin.dgrad("gate, up dgrad", n, c, hl, true);  // up's adds into gate's
+  s.add("rmsnorm dgrad (+ residual)", "rmsnorm_backward_input", 2 * times,
+        op_costs::rmsnorm_backward_input(a.act(), a.act(), a.act(), a.stats(), a.act(), n, c, a.act()), Kind::memory);
+  lin.dgrad("o_proj dgrad", n, cl, c);
+  attention_ops(s, a, d, attention, times, true, true);
+  s.add("rotary dgrad", "rotary_backward_input", times,
+        op_costs::rotary_backward_input(a.act(), b, t, nh, kv, hd, rope), Kind::memory);
+  if (d.qk_norm) qk_norm(times, true, "");
+  lin.dgrad("qkv dgrad", n, c, ql);
+
+  lin.wgrad("down wgrad", n, hl, c, false);
+  lin.wgrad("gate, up wgrad", n, c, hl, false);
+  lin.wgrad("gate, up wgrad", n, c, hl, false);
+  lin.wgrad("o_proj wgrad", n, cl, c, false);
+  lin.wgrad(d.qkv_bias ? "qkv wgrad (+bias grad)" : "qkv wgrad", n, c, ql, d.qkv_bias);
+  s.add("rmsnorm wgrad", "rmsnorm_backward_weight", 2 * times,
+        op_costs::rmsnorm_backward_weight(a.stats(), a.act(), a.act(), a.stats(), n, c), Kind::memory);
+  if (d.qk_norm)
+    for (int rows : {n * nh, n * kv})
+      s.add("q/k norm wgrad", "rmsnorm_backward_weight", times,
+            op_costs::rmsnorm_backward_weight(a.stats(), a.act(), a.act(), a.stats(), rows, hd), Kind::memory);
 }
 
 }  // namespace
 
-StepPrediction predict_step(const Config& cfg, const DeviceSpec& dev, const Fractions& f) {
+double step_parameters(const ModelConfig& m) {
+  ModelConfig padded = m;  // tp = 1: the vocabulary as given
+  return double(model_param_counts(padded).total);
+}
+
+StepPrediction predict_step(const Config& cfg, const DeviceSpec& dev, const Fractions& f, const Calibration* cal) {
   const size_t elem = cfg.precision() == Precision::bf16 ? 2 : 4;
   const ModelDims d = ModelDims::from(cfg.model, cfg.training.micro_batch_size, 1, 0);
-  const double e = double(elem), mb = cfg.parallel.microbatches, L = d.n_layer;
-  const double n = d.rows(), c = d.d_model, h = d.local_hidden(), v = d.padded_vocab();
-  const double u = n * c * e, stats = 2 * n * 4;  // one [N,C] tensor; mean and rstd [N] fp32
-  StepCosts s(dev, f, elem);
+  const double mb = cfg.parallel.microbatches, L = d.n_layer;
+  const int n = d.rows(), c = d.d_model, t = d.seq_len, v = d.local_vocab(), valid = d.valid_vocab();
+  const std::string& attention = cfg.model.attention;
+  if (attention != "naive" && attention != "flash" && attention != "cudnn")
+    fail("perf model: model.attention '", attention, "' is not one of naive, flash, cudnn");
+  const std::string recompute = ModelDims::recompute_name_of(cfg, 0);
+  if (recompute == "attention")
+    fail("perf model: training.recompute: attention with naive attention is not modelled (none or full are)");
+  const bool again = recompute == "full";
+  StepCosts s(dev, f, cal, elem);
+  Args a(elem == 2);
+  Linear head{s, a, mb};
 
-  // ---- forward (per microbatch) ----
-  s.memory("embedding forward (wte + wpe gather)", mb, n * 4 + 3 * u);  // ids, two rows read, one written
-  s.memory("layernorm forward (ln_1 of block 0)", mb, 2 * u + stats);
-  // The residual add fused with the next layernorm: x, delta in; sum, normalised out.
-  s.memory("residual add + layernorm forward (fused)", mb * 2 * L, 4 * u + stats);
-  s.gemm("qkv forward (+bias epilogue)", mb * L, n, 3 * c, c);
-  s.gemm("attn proj forward (+bias epilogue)", mb * L, n, c, c);
-  // cuBLASLt GELU_AUX_BIAS: writes the pre-activation (aux, for DGELU) and the GELU output.
-  s.gemm("fc1 forward (+bias+GELU epilogue, aux out)", mb * L, n, h, c, 1, 2 * e);
-  s.gemm("fc2 forward (+bias epilogue)", mb * L, n, c, h);
-  attention_costs(s, cfg.model.attention, d, e, mb * L);
-  s.gemm("lm head forward", mb, n, v, c);
-  // The whole vocabulary here (tp = 1): ce_fused reads the logits once and overwrites them
-  // with dlogits (its second sweep re-reads a row from cache). Under tp, ce_row_max and
-  // ce_sumexp_target read the logits and ce_backward reads and overwrites them.
-  if (d.tp == 1) s.memory("cross-entropy (fused: statistics and dlogits)", mb, 2 * n * v * e);
-  else s.memory("cross-entropy (row max, sum-exp, dlogits)", 3 * mb, 4 * n * v * e / 3);
+  // embedding (F) and its W
+  s.add("embedding forward", "embedding_forward", mb,
+        op_costs::embedding_forward(a.act(), a.ids(), a.act(), d.llama ? nullptr : ConstView(a.act()), n, t, c, 0, v),
+        Kind::memory);
+  if (d.llama)
+    llama_block(s, a, d, attention, mb * L, again, rotary_frequencies(cfg.model));
+  else
+    gpt2_block(s, a, d, attention, mb * L, again);
+  // head: final norm, logits, the fused cross-entropy (tp = 1: statistics and dlogits in
+  // one pass over the logits), the loss sum; I and W
+  if (d.llama)
+    s.add("final norm forward", "rmsnorm_forward", mb,
+          op_costs::rmsnorm_forward(a.act(), a.stats(), a.act(), a.act(), n, c, d.norm_eps), Kind::memory);
+  else
+    s.add("final norm forward", "layernorm_forward", mb,
+          op_costs::layernorm_forward(a.act(), a.stats(), a.stats(), a.act(), a.act(), a.act(), n, c), Kind::memory);
+  head.forward("lm head forward", n, c, v, false);
+  s.add("cross-entropy (fused: statistics and dlogits)", "ce_fused", mb,
+        op_costs::ce_fused(a.act(), a.stats(), a.stats(), a.stats(), a.act(), a.ids(), n, v, valid, 1.0f),
+        Kind::memory);
+  s.add("cross-entropy loss sum", "ce_loss_sum", mb, op_costs::ce_loss_sum(a.stats(), a.stats(), a.stats(), n),
+        Kind::memory);
+  head.dgrad("lm head dgrad", n, c, v);
+  if (d.llama)
+    s.add("final norm dgrad", "rmsnorm_backward_input", mb,
+          op_costs::rmsnorm_backward_input(a.act(), a.act(), a.act(), a.stats(), a.act(), n, c, nullptr), Kind::memory);
+  else
+    s.add("final norm dgrad", "layernorm_backward_input", mb,
+          op_costs::layernorm_backward_input(a.act(), a.act(), a.act(), a.stats(), a.stats(), a.act(), n, c, nullptr),
+          Kind::memory);
+  head.wgrad("lm head wgrad", n, c, v, false);
+  if (d.llama)
+    s.add("final norm wgrad", "rmsnorm_backward_weight", mb,
+          op_costs::rmsnorm_backward_weight(a.stats(), a.act(), a.act(), a.stats(), n, c), Kind::memory);
+  else
+    s.add("final norm wgrad", "layernorm_backward_weight", mb,
+          op_costs::layernorm_backward_weight(a.stats(), a.stats(), a.act(), a.act(), a.stats(), a.stats(), n, c),
+          Kind::memory);
+  s.add("embedding wgrad (scatter-add)", "embedding_backward_weight", mb,
+        op_costs::embedding_backward_weight(a.stats(), d.llama ? nullptr : a.stats(), a.act(), a.ids(), n, t, c, 0, v),
+        Kind::memory);
+  // the microbatch's tokens and targets to the device
+  s.add("tokens and targets to the device", "copy_to_device", 2 * mb, OpCost{0, 4.0 * n}, Kind::memory);
 
-  // ---- backward, input gradients (I) ----
-  s.gemm("lm head dgrad", mb, n, c, v);
-  s.memory("layernorm backward dx (ln_f)", mb, 3 * u + stats);  // dy, x in; dx out
-  s.gemm("fc2 dgrad (+DGELU epilogue)", mb * L, n, h, c, 1, 0, n * h * e);  // reads the aux
-  s.gemm("fc1 dgrad", mb * L, n, c, h);
-  s.gemm("attn proj dgrad", mb * L, n, c, c);
-  s.gemm("qkv dgrad", mb * L, n, c, 3 * c);
-  // The residual gradient joins in the layernorm dgrad: dx = residual + LN'(dy)
-  // (dy, x, residual in; dx out), no copy of dy.
-  s.memory("layernorm backward dx (+ residual)", mb * 2 * L, 4 * u + stats);
-
-  // ---- backward, weight gradients (W): fp32 gradients accumulated in place ----
-  // Bias gradients come from the wgrad GEMMs' BGRADB epilogue (no pass of their own).
-  s.gemm("qkv wgrad (+bias grad epilogue)", mb * L, 3 * c, c, n, 1, 8);
-  s.gemm("attn proj wgrad (+bias grad epilogue)", mb * L, c, c, n, 1, 8);
-  s.gemm("fc1 wgrad (+bias grad epilogue)", mb * L, h, c, n, 1, 8);
-  s.gemm("fc2 wgrad (+bias grad epilogue)", mb * L, c, h, n, 1, 8);
-  s.gemm("lm head wgrad", mb, v, c, n, 1, 8);
-  s.memory("layernorm backward weight (dgamma, dbeta)", mb * (2 * L + 1), 2 * u + stats);
-  // wte rows and wpe: dY read, fp32 gradient rows read and written.
-  s.memory("embedding backward (scatter-add)", mb, u + 2 * n * c * 8);
-
-  // ---- per step: over every parameter P ----
-  const Gpt2ParamCounts counts = gpt2_param_counts([&] {
-    ModelConfig m = cfg.model;
-    m.vocab_size = int(v);
-    return m;
-  }());
-  const double p = double(counts.total);
-  s.memory("zero gradients", 1, 4 * p);
-  s.memory("gradient norm (sum of squares)", 1, 4 * p);
-  // AdamW applies the clip factor as it reads the gradient and, under bf16, writes the bf16
-  // working copy with the update: no pass of its own for either.
-  // param, grad, m, v in; param, m, v out (fp32); + the bf16 copy out (2 bytes).
-  s.memory(elem == 2 ? "adamw (+ clip factor, + bf16 copy)" : "adamw (+ clip factor)", 1, (28 + (elem == 2 ? 2 : 0)) * p);
+  // per step, over every parameter P: zero the gradients, their norm (one reduction over the
+  // flat arena), AdamW (param, grad, m, v in; param, m, v out, fp32; + the bf16 working copy)
+  const double p = step_parameters(cfg.model);
+  s.add("zero gradients", "zero", 1, OpCost{0, 4 * p}, Kind::memory);
+  s.add("gradient norm (sum of squares)", "sum_squares", 1, op_costs::sum_squares(a.stats(), size_t(p)), Kind::memory);
+  AdamwTensor all{a.stats(), a.stats(), a.stats(), elem == 2 ? a.act() : View(nullptr),
+                  a.stats(), a.stats(), a.stats(), a.stats(), size_t(p), 0.0f};
+  s.add(elem == 2 ? "adamw (+ clip factor, + bf16 copy)" : "adamw (+ clip factor)", "adamw_multi", 1,
+        op_costs::adamw_multi({all}, 1, 0, 0, 0, 0, 1), Kind::memory);
 
   StepPrediction r;
   r.ops = std::move(s.ops);
-  for (const OpCost& o : r.ops) r.step_ms += o.ms;
+  for (const OpLine& o : r.ops) r.step_ms += o.ms;
   r.tokens_per_step = double(cfg.training.micro_batch_size) * mb * d.seq_len;
   r.tokens_per_s = r.tokens_per_step / (r.step_ms / 1e3);
-  r.flops_per_token = training_flops_per_token(double(counts.matmul), d.n_layer, d.seq_len, d.d_model);
+  r.flops_per_token = model_flops_per_token(cfg.model);
   r.mfu = r.tokens_per_s * r.flops_per_token / dev.bf16_flops;
   r.memory = memory_breakdown(cfg, p, d, elem);
   return r;
 }
 
-std::vector<std::string> assumptions(const Config& cfg, const Fractions& f) {
+std::vector<std::string> assumptions(const Config& cfg, const Fractions& f, const Calibration* cal) {
   auto pct = [](double x) { return std::to_string(int(x * 100 + 0.5)) + "%"; };
-  return {
+  std::vector<std::string> out = {
       "view: pp=1 tp=1 (the whole model on one device), one step = micro_batch_size x microbatches sequences",
-      "time per op = max(FLOPs / (peak x fraction), bytes / (HBM x fraction)): a roofline per kernel",
+      "ops: those the layers, the head and the optimizer call in one step, with the FLOPs and bytes "
+      "logging.op_profile counts for each call (backend/op_costs.cpp)",
+      "time per op = max(FLOPs / (peak x fraction), bytes / (HBM x fraction)): a roofline per call",
       "GEMMs with every dimension >= " + std::to_string(f.small_gemm_dim) + ": " + pct(f.gemm_large) +
-          " of the matmul peak; thinner GEMMs: " + pct(f.gemm_small),
+          " of the matmul peak; thinner GEMMs and the naive attention's products: " + pct(f.gemm_small),
       "matmul peak: dense bf16 tensor cores in bf16; fp32 without tensor cores in fp32 (TF32 off)",
       "fused attention (flash, cudnn): " + pct(f.flash) + " of the matmul peak, causal half of T^2, backward 2.5x forward",
       "memory-bound kernels: " + pct(f.hbm) + " of HBM bandwidth, minimum bytes read + written",
-      "fused: bias into every GEMM epilogue, GELU into FC1 (GELU_AUX_BIAS), DGELU into the FC2 dgrad, bias "
-      "gradients into the wgrad epilogue (BGRADB), residual add into the next layernorm, residual gradient "
-      "into the layernorm dgrad",
-      "not fused: cross-entropy (3 passes over the logits), layernorm weight gradients",
-      "per step: zero grads, gradient norm, AdamW (fp32 masters and moments) with the clip factor applied as it "
-      "reads each gradient" + std::string(cfg.precision() == Precision::bf16 ? " and the bf16 weight copy written with the update" : ""),
-      "attention: " + cfg.model.attention + "; MFU against the dense bf16 peak with llm.c's 6N + 6LTC FLOPs per token",
+      "attention: " + cfg.model.attention + "; MFU against the dense bf16 peak with 6N + 6LTA FLOPs per token",
   };
+  if (cal) {
+    std::string ops;
+    for (const auto& [op, e] : cal->efficiency) ops += (ops.empty() ? "" : ", ") + op + " " + pct(e);
+    out.push_back("calibrated from " + cal->source + ": each op's time = its roofline / its measured efficiency (" +
+                  ops + "); the fractions above apply to ops it did not measure");
+  }
+  return out;
 }
 
 }  // namespace pptrain::bench

@@ -159,7 +159,9 @@ std::string ProfiledOps::json(int world_rank, double ceiling) const {
                fmt("%.2f", s.calls * per), ", \"ms_per_step\": ", fmt("%.4f", s.ms * per),
                ", \"share\": ", fmt("%.4f", step > 0 ? s.ms * per / step : 0.0),
                ", \"gflops\": ", fmt("%.3f", seconds > 0 ? s.flops / seconds / 1e9 : 0.0),
-               ", \"gbs\": ", fmt("%.3f", seconds > 0 ? s.bytes / seconds / 1e9 : 0.0), "}");
+               ", \"gbs\": ", fmt("%.3f", seconds > 0 ? s.bytes / seconds / 1e9 : 0.0),
+               ", \"flops_per_step\": ", fmt("%.17g", s.flops * per), ", \"bytes_per_step\": ",
+               fmt("%.17g", s.bytes * per), "}");
     first = false;
   }
   return out + "]}";
