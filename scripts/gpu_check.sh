@@ -20,7 +20,9 @@
 #   {"check": "nccl"}             a run whose groups talk over real NCCL (log: "comm nccl"):
 #                                 dp=2 on two GPUs; a job's groups of one use no NCCL, so on a
 #                                 one-GPU node this check says it cannot run
-#   {"check": "bench"}            scripts/bench_gpu.sh (kernel bandwidths, tokens/s, MFU)
+#   {"check": "bench"}            scripts/bench_gpu.sh (kernel bandwidths, tokens/s, MFU; each
+#                                 vs_torch shape with the performance model beside its op
+#                                 profile: "model")
 #   {"check": "model_vs_measured"} build/bench/gpu_model's prediction for the benchmark's
 #                                 config beside the measured tokens/s and MFU
 #   {"check": "device_tests_detail"} a line a device test printed: the measured difference of

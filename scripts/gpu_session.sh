@@ -122,7 +122,9 @@ for f in "$out"/gpu_check.jsonl "$out"/attention.jsonl; do
 done
 for f in "$out"/gpu_check.jsonl "$out"/llama_flash.jsonl "$out"/compare.jsonl; do
   [ -f "$f" ] || continue
-  grep '"gpu_vs_torch"' "$f" | sed -e 's/"device": "[^"]*", //' | cut -c1-400
+  grep '"gpu_vs_torch"' "$f" | sed -e 's/"device": "[^"]*", //; s/, "model": .*/}/' | cut -c1-400
+  # the performance model beside each shape's op profile (per-op tables: SHAPE.model.txt)
+  grep '"gpu_vs_torch"' "$f" | sed -n 's/.*"shape": "\([^"]*\)".*"calibrated_from": \([^,]*\), "vs_profile": {[^,]*, "predicted_step_ms": \([0-9.e+-]*\), "measured_step_ms": \([0-9.e+-]*\), "step_within": \([a-z]*\), "ops_within": \([a-z]*\), "calls_agree": \([a-z]*\), "work_agrees": \([a-z]*\)}.*/model \1 (calibrated from \2): step predicted \3 ms, measured \4 ms, step within 10%: \5, ops within 15%: \6, same calls: \7, same work: \8/p'
 done
 [ -f "$out/parity.txt" ] && grep -E 'ok$|FAILED|Error' "$out/parity.txt" | cut -c1-250
 printf '%s\n' "${table[@]}"

@@ -185,12 +185,12 @@ TEST(BenchGpu, VsTorchOnTheEmulatedBackendWithoutTorch) {
   fs::create_directories(dir.file("shadow/torch"));
   testing::write_file(dir.file("shadow/torch/__init__.py"), "raise ImportError('hidden by the test')\n");
   const std::string prefix = fake_nvidia_smi(dir, "NVIDIA H100 80GB HBM3\n", 0) + "PYTHONPATH=" + dir.file("shadow") +
-                             " BENCH_SHAPES=tiny ";
+                             " BENCH_SHAPES='tiny tiny' ";  // the second predicted from the first's calibration
   CommandResult r = run_command(prefix + "bench/cuda/vs_torch.sh " + build_dir() + " --pptrain " + build_dir() +
                                     "/pptrain-emu --torch-device cpu --steps 3 --warmup 4 --workdir " + dir.file("w"),
                                 300);
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  ASSERT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  ASSERT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 2) << r.output;
   EXPECT_NE(r.output.find("\"shape\": \"tiny\", \"device\": \"NVIDIA H100 80GB HBM3\", \"tokens_per_step\": 32"),
             std::string::npos)
       << r.output;
@@ -215,6 +215,17 @@ TEST(BenchGpu, VsTorchOnTheEmulatedBackendWithoutTorch) {
   EXPECT_NE(r.output.find("\"torch_eager\": null, \"torch_compile\": null, \"vs_eager\": null, \"vs_compile\": null"),
             std::string::npos)
       << r.output;
+  // The performance model beside the run's op profile (an H100 by the fake nvidia-smi): the
+  // first shape, uncalibrated, lists the calls the run made with their FLOPs and bytes; it
+  // then calibrates on it (the whole comparison in the work folder).
+  EXPECT_NE(r.output.find("\"model\": {\"device\": \"h100\", \"calibrated_from\": null, \"vs_profile\": {"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("\"calls_agree\": true, \"work_agrees\": true}}}"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(dir.file("w/calibration.json")));
+  const std::string second = r.output.substr(r.output.find('\n') + 1);
+  EXPECT_NE(second.find("\"calibrated_from\": \"tiny\", \"vs_profile\": {"), std::string::npos) << second;
+  EXPECT_NE(testing::read_file(dir.file("w/tiny.model.txt")).find("against "), std::string::npos);
 }
 
 }  // namespace

@@ -4,7 +4,15 @@
 #   {"bench": "gpu_vs_torch", "shape", "device", "tokens_per_step",
 #    "pptrain": {"tokens_per_s", "step_ms", "mfu", "busy_fraction"},
 #    "torch_eager": {"tokens_per_s", "step_ms", "mfu"} | null, "torch_compile": ... | null,
-#    "vs_eager", "vs_compile"}           (vs_*: pptrain's tokens/s over torch's; > 1: faster)
+#    "vs_eager", "vs_compile",           (vs_*: pptrain's tokens/s over torch's; > 1: faster)
+#    "model": {"device", "calibrated_from", "vs_profile": {...}} | null}
+# "model" is build/bench/gpu_model's prediction of the shape beside pptrain's op profile of
+# it (op by op: each op of >= 1% of the step within 15%, the step within 10%, the same calls
+# with the same FLOPs and bytes; the whole table in WORKDIR/SHAPE.model.txt). The first shape
+# is predicted from the model's stated fractions and then calibrated on (an efficiency per
+# op, WORKDIR/calibration.json); every later shape is predicted with that calibration: a
+# measurement the calibration did not see. Null where the GPU is not one the model knows
+# (H100, H200, A100; BENCH_MODEL_DEVICE=h100|h200|a100 names it) or gpu_model is not built.
 # Shapes (BENCH_SHAPES, default "gpt2_b16 gpt2_b32 llama1b_t8192"):
 #   gpt2_b16       configs/gpt2_124m_gpu.yaml: GPT-2 124M, B 16, T 1024, bf16
 #   gpt2_b32       the same at B 32
@@ -57,6 +65,10 @@ json_number() { sed -n "s/.*\"$1\": *\([-+0-9.eE]*\).*/\1/p" <<<"$2" | head -1; 
 DEVICE_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -1)
 DEVICE_NAME=${DEVICE_NAME:-unknown}
 peak=$(device_peak_bf16 "$DEVICE_NAME")
+case "$DEVICE_NAME" in *H200*) MODEL_DEVICE=h200 ;; *H100*) MODEL_DEVICE=h100 ;; *A100*) MODEL_DEVICE=a100 ;; *) MODEL_DEVICE="" ;; esac
+MODEL_DEVICE=${BENCH_MODEL_DEVICE:-$MODEL_DEVICE}
+CALIBRATION=$WORKDIR/calibration.json
+rm -f "$CALIBRATION"
 
 # A shape: pptrain's config and overrides, and the same model's torch_reference arguments.
 shape() {
@@ -136,6 +148,29 @@ run_torch() {
     "$(json_string "$(sed -n 's/.*"torch": "\([^"]*\)".*/\1/p' <<<"$out")")"
 }
 
+# The performance model against this shape's op profile: sets MODEL (a JSON object or null);
+# the first shape measured also writes the calibration the later ones are predicted with.
+model_vs_profile() {
+  local name=$1 profile=$WORKDIR/$1.op_profile.json out vs from=null
+  MODEL=null
+  [ -n "$MODEL_DEVICE" ] && [ -x "$BUILD/bench/gpu_model" ] && [ -f "$profile" ] || return 0
+  local cal=()
+  if [ -f "$CALIBRATION" ]; then
+    cal=(--calibration "$CALIBRATION")
+    from=$(json_string "$(cat "$WORKDIR/calibration.from")")
+  fi
+  out=$("$BUILD/bench/gpu_model" "$CONFIG" "${OVERRIDES[@]}" --device "$MODEL_DEVICE" "${cal[@]}" \
+        --measured "$profile" 2>&1)
+  printf '%s\n' "$out" >"$WORKDIR/$name.model.txt"
+  vs=$(tail -1 <<<"$out" | sed -n 's/.*"vs_profile": \(.*\)}$/\1/p' | sed 's/, "ops": \[.*\]}$/}/')
+  [ -n "$vs" ] || { MODEL=$(printf '{"error": %s}' "$(json_string "gpu_model: $(tail -1 <<<"$out")")"); return 0; }
+  MODEL=$(printf '{"device": "%s", "calibrated_from": %s, "vs_profile": %s}' "$MODEL_DEVICE" "$from" "$vs")
+  if [ ! -f "$CALIBRATION" ]; then
+    "$BUILD/bench/gpu_model" "$CONFIG" "${OVERRIDES[@]}" --device "$MODEL_DEVICE" --fit "$profile" \
+      --write-calibration "$CALIBRATION" >/dev/null 2>&1 && echo "$name" >"$WORKDIR/calibration.from"
+  fi
+}
+
 ratio() {  # pptrain's rate over the torch object's, or null
   local t
   t=$(json_number tokens_per_s "$2")
@@ -155,13 +190,14 @@ for name in ${BENCH_SHAPES:-gpt2_b16 gpt2_b32 llama1b_t8192}; do
   # shellcheck disable=SC2206  # BENCH_OVERRIDES is a list of words
   OVERRIDES+=(${BENCH_OVERRIDES:-})
   run_pptrain "$name" || status=1
+  model_vs_profile "$name"
   eager=null
   [ "${BENCH_TORCH:-1}" = 1 ] && eager=$(run_torch)
   compiled=null
   [ $COMPILE = 1 ] && [ "$eager" != null ] && compiled=$(run_torch --compile)
   printf '{"bench": "gpu_vs_torch", "shape": "%s", "device": %s, "tokens_per_step": %s, "pptrain": %s, ' \
     "$name" "$(json_string "$DEVICE_NAME")" "$TOKENS_PER_STEP" "$PP"
-  printf '"torch_eager": %s, "torch_compile": %s, "vs_eager": %s, "vs_compile": %s}\n' "$eager" "$compiled" \
-    "$(ratio "$PP_RATE" "$eager")" "$(ratio "$PP_RATE" "$compiled")"
+  printf '"torch_eager": %s, "torch_compile": %s, "vs_eager": %s, "vs_compile": %s, "model": %s}\n' "$eager" \
+    "$compiled" "$(ratio "$PP_RATE" "$eager")" "$(ratio "$PP_RATE" "$compiled")" "$MODEL"
 done
 exit $status
