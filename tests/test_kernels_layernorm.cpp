@@ -107,6 +107,7 @@ TEST(KernelsLayernorm, Fp32) {
   check_layernorm<float>(37, 100);
   check_layernorm<float>(150, 33);  // three 64-row wgrad chunks, the last ragged
   check_layernorm<float>(3, 300);   // several channels per lane, partial block of rows
+  check_layernorm<float>(2200, 40);  // 35 chunks: the finishing block's 32 phases, some with two
 }
 
 TEST(KernelsLayernorm, Bf16) {
@@ -124,4 +125,5 @@ TEST(KernelsBiasGrad, Fp32) {
 TEST(KernelsBiasGrad, Bf16) {
   check_bias_backward<bf16>(150, 100);
   check_bias_backward<bf16>(150, 104);  // packed
+  check_bias_backward<bf16>(4200, 104);  // packed, 66 chunks over the finishing block's 32 phases
 }
