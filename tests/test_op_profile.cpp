@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -167,8 +168,9 @@ void check_run(const std::string& launcher, const std::string& bin, const std::s
                       "data: {train: '" + dir.file("data") + "/train_*.bin'}\n"
                       "logging: {every: 1, sample_tokens: 0}\n");
   const std::string json = dir.file("prof.json");
+  const std::string trace = dir.file("trace.json");
   auto profiled = run_command(launcher + bin + " train " + dir.file("c.yaml") + " logging.op_profile=2 " +
-                                  "logging.op_profile_file=" + json + " 2>&1",
+                                  "logging.op_profile_file=" + json + " logging.trace=" + trace + " 2>&1",
                               300);
   ASSERT_EQ(profiled.exit_code, 0) << profiled.output;
   auto plain = run_command(launcher + bin + " train " + dir.file("c.yaml") + " 2>&1", 300);
@@ -191,6 +193,21 @@ void check_run(const std::string& launcher, const std::string& bin, const std::s
     ASSERT_EQ(busy.size(), 1u) << doc;
     EXPECT_GT(busy[0], 0.0);
     EXPECT_LE(busy[0], 1.0001);
+    // Each call of the two profiled steps is a slice on the rank's op track of the trace,
+    // none starting before the run's time line does.
+    double calls = 0;
+    const std::regex per_step("\"calls_per_step\": ([0-9.]+)");
+    for (auto it = std::sregex_iterator(doc.begin(), doc.end(), per_step); it != std::sregex_iterator(); ++it)
+      calls += 2 * std::stod((*it)[1]);
+    const std::string text = testing::read_file(trace);
+    const std::regex op_slice("\"cat\": \"op\", \"ph\": \"X\", \"pid\": " + std::to_string(r) +
+                              ", \"tid\": 3, \"ts\": ([-0-9.e+]+)");
+    int slices = 0;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), op_slice); it != std::sregex_iterator(); ++it) {
+      ++slices;
+      EXPECT_GE(std::stod((*it)[1]), 0.0) << (*it)[0];
+    }
+    EXPECT_EQ(slices, int(calls + 0.5)) << "rank " << r;
   }
   EXPECT_NE(profiled.output.find(" linear_backward_weight "), std::string::npos) << profiled.output;
 }

@@ -83,7 +83,9 @@ void ProfiledOps::end_step(double step_ms) {
   PPTRAIN_CHECK(active_, "op profile: end_step without begin_step");
   active_ = false;
   const std::vector<double> t = clock_->resolve(2 * calls_.size());
+  last_step_.clear();
   for (size_t k = 0; k < calls_.size(); ++k) {
+    last_step_.push_back({calls_[k].first, t[2 * k], t[2 * k + 1]});
     OpStats& s = stats_[size_t(calls_[k].first)];
     s.calls += 1;
     s.ms += t[2 * k + 1] - t[2 * k];

@@ -79,6 +79,13 @@ class ProfiledOps final : public Ops {
     long long calls = 0;
     double ms = 0, flops = 0, bytes = 0;
   };
+  // The last profiled step's calls in issue order: each op's [start, end) in ms from the
+  // start of the step's first op, on the backend's clock (device time on cuda).
+  struct Call {
+    OpId op;
+    double start_ms, end_ms;
+  };
+  const std::vector<Call>& last_step() const { return last_step_; }
   int steps() const { return steps_; }
   double step_ms() const { return step_ms_; }  // summed over the profiled steps
   double busy_ms() const;                      // the ops' summed time
@@ -101,6 +108,7 @@ class ProfiledOps final : public Ops {
   bool active_ = false;
   std::vector<std::pair<OpId, OpCost>> calls_;  // this step's, in order
   std::array<OpStats, size_t(OpId::count)> stats_{};
+  std::vector<Call> last_step_;
   int steps_ = 0;
   double step_ms_ = 0;
 };

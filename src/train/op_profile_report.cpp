@@ -1,6 +1,7 @@
 // OpProfileWindow (op_profile_report.h).
 #include "train/op_profile_report.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <string>
@@ -24,12 +25,25 @@ void OpProfileWindow::before(int step) {
 }
 
 void OpProfileWindow::after(int step) {
+  traced_step_ = in_window(step);
   if (!in_window(step)) return;
   // The step's wall time includes the backend's finishing its work.
   job_.ops().synchronize();
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
   job_.op_profiler()->end_step(ms);
   if (step == first_ + count_ - 1) report();
+}
+
+void OpProfileWindow::add_to_trace(pipeline::ChromeTrace& trace, int pid, double step_end_us) {
+  if (!traced_step_) return;
+  traced_step_ = false;
+  const auto& calls = job_.op_profiler()->last_step();
+  if (calls.empty()) return;
+  double last_end = 0;
+  for (const auto& c : calls) last_end = std::max(last_end, c.end_ms);
+  for (const auto& c : calls)
+    trace.slice(op_name(c.op), "op", pid, kOpTrack, step_end_us - (last_end - c.start_ms) * 1000.0,
+                (c.end_ms - c.start_ms) * 1000.0);
 }
 
 void OpProfileWindow::finish() {

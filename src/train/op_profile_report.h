@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "job/job.h"
+#include "pipeline/chrome_trace.h"
 
 namespace pptrain {
 
@@ -18,6 +19,13 @@ class OpProfileWindow {
   void after(int step);
   // After the loop: reports what was profiled if the window was cut short. Every rank.
   void finish();
+  // With logging.trace: the step just made, if it was profiled, as one slice per op call on
+  // track kOpTrack of process `pid`. The calls' times are the backend's (device time on
+  // cuda), placed so that the last one ends where the step ends in the trace
+  // (`step_end_us`): the step waits for the device at its end, so that is where the device
+  // time line and the host's meet.
+  static constexpr int kOpTrack = 3;  // 0 actions, 1 ZeRO-1, 2 transfers (runtime/executor.h)
+  void add_to_trace(pipeline::ChromeTrace& trace, int pid, double step_end_us);
 
  private:
   bool in_window(int step) const { return job_.op_profiler() && step >= first_ && step < first_ + count_; }
@@ -25,6 +33,7 @@ class OpProfileWindow {
   Job& job_;
   int first_, count_;
   bool reported_ = false;
+  bool traced_step_ = false;  // after(): the step just made was profiled
   std::chrono::steady_clock::time_point t0_;
 };
 

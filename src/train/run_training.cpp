@@ -308,6 +308,10 @@ int run_training(Job& job, const TrainingHooks& hooks) {
   if (cfg.parallel.pp > 1)
     trace.thread_name(world_rank, PipelineExecutor::kTransferTrack,
                       "pipeline transfers, from posting to completion seen");
+  if (cfg.logging.op_profile > 0)
+    trace.thread_name(world_rank, OpProfileWindow::kOpTrack,
+                      cfg.device == "cuda" ? "ops of the profiled steps (device time, aligned at the step's end)"
+                                           : "ops of the profiled steps");
   double trace_offset_us = 0;
   // Progress is reported only when someone watches it (runtime.watchdog_s > 0).
   Progress progress;
@@ -353,6 +357,7 @@ int run_training(Job& job, const TrainingHooks& hooks) {
     if (!cfg.logging.trace.empty()) {
       add_to_trace(trainer.timeline(), world_rank, trace_offset_us, trace);
       trace_offset_us += trainer.timeline_ms() * 1000.0;
+      op_profile.add_to_trace(trace, world_rank, trace_offset_us);
     }
     if (r && take(*r)) break;
     // Post-validation: settle where the run needs this step's state, and after a stop
