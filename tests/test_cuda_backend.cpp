@@ -155,6 +155,27 @@ TEST(CudaBackendOps, LinearForwardDgradWgrad) {
   }
 }
 
+// y = x·wᵀ (+ b) + residual: one GEMM reading the residual as its C on cuda, the unfused
+// ops on cpu; and with the residual being y itself (an in-place residual stream).
+TEST(CudaBackendOps, LinearForwardResidual) {
+  const int n = 7, in = 13, out = 9;
+  for (bool bias : {true, false}) {
+    SCOPED_TRACE(bias ? "with bias" : "without bias");
+    compare({"y", "inplace"}, [&](BackendRun& r) {
+      r.put("x", random_floats(size_t(n) * in, 21));
+      r.put("w", random_floats(size_t(out) * in, 22));
+      r.put("b", random_floats(out, 23));
+      r.put("res", random_floats(size_t(n) * out, 24));
+      r.put("inplace", random_floats(size_t(n) * out, 24));
+      r.zeros("y", size_t(n) * out);
+      r.ops().linear_forward_residual(r.f("y"), r.f("x"), r.f("w"), bias ? r.f("b") : nullptr, r.f("res"), n, in, out);
+      r.ops().linear_forward_residual(r.f("inplace"), r.f("x"), r.f("w"), bias ? r.f("b") : nullptr, r.f("inplace"),
+                                      n, in, out);
+      return 0.0;
+    }, false);  // GEMMs only on cuda
+  }
+}
+
 TEST(CudaBackendOps, LinearWgradOverManyRows) {
   // More rows than one column-sum chunk (64): the bias gradient's two-stage reduction.
   const int n = 150, in = 5, out = 33;

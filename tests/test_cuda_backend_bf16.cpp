@@ -242,6 +242,21 @@ TEST(CudaBackendBf16, LinearForwardDgradWgrad) {
   }
 }
 
+// y = x·wᵀ + b + residual: on cuda the GEMM adds the bf16 residual and the bias in fp32 and
+// rounds once; the fp32 reference has no rounding at all. Terms: in products, the bias and
+// the residual (in + 2, each |term| <= 1), one rounding.
+TEST(CudaBackendBf16, LinearForwardResidual) {
+  const int n = 7, in = 13, out = 9;
+  compare({{"y", kU, sum_order(in + 2, 1)}}, [&](auto& r) {
+    r.act("x", random_floats(size_t(n) * in, 21));
+    r.act("w", random_floats(size_t(out) * in, 22));
+    r.act("b", random_floats(out, 23));
+    r.act("res", random_floats(size_t(n) * out, 24));
+    r.act_zeros("y", size_t(n) * out);
+    r.ops().linear_forward_residual(r.a("y"), r.a("x"), r.a("w"), r.a("b"), r.a("res"), n, in, out);
+  });
+}
+
 // ---- layernorm, GELU, elementwise, embedding -------------------------------------------------
 
 TEST(CudaBackendBf16, Layernorm) {

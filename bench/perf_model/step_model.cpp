@@ -101,6 +101,13 @@ struct Linear {
           op_costs::linear_forward(a.act(), a.act(), a.act(), bias ? ConstView(a.act()) : nullptr, n, in, out),
           Kind::gemm, std::min({n, in, out}));
   }
+  // y = x·wᵀ (+ b) + residual in one call (tp = 1: the GEMM reads the residual as its C)
+  void forward_residual(const std::string& name, int n, int in, int out, bool bias) {
+    s.add(name, "linear_forward_residual", times,
+          op_costs::linear_forward_residual(a.act(), a.act(), a.act(), bias ? ConstView(a.act()) : nullptr, a.act(), n,
+                                            in, out),
+          Kind::gemm, std::min({n, in, out}));
+  }
   void dgrad(const std::string& name, int n, int in, int out, bool accumulate = false) {
     s.add(name, "linear_backward_input", times,
           op_costs::linear_backward_input(a.act(), a.act(), a.act(), n, in, out, accumulate), Kind::gemm,
@@ -178,9 +185,7 @@ void gpt2_block(StepCosts& s, Args& a, const ModelDims& d, const std::string& at
           std::min({n, c, hl}));
   };
   forward_ops(times, "");
-  lin.forward("fc2 forward", n, hl, c, false);
-  s.add("fc2 bias", "add_bias", times, op_costs::add_bias(a.act(), a.act(), n, c), Kind::memory);
-  s.add("residual add", "add", times, op_costs::add(a.act(), a.act(), a.act(), size_t(n) * c), Kind::memory);
+  lin.forward_residual("fc2 forward (+bias epilogue, + residual)", n, hl, c, true);
   if (forward_again) forward_ops(times, " (recompute)");
 
   s.add("fc2 dgrad (+DGELU epilogue)", "linear_backward_input_dgelu", times,
@@ -210,7 +215,6 @@ void llama_block(StepCosts& s, Args& a, const ModelDims& d, const std::string& a
                  bool forward_again, const RotaryFrequencies& rope) {
   const int n = d.rows(), c = d.d_model, cl = d.local_channels(), hl = d.local_hidden(), ql = d.local_qkv();
   const int b = d.batch, t = d.seq_len, nh = d.local_heads(), kv = d.local_kv_heads(), hd = d.head_dim();
-  const size_t nc = size_t(n) * c;
   Linear lin{s, a, times};
   // q_norm/k_norm (qwen3): the heads copied out as rows of HD, normed, copied back
   auto qk_norm = [&](double k, bool backward, const std::string& suffix) {
@@ -239,8 +243,7 @@ void llama_block(StepCosts& s, Args& a, const ModelDims& d, const std::string& a
     s.add("rotary forward" + suffix, "rotary_forward", k, op_costs::rotary_forward(a.act(), b, t, nh, kv, hd, rope),
           Kind::memory);
     attention_ops(s, a, d, attention, k, true, false);
-    l.forward("o_proj forward" + suffix, n, cl, c, false);
-    s.add("residual add" + suffix, "add", k, op_costs::add(a.act(), a.act(), a.act(), nc), Kind::memory);
+    l.forward_residual("o_proj forward (+ residual)" + suffix, n, cl, c, false);
     s.add("rmsnorm forward (ffn norm)" + suffix, "rmsnorm_forward", k,
           op_costs::rmsnorm_forward(a.act(), a.stats(), a.act(), a.act(), n, c, d.norm_eps), Kind::memory);
     l.forward("gate, up forward" + suffix, n, c, hl, false);
@@ -249,8 +252,7 @@ void llama_block(StepCosts& s, Args& a, const ModelDims& d, const std::string& a
           op_costs::swiglu_forward(a.act(), a.act(), a.act(), size_t(n) * hl), Kind::memory);
   };
   forward_ops(times, "");
-  lin.forward("down forward", n, hl, c, false);
-  s.add("residual add", "add", times, op_costs::add(a.act(), a.act(), a.act(), nc), Kind::memory);
+  lin.forward_residual("down forward (+ residual)", n, hl, c, false);
   if (forward_again) forward_ops(times, " (recompute)");
 
   lin.dgrad("down dgrad", n, hl, c);

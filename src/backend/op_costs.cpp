@@ -21,6 +21,11 @@ OpCost cast(View dst, ConstView src, size_t n) { return {0, n * (es(dst) + es(sr
 OpCost linear_forward(View y, ConstView x, ConstView w, ConstView b, int n, int in, int out) {
   return {2.0 * n * in * out, es(y) * (double(n) * in + double(in) * out + double(n) * out)};
 }
+// + the residual [N,O] read
+OpCost linear_forward_residual(View y, ConstView x, ConstView w, ConstView b, ConstView residual, int n, int in,
+                               int out) {
+  return {2.0 * n * in * out, es(y) * (double(n) * in + double(in) * out + 2.0 * n * out)};
+}
 OpCost linear_backward_input(View dx, ConstView dy, ConstView w, int n, int in, int out, bool accumulate) {
   return {2.0 * n * in * out, es(dx) * (double(n) * out + double(in) * out + (accumulate ? 2.0 : 1.0) * n * in)};
 }

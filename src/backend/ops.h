@@ -93,6 +93,15 @@ struct AdamwTensor {
   OP(void, linear_forward,                                                                         \
      (View y, ConstView x, ConstView w, ConstView b, int n, int in, int out),                      \
      (y, x, w, b, n, in, out))                                                                     \
+  /* y[N,O] = X[N,I] · W[O,I]ᵀ + b[O] + residual[N,O] (b may be null; residual may be y itself):   \
+     a projection joining the residual stream where tp = 1 (under tp the partial sums are          \
+     all-reduced first). The cpu body is linear_forward, add_bias and add (their arithmetic, bit   \
+     for bit; in place, the product added onto y); the cuda body is one cuBLASLt GEMM reading       \
+     residual as its C (beta 1) with the bias epilogue, y rounded once: two passes over [N,O]      \
+     fewer. Used by GPT-2's MLP output and the Llama family's o_proj and down. */                  \
+  OP(void, linear_forward_residual,                                                                \
+     (View y, ConstView x, ConstView w, ConstView b, ConstView residual, int n, int in, int out),  \
+     (y, x, w, b, residual, n, in, out))                                                           \
   /* dX[N,I] = dY[N,O] · W[O,I]; with accumulate, dX += instead. */                                \
   OP(void, linear_backward_input,                                                                  \
      (View dx, ConstView dy, ConstView w, int n, int in, int out, bool accumulate),                \

@@ -118,6 +118,11 @@ void Block<T>::run_forward(const View& v, const T* x, T* y) {
   ops_.linear_gelu_forward(v.f.gelu.data(), v.t.fc1.data(), v.f.ln2.data(), weights<T>(fc_w_), weights<T>(fc_b_), n,
                            c, hl);
   if (!y) return;  // recompute: the output is the stage's already
+  if (dims_.tp == 1) {  // y = gelu · fc2ᵀ + fc2_b + x2 in one op (one GEMM on cuda)
+    ops_.linear_forward_residual(y, v.f.gelu.data(), weights<T>(fc2_w_), weights<T>(fc2_b_), v.f.x2.data(), n, hl,
+                                 c);
+    return;
+  }
   ops_.linear_forward(y, v.f.gelu.data(), weights<T>(fc2_w_), nullptr, n, hl, c);
   tp_sum(y, size_t(n) * c, keep_row_partial_);
   ops_.add_bias(y, weights<T>(fc2_b_), n, c);

@@ -189,15 +189,24 @@ void LlamaBlock<T>::run_forward(const View& v, const T* x, T* y) {
   ops_.rotary_forward(v.t.qkv.data(), dims_.batch, dims_.seq_len, dims_.local_heads(), dims_.local_kv_heads(),
                       dims_.head_dim(), rope_);
   attention_forward(v);
-  ops_.linear_forward(v.f.x2.data(), v.f.attn.data(), weights<T>(proj_w_), nullptr, n, cl, c);
-  tp_sum(v.f.x2.data(), size_t(n) * c);
-  ops_.add(v.f.x2.data(), v.f.x2.data(), x, size_t(n) * c);
+  // x2 = attn · o_projᵀ + x (one op where tp = 1: one GEMM on cuda)
+  if (dims_.tp == 1) {
+    ops_.linear_forward_residual(v.f.x2.data(), v.f.attn.data(), weights<T>(proj_w_), nullptr, x, n, cl, c);
+  } else {
+    ops_.linear_forward(v.f.x2.data(), v.f.attn.data(), weights<T>(proj_w_), nullptr, n, cl, c);
+    tp_sum(v.f.x2.data(), size_t(n) * c);
+    ops_.add(v.f.x2.data(), v.f.x2.data(), x, size_t(n) * c);
+  }
   // MLP half
   ops_.rmsnorm_forward(v.f.ln2.data(), v.f.ln2_rstd.data(), v.f.x2.data(), weights<T>(ln2_w_), n, c, eps);
   ops_.linear_forward(v.t.gate.data(), v.f.ln2.data(), weights<T>(gate_w_), nullptr, n, c, hl);
   ops_.linear_forward(v.t.up.data(), v.f.ln2.data(), weights<T>(up_w_), nullptr, n, c, hl);
   ops_.swiglu_forward(v.f.act.data(), v.t.gate.data(), v.t.up.data(), size_t(n) * hl);
   if (!y) return;  // recompute: the output is the stage's already
+  if (dims_.tp == 1) {  // y = act · downᵀ + x2
+    ops_.linear_forward_residual(y, v.f.act.data(), weights<T>(down_w_), nullptr, v.f.x2.data(), n, hl, c);
+    return;
+  }
   ops_.linear_forward(y, v.f.act.data(), weights<T>(down_w_), nullptr, n, hl, c);
   tp_sum(y, size_t(n) * c);
   ops_.add(y, y, v.f.x2.data(), size_t(n) * c);

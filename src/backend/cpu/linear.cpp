@@ -46,6 +46,22 @@ void CpuOps::linear_forward(View yv, ConstView xv, ConstView wv, ConstView bv, i
               out);
 }
 
+void CpuOps::linear_forward_residual(View y, ConstView x, ConstView w, ConstView b, ConstView residual, int n,
+                                     int in, int out) {
+  if (residual.data == y.data) {  // the residual in place: the product added onto it
+    float* yp;
+    const float *xp, *wp, *rp;
+    std::tie(yp, xp, wp, rp) = fp32("linear_forward_residual", y, x, w, residual);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, xp, in, wp, in, 1.0f, yp, out);
+    if (b.data) add_bias(y, b, n, out);
+    return;
+  }
+  // The unfused ops in their order: the same bits as a layer calling them one by one.
+  linear_forward(y, x, w, nullptr, n, in, out);
+  if (b.data) add_bias(y, b, n, out);
+  add(y, y, residual, size_t(n) * out);
+}
+
 void CpuOps::linear_backward_input(View dxv, ConstView dyv, ConstView wv, int n, int in, int out,
                                    bool accumulate) {
   float *dx; const float *dy, *w;

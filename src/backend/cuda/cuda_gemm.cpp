@@ -79,6 +79,18 @@ void CudaOps::linear_forward(View y, ConstView x, ConstView w, ConstView b, int 
   }, y, x, w, b);
 }
 
+void CudaOps::linear_forward_residual(View y, ConstView x, ConstView w, ConstView b, ConstView residual, int n, int in,
+                                      int out) {
+  // Y = X · Wᵀ + residual (C of the GEMM, beta 1), + b in the epilogue: all in fp32, Y rounded
+  // once, no pass of its own for the bias or the residual.
+  dispatch("linear_forward_residual", [&]<typename T>(T* y, const T* x, const T* w, const T* b, const T* r) {
+    constexpr cudaDataType type = data_type<T>();
+    const LtEpilogue epilogue = b ? LtEpilogue::bias : LtEpilogue::none;
+    lt_.run("linear forward + residual", row_major(false, true, n, out, in, in, in, out, type, type, epilogue), w, x,
+            b, 1.0f, y, nullptr, r);
+  }, y, x, w, b, residual);
+}
+
 void CudaOps::linear_backward_input(View dx, ConstView dy, ConstView w, int n, int in, int out, bool accumulate) {
   // dX[N,I] (+)= dY[N,O] · W[O,I]
   dispatch("linear_backward_input", [&]<typename T>(T* dx, const T* dy, const T* w) {

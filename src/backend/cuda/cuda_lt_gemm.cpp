@@ -94,7 +94,7 @@ LtGemm::Plan* LtGemm::plan(const char* what, const Key& key, const void* bias, c
   set_pref(pref_handle, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, kMaxWorkspaceBytes, what, s);
   set_pref(pref_handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a, what, s);
   set_pref(pref_handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b, what, s);
-  set_pref(pref_handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d, what, s);
+  set_pref(pref_handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c, what, s);
   set_pref(pref_handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d, what, s);
 
   cublasLtMatmulHeuristicResult_t result{};
@@ -114,28 +114,29 @@ LtGemm::Plan* LtGemm::plan(const char* what, const Key& key, const void* bias, c
 }
 
 void LtGemm::run(const char* what, const LtShape& s, const void* a, const void* b, const void* bias, float beta,
-                 void* d, const void* aux) {
-  launch(what, s, a, b, bias, beta, d, aux, false);
+                 void* d, const void* aux, const void* c) {
+  launch(what, s, a, b, bias, beta, d, aux, c, false);
 }
 
 bool LtGemm::run_if_supported(const char* what, const LtShape& s, const void* a, const void* b, const void* bias,
-                              float beta, void* d, const void* aux) {
-  return launch(what, s, a, b, bias, beta, d, aux, true);
+                              float beta, void* d, const void* aux, const void* c) {
+  return launch(what, s, a, b, bias, beta, d, aux, c, true);
 }
 
 bool LtGemm::launch(const char* what, const LtShape& s, const void* a, const void* b, const void* bias, float beta,
-                    void* d, const void* aux, bool optional) {
+                    void* d, const void* aux, const void* c, bool optional) {
+  if (!c) c = d;
   if (s.m == 0 || s.n == 0) return true;
-  if (s.k == 0 && beta == 1.0f && s.epilogue == LtEpilogue::none) return true;  // D += nothing
-  const Key key{s, alignment(a), alignment(b), alignment(d), uses_bias(s.epilogue) ? alignment(bias) : 1u,
-                uses_aux(s.epilogue) ? alignment(aux) : 1u};
+  if (s.k == 0 && beta == 1.0f && c == d && s.epilogue == LtEpilogue::none) return true;  // D += nothing
+  const Key key{s, alignment(a), alignment(b), alignment(c), alignment(d),
+                uses_bias(s.epilogue) ? alignment(bias) : 1u, uses_aux(s.epilogue) ? alignment(aux) : 1u};
   Plan* plan_or_null = plan(what, key, bias, aux, optional);
   if (!plan_or_null) return false;
   Plan& p = *plan_or_null;
   set_pointers(p.desc.get(), s, bias, aux, what);
   void* workspace = p.workspace_bytes ? workspace_.reserve(p.workspace_bytes) : nullptr;
   const float alpha = 1.0f;
-  check(cublasLtMatmul(handle_.get(), p.desc.get(), &alpha, a, p.a.get(), b, p.b.get(), &beta, d, p.d.get(), d,
+  check(cublasLtMatmul(handle_.get(), p.desc.get(), &alpha, a, p.a.get(), b, p.b.get(), &beta, c, p.d.get(), d,
                        p.d.get(), &p.algo, workspace, p.workspace_bytes, stream_),
         "cublasLtMatmul", what, s);
   return true;

@@ -57,17 +57,19 @@ class LtGemm {
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
 
-  // Queues D = epilogue(op(A)·op(B) + beta·D) on the stream. `bias` is the bias (input) or
-  // the bias gradient (output, bgradb); `aux` the GELU input matrix (output of gelu_aux_bias,
-  // input of dgelu); each null where the epilogue does not use it. `what` names the calling
-  // op in errors ("cublasLtMatmul (linear forward, M=.. N=.. K=..) failed on rank R, device D: ...").
+  // Queues D = epilogue(op(A)·op(B) + beta·C) on the stream, C = D unless `c` is given (a
+  // matrix of D's shape, type and leading dimension, read only: D = A·B + C without first
+  // copying C into D). `bias` is the bias (input) or the bias gradient (output, bgradb);
+  // `aux` the GELU input matrix (output of gelu_aux_bias, input of dgelu); each null where
+  // the epilogue does not use it. `what` names the calling op in errors ("cublasLtMatmul
+  // (linear forward, M=.. N=.. K=..) failed on rank R, device D: ...").
   void run(const char* what, const LtShape& shape, const void* a, const void* b, const void* bias,
-           float beta, void* d, const void* aux = nullptr);
+           float beta, void* d, const void* aux = nullptr, const void* c = nullptr);
   // The same for a problem the library may not run (an epilogue it supports only for some
   // types or layouts): returns false, queuing nothing, where the heuristic finds no
   // algorithm (CUBLAS_STATUS_NOT_SUPPORTED); the answer is cached like a plan.
   bool run_if_supported(const char* what, const LtShape& shape, const void* a, const void* b, const void* bias,
-                        float beta, void* d, const void* aux = nullptr);
+                        float beta, void* d, const void* aux = nullptr, const void* c = nullptr);
 
   long long heuristic_calls() const { return heuristic_calls_; }  // plans built so far
   size_t plans() const { return plans_.size(); }  // including the cached "not supported" answers
@@ -78,7 +80,7 @@ class LtGemm {
   // algorithm that relies on them.
   struct Key {
     LtShape shape;
-    uint32_t align_a, align_b, align_d, align_bias, align_aux;
+    uint32_t align_a, align_b, align_c, align_d, align_bias, align_aux;
     auto operator<=>(const Key&) const = default;
   };
   struct Plan {
@@ -91,7 +93,7 @@ class LtGemm {
   // run; a required one fails instead.
   Plan* plan(const char* what, const Key& key, const void* bias, const void* aux, bool optional);
   bool launch(const char* what, const LtShape& shape, const void* a, const void* b, const void* bias, float beta,
-              void* d, const void* aux, bool optional);
+              void* d, const void* aux, const void* c, bool optional);
 
   cudaStream_t stream_;
   CublasLtHandle handle_;
