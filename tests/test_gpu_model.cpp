@@ -230,7 +230,9 @@ TEST(GpuModelProfile, TheModelListsTheCallsARealStepMakes) {
                                    {"configs/qwen3_tiny.yaml", " training.recompute=full"}};
   int i = 0;
   for (const Case& c : cases) {
-    const std::string profile = profiled_run(dir, testing::pptrain_bin(), c.config, c.overrides, "p" + std::to_string(i++));
+    std::string name = "p";
+    name += std::to_string(i++);  // (not "p" + std::to_string: GCC 12 warns falsely there, -Wrestrict)
+    const std::string profile = profiled_run(dir, testing::pptrain_bin(), c.config, c.overrides, name);
     auto r = model_against(c.config, c.overrides, "--measured " + profile);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const std::string v = vs_profile(r.output);

@@ -285,8 +285,7 @@ void llama_block(StepCosts& s, Args& a, const ModelDims& d, const std::string& a
 }  // namespace
 
 double step_parameters(const ModelConfig& m) {
-  ModelConfig padded = m;  // tp = 1: the vocabulary as given
-  return double(model_param_counts(padded).total);
+  return double(model_param_counts(m).total);  // tp = 1: the vocabulary needs no padding
 }
 
 StepPrediction predict_step(const Config& cfg, const DeviceSpec& dev, const Fractions& f, const Calibration* cal) {
