@@ -83,12 +83,19 @@ void CudaOps::linear_forward_residual(View y, ConstView x, ConstView w, ConstVie
                                       int out) {
   // Y = X · Wᵀ + residual (C of the GEMM, beta 1), + b in the epilogue: all in fp32, Y rounded
   // once, no pass of its own for the bias or the residual.
-  dispatch("linear_forward_residual", [&]<typename T>(T* y, const T* x, const T* w, const T* b, const T* r) {
+  // Where the library has no algorithm for the bias epilogue with a C (asked once per shape,
+  // cached), the bias is added by its own kernel after the GEMM.
+  const bool bias_done = dispatch("linear_forward_residual", [&]<typename T>(T* y, const T* x, const T* w, const T* b,
+                                                                          const T* r) {
     constexpr cudaDataType type = data_type<T>();
-    const LtEpilogue epilogue = b ? LtEpilogue::bias : LtEpilogue::none;
-    lt_.run("linear forward + residual", row_major(false, true, n, out, in, in, in, out, type, type, epilogue), w, x,
-            b, 1.0f, y, nullptr, r);
+    const char* what = "linear forward + residual";
+    if (b && lt_.run_if_supported(what, row_major(false, true, n, out, in, in, in, out, type, type, LtEpilogue::bias),
+                                  w, x, b, 1.0f, y, nullptr, r))
+      return true;
+    lt_.run(what, row_major(false, true, n, out, in, in, in, out, type, type), w, x, nullptr, 1.0f, y, nullptr, r);
+    return !b;
   }, y, x, w, b, residual);
+  if (!bias_done) add_bias(y, b, n, out);
 }
 
 void CudaOps::linear_backward_input(View dx, ConstView dy, ConstView w, int n, int in, int out, bool accumulate) {
