@@ -135,10 +135,11 @@ int main(int argc, char** argv) {
       // The efficiencies are the uncalibrated prediction's rooflines over the measured times.
       const Calibration fitted = fit_calibration(predict_step(cfg, dev, a.fractions), read_op_profile(a.fit),
                                                  a.fit + " (" + cfg.source + ", " + a.device + ")");
+      const std::string json = calibration_json(fitted);
       std::ofstream out(a.write_calibration);
-      out << calibration_json(fitted) << "\n";
+      out << json << "\n";
       if (!out.flush()) fail(a.write_calibration, ": cannot write the calibration");
-      std::printf("%s\n", calibration_json(fitted).c_str());
+      std::printf("%s\n", json.c_str());
       return 0;
     }
     std::optional<MeasuredProfile> measured;  // read before anything is printed: a bad file is one line

@@ -79,7 +79,7 @@ template <typename T, int N>
 __device__ __forceinline__ void fence_operand(T (&x)[N]) {
 #if defined(PPTRAIN_WGMMA_DEVICE)
   for (int i = 0; i < N; ++i) {
-    if constexpr (sizeof(T) == 4 && __is_same(T, float)) asm volatile("" : "+f"(x[i])::"memory");
+    if constexpr (__is_same(T, float)) asm volatile("" : "+f"(x[i])::"memory");
     else asm volatile("" : "+r"(x[i])::"memory");
   }
 #else

@@ -68,6 +68,18 @@ TEST(BenchGpu, SkipsWhenBenchKernelsIsNotBuilt) {
                           "/bench/bench_kernels is not built (it needs the real CUDA build: make CUDA=1)\n");
 }
 
+// build/bench/model_flops on CONFIG: its parameter counts and FLOPs per token, exactly (integers
+// below 2^53); the JSON line is returned for further checks.
+std::string expect_model_flops(const std::string& config, double params, double matmul_params,
+                               double flops_per_token) {
+  CommandResult r = run_command(build_dir() + "/bench/model_flops " + config);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(json_number(r.output, "params"), params) << r.output;
+  EXPECT_EQ(json_number(r.output, "matmul_params"), matmul_params) << r.output;
+  EXPECT_EQ(json_number(r.output, "flops_per_token"), flops_per_token) << r.output;
+  return r.output;
+}
+
 TEST(BenchGpu, FlopsPerTokenOfGpt2_124M) {
   // GPT-2 124M as configs/gpt2_124m_gpu.yaml: C = 768, L = 12, T = 1024, V = 50304.
   //   per block: ln_1, ln_2 2·2C = 3,072; qkv 3C² + 3C = 1,771,776; attn proj C² + C = 590,592;
@@ -75,12 +87,9 @@ TEST(BenchGpu, FlopsPerTokenOfGpt2_124M) {
   //   12 blocks 85,054,464 + wte V·C 38,633,472 + wpe T·C 786,432 + ln_f 2C 1,536
   //   = 124,475,904 parameters; matmul parameters (all but wpe) N = 123,689,472
   //   FLOPs per token = 6·N + 6·L·T·C = 742,136,832 + 56,623,104 = 798,759,936
-  CommandResult r = run_command(build_dir() + "/bench/model_flops configs/gpt2_124m_gpu.yaml training.precision=fp32");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(json_number(r.output, "params"), 124475904.0) << r.output;
-  EXPECT_EQ(json_number(r.output, "matmul_params"), 123689472.0) << r.output;
-  EXPECT_EQ(json_number(r.output, "flops_per_token"), 798759936.0) << r.output;
-  EXPECT_EQ(json_number(r.output, "tokens_per_step"), 16.0 * 1024) << r.output;
+  const std::string out = expect_model_flops("configs/gpt2_124m_gpu.yaml training.precision=fp32", 124475904.0,
+                                             123689472.0, 798759936.0);
+  EXPECT_EQ(json_number(out, "tokens_per_step"), 16.0 * 1024) << out;
   EXPECT_EQ(bench::training_flops_per_token(123689472.0, 12, 1024, 768), 798759936.0);
 }
 
@@ -94,11 +103,7 @@ TEST(BenchGpu, FlopsPerTokenOfTheLlama1BShape) {
   //   FLOPs per token = 6·N + 6·L·T·(NH·HD) = 7,414,886,400 + 1,610,612,736 = 9,025,499,136
   // (GPT-2's formula, which this benchmark once applied to every model, gives 8,021,041,152:
   // an MFU 11% low.)
-  CommandResult r = run_command(build_dir() + "/bench/model_flops configs/llama3_1b_gpu.yaml parallel.dp=1");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(json_number(r.output, "params"), 1235814400.0) << r.output;
-  EXPECT_EQ(json_number(r.output, "matmul_params"), 1235814400.0) << r.output;
-  EXPECT_EQ(json_number(r.output, "flops_per_token"), 9025499136.0) << r.output;
+  expect_model_flops("configs/llama3_1b_gpu.yaml parallel.dp=1", 1235814400.0, 1235814400.0, 9025499136.0);
 }
 
 TEST(BenchGpu, ModelFlopsRejectsABadConfigWithOneLine) {
