@@ -1,5 +1,5 @@
 # Real-device test binaries (CUDA=1 only): the tests that compare the cuda backend with the
-# cpu backend (tests/test_cuda_backend.cpp, _bf16, _model), compiled once more with
+# cpu backend (tests/test_cuda_backend.cpp, _bf16, _gemm, _model), compiled once more with
 # -DPPTRAIN_REAL_DEVICE against the CUDA toolkit instead of the emulator, and linked like
 # build/pptrain (the cuda host objects, the nvcc kernels, cuBLAS/cuBLASLt/NCCL/cudart) into
 # $(BUILD)/gpu-tests/. On a GPU they run every comparison on the device
@@ -11,7 +11,7 @@
 # test_cuda_backend_llama trains the Llama family (Qwen2, Qwen3, scaled rotary, grouped-query
 # attention on every core) against the cpu backend; test_staged_comm runs the parallel layouts with their ranks on the node's one GPU
 # (parallel.comm: mpi), against the cpu backend.
-GPU_TEST_NAMES := test_cuda_backend test_cuda_backend_bf16 test_cuda_backend_model test_cuda_backend_llama \
+GPU_TEST_NAMES := test_cuda_backend test_cuda_backend_bf16 test_cuda_backend_gemm test_cuda_backend_model test_cuda_backend_llama \
                   test_staged_comm
 GPU_TEST_BINS := $(GPU_TEST_NAMES:%=$(BUILD)/gpu-tests/%)
 

@@ -125,12 +125,12 @@ TEST(CudaBuild, MakeCuda1CompilesAndLinksPptrainWithTheCudaBackend) {
 // The real-device tests (mk/gpu_tests.mk: tests/test_cuda_backend*.cpp with
 // -DPPTRAIN_REAL_DEVICE, linked by `make CUDA=1 gpu-tests`) compile against the toolkit's
 // headers: what only the emulator provides stays under PPTRAIN_EMULATED. Syntax only, the
-// three at once: no nvcc, no link.
+// four at once: no nvcc, no link.
 TEST(CudaBuild, RealDeviceTestsCompileAgainstTheCudaToolkit) {
   const std::string cuda_home = std::getenv("CUDA_HOME") ? std::getenv("CUDA_HOME") : "/usr/local/cuda";
   if (!fs::exists(cuda_home + "/include/cuda_runtime.h")) GTEST_SKIP() << "no CUDA toolkit under " << cuda_home;
   std::string cmd = "status=0; pids=''; ";
-  for (const char* t : {"test_cuda_backend", "test_cuda_backend_bf16", "test_cuda_backend_model"})
+  for (const char* t : {"test_cuda_backend", "test_cuda_backend_bf16", "test_cuda_backend_gemm", "test_cuda_backend_model"})
     cmd += std::string("mpicxx -std=c++20 -fsyntax-only -Wall -Wextra -Werror -Wno-unused-parameter -DOMPI_SKIP_MPICXX ") +
            "-DPPTRAIN_REAL_DEVICE -DPPTRAIN_WITH_CUDA -Isrc -Ikernels -I. -Itests -I" + cuda_home + "/include tests/" + t +
            ".cpp & pids=\"$pids $!\"; ";
