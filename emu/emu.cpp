@@ -34,7 +34,7 @@ constexpr unsigned char kPoisonByte = 0xFF;  // 0xFFFFFFFF is a NaN as float, -1
 
 
 
-enum class Wait { runnable, block_barrier, warp, warpgroup, mbarrier, exited };
+enum class Wait { runnable, block_barrier, warp, warpgroup, mbarrier, wgmma_wait, exited };
 
 // One cp.async: copied when its group completes (or at issue; see ptx_emu.h).
 struct AsyncCopy {
@@ -169,7 +169,8 @@ class BlockRunner {
   // operands, on the last arriving thread. With `async`, run is wrapped in an operation that
   // completes at the thread's wgmma.wait_group (see async_matrix_wait) or, in forward order,
   // at once: the two extremes a GPU allows.
-  void warpgroup_collective(const char* name, const void* operands, size_t bytes, detail::MatrixRun run, bool async) {
+  void warpgroup_collective(const char* name, const void* operands, size_t bytes, detail::MatrixRun run, bool async,
+                            detail::MatrixReads reads) {
     int group = current_ / 128, lane = current_ % 128;
     if (size_t(group + 1) * 128 > fibers_.size())
       fault(cat(name, " by a thread of an incomplete warpgroup (", fibers_.size(), " threads in the block)"));
@@ -193,7 +194,14 @@ class BlockRunner {
         std::memcpy(op->operands.data() + l * bytes, g.operands[l], bytes);
         op->lanes[l] = op->operands.data() + l * bytes;
       }
-      if (!async || stream_.order == Order::forward) op->complete();
+      op->warpgroup = group;
+      if (reads) {
+        reads(op->lanes[0], op->reads);
+        op->at_issue.resize(2 * op->reads.size());
+        for (size_t e = 0; e < op->reads.size(); ++e) std::memcpy(&op->at_issue[2 * e], op->reads[e], 2);
+      }
+      if (!async || stream_.order == Order::forward) complete(*op);
+      else in_flight_.push_back(op);
       g.last = op;
       g.arrived = 0;
       for (int k = group * 128; k < group * 128 + 128; ++k)
@@ -242,14 +250,22 @@ class BlockRunner {
       yield();
     }
   }
-  void bulk_copy(void* bar, long long bytes, std::function<void()> copy) {
+  void bulk_copy(void* bar, void* dst, long long bytes, std::function<void()> copy) {
     mbarrier_at(bar, "cp.async.bulk");
+    check_unread(dst, size_t(bytes), "cp.async.bulk.tensor");
     if (stream_.order == Order::forward) {
       copy();
       mbarrier_update(bar, mbarriers_[bar], 0, -bytes);
     } else {
       bulk_.push_back({bar, bytes, std::move(copy)});
     }
+  }
+  // Threads held at a wgmma.wait_group (reverse order) continue once no other thread can run.
+  bool wake_wgmma_waits() {
+    bool any = false;
+    for (Fiber& f : fibers_)
+      if (f.wait == Wait::wgmma_wait) f.wait = Wait::runnable, any = true;
+    return any;
   }
   // Completes held-back bulk copies (reverse order) when no thread can run: only those on
   // barriers a thread is waiting for (a copy another barrier covers stays in flight, so a
@@ -278,13 +294,62 @@ class BlockRunner {
     f.wgmma_groups.push_back(std::move(f.open_wgmma));
     f.open_wgmma.clear();
   }
+  // In reverse order a wait that has to complete a product first lets every other thread run
+  // (Wait::wgmma_wait is woken only when nothing else can run), so that what they do while
+  // the product is in flight -- a stage released too early and refilled, a plain store into
+  // an operand -- happens before it reads its operands, and is caught (check_unread, complete).
   void async_matrix_wait(int pending) {
     Fiber& f = fibers_[current_];
     if (pending < 0) fault(cat("wgmma.wait_group ", pending));
+    auto must_complete = [&] {
+      for (size_t g = 0; g + size_t(pending) < f.wgmma_groups.size(); ++g)
+        for (auto& op : f.wgmma_groups[g])
+          if (!op->done) return true;
+      return false;
+    };
+    if (stream_.order == Order::reverse && must_complete()) {
+      f.wait = Wait::wgmma_wait;
+      f.waiting_at = "wgmma.wait_group";
+      yield();
+    }
     while (f.wgmma_groups.size() > size_t(pending)) {
-      for (auto& op : f.wgmma_groups.front()) op->complete();
+      for (auto& op : f.wgmma_groups.front()) complete(*op);
       f.wgmma_groups.erase(f.wgmma_groups.begin());
     }
+  }
+
+  // Runs an operation once. A shared element it reads that changed since its issue was
+  // written while it was in flight: on a GPU it may have read either value.
+  void complete(detail::AsyncMatrixOp& op) {
+    if (op.done) return;
+    for (size_t e = 0; e < op.reads.size(); ++e)
+      if (std::memcmp(&op.at_issue[2 * e], op.reads[e], 2) != 0)
+        fault(cat("shared memory at ", shared_string(op.reads[e]), ", read by a wgmma of warpgroup ", op.warpgroup,
+                  ", was written after the wgmma was issued and before a wgmma.wait_group covered it (a race: "
+                  "the product may read either value)"));
+    op.run(op.lanes);
+    op.done = true;
+  }
+
+  // A write of [dst, dst + bytes) issued now must not touch what an issued, not yet completed
+  // wgmma reads: it may land before the product reads it (a stage released before the wait
+  // for the product that reads it, then refilled).
+  void check_unread(const void* dst, size_t bytes, const char* what) {
+    if (in_flight_.empty()) return;
+    auto* lo = static_cast<const unsigned char*>(dst);
+    std::erase_if(in_flight_, [](const auto& op) { return op->done; });
+    for (const auto& op : in_flight_)
+      for (const unsigned char* e : op->reads)
+        if (e + 2 > lo && e < lo + bytes)
+          fault(cat(what, " into shared memory at ", shared_string(e), " that a wgmma of warpgroup ", op->warpgroup,
+                    " reads and no wgmma.wait_group has covered yet (a race: the write may land before the product "
+                    "reads; wait for the product before releasing what it reads)"));
+  }
+  // "dynamic shared byte 4096" (offset from the start of dynamic shared memory) or a pointer.
+  std::string shared_string(const void* p) const {
+    auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(dynamic_.data());
+    if (a >= b && a < b + dynamic_bytes_) return cat("dynamic shared byte ", a - b);
+    return cat("address ", p);
   }
 
   bool in_shared(const void* p, size_t bytes) const {
@@ -318,6 +383,7 @@ class BlockRunner {
   // cp.async: in forward order the copy lands at issue, in reverse order when its group
   // completes (the two extremes a GPU allows; see ptx_emu.h).
   void async_copy(const AsyncCopy& c) {
+    check_unread(c.dst, c.bytes, "cp.async");
     if (stream_.order == Order::forward) c.run();
     else fibers_[current_].open_group.push_back(c);
   }
@@ -358,6 +424,7 @@ class BlockRunner {
     for (WarpgroupState& g : warpgroups_) g.arrived = 0, g.last.reset();
     mbarriers_.clear();
     bulk_.clear();
+    in_flight_.clear();
     bool reverse = stream_.order == Order::reverse;
     int warps = int(warps_.size());
     for (;;) {
@@ -380,6 +447,7 @@ class BlockRunner {
       }
       if (ran) continue;
       if (complete_bulk_copies()) continue;  // held-back copies land when nothing else can run
+      if (wake_wgmma_waits()) continue;      // then the products waited for complete
       int exited = 0, at_barrier = 0;
       for (const Fiber& f : fibers_) {
         exited += f.wait == Wait::exited;
@@ -450,6 +518,7 @@ class BlockRunner {
         case Wait::warp: return cat("at ", f.waiting_at, " (mask ", hex(f.waiting_mask), ")");
         case Wait::warpgroup: return cat("at ", f.waiting_at, " (warpgroup)");
         case Wait::mbarrier: return cat("at mbarrier.try_wait (parity ", f.waiting_parity, ")");
+        case Wait::wgmma_wait: return std::string("at wgmma.wait_group");
         case Wait::runnable: return "runnable";
       }
       return "";
@@ -536,6 +605,7 @@ class BlockRunner {
     std::function<void()> copy;
   };
   std::vector<BulkCopy> bulk_;
+  std::vector<std::shared_ptr<detail::AsyncMatrixOp>> in_flight_;  // issued wgmma, maybe done
   size_t dynamic_bytes_ = 0;
   FiberContext scheduler_;
   int current_ = -1;
@@ -593,9 +663,10 @@ void warp_matrix_collective(const char* name, void* operands, MatrixRun run) {
                             32, run);
 }
 
-void warpgroup_collective(const char* name, const void* operands, size_t bytes, MatrixRun run, bool async) {
+void warpgroup_collective(const char* name, const void* operands, size_t bytes, MatrixRun run, bool async,
+                          MatrixReads reads) {
   if (!g_active || !g_active->in_fiber()) fault(std::string(name) + " called outside a kernel");
-  g_active->warpgroup_collective(name, operands, bytes, run, async);
+  g_active->warpgroup_collective(name, operands, bytes, run, async, reads);
 }
 
 void async_matrix_commit() {
@@ -630,9 +701,9 @@ void mbarrier_wait(void* bar, int parity) {
   g_active->mbarrier_wait(bar, parity);
 }
 
-void bulk_copy(void* bar, long long bytes, std::function<void()> copy) {
+void bulk_copy(void* bar, void* dst, long long bytes, std::function<void()> copy) {
   if (!g_active || !g_active->in_fiber()) fault("cp.async.bulk outside a kernel");
-  g_active->bulk_copy(bar, bytes, std::move(copy));
+  g_active->bulk_copy(bar, dst, bytes, std::move(copy));
 }
 
 void sync_block() {

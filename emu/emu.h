@@ -12,7 +12,10 @@
 // wait for all 32 lanes and then run once for the whole warp, wgmma for all 128 threads of
 // its warpgroup; a thread waiting on an mbarrier sleeps until the phase completes. The
 // asynchronous operations (cp.async, wgmma, bulk tensor copies) complete at issue in forward
-// order and as late as their waits allow in reverse order. Between two block
+// order and as late as their waits allow in reverse order (a wgmma.wait_group that has to
+// complete a product lets every other thread of the block run first). A copy issued over
+// shared memory that a wgmma not yet complete reads, or a plain store that changes it before
+// the product completes, is reported: a race on a GPU, whichever order. Between two block
 // barriers the warps run one after another, each as far as it can get, and within a warp
 // the lanes run in ascending index; Order::reverse makes warps, lanes and blocks run in
 // descending order. So a kernel that forgets a barrier computes a different answer in one
@@ -125,20 +128,25 @@ void warp_matrix_collective(const char* name, void* operands, MatrixRun run);
 void sync_block();
 void* dynamic_shared_memory();
 // A warpgroup matrix operation (wgmma, ptx_emu.h) that may complete later: run(lanes) with
-// the 128 lanes' operands, once.
+// the 128 lanes' operands, once. `reads` are the 2-byte shared-memory elements it reads and
+// `at_issue` their bytes when it was issued: on a GPU the operation reads them at some point
+// before it completes, so a write to them in between races it (emu.cpp checks both ends).
 struct AsyncMatrixOp {
   MatrixRun run = nullptr;
   std::vector<unsigned char> operands;  // a copy of each lane's operand struct
   void* lanes[128];
   bool done = false;
-  void complete() {
-    if (!done) run(lanes), done = true;
-  }
+  int warpgroup = 0;
+  std::vector<const unsigned char*> reads;
+  std::vector<unsigned char> at_issue;
 };
+// The shared-memory elements (2 bytes each) an operation with these operands (lane 0's) reads.
+using MatrixReads = void (*)(const void* operands, std::vector<const unsigned char*>& elements);
 // All 128 threads of the caller's warpgroup arrive with their operands (`bytes` each, copied:
 // the caller's struct may go out of scope); then run(lanes) runs once (async: at the latest
-// when the thread's wgmma.wait_group covers it).
-void warpgroup_collective(const char* name, const void* operands, size_t bytes, MatrixRun run, bool async);
+// when the thread's wgmma.wait_group covers it; `reads`, if given, lists what it reads).
+void warpgroup_collective(const char* name, const void* operands, size_t bytes, MatrixRun run, bool async,
+                          MatrixReads reads = nullptr);
 void async_matrix_commit();
 void async_matrix_wait(int pending);
 // mbarrier (ptx_emu.h): an arrival counter with a transaction count, completing a phase when
@@ -147,10 +155,11 @@ void async_matrix_wait(int pending);
 void mbarrier_init(void* bar, int count);
 void mbarrier_arrive(void* bar, long long expect_tx);  // expect_tx > 0: arrive.expect_tx
 void mbarrier_wait(void* bar, int parity);
-// A bulk copy into shared memory that completes `bytes` of transactions on `bar`: at once in
-// forward order; in reverse order only when no thread of the block can run, and then only if
-// a thread waits on its barrier (or none waits on any barrier with copies in flight).
-void bulk_copy(void* bar, long long bytes, std::function<void()> copy);
+// A bulk copy of `bytes` into shared memory at `dst` that completes them as transactions on
+// `bar`: at once in forward order; in reverse order only when no thread of the block can run,
+// and then only if a thread waits on its barrier (or none waits on any barrier with copies in
+// flight). Issuing it over elements that a wgmma not yet complete reads is a fault (a race).
+void bulk_copy(void* bar, void* dst, long long bytes, std::function<void()> copy);
 // The emulated shared window: dynamic shared memory starts at shared address `window_start`
 // (16-byte aligned, deliberately not 1024-byte aligned) and spans `bytes`.
 constexpr uint32_t kDynamicWindowStart = 0x410;

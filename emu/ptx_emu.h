@@ -152,8 +152,10 @@ inline void cp_async_wait(int pending) { ::pptrain::emu::detail::async_wait(pend
 // a descriptor with a non-zero base offset is reported as not emulated). Shared addresses are
 // those of ptx_emu's window: dynamic shared memory at kDynamicWindowStart.
 // The operation completes when the 128th thread arrives (forward order) or at the issuing
-// threads' wgmma.wait_group (reverse order): reading D early, or changing A's registers or
-// the shared tiles before the wait, shows in one of the two.
+// threads' wgmma.wait_group (reverse order), after every other thread has run as far as it
+// can: reading D early, or changing A's registers before the wait, shows in one of the two;
+// a copy issued over its shared operands, or a store that changes them, before the wait is
+// reported (emu.cpp).
 namespace pptrain::emu::ptx {
 
 inline uint32_t shared_address(const void* p) {
@@ -177,9 +179,9 @@ struct WgmmaArgs {
   bool scale_d, trans_a, trans_b;
 };
 
-// The bf16 element (mn, k) of an operand described by `desc` (mn_major: the layout's
-// contiguous dimension is M or N, else K).
-inline float descriptor_element(uint64_t desc, bool mn_major, int mn, int k) {
+// Where the bf16 element (mn, k) of an operand described by `desc` lies (mn_major: the
+// layout's contiguous dimension is M or N, else K).
+inline const unsigned char* descriptor_address(uint64_t desc, bool mn_major, int mn, int k) {
   uint32_t start = uint32_t(desc & 0x3fff) << 4, lbo = uint32_t((desc >> 16) & 0x3fff) << 4,
            sbo = uint32_t((desc >> 32) & 0x3fff) << 4;
   if ((desc >> 49) & 7) ::pptrain::emu::detail::fault("wgmma: a descriptor with a base offset (not emulated)");
@@ -200,9 +202,22 @@ inline float descriptor_element(uint64_t desc, bool mn_major, int mn, int k) {
   if (addr < window || addr + 2 > window + bytes)
     ::pptrain::emu::detail::fault("wgmma: descriptor element at shared address " + std::to_string(addr) +
                                   " outside dynamic shared memory");
+  return base + (addr - window);
+}
+inline float descriptor_element(uint64_t desc, bool mn_major, int mn, int k) {
   uint16_t bits;
-  std::memcpy(&bits, base + (addr - window), 2);
+  std::memcpy(&bits, descriptor_address(desc, mn_major, mn, k), 2);
   return bf16_bits_to_float(bits);
+}
+
+// The shared elements a wgmma reads: A's 64×16 (unless in registers) and B's N×16.
+inline void wgmma_reads(const void* operands, std::vector<const unsigned char*>& elements) {
+  const auto* x = static_cast<const WgmmaArgs*>(operands);
+  if (!x->a)
+    for (int m = 0; m < 64; ++m)
+      for (int k = 0; k < 16; ++k) elements.push_back(descriptor_address(x->desc_a, x->trans_a, m, k));
+  for (int k = 0; k < 16; ++k)
+    for (int j = 0; j < x->n; ++j) elements.push_back(descriptor_address(x->desc_b, x->trans_b, j, k));
 }
 
 inline void wgmma_all(void* const* lanes) {
@@ -265,7 +280,8 @@ inline void wgmma_bf16(float* d, int n, const uint32_t* a, uint64_t desc_a, uint
                        bool trans_a, bool trans_b) {
   if (n < 8 || n > 256 || n % 8) ::pptrain::emu::detail::fault("wgmma: N = " + std::to_string(n) + " (8..256, a multiple of 8)");
   detail::WgmmaArgs args{d, a, desc_a, desc_b, n, scale_d, trans_a, trans_b};
-  ::pptrain::emu::detail::warpgroup_collective("wgmma.mma_async", &args, sizeof args, detail::wgmma_all, true);
+  ::pptrain::emu::detail::warpgroup_collective("wgmma.mma_async", &args, sizeof args, detail::wgmma_all, true,
+                                                detail::wgmma_reads);
 }
 inline void wgmma_commit() { ::pptrain::emu::detail::async_matrix_commit(); }
 inline void wgmma_wait(int pending) { ::pptrain::emu::detail::async_matrix_wait(pending); }
@@ -305,7 +321,7 @@ inline void tma_load_3d(void* dst, const TensorMap& map, int c0, int c1, int c2,
   if (dst_addr % (map.swizzle ? 1024 : 128))
     ::pptrain::emu::detail::fault("cp.async.bulk.tensor: destination not aligned to its swizzle pattern");
   TensorMap m = map;
-  ::pptrain::emu::detail::bulk_copy(bar, box_bytes, [m, dst, dst_addr, c0, c1, c2] {
+  ::pptrain::emu::detail::bulk_copy(bar, dst, box_bytes, [m, dst, dst_addr, c0, c1, c2] {
     auto* out = static_cast<unsigned char*>(dst);
     for (uint32_t z = 0; z < m.box[2]; ++z)
       for (uint32_t y = 0; y < m.box[1]; ++y)
