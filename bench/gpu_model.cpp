@@ -1,6 +1,7 @@
 // gpu_model CONFIG [section.key=value ...] --device h100|h200|a100 [--gemm-fraction F]
 //           [--small-gemm-fraction F] [--flash-fraction F] [--hbm-fraction F]
 //           [--calibration FILE] [--measured PROFILE] [--fit PROFILE --write-calibration OUT]
+//           [--write-profile OUT [--link-gbs G]]
 //
 // Predicts one training step of CONFIG's model (GPT-2 or the Llama family) on one GPU
 // (bench/perf_model: the step's op calls, each at its roofline) and its memory. Prints the
@@ -12,7 +13,10 @@
 // of the stated fractions. --measured PROFILE (logging.op_profile_file's JSON of a run of
 // CONFIG): the prediction beside it op by op, each op of >= 1% of the step within 15%, the
 // step within 10% ("vs_profile" in the JSON line). --fit PROFILE: the efficiencies of that
-// run's ops, written to --write-calibration OUT.
+// run's ops, written to --write-calibration OUT. --write-profile OUT: the prediction as the
+// cost profile `pptrain profile` would measure (perf_model.h, predicted_cost_profile), for
+// `pptrain plan CONFIG --ranks N --profile OUT` and parallel.profile; --link-gbs: the GB/s
+// its transfers and all-reduces assume between GPUs (default 100, stated, not measured).
 // Host-only: runs anywhere (scripts/gpu_check.sh prints it beside the measurement).
 #include <cstdio>
 #include <cstdlib>
@@ -33,7 +37,8 @@ using namespace pptrain::bench;
 namespace {
 
 struct Args {
-  std::string config, device, calibration, measured, fit, write_calibration;
+  std::string config, device, calibration, measured, fit, write_calibration, write_profile;
+  LinkSpec link;
   std::vector<std::string> overrides;
   Fractions fractions;
 };
@@ -42,6 +47,13 @@ double parse_fraction(const std::string& flag, const char* text) {
   char* end = nullptr;
   const double x = std::strtod(text, &end);
   if (end == text || *end != '\0' || !(x > 0 && x <= 1)) fail(flag, ": expected a fraction in (0, 1], got '", text, "'");
+  return x;
+}
+
+double parse_positive(const std::string& flag, const char* text) {
+  char* end = nullptr;
+  const double x = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !(x > 0 && x < 1e9)) fail(flag, ": expected a number > 0, got '", text, "'");
   return x;
 }
 
@@ -60,6 +72,8 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--measured") a.measured = argv[++i];
     else if (s == "--fit") a.fit = argv[++i];
     else if (s == "--write-calibration") a.write_calibration = argv[++i];
+    else if (s == "--write-profile") a.write_profile = argv[++i];
+    else if (s == "--link-gbs") a.link.gbytes_per_s = parse_positive(s, argv[++i]);
     else if (s.rfind("--", 0) == 0) fail("unknown option '", s, "'");
     else if (a.config.empty()) a.config = s;
     else a.overrides.push_back(s);
@@ -146,6 +160,12 @@ int main(int argc, char** argv) {
     if (!a.measured.empty()) measured = read_op_profile(a.measured);
     const Calibration* c = cal ? &*cal : nullptr;
     const StepPrediction p = predict_step(cfg, dev, a.fractions, c);
+    if (!a.write_profile.empty()) {
+      write_cost_profile(predicted_cost_profile(cfg, dev, a.fractions, c, a.link), a.write_profile);
+      std::printf("# cost profile for the planner written to %s (%.0f GB/s between GPUs): pptrain plan %s "
+                  "--ranks N --profile %s\n",
+                  a.write_profile.c_str(), a.link.gbytes_per_s, cfg.source.c_str(), a.write_profile.c_str());
+    }
     std::printf("# gpu_model: %s on %s, %s, attention %s\n", cfg.source.c_str(), dev.name.c_str(),
                 cfg.training.precision.c_str(), cfg.model.attention.c_str());
     for (const std::string& line : assumptions(cfg, a.fractions, c)) std::printf("# %s\n", line.c_str());

@@ -1,5 +1,5 @@
 # The GPU performance model (bench/gpu_model.cpp, bench/perf_model/): host-only, always
-# built. $(BUILD)/bench/gpu_model and tests/test_gpu_model link the model's objects; the
+# built. $(BUILD)/bench/gpu_model and tests/test_gpu_model{,_plan} link the model's objects; the
 # explicit recipe here takes precedence over the Makefile's $(BUILD)/bench/% pattern (which
 # would put $(LIB) before these objects).
 PERF_MODEL_OBJS := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(sort $(wildcard bench/perf_model/*.cpp)))
@@ -12,3 +12,7 @@ $(BUILD)/tests/test_gpu_model: $(PERF_MODEL_OBJS)
 $(BUILD)/tests/test_gpu_model: LDLIBS := $(LIB) $(LDLIBS)
 # The test runs the program too.
 $(BUILD)/tests/test_gpu_model: | $(BUILD)/bench/gpu_model
+
+$(BUILD)/tests/test_gpu_model_plan: $(PERF_MODEL_OBJS)
+$(BUILD)/tests/test_gpu_model_plan: LDLIBS := $(LIB) $(LDLIBS)
+$(BUILD)/tests/test_gpu_model_plan: | $(BUILD)/bench/gpu_model $(BUILD)/pptrain

@@ -17,6 +17,7 @@
 
 #include "core/config.h"
 #include "model/dims.h"
+#include "partition/cost_profile.h"
 
 namespace pptrain::bench {
 
@@ -81,9 +82,20 @@ struct MemoryBreakdown {
   double peak;         // everything above
 };
 
+// Milliseconds of one microbatch's forward (F), input-gradient (I) and weight-gradient (W)
+// passes through one layer: the units of a cost profile (partition/cost_profile.h).
+struct PassTimes {
+  double f = 0, i = 0, w = 0;
+};
+
 struct StepPrediction {
   std::vector<OpLine> ops;
   double step_ms = 0;
+  // The same time by layer kind and pass (a block's is one block's; full recompute's forward
+  // again is in I) and the per-step update (zero, gradient norm, AdamW):
+  // step_ms = microbatches · (embedding + n_layer · block + head) + update_ms.
+  PassTimes embedding, block, head;
+  double update_ms = 0;
   double tokens_per_step = 0, tokens_per_s = 0;
   double flops_per_token = 0;  // bench/model_flops.h: 6N + 6·L·T·C, as llm.c counts
   double mfu = 0;              // tokens_per_s · flops_per_token / bf16 peak
@@ -118,6 +130,25 @@ StepPrediction predict_step(const Config& cfg, const DeviceSpec& dev, const Frac
 
 // The assumptions behind predict_step, one per line, for the program's output.
 std::vector<std::string> assumptions(const Config& cfg, const Fractions& f, const Calibration* cal = nullptr);
+
+// ---- a cost profile for the planner (predicted_profile.cpp) ---------------------------------
+// The link between two GPUs a predicted profile assumes (stated, not measured): stage
+// transfers take latency + bytes / bandwidth, all-reduces the same model (the planner's).
+struct LinkSpec {
+  double gbytes_per_s = 100;  // GB/s
+  double latency_ms = 0.02;
+};
+
+// The CostProfile (partition/cost_profile.h) that `pptrain profile` would measure for `cfg`
+// at tp = 1 on `dev`, predicted by this model instead: each layer kind's F, I and W per
+// microbatch from the step's op calls (predict_step's PassTimes, calibrated by `cal` where
+// given), the block again under training.recompute: full (block_full; block_attention is the
+// block as it is, as a profile measures it with fused attention), the layer kinds' bytes as
+// the job's memory estimate sizes them, the update per parameter from the zero, norm and
+// AdamW lines, and the transfers and all-reduces from `link`. The planner (`pptrain plan
+// --profile`, parallel.profile) then ranks layouts with the numbers gpu_model prints.
+CostProfile predicted_cost_profile(const Config& cfg, const DeviceSpec& dev, const Fractions& f,
+                                   const Calibration* cal, const LinkSpec& link);
 
 // ---- against a measured profile (calibration.cpp) ------------------------------------------
 // One rank's `logging.op_profile_file` JSON (backend/profiled_ops.cpp: ProfiledOps::json):

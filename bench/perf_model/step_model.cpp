@@ -31,7 +31,9 @@ namespace {
 // How a line's time is stated without a calibration: which fraction of which peak.
 enum class Kind { gemm, fused_attention, naive_attention, memory };
 
-// The op table being built: one OpLine per line name, each call's time its roofline.
+// The op table being built: one OpLine per line name, each call's time its roofline; each
+// call's time also goes to the layer kind and pass being costed (at(): the part of the step
+// a partitioner plans with).
 class StepCosts {
  public:
   StepCosts(const DeviceSpec& dev, const Fractions& f, const Calibration* cal, size_t elem)
@@ -65,9 +67,14 @@ class StepCosts {
     line->ms += times * 1e3 * seconds;
     line->roofline_ms += times * 1e3 * roof_s;
     line->compute_bound = line->compute_bound || compute_s > memory_s;
+    *part_ += times * 1e3 * seconds;
   }
 
+  // Where the calls that follow belong: a pass of a layer kind, or the per-step update.
+  void at(double& part) { part_ = &part; }
+
   std::vector<OpLine> ops;
+  double update_ms = 0;
 
  private:
   // bf16 GEMMs run on the tensor cores; fp32 ones do not (the backend turns TF32 off).
@@ -77,6 +84,7 @@ class StepCosts {
   Fractions f_;
   const Calibration* cal_;
   size_t elem_;
+  double* part_ = &update_ms;
 };
 
 // Stand-ins for the ops' arguments: op_costs reads a view's dtype and whether an optional
@@ -165,7 +173,7 @@ void attention_ops(StepCosts& s, Args& a, const ModelDims& d, const std::string&
 // forward's ops that full recompute re-runs at the start of I (all but the MLP's last
 // projection and the residual after it).
 void gpt2_block(StepCosts& s, Args& a, const ModelDims& d, const std::string& attention, double times,
-                bool forward_again) {
+                bool forward_again, PassTimes& block) {
   const int n = d.rows(), c = d.d_model, cl = d.local_channels(), hl = d.local_hidden();
   Linear lin{s, a, times};
   auto forward_ops = [&](double k, const std::string& suffix) {
@@ -184,8 +192,10 @@ void gpt2_block(StepCosts& s, Args& a, const ModelDims& d, const std::string& at
           op_costs::linear_gelu_forward(a.act(), a.act(), a.act(), a.act(), a.act(), n, c, hl), Kind::gemm,
           std::min({n, c, hl}));
   };
+  s.at(block.f);
   forward_ops(times, "");
   lin.forward_residual("fc2 forward (+bias epilogue, + residual)", n, hl, c, true);
+  s.at(block.i);  // full recompute re-runs the forward at the start of I
   if (forward_again) forward_ops(times, " (recompute)");
 
   s.add("fc2 dgrad (+DGELU epilogue)", "linear_backward_input_dgelu", times,
@@ -201,6 +211,7 @@ void gpt2_block(StepCosts& s, Args& a, const ModelDims& d, const std::string& at
   lin.dgrad("qkv dgrad", n, c, 3 * cl);
 
   // W: fp32 gradients accumulated in place; bias gradients from the GEMMs' epilogue
+  s.at(block.w);
   lin.wgrad("fc2 wgrad (+bias grad)", n, hl, c, true);
   lin.wgrad("fc1 wgrad (+bias grad)", n, c, hl, true);
   lin.wgrad("attn proj wgrad (+bias grad)", n, cl, c, true);
@@ -212,7 +223,7 @@ void gpt2_block(StepCosts& s, Args& a, const ModelDims& d, const std::string& at
 
 // The Llama family's block (model/llama_block.cpp).
 void llama_block(StepCosts& s, Args& a, const ModelDims& d, const std::string& attention, double times,
-                 bool forward_again, const RotaryFrequencies& rope) {
+                 bool forward_again, const RotaryFrequencies& rope, PassTimes& block) {
   const int n = d.rows(), c = d.d_model, cl = d.local_channels(), hl = d.local_hidden(), ql = d.local_qkv();
   const int b = d.batch, t = d.seq_len, nh = d.local_heads(), kv = d.local_kv_heads(), hd = d.head_dim();
   Linear lin{s, a, times};
@@ -251,8 +262,10 @@ void llama_block(StepCosts& s, Args& a, const ModelDims& d, const std::string& a
     s.add("swiglu forward" + suffix, "swiglu_forward", k,
           op_costs::swiglu_forward(a.act(), a.act(), a.act(), size_t(n) * hl), Kind::memory);
   };
+  s.at(block.f);
   forward_ops(times, "");
   lin.forward_residual("down forward (+ residual)", n, hl, c, false);
+  s.at(block.i);
   if (forward_again) forward_ops(times, " (recompute)");
 
   lin.dgrad("down dgrad", n, hl, c);
@@ -269,6 +282,7 @@ void llama_block(StepCosts& s, Args& a, const ModelDims& d, const std::string& a
   if (d.qk_norm) qk_norm(times, true, "");
   lin.dgrad("qkv dgrad", n, c, ql);
 
+  s.at(block.w);
   lin.wgrad("down wgrad", n, hl, c, false);
   lin.wgrad("gate, up wgrad", n, c, hl, false);
   lin.wgrad("gate, up wgrad", n, c, hl, false);
@@ -303,17 +317,20 @@ StepPrediction predict_step(const Config& cfg, const DeviceSpec& dev, const Frac
   StepCosts s(dev, f, cal, elem);
   Args a(elem == 2);
   Linear head{s, a, mb};
+  StepPrediction r;
 
   // embedding (F) and its W
+  s.at(r.embedding.f);
   s.add("embedding forward", "embedding_forward", mb,
         op_costs::embedding_forward(a.act(), a.ids(), a.act(), d.llama ? nullptr : ConstView(a.act()), n, t, c, 0, v),
         Kind::memory);
   if (d.llama)
-    llama_block(s, a, d, attention, mb * L, again, rotary_frequencies(cfg.model));
+    llama_block(s, a, d, attention, mb * L, again, rotary_frequencies(cfg.model), r.block);
   else
-    gpt2_block(s, a, d, attention, mb * L, again);
+    gpt2_block(s, a, d, attention, mb * L, again, r.block);
   // head: final norm, logits, the fused cross-entropy (tp = 1: statistics and dlogits in
   // one pass over the logits), the loss sum; I and W
+  s.at(r.head.f);
   if (d.llama)
     s.add("final norm forward", "rmsnorm_forward", mb,
           op_costs::rmsnorm_forward(a.act(), a.stats(), a.act(), a.act(), n, c, d.norm_eps), Kind::memory);
@@ -326,6 +343,7 @@ StepPrediction predict_step(const Config& cfg, const DeviceSpec& dev, const Frac
         Kind::memory);
   s.add("cross-entropy loss sum", "ce_loss_sum", mb, op_costs::ce_loss_sum(a.stats(), a.stats(), a.stats(), n),
         Kind::memory);
+  s.at(r.head.i);
   head.dgrad("lm head dgrad", n, c, v);
   if (d.llama)
     s.add("final norm dgrad", "rmsnorm_backward_input", mb,
@@ -334,6 +352,7 @@ StepPrediction predict_step(const Config& cfg, const DeviceSpec& dev, const Frac
     s.add("final norm dgrad", "layernorm_backward_input", mb,
           op_costs::layernorm_backward_input(a.act(), a.act(), a.act(), a.stats(), a.stats(), a.act(), n, c, nullptr),
           Kind::memory);
+  s.at(r.head.w);
   head.wgrad("lm head wgrad", n, c, v, false);
   if (d.llama)
     s.add("final norm wgrad", "rmsnorm_backward_weight", mb,
@@ -342,15 +361,18 @@ StepPrediction predict_step(const Config& cfg, const DeviceSpec& dev, const Frac
     s.add("final norm wgrad", "layernorm_backward_weight", mb,
           op_costs::layernorm_backward_weight(a.stats(), a.stats(), a.act(), a.act(), a.stats(), a.stats(), n, c),
           Kind::memory);
+  s.at(r.embedding.w);
   s.add("embedding wgrad (scatter-add)", "embedding_backward_weight", mb,
         op_costs::embedding_backward_weight(a.stats(), d.llama ? nullptr : a.stats(), a.act(), a.ids(), n, t, c, 0, v),
         Kind::memory);
-  // the microbatch's tokens and targets to the device
+  // the microbatch's tokens and targets to the device (with the embedding's forward)
+  s.at(r.embedding.f);
   s.add("tokens and targets to the device", "copy_to_device", 2 * mb, OpCost{0, 4.0 * n}, Kind::memory);
 
   // per step, over every parameter P: zero the gradients, their norm (one reduction over the
   // flat arena), AdamW (param, grad, m, v in; param, m, v out, fp32; + the bf16 working copy)
   const double p = step_parameters(cfg.model);
+  s.at(s.update_ms);
   s.add("zero gradients", "zero", 1, OpCost{0, 4 * p}, Kind::memory);
   s.add("gradient norm (sum of squares)", "sum_squares", 1, op_costs::sum_squares(a.stats(), size_t(p)), Kind::memory);
   AdamwTensor all{a.stats(), a.stats(), a.stats(), elem == 2 ? a.act() : View(nullptr),
@@ -358,9 +380,12 @@ StepPrediction predict_step(const Config& cfg, const DeviceSpec& dev, const Frac
   s.add(elem == 2 ? "adamw (+ clip factor, + bf16 copy)" : "adamw (+ clip factor)", "adamw_multi", 1,
         op_costs::adamw_multi({all}, 1, 0, 0, 0, 0, 1), Kind::memory);
 
-  StepPrediction r;
   r.ops = std::move(s.ops);
   for (const OpLine& o : r.ops) r.step_ms += o.ms;
+  // The passes per microbatch (the blocks' per block), as a profile states them.
+  for (PassTimes* t : {&r.embedding, &r.head}) t->f /= mb, t->i /= mb, t->w /= mb;
+  r.block.f /= mb * L, r.block.i /= mb * L, r.block.w /= mb * L;
+  r.update_ms = s.update_ms;
   r.tokens_per_step = double(cfg.training.micro_batch_size) * mb * d.seq_len;
   r.tokens_per_s = r.tokens_per_step / (r.step_ms / 1e3);
   r.flops_per_token = model_flops_per_token(cfg.model);
