@@ -158,13 +158,16 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
     return CUBLAS_STATUS_INVALID_VALUE;
   const size_t a_size = Atype == CUDA_R_16BF ? 2 : 4, c_size = Ctype == CUDA_R_16BF ? 2 : 4;
   const float alpha_f = *static_cast<const float*>(alpha), beta_f = *static_cast<const float*>(beta);
-  for (int i = 0; i < batchCount; ++i) {
-    const char* a = static_cast<const char*>(A) + i * strideA * a_size;
-    const char* b = static_cast<const char*>(B) + i * strideB * a_size;
-    char* c = static_cast<char*>(C) + i * strideC * c_size;
-    pptrain::emu::gemm(transa == CUBLAS_OP_T, transb == CUBLAS_OP_T, m, n, k, alpha_f,
-                       Matrix{a, Atype, a_rows, a_cols, lda}, Matrix{b, Btype, b_rows, b_cols, ldb}, beta_f,
-                       Matrix{c, Ctype, m, n, ldc}, c, Ctype, ldc);
-  }
+  // On the handle's stream (alpha and beta read now, as host pointers are).
+  pptrain::cuda_emu::enqueue_op(handle->stream, [=] {
+    for (int i = 0; i < batchCount; ++i) {
+      const char* a = static_cast<const char*>(A) + i * strideA * a_size;
+      const char* b = static_cast<const char*>(B) + i * strideB * a_size;
+      char* c = static_cast<char*>(C) + i * strideC * c_size;
+      pptrain::emu::gemm(transa == CUBLAS_OP_T, transb == CUBLAS_OP_T, m, n, k, alpha_f,
+                         Matrix{a, Atype, a_rows, a_cols, lda}, Matrix{b, Btype, b_rows, b_cols, ldb}, beta_f,
+                         Matrix{c, Ctype, m, n, ldc}, c, Ctype, ldc);
+    }
+  });
   return CUBLAS_STATUS_SUCCESS;
 }

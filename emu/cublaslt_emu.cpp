@@ -209,7 +209,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                               cublasLtMatrixLayout_t Bdesc, const void* beta, const void* C,
                               cublasLtMatrixLayout_t Cdesc, void* D, cublasLtMatrixLayout_t Ddesc,
                               const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspaceSizeInBytes,
-                              cudaStream_t) {
+                              cudaStream_t stream) {
   using pptrain::emu::Matrix;
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
   cublasStatus_t status = check_problem(desc, Adesc, Bdesc, Cdesc, Ddesc);
@@ -225,9 +225,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   auto matrix = [](const void* p, cublasLtMatrixLayout_t l) {
     return Matrix{p, l->type, int64_t(l->rows), int64_t(l->cols), l->ld};
   };
-  pptrain::emu::gemm(desc->transa == CUBLAS_OP_T, desc->transb == CUBLAS_OP_T, m, n, k,
-                     *static_cast<const float*>(alpha), matrix(A, Adesc), matrix(B, Bdesc),
-                     *static_cast<const float*>(beta), matrix(C, Cdesc), D, Ddesc->type, Ddesc->ld,
-                     epilogue(desc));
+  // Everything the GEMM needs by value (the descriptors may be destroyed before it runs).
+  const bool ta = desc->transa == CUBLAS_OP_T, tb = desc->transb == CUBLAS_OP_T;
+  const float alpha_f = *static_cast<const float*>(alpha), beta_f = *static_cast<const float*>(beta);
+  const Matrix a = matrix(A, Adesc), b = matrix(B, Bdesc), c = matrix(C, Cdesc);
+  const cudaDataType d_type = Ddesc->type;
+  const int64_t d_ld = Ddesc->ld;
+  const pptrain::emu::Epilogue ep = epilogue(desc);
+  pptrain::cuda_emu::enqueue_op(stream, [=] {
+    pptrain::emu::gemm(ta, tb, m, n, k, alpha_f, a, b, beta_f, c, D, d_type, d_ld, ep);
+  });
   return CUBLAS_STATUS_SUCCESS;
 }

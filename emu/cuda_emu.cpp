@@ -2,7 +2,9 @@
 // cublas_emu.cpp and cublaslt_emu.cpp). Kernels run synchronously at launch under the SIMT
 // emulator; the asynchronous work a stream can hold is what enqueue_stream_work queued on
 // it (the emulated NCCL's transfers), kept in a side table keyed by stream. An event holds
-// the work its stream had pending when it was recorded.
+// the work its stream had pending when it was recorded: the eager streams of
+// PPTRAIN_EMU_STREAMS=eager. By default (lazy::on()) the calls below defer to
+// lazy_streams_emu.cpp instead.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -13,12 +15,16 @@
 #include <vector>
 
 #include "emu/cuda_runtime_emu.h"
+#include "emu/lazy_streams.h"
 
 using pptrain::cuda_emu::StreamWork;
 using WorkList = std::vector<std::shared_ptr<StreamWork>>;
 
+namespace lazy = pptrain::cuda_emu::lazy;
+
 struct CUevent_st {
-  WorkList work;  // what the stream had pending at the last cudaEventRecord
+  WorkList work;    // what the stream had pending at the last cudaEventRecord
+  lazy::Mark mark;  // lazy streams: where its stream stood then
   bool recorded = false;
   std::chrono::steady_clock::time_point at;  // the host's clock at the last record
 };
@@ -80,6 +86,7 @@ cudaError_t synchronize(cudaStream_t stream) {
 }  // namespace
 
 void pptrain::cuda_emu::enqueue_stream_work(cudaStream_t stream, std::shared_ptr<StreamWork> work) {
+  if (lazy::on()) return lazy::queue_work(stream, std::move(work));
   std::lock_guard<std::mutex> lock(table_mutex);
   pending_by_stream[stream].push_back(std::move(work));
 }
@@ -137,7 +144,19 @@ cudaError_t cudaFreeHost(void* ptr) {
   std::free(ptr);
   return cudaSuccess;
 }
+bool pptrain::cuda_emu::lazy_streams() { return lazy::on(); }
+
+void pptrain::cuda_emu::enqueue_op(cudaStream_t stream, std::function<void()> op) {
+  if (lazy::on()) lazy::queue(stream, std::move(op));
+  else op();
+}
+
+void pptrain::cuda_emu::run_queued_ops(cudaStream_t stream) {
+  if (lazy::on()) (void)lazy::run(stream, lazy::kAll, false);
+}
+
 cudaError_t cudaDeviceSynchronize() {
+  if (lazy::on()) return lazy::run_all();
   std::vector<cudaStream_t> streams;
   {
     std::lock_guard<std::mutex> lock(table_mutex);
@@ -158,25 +177,37 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaFree(void* ptr) {
+  // cudaFree waits for the device: work still queued may use the memory.
+  if (lazy::on())
+    if (cudaError_t err = lazy::run_all(); err != cudaSuccess) return err;
   std::free(ptr);
   return cudaSuccess;
 }
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+// The synchronous copy and fill run on the legacy default stream (lazy: its work first);
+// they do not wait for streams created cudaStreamNonBlocking, on a GPU either.
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
   if (bytes && (!dst || !src)) return cudaErrorInvalidValue;
+  if (lazy::on())
+    if (cudaError_t err = lazy::run(nullptr, lazy::kAll, true); err != cudaSuccess) return err;
   if (bytes) std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
-                            cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t stream) {
+  if (bytes && (!dst || !src)) return cudaErrorInvalidValue;
+  if (bytes) pptrain::cuda_emu::enqueue_op(stream, [=] { std::memmove(dst, src, bytes); });
+  return cudaSuccess;
 }
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
   if (bytes && !ptr) return cudaErrorInvalidValue;
+  if (lazy::on())
+    if (cudaError_t err = lazy::run(nullptr, lazy::kAll, true); err != cudaSuccess) return err;
   if (bytes) std::memset(ptr, value, bytes);
   return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) {
-  return cudaMemset(ptr, value, bytes);
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
+  if (bytes && !ptr) return cudaErrorInvalidValue;
+  if (bytes) pptrain::cuda_emu::enqueue_op(stream, [=] { std::memset(ptr, value, bytes); });
+  return cudaSuccess;
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
@@ -186,6 +217,12 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
 // Like cudaStreamDestroy, lets queued work finish (here: waits for it, since the buffers
 // it uses may be freed right after).
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  if (lazy::on()) {
+    cudaError_t result = lazy::run(stream, lazy::kAll, true);
+    lazy::forget(stream);
+    delete stream;
+    return result;
+  }
   cudaError_t result = synchronize(stream);
   {
     std::lock_guard<std::mutex> lock(table_mutex);
@@ -194,12 +231,15 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   delete stream;
   return result;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t stream) { return synchronize(stream); }
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  return lazy::on() ? lazy::run(stream, lazy::kAll, true) : synchronize(stream);
+}
 // On a GPU the stream waits and the host goes on; in emulation the host waits here for the
 // event's work, which orders everything queued on `stream` afterwards the same way (only
 // later, so the emulation can never run ahead of what a GPU allows).
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
   if (!event) return cudaErrorInvalidResourceHandle;
+  if (lazy::on()) return lazy::run(event->mark.stream, event->mark.seq, true);
   return settle(event->work, true);
 }
 
@@ -214,13 +254,15 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (!event) return cudaErrorInvalidResourceHandle;
   cudaError_t status = cudaSuccess;
-  event->work = pending_of(stream, &status);
+  if (lazy::on()) event->mark = lazy::mark(stream);
+  else event->work = pending_of(stream, &status);
   event->recorded = true;
   event->at = std::chrono::steady_clock::now();
   return status;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (!ms || !start || !end || !start->recorded || !end->recorded) return cudaErrorInvalidResourceHandle;
+  if (lazy::on() && (!lazy::reached(start->mark) || !lazy::reached(end->mark))) return cudaErrorNotReady;
   for (cudaEvent_t e : {start, end})
     if (cudaError_t status = settle(e->work, false); status != cudaSuccess) return status;
   *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
@@ -228,9 +270,16 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (!event) return cudaErrorInvalidResourceHandle;
+  if (lazy::on()) return lazy::run(event->mark.stream, event->mark.seq, true);
   return settle(event->work, true);
 }
+// A query may find the work done: a GPU makes progress on its own (lazy: what the event
+// waits for runs now, up to a transfer still in flight).
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (!event) return cudaErrorInvalidResourceHandle;
+  if (lazy::on()) {
+    cudaError_t err = lazy::run(event->mark.stream, event->mark.seq, false);
+    return err == cudaSuccess && !lazy::reached(event->mark) ? cudaErrorNotReady : err;
+  }
   return settle(event->work, false);
 }

@@ -1,12 +1,14 @@
 // The slice of the CUDA runtime API the cuda backend uses, for the emulated build only
 // (tests and pptrain-emu): "device" memory is host memory, streams are the SIMT emulator's
-// emu::Stream. Kernels and copies run to completion at launch; the only asynchronous work
-// is what the emulated NCCL (nccl_emu.h) queues on a stream with enqueue_stream_work (its
-// MPI transfers). An event captures the work pending on its stream when recorded and is
-// complete once that work is. Names, signatures and error codes follow cuda_runtime_api.h
+// emu::Stream. Streams are lazy (below): kernels, GEMMs, copies and fills run when
+// something needs them. With PPTRAIN_EMU_STREAMS=eager they run to completion at their
+// call instead, and the only asynchronous work is what the emulated NCCL (nccl_emu.h)
+// queues on a stream with enqueue_stream_work (its MPI transfers); an event then captures
+// the work pending on its stream when recorded and is complete once that work is. Names, signatures and error codes follow cuda_runtime_api.h
 // so src/backend/cuda compiles unchanged against either header.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -71,8 +73,8 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventQuery(cudaEvent_t event);
 // Milliseconds from `start` to `end`, both recorded and reached (cudaErrorNotReady while
-// either has work pending). The emulator runs a stream's kernels as they are launched, so
-// an event's time is the host's clock at its record, once what it waits for has finished.
+// either has work pending). An event's time is the host's clock at its record (the
+// emulator's kernels take no device time of their own).
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
 // ---- emulator extension (not CUDA API) --------------------------------------------------------
@@ -93,5 +95,24 @@ class StreamWork {
 // Appends `work` to `stream`: events recorded on the stream afterwards, and
 // cudaStreamSynchronize, wait for it.
 void enqueue_stream_work(cudaStream_t stream, std::shared_ptr<StreamWork> work);
+
+// Lazy streams (the default; PPTRAIN_EMU_STREAMS=eager: as described at the top). A GPU
+// runs a stream's work some time after it is queued; eager streams take the earliest time,
+// lazy ones the latest the program allows: kernels, GEMMs, copies and fills wait on their
+// stream, in order, until something needs them -- a synchronisation of the stream, the
+// device or an event recorded after them (cudaStreamWaitEvent included: the host waits for
+// that work, as it does in eager mode), a query of such an event, the emulated NCCL posting
+// a transfer or collective on the stream, cudaMemcpy/cudaMemset (the legacy default stream
+// only: pptrain's streams do not block with it), cudaFree (the whole device). So a consumer
+// that is not ordered after its producer by an event reads what was there before, and a
+// buffer freed while queued work still uses it can be overwritten first: both fail the
+// equivalence tests instead of passing by luck. cudaDeviceSynchronize runs the streams
+// newest first (communication streams before the compute stream that feeds them).
+bool lazy_streams();
+// Queues `op` on `stream` (lazy) or runs it now (eager).
+void enqueue_op(cudaStream_t stream, std::function<void()> op);
+// Lazy streams: runs what `stream` holds up to the first transfer still in flight (never
+// blocking on one): what the emulated NCCL calls before it posts a transfer.
+void run_queued_ops(cudaStream_t stream);
 
 }  // namespace pptrain::cuda_emu

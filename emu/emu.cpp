@@ -649,6 +649,22 @@ void launch(Stream* stream, const char* name, dim3 grid, dim3 block, size_t dyna
   g_active = nullptr;
 }
 
+namespace {
+StreamQueue g_stream_queue = nullptr;
+}  // namespace
+
+void set_stream_queue(StreamQueue queue) { g_stream_queue = queue; }
+
+void launch_on_stream(Stream* stream, const char* name, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
+                      std::function<void()> thread_body) {
+  auto run = [stream, name, grid, block, dynamic_shared_bytes, body = std::move(thread_body)] {
+    launch(stream, name, grid, block, dynamic_shared_bytes,
+           {[](const void* c) { (*static_cast<const std::function<void()>*>(c))(); }, &body});
+  };
+  if (g_stream_queue) g_stream_queue(stream, std::move(run));
+  else run();
+}
+
 namespace detail {
 
 uint64_t warp_collective(WarpOp op, const char* name, unsigned mask, uint64_t value, int arg,

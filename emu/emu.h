@@ -109,6 +109,14 @@ struct KernelBody {
 void launch(Stream* stream, const char* name, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
             KernelBody body);
 
+// A launch as a stream takes it (kernels/launch.cuh): `thread_body` (holding its arguments
+// by value) runs one thread. Runs at once, unless a stream queue is installed (the emulated
+// CUDA runtime's lazy streams, cuda_runtime_emu.h), which then decides when the launch runs.
+using StreamQueue = void (*)(Stream* stream, std::function<void()> op);
+void set_stream_queue(StreamQueue queue);
+void launch_on_stream(Stream* stream, const char* name, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
+                      std::function<void()> thread_body);
+
 // Largest dynamic shared memory a launch may request: an sm_90 block's 227 KiB (launch()
 // opts in above 48 KiB on a GPU; static shared memory stays within 48 KiB, see emu.cpp).
 constexpr size_t kMaxDynamicSharedBytes = 227 * 1024;

@@ -162,6 +162,9 @@ ncclResult_t post_transfer(void* buff, size_t count, ncclDataType_t type, int pe
     return warn(ncclInvalidArgument, call, ": peer ", peer, " is outside 0..", comm->nranks - 1);
   const size_t bytes = count * elem;
   if (bytes && !buff) return warn(ncclInvalidArgument, call, ": null buffer");
+  // Stream order: what the stream holds before the transfer runs first (lazy streams), up to
+  // a transfer still in flight (waiting for one here could stall both ranks' hosts).
+  pptrain::cuda_emu::run_queued_ops(stream);
   std::vector<MPI_Request> requests;
   char* p = static_cast<char*>(buff);
   // Both sides split the same byte count the same way, so the chunks pair up in order.

@@ -42,10 +42,9 @@ template <typename... Params, typename... Args>
 void launch(const LaunchContext& ctx, const char* name, void (*kernel)(Params...), dim3 grid,
             dim3 block, size_t shared_bytes, Args... args) {
 #ifdef PPTRAIN_EMULATED
-  auto run_thread = [&] { kernel(args...); };
-  using Closure = decltype(run_thread);
-  emu::launch(ctx.stream, name, grid, block, shared_bytes,
-              {[](const void* c) { (*static_cast<const Closure*>(c))(); }, &run_thread});
+  // The arguments by value, as a GPU takes them: the launch may run after this returns (the
+  // emulated runtime's lazy streams).
+  emu::launch_on_stream(ctx.stream, name, grid, block, shared_bytes, [=] { kernel(args...); });
 #else
   // cudaGetLastError returns the last error of any runtime call on this thread, also one a
   // library met and handled itself while returning success (seen on an H200: "out of memory"

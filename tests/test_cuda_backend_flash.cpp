@@ -110,6 +110,7 @@ TEST(CudaBackendFlash, Bf16DispatchesToTheBf16Kernels) {
   kernels::launch_flash_attention_forward<bf16>({&stream}, out.data(), lse.data(), as_kernel(qkv), s.b, s.t, s.nh, s.hd);
   kernels::launch_flash_attention_backward_input<bf16>({&stream}, dqkv.data(), delta.data(), as_kernel(dout),
                                                        as_kernel(qkv), out.data(), lse.data(), s.b, s.t, s.nh, s.hd);
+  ASSERT_EQ(cudaStreamSynchronize(&stream), cudaSuccess);  // launches run on their stream
   std::vector<bfloat16> got_out = d.get(d_out, s.elems()), got_dqkv = d.get(d_dqkv, 3 * s.elems());
   EXPECT_EQ(std::memcmp(got_out.data(), out.data(), out.size() * 2), 0) << "out";
   EXPECT_EQ(std::memcmp(got_dqkv.data(), dqkv.data(), dqkv.size() * 2), 0) << "dqkv";

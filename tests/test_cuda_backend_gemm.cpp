@@ -160,6 +160,7 @@ TEST(CudaBackendGemm, EmulatedCublasLtChecksAttributesAndWorkspace) {
   EXPECT_EQ(cublasLtMatmul(handle, desc, &alpha, m.data(), layout, m.data(), layout, &beta, d.data(), layout,
                            d.data(), layout, &result.algo, workspace.data(), result.workspaceSize, nullptr),
             CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);  // the product runs on the stream
   EXPECT_EQ(d[5], 4.0f);  // (1-filled 4x4)ᵀ · (1-filled 4x4)
   cublasLtMatmulPreferenceDestroy(pref);
   cublasLtMatrixLayoutDestroy(layout);
