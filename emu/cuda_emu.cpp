@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "emu/cuda_runtime_emu.h"
+#include "emu/cupti_emu.h"
 #include "emu/lazy_streams.h"
 
 using pptrain::cuda_emu::StreamWork;
@@ -146,10 +147,26 @@ cudaError_t cudaFreeHost(void* ptr) {
 }
 bool pptrain::cuda_emu::lazy_streams() { return lazy::on(); }
 
-void pptrain::cuda_emu::enqueue_op(cudaStream_t stream, std::function<void()> op) {
-  if (lazy::on()) lazy::queue(stream, std::move(op));
-  else op();
+void pptrain::cuda_emu::enqueue_op(cudaStream_t stream, OpActivity what, std::function<void()> op) {
+  namespace cupti = pptrain::cupti_emu;
+  const uint32_t correlation = cupti::api_call();
+  auto run = [stream, what, correlation, op = std::move(op)] {
+    const uint64_t start = cupti::now_ns();
+    op();
+    cupti::ran(cupti::Op(int(what.kind)), what.name, what.bytes, uint32_t(reinterpret_cast<uintptr_t>(stream) >> 4),
+               start, cupti::now_ns(), correlation);
+  };
+  if (lazy::on()) lazy::queue(stream, std::move(run));
+  else run();
 }
+
+namespace {
+// Kernel launches reach enqueue_op through the SIMT emulator's hook (emu.h).
+void queue_launch(pptrain::emu::Stream* stream, const char* name, std::function<void()> op) {
+  pptrain::cuda_emu::enqueue_op(stream, {pptrain::cuda_emu::OpActivity::kernel, name, 0}, std::move(op));
+}
+[[maybe_unused]] const bool kLaunchesHooked = (pptrain::emu::set_stream_queue(&queue_launch), true);
+}  // namespace
 
 void pptrain::cuda_emu::run_queued_ops(cudaStream_t stream) {
   if (lazy::on()) (void)lazy::run(stream, lazy::kAll, false);
@@ -194,7 +211,9 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind)
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t stream) {
   if (bytes && (!dst || !src)) return cudaErrorInvalidValue;
-  if (bytes) pptrain::cuda_emu::enqueue_op(stream, [=] { std::memmove(dst, src, bytes); });
+  if (bytes)
+    pptrain::cuda_emu::enqueue_op(stream, {pptrain::cuda_emu::OpActivity::memcpy, "memcpy", bytes},
+                                  [=] { std::memmove(dst, src, bytes); });
   return cudaSuccess;
 }
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
@@ -206,7 +225,9 @@ cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
 }
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
   if (bytes && !ptr) return cudaErrorInvalidValue;
-  if (bytes) pptrain::cuda_emu::enqueue_op(stream, [=] { std::memset(ptr, value, bytes); });
+  if (bytes)
+    pptrain::cuda_emu::enqueue_op(stream, {pptrain::cuda_emu::OpActivity::memset, "memset", bytes},
+                                  [=] { std::memset(ptr, value, bytes); });
   return cudaSuccess;
 }
 

@@ -109,8 +109,16 @@ void enqueue_stream_work(cudaStream_t stream, std::shared_ptr<StreamWork> work);
 // equivalence tests instead of passing by luck. cudaDeviceSynchronize runs the streams
 // newest first (communication streams before the compute stream that feeds them).
 bool lazy_streams();
-// Queues `op` on `stream` (lazy) or runs it now (eager).
-void enqueue_op(cudaStream_t stream, std::function<void()> op);
+// What an operation is, for the emulated CUPTI's activity records (cupti_emu.h): a kernel
+// (a GEMM too, as cuBLAS runs one), a copy or a fill, with its name and bytes.
+struct OpActivity {
+  enum Kind { kernel, memcpy, memset } kind = kernel;
+  const char* name = "";
+  size_t bytes = 0;
+};
+// Queues `op` on `stream` (lazy) or runs it now (eager); either way an API call for CUPTI now
+// and a record of its run when it runs. Kernel launches come here through emu.h's hook.
+void enqueue_op(cudaStream_t stream, OpActivity what, std::function<void()> op);
 // Lazy streams: runs what `stream` holds up to the first transfer still in flight (never
 // blocking on one): what the emulated NCCL calls before it posts a transfer.
 void run_queued_ops(cudaStream_t stream);

@@ -661,7 +661,7 @@ void launch_on_stream(Stream* stream, const char* name, dim3 grid, dim3 block, s
     launch(stream, name, grid, block, dynamic_shared_bytes,
            {[](const void* c) { (*static_cast<const std::function<void()>*>(c))(); }, &body});
   };
-  if (g_stream_queue) g_stream_queue(stream, std::move(run));
+  if (g_stream_queue) g_stream_queue(stream, name, std::move(run));
   else run();
 }
 

@@ -111,8 +111,9 @@ void launch(Stream* stream, const char* name, dim3 grid, dim3 block, size_t dyna
 
 // A launch as a stream takes it (kernels/launch.cuh): `thread_body` (holding its arguments
 // by value) runs one thread. Runs at once, unless a stream queue is installed (the emulated
-// CUDA runtime's lazy streams, cuda_runtime_emu.h), which then decides when the launch runs.
-using StreamQueue = void (*)(Stream* stream, std::function<void()> op);
+// CUDA runtime, cuda_runtime_emu.h: its lazy streams, its CUPTI records), which then
+// decides when the launch runs.
+using StreamQueue = void (*)(Stream* stream, const char* name, std::function<void()> op);
 void set_stream_queue(StreamQueue queue);
 void launch_on_stream(Stream* stream, const char* name, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
                       std::function<void()> thread_body);

@@ -34,14 +34,6 @@ Queue& queue_of(cudaStream_t stream) {  // table_mutex held
   return it->second;
 }
 
-// Kernel launches reach the queues through the SIMT emulator's hook (emu.h).
-void queue_launch(emu::Stream* stream, std::function<void()> op) { queue(stream, std::move(op)); }
-
-[[maybe_unused]] const bool kInstalled = [] {
-  if (on()) emu::set_stream_queue(&queue_launch);
-  return true;
-}();
-
 }  // namespace
 
 bool on() {

@@ -69,6 +69,9 @@ comma := ,
 CUDA_OBJS := $(CUDA_HOST_SRCS:%.cpp=$(BUILD)/obj/%.o)
 $(CUDA_OBJS): CXXFLAGS += -DPPTRAIN_WITH_CUDA -I$(CUDA_HOME)/include \
                          $(if $(filter-out $(CUDA_HOME),$(NCCL_HOME)),-I$(NCCL_HOME)/include)
+# CUPTI's headers (kernel_recorder.cpp: logging.kernel_profile), in include/ or, in older
+# toolkits, extras/CUPTI/include; the library is opened at run time (dlopen), not linked.
+$(BUILD)/obj/src/backend/cuda/kernel_recorder.o: CXXFLAGS += $(addprefix -I,$(wildcard $(CUDA_HOME)/extras/CUPTI/include))
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 $(if $(NCCL_LIBDIR),-L$(NCCL_LIBDIR) -Wl$(comma)-rpath$(comma)$(NCCL_LIBDIR)) \
                 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublasLt -lcublas -lcudart
 

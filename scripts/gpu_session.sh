@@ -12,8 +12,9 @@
 # check):
 #   check        scripts/gpu_check.sh (device tests, attention check and timing, bf16
 #                learning, the benchmarks with PyTorch eager; BENCH_COMPILE=1 adds
-#                torch.compile) -> OUTDIR/gpu_check.jsonl, the benchmarks' logs and op
-#                profiles -> OUTDIR/bench_logs.tar.gz
+#                torch.compile; each shape's op profile with its kernels, CUPTI's records:
+#                BENCH_KERNEL_PROFILE=0 leaves them out) -> OUTDIR/gpu_check.jsonl, the
+#                benchmarks' logs and op profiles -> OUTDIR/bench_logs.tar.gz
 #   llama_flash  the Llama 1B shape (T 8192) with model.attention=flash, pptrain alone: the
 #                handwritten kernels beside the default core
 #   compare      vs_torch.sh's three shapes with torch.compile (the figures for a closing note)
@@ -57,7 +58,8 @@ for part in "${parts[@]}"; do
   case "$part" in
     check)
       stamp "gpu_check.sh"
-      BENCH_COMPILE=${BENCH_COMPILE:-0} GPU_CHECK_LOGS=$B/build/device-tests "$B/run" scripts/gpu_check.sh 2>&1 |
+      BENCH_COMPILE=${BENCH_COMPILE:-0} BENCH_KERNEL_PROFILE=${BENCH_KERNEL_PROFILE:-1} \
+        GPU_CHECK_LOGS=$B/build/device-tests "$B/run" scripts/gpu_check.sh 2>&1 |
         tee "$out/gpu_check.jsonl"
       (cd "$B/build" && tar czf "$out/bench_logs.tar.gz" --exclude='*.bin' bench-vs-torch bench-gpu device-tests \
         2>/dev/null)
@@ -126,6 +128,13 @@ for f in "$out"/gpu_check.jsonl "$out"/llama_flash.jsonl "$out"/compare.jsonl; d
   # the performance model beside each shape's op profile (per-op tables: SHAPE.model.txt)
   grep '"gpu_vs_torch"' "$f" | sed -n 's/.*"shape": "\([^"]*\)".*"calibrated_from": \([^,]*\), "vs_profile": {[^,]*, "predicted_step_ms": \([0-9.e+-]*\), "measured_step_ms": \([0-9.e+-]*\), "step_within": \([a-z]*\), "ops_within": \([a-z]*\), "calls_agree": \([a-z]*\), "work_agrees": \([a-z]*\)}.*/model \1 (calibrated from \2): step predicted \3 ms, measured \4 ms, step within 10%: \5, ops within 15%: \6, same calls: \7, same work: \8/p'
 done
+# GPT-2 B16's longest kernels (logging.kernel_profile: op, kernel, calls and ms a step)
+if [ -f "$out/bench_logs.tar.gz" ]; then
+  tar xzf "$out/bench_logs.tar.gz" -O bench-vs-torch/gpt2_b16.op_profile.json 2>/dev/null |
+    grep -o '{"op": "[^"]*", "kernel": "[^"]*", "calls_per_step": [^,]*, "ms_per_step": [^,]*' | head -12 |
+    sed 's/{"op": "\([^"]*\)", "kernel": "\([^"]*\)", "calls_per_step": \([^,]*\), "ms_per_step": \(.*\)/kernel \1: \2 x\3, \4 ms/' |
+    cut -c1-160
+fi
 [ -f "$out/parity.txt" ] && grep -E 'ok$|FAILED|Error' "$out/parity.txt" | cut -c1-250
 printf '%s\n' "${table[@]}"
 rm -rf "$node"

@@ -140,6 +140,14 @@ if [ -e "$B/lib/cuda/libcudnn.so.9" ]; then
   cudnn_dir=$(dirname "$(awk '$1 == "libcudnn.so.9" { print $2 }' <<<"$libs")")
   for f in "$cudnn_dir"/libcudnn_*.so.9; do cp -L "$f" "$B/lib/cuda/"; done
 fi
+# CUPTI, which logging.kernel_profile opens at run time (dlopen): beside cudart when the
+# bundle carries the CUDA libraries (its path from the toolkit cudart came from).
+if [ "$CUDA_LIBS" = 1 ] && ls "$B"/lib/cuda/libcudart.so.* >/dev/null 2>&1; then
+  cudart_dir=$(dirname "$(awk '$1 ~ /^libcudart\.so/ { print $2; exit }' <<<"$libs")")
+  for f in "$cudart_dir"/libcupti.so.1[23] "$cudart_dir"/../extras/CUPTI/lib64/libcupti.so.1[23]; do
+    [ -e "$f" ] && { cp -L "$f" "$B/lib/cuda/"; break; }
+  done
+fi
 # The libraries' own dependencies (ldd above was transitive for the binaries; this covers
 # what the copied cuDNN parts need).
 for f in "$B"/lib/cuda/*; do

@@ -190,6 +190,7 @@ TEST(BenchGpu, VsTorchOnTheEmulatedBackendWithoutTorch) {
   fs::create_directories(dir.file("shadow/torch"));
   testing::write_file(dir.file("shadow/torch/__init__.py"), "raise ImportError('hidden by the test')\n");
   const std::string prefix = fake_nvidia_smi(dir, "NVIDIA H100 80GB HBM3\n", 0) + "PYTHONPATH=" + dir.file("shadow") +
+                             " BENCH_KERNEL_PROFILE=1"  // the op profile's steps with their kernels
                              " BENCH_SHAPES='tiny tiny' ";  // the second predicted from the first's calibration
   CommandResult r = run_command(prefix + "bench/cuda/vs_torch.sh " + build_dir() + " --pptrain " + build_dir() +
                                     "/pptrain-emu --torch-device cpu --steps 3 --warmup 4 --workdir " + dir.file("w"),
@@ -231,6 +232,10 @@ TEST(BenchGpu, VsTorchOnTheEmulatedBackendWithoutTorch) {
   const std::string second = r.output.substr(r.output.find('\n') + 1);
   EXPECT_NE(second.find("\"calibrated_from\": \"tiny\", \"vs_profile\": {"), std::string::npos) << second;
   EXPECT_NE(testing::read_file(dir.file("w/tiny.model.txt")).find("against "), std::string::npos);
+  // BENCH_KERNEL_PROFILE=1: each op's kernels in the profile (the emulated CUPTI's records).
+  const std::string profile = testing::read_file(dir.file("w/tiny.op_profile.json"));
+  EXPECT_NE(profile.find("{\"op\": \"linear_forward\", \"kernel\": \"cublaslt_matmul_emulated\""), std::string::npos)
+      << profile;
 }
 
 }  // namespace

@@ -30,7 +30,10 @@
 #                          [--warmup K] [--workdir DIR] [--no-compile]
 # (BENCH_COMPILE=0 is --no-compile: torch.compile takes most of the minutes this script runs;
 # BENCH_TORCH=0 leaves PyTorch out; BENCH_OVERRIDES="key=value ..." are added to pptrain's
-# overrides, e.g. model.attention=flash to time the handwritten kernels.)
+# overrides, e.g. model.attention=flash to time the handwritten kernels; BENCH_KERNEL_PROFILE=1
+# adds logging.kernel_profile to the op profile's steps (CUPTI, off before the timed ones:
+# each op's kernels in SHAPE.op_profile.json; where CUPTI cannot start, the run is made
+# again without it and SHAPE.log says why).)
 set -uo pipefail
 BUILD=build
 [ $# -gt 0 ] && [[ "$1" != --* ]] && { BUILD=$1; shift; }
@@ -109,11 +112,26 @@ run_pptrain() {
       { PP=$(printf '{"error": %s}' "$(json_string "prepare-data failed: $(tail -1 "$WORKDIR/prepare.log")")"); return 1; }
   fi
   rm -f "$metrics" "$profile"
-  timeout "$TIMEOUT" "$PPTRAIN" train "$CONFIG" "${OVERRIDES[@]}" training.steps=$((WARMUP + STEPS)) \
-    training.eval_every=0 checkpoint.dir= logging.every=1 logging.metrics="$metrics" logging.sample_tokens=0 \
-    logging.op_profile=3 logging.op_profile_file="$profile" data.train="$data/train_*.bin" data.val= \
-    >"$log" 2>&1
-  local rc=$?
+  train_once() {  # train_once [OVERRIDE...]: the shape's run, its log in $log
+    timeout "$TIMEOUT" "$PPTRAIN" train "$CONFIG" "${OVERRIDES[@]}" training.steps=$((WARMUP + STEPS)) \
+      training.eval_every=0 checkpoint.dir= logging.every=1 logging.metrics="$metrics" logging.sample_tokens=0 \
+      logging.op_profile=3 logging.op_profile_file="$profile" "$@" data.train="$data/train_*.bin" data.val= \
+      >"$log" 2>&1
+  }
+  local rc
+  if [ "${BENCH_KERNEL_PROFILE:-0}" = 1 ]; then
+    train_once logging.kernel_profile=true
+    rc=$?
+    if [ $rc -ne 0 ] && grep -q 'logging.kernel_profile' "$log"; then
+      mv "$log" "$log.kernel_profile_failed"
+      rm -f "$metrics" "$profile"
+      train_once
+      rc=$?
+    fi
+  else
+    train_once
+    rc=$?
+  fi
   if [ $rc -ne 0 ]; then
     PP=$(printf '{"error": %s}' "$(json_string "pptrain train exited with $rc: $(grep -m1 'error' "$log" || tail -1 "$log")")")
     return 1

@@ -361,6 +361,28 @@ class OpClock {
   virtual std::vector<double> resolve(size_t n) = 0;
 };
 
+// What the device ran for the ops (backend/profiled_ops.h, logging.kernel_profile): every
+// kernel, copy and fill issued between start() and stop(), with the op call that issued it.
+// begin_call(i) .. end_call() bracket op call i of a step (the work issued in between is
+// that call's); collect() waits for the device and returns what ran since the last
+// collect(), times in ms on the device's clock (their origin is arbitrary: only
+// differences mean something). Work issued outside a call (communication, the trainer's
+// own copies) has call -1. Outside start()..stop() nothing is recorded and nothing slows.
+struct KernelRecord {
+  std::string name;  // the kernel's (demangled), or "memcpy" / "memset"
+  double start_ms = 0, end_ms = 0;
+  long long call = -1;
+};
+class KernelRecorder {
+ public:
+  virtual ~KernelRecorder() = default;
+  virtual void start() = 0;
+  virtual void stop() = 0;
+  virtual void begin_call(size_t call) = 0;
+  virtual void end_call() = 0;
+  virtual std::vector<KernelRecord> collect() = 0;
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -369,6 +391,9 @@ class Ops {
   // is right for a backend whose ops complete before they return (cpu); cuda records events
   // on its stream, so profiling adds no host wait inside a step.
   virtual std::unique_ptr<OpClock> make_op_clock();
+  // Kernel records for op profiling; the default throws Error (a backend that runs no
+  // kernels: cpu). cuda: CUPTI's activity records (one recorder per process at a time).
+  virtual std::unique_ptr<KernelRecorder> make_kernel_recorder();
 
   // ---- memory ------------------------------------------------------------------
   virtual void* allocate(size_t bytes) = 0;  // zero-filled

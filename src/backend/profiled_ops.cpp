@@ -42,6 +42,10 @@ static_assert(std::size(kOpNames) == size_t(OpId::count));
 
 std::unique_ptr<OpClock> Ops::make_op_clock() { return std::make_unique<HostOpClock>(); }
 
+std::unique_ptr<KernelRecorder> Ops::make_kernel_recorder() {
+  fail("logging.kernel_profile: the ", name(), " backend runs no kernels to record (device: cuda has them)");
+}
+
 const char* op_name(OpId id) { return kOpNames[size_t(id)]; }
 
 ProfiledOps::ProfiledOps(std::unique_ptr<Ops> inner) : inner_(std::move(inner)), clock_(inner_->make_op_clock()) {}
@@ -50,10 +54,17 @@ ProfiledOps::~ProfiledOps() = default;
 ProfiledOps::Timed::Timed(ProfiledOps& p_, OpId id, OpCost cost) : p(p_), on(p_.active_) {
   if (!on) return;
   p.clock_->mark(2 * p.calls_.size());
+  if (p.recorder_) p.recorder_->begin_call(p.calls_.size());
   p.calls_.emplace_back(id, cost);
 }
 ProfiledOps::Timed::~Timed() {
-  if (on) p.clock_->mark(2 * p.calls_.size() - 1);
+  if (!on) return;
+  if (p.recorder_) p.recorder_->end_call();
+  p.clock_->mark(2 * p.calls_.size() - 1);
+}
+
+void ProfiledOps::record_kernels() {
+  if (!recorder_) recorder_ = inner_->make_kernel_recorder();
 }
 
 void ProfiledOps::copy_to_device(void* d, const void* s, size_t n) {
@@ -76,6 +87,12 @@ void ProfiledOps::zero(void* p, size_t n) {
 void ProfiledOps::begin_step() {
   PPTRAIN_CHECK(!active_, "op profile: begin_step twice");
   calls_.clear();
+  // Recording is on for the profiled steps only; what ran before (the previous profiled
+  // step's tail, evaluation) is not this step's.
+  if (recorder_) {
+    (void)recorder_->collect();
+    recorder_->start();
+  }
   active_ = true;
 }
 
@@ -91,6 +108,12 @@ void ProfiledOps::end_step(double step_ms) {
     s.ms += t[2 * k + 1] - t[2 * k];
     s.flops += calls_[k].second.flops;
     s.bytes += calls_[k].second.bytes;
+  }
+  if (recorder_) {
+    std::vector<const char*> call_ops;
+    for (const auto& [id, cost] : calls_) call_ops.push_back(op_name(id));
+    kernels_.add_step(recorder_->collect(), call_ops);
+    recorder_->stop();
   }
   ++steps_;
   step_ms_ += step_ms;
@@ -143,7 +166,8 @@ std::string ProfiledOps::table(int world_rank, double ceiling) const {
                   gbs > 0 ? fmt("%.1f", gbs).c_str() : "-");
     out += line;
   }
-  out.pop_back();  // the last newline: log lines add their own
+  if (recorder_) out += kernels_.table(step);
+  else out.pop_back();  // the last newline: log lines add their own
   return out;
 }
 
@@ -166,7 +190,7 @@ std::string ProfiledOps::json(int world_rank, double ceiling) const {
                fmt("%.17g", s.bytes * per), "}");
     first = false;
   }
-  return out + "]}";
+  return out + "]" + (recorder_ ? ", " + kernels_.json_fields(step) : std::string()) + "}";
 }
 
 }  // namespace pptrain

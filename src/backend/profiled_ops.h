@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/kernel_profile.h"
 #include "backend/ops.h"
 
 namespace pptrain {
@@ -70,6 +71,12 @@ class ProfiledOps final : public Ops {
   PPTRAIN_EACH_OP(PPTRAIN_PROFILED_OP)
 #undef PPTRAIN_PROFILED_OP
 
+  // Also records the kernels the device runs for each op call of the profiled steps
+  // (logging.kernel_profile; Ops::make_kernel_recorder: cuda's CUPTI). Throws Error on a
+  // backend without kernels or where the recorder cannot start (one line).
+  void record_kernels();
+  const KernelProfile* kernels() const { return recorder_ ? &kernels_ : nullptr; }
+
   // The ops between begin_step and end_step count; end_step waits for the backend to reach
   // the last mark and adds the step, whose wall time the caller measured around it.
   void begin_step();
@@ -105,6 +112,8 @@ class ProfiledOps final : public Ops {
   };
   std::unique_ptr<Ops> inner_;
   std::unique_ptr<OpClock> clock_;
+  std::unique_ptr<KernelRecorder> recorder_;
+  KernelProfile kernels_;
   bool active_ = false;
   std::vector<std::pair<OpId, OpCost>> calls_;  // this step's, in order
   std::array<OpStats, size_t(OpId::count)> stats_{};

@@ -184,6 +184,7 @@ std::map<std::string, Section> schema(Config& c) {
   l["sample_every"] = int_field(&c.logging.sample_every);
   l["op_profile"] = int_field(&c.logging.op_profile);
   l["op_profile_file"] = string_field(&c.logging.op_profile_file);
+  l["kernel_profile"] = bool_field(&c.logging.kernel_profile);
   auto& r = s["runtime"];
   r["watchdog_s"] = double_field(&c.runtime.watchdog_s);
   return s;

@@ -190,6 +190,9 @@ struct LoggingConfig {
   // off (backend/profiled_ops.h). The table goes to the log, the JSON to op_profile_file.
   int op_profile = 0;
   std::string op_profile_file;         // "" = none; rank N > 0 writes PATH.rankN
+  // Also the kernels the device ran for each op in those steps (cuda: CUPTI activity
+  // records; backend/kernel_profile.h): a second table, "kernels" in the JSON, a trace track.
+  bool kernel_profile = false;
 };
 
 // The run's own health (runtime/watchdog.h).

@@ -239,6 +239,10 @@ void validate(const Config& c) {
   require_range(c, "logging.op_profile", c.logging.op_profile, 0, INT32_MAX);
   require(c.logging.op_profile_file.empty() || c.logging.op_profile > 0, c, "logging.op_profile_file",
           "needs logging.op_profile > 0 (the steps to profile)");
+  require(!c.logging.kernel_profile || c.logging.op_profile > 0, c, "logging.kernel_profile",
+          "needs logging.op_profile > 0 (the steps whose kernels are recorded)");
+  require(!c.logging.kernel_profile || c.device == "cuda", c, "logging.kernel_profile",
+          "needs device: cuda (the cpu backend runs no kernels to record; its op profile is the whole story)");
   // std::isfinite: a YAML .nan or .inf parses as a double; an infinite wait is spelled 0.
   require(std::isfinite(c.runtime.watchdog_s) && c.runtime.watchdog_s >= 0, c, "runtime.watchdog_s",
           cat("expected a finite number of seconds >= 0 (0 disables the watchdog), got ", c.runtime.watchdog_s));

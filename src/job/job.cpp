@@ -89,6 +89,7 @@ Job::Job(JobPlan plan, MpiComm world, const Faults& faults, std::unique_ptr<Ops>
   // itself; everything built from here on calls the ops through the profiler.
   if (cfg.logging.op_profile > 0) {
     auto profiled = std::make_unique<ProfiledOps>(std::move(ops_));
+    if (cfg.logging.kernel_profile) profiled->record_kernels();
     op_profiler_ = profiled.get();
     ops_ = std::move(profiled);
   }

@@ -44,6 +44,13 @@ void OpProfileWindow::add_to_trace(pipeline::ChromeTrace& trace, int pid, double
   for (const auto& c : calls)
     trace.slice(op_name(c.op), "op", pid, kOpTrack, step_end_us - (last_end - c.start_ms) * 1000.0,
                 (c.end_ms - c.start_ms) * 1000.0);
+  const KernelProfile* kernels = job_.op_profiler()->kernels();
+  if (!kernels || kernels->last_step().empty()) return;
+  double kernels_end = 0;
+  for (const auto& k : kernels->last_step()) kernels_end = std::max(kernels_end, k.end_ms);
+  for (const auto& k : kernels->last_step())
+    trace.slice(k.op + ": " + k.kernel, "kernel", pid, kKernelTrack,
+                step_end_us - (kernels_end - k.start_ms) * 1000.0, (k.end_ms - k.start_ms) * 1000.0);
 }
 
 void OpProfileWindow::finish() {

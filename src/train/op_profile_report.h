@@ -24,7 +24,10 @@ class OpProfileWindow {
   // cuda), placed so that the last one ends where the step ends in the trace
   // (`step_end_us`): the step waits for the device at its end, so that is where the device
   // time line and the host's meet.
+  // With logging.kernel_profile, the step's kernels too, on track kKernelTrack, the same way
+  // (named "op: kernel").
   static constexpr int kOpTrack = 3;  // 0 actions, 1 ZeRO-1, 2 transfers (runtime/executor.h)
+  static constexpr int kKernelTrack = 4;
   void add_to_trace(pipeline::ChromeTrace& trace, int pid, double step_end_us);
 
  private:

@@ -312,6 +312,9 @@ int run_training(Job& job, const TrainingHooks& hooks) {
     trace.thread_name(world_rank, OpProfileWindow::kOpTrack,
                       cfg.device == "cuda" ? "ops of the profiled steps (device time, aligned at the step's end)"
                                            : "ops of the profiled steps");
+  if (cfg.logging.kernel_profile)
+    trace.thread_name(world_rank, OpProfileWindow::kKernelTrack,
+                      "kernels of the profiled steps, per op (device records, aligned at the step's end)");
   double trace_offset_us = 0;
   // Progress is reported only when someone watches it (runtime.watchdog_s > 0).
   Progress progress;

@@ -82,6 +82,7 @@ class CudaOps final : public Ops {
   explicit CudaOps(int device, bool cudnn_attention = false);
   // Timing events recorded on the compute stream (op_clock.cpp).
   std::unique_ptr<OpClock> make_op_clock() override;
+  std::unique_ptr<KernelRecorder> make_kernel_recorder() override;  // kernel_recorder.cpp
   std::string name() const override { return "cuda"; }
   int device() const { return device_; }
   cudaStream_t compute_stream() const { return stream_.get(); }
