@@ -4,6 +4,7 @@
 // predicted and a measured profile of one config differ only in their times.
 #include "core/error.h"
 #include "job/memory_estimate.h"
+#include "partition/profile.h"
 #include "perf_model.h"
 
 namespace pptrain::bench {
@@ -44,25 +45,12 @@ CostProfile predicted_cost_profile(const Config& cfg, const DeviceSpec& dev, con
   if (!(link.gbytes_per_s > 0) || !(link.latency_ms >= 0))
     fail("perf model: the link needs a bandwidth > 0 GB/s and a latency >= 0 ms");
   const ModelConfig& m = cfg.model;
-  CostProfile p;
-  p.device = "cuda";
-  p.precision = cfg.training.precision;
-  p.attention = m.attention;
-  p.n_layer = m.n_layer;
-  p.micro_batch_size = cfg.training.micro_batch_size;
-  p.seq_len = m.seq_len;
-  p.d_model = m.d_model;
-  p.n_head = m.n_head;
-  p.vocab_size = m.vocab_size;
-  p.tp = 1;
-  const double elem = cfg.precision() == Precision::bf16 ? 2 : 4;
+  CostProfile p = profile_header(cfg, 1);
+  p.device = "cuda";  // what the model predicts, whatever device CONFIG names
   const double bytes_per_ms = link.gbytes_per_s * 1e6;
-  p.transfer_bytes = double(p.micro_batch_size) * p.seq_len * p.d_model * elem;  // [B·T, C]
   p.transfer_ms = link.latency_ms + p.transfer_bytes / bytes_per_ms;
   p.allreduce_latency_ms = link.latency_ms;
   p.allreduce_bytes_per_ms = bytes_per_ms;
-  p.allreduce_measured = false;
-  p.allreduce_ranks = 1;
 
   const Config none = with_recompute(cfg, "none");
   const StepPrediction plain = predict_step(none, dev, f, cal);

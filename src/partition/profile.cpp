@@ -212,6 +212,9 @@ AllreduceFit time_allreduce(Communicator& comm, Ops& ops, MpiComm& world, const 
   return fit_allreduce(sizes, ms);
 }
 
+
+}  // namespace
+
 // What a profile is of (its layers measured at `tp`), the stage tensor's size and the
 // one-rank communication model; no layer measured yet.
 CostProfile profile_header(const Config& cfg, int tp) {
@@ -235,8 +238,6 @@ CostProfile profile_header(const Config& cfg, int tp) {
   p.allreduce_measured = false;
   return p;
 }
-
-}  // namespace
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;

@@ -65,6 +65,11 @@ inline constexpr double kDefaultAllreduceLatencyMs = 0.02;
 inline constexpr double kDefaultCpuAllreduceBytesPerMs = 2e6;    // 2 GB/s
 inline constexpr double kDefaultCudaAllreduceBytesPerMs = 5e7;   // 50 GB/s
 
+// What a profile is of (its layers measured at `tp`), the stage tensor's size and the
+// one-rank communication model (transfer_ms 0, the stated all-reduce defaults); no layer
+// measured yet. Also the start of a profile predicted instead (bench/perf_model).
+CostProfile profile_header(const Config& cfg, int tp);
+
 // The whole profile. Collective over `world` (every rank calls it; any multiple of the
 // config's parallel.tp, whatever the rest of its layout). Throws pptrain::Error for ranks
 // that are not a multiple of the tp.
