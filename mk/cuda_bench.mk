@@ -31,6 +31,14 @@ $(BUILD)/bench/attention_check: $(BUILD)/obj/bench/cuda/attention_check.o $(CUDA
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LIB) $(LDLIBS) $(CUDA_LDLIBS)
 EXTRA_TARGETS += $(BUILD)/bench/attention_check
+
+# An outside CUPTI tracer to preload into pptrain (bench/cuda/cupti_preload.cpp;
+# gpu_check.sh's outside_profiler check): CUPTI's headers only, the library opened at run time.
+$(BUILD)/bench/libcupti_preload.so: bench/cuda/cupti_preload.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) -O2 -std=c++20 -shared -fPIC -I$(CUDA_HOME)/include \
+	  $(addprefix -I,$(wildcard $(CUDA_HOME)/extras/CUPTI/include)) $< -o $@ -ldl
+EXTRA_TARGETS += $(BUILD)/bench/libcupti_preload.so
 endif
 
 EXTRA_TARGETS += $(BUILD)/bench/model_flops

@@ -17,6 +17,9 @@
 #   {"check": "trace"}            pp 2 ZB-V with logging.trace: every F/I/W on the ranks' action
 #                                 tracks, every transfer on the transfer track (the file is kept
 #                                 under GPU_CHECK_LOGS)
+#   {"check": "outside_profiler"} pptrain started alone (an Open MPI singleton) with an outside
+#                                 CUPTI tracer preloaded (build/bench/libcupti_preload.so):
+#                                 its steps made, the kernels the tracer counted
 #   {"check": "nccl"}             a run whose groups talk over real NCCL (log: "comm nccl"):
 #                                 dp=2 on two GPUs; a job's groups of one use no NCCL, so on a
 #                                 one-GPU node this check says it cannot run
@@ -138,6 +141,22 @@ if [ "$gpus" -ge 2 ] && [ -f "$WORK/m.yaml" ]; then
   fi
 else
   echo "{\"check\": \"nccl\", \"skipped\": \"one GPU: a job's groups of one use no NCCL communicator, and NCCL does not put two ranks on one device\"}"
+fi
+
+# ---- under an outside profiler --------------------------------------------------------------
+# A CUPTI activity tracer preloaded into a single pptrain (no mpirun: MPI_Init then forks
+# Open MPI's singleton daemon, which must not inherit the preload), as users run nsys-style
+# tracers: the run makes its 10 steps within its timeout and the tracer sees kernels.
+if [ -f "$WORK/m.yaml" ] && [ -f "$BUILD/bench/libcupti_preload.so" ]; then
+  preload=$(realpath "$BUILD/bench/libcupti_preload.so")
+  out=$(LD_PRELOAD=$preload timeout 120 "$BUILD/pptrain" train "$WORK/m.yaml" training.steps=10 training.eval_every=0 \
+        logging.every=1 2>&1)
+  rc=$?
+  steps=$(grep -c '^step [0-9]*/10 ' <<<"$out")
+  records=$(sed -n 's/^cupti_preload: \([0-9]*\) kernel records$/\1/p' <<<"$out" | tail -1)
+  ok=$([ $rc -eq 0 ] && [ "$steps" -eq 10 ] && [ "${records:-0}" -gt 0 ] && echo true || echo false)
+  echo "{\"check\": \"outside_profiler\", \"ok\": $ok, \"exit\": $rc, \"steps\": $steps, \"kernel_records\": ${records:-null}, \"tail\": $(json_string "$([ "$ok" = true ] || tail -3 <<<"$out")")}"
+  [ "$ok" = true ] || fail
 fi
 
 # ---- a pipeline's trace: F/I/W and the transfers beside them -------------------------------
