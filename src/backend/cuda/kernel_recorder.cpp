@@ -86,12 +86,15 @@ const CuptiApi& cupti() {
 #endif
 }
 
-void check(CUptiResult r, const char* call) {
+// `subscribing`: the calls that fail where another profiler (nsys, ncu, a preloaded tracer)
+// holds CUPTI's activity API in this process, which the line then says.
+void check(CUptiResult r, const char* call, bool subscribing = false) {
   if (r == CUPTI_SUCCESS) return;
   const char* text = "unknown CUPTI error";
   cupti().result_string(r, &text);
   fail("logging.kernel_profile: ", call, " failed: ", text,
-       " (another profiler attached to this process, such as nsys or ncu, holds CUPTI: profile with one of them)");
+       subscribing ? " (if a profiler such as nsys or ncu is attached, it holds CUPTI: profile with one of the two)"
+                   : "");
 }
 
 // One record as it came from CUPTI, before the correlation ids are resolved.
@@ -182,7 +185,7 @@ class CuptiRecorder final : public KernelRecorder {
   // node without CUPTI, or a process another profiler holds, fails at start-up.
   CuptiRecorder() {
     if (recorder_alive) fail("logging.kernel_profile: a kernel recorder is already active in this process");
-    check(cupti().register_callbacks(request_buffer, buffer_done), "cuptiActivityRegisterCallbacks");
+    check(cupti().register_callbacks(request_buffer, buffer_done), "cuptiActivityRegisterCallbacks", true);
     start();
     stop();
     recorder_alive = true;
@@ -197,7 +200,7 @@ class CuptiRecorder final : public KernelRecorder {
     recorder_alive = false;
   }
   void start() override {
-    for (CUpti_ActivityKind k : kKinds) check(cupti().enable(k), "cuptiActivityEnable");
+    for (CUpti_ActivityKind k : kKinds) check(cupti().enable(k), "cuptiActivityEnable", true);
     started_ = true;
   }
   void stop() override {
