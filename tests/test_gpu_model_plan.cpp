@@ -165,19 +165,20 @@ TEST(PredictedProfile, GpuModelWritesAProfileThatPptrainPlanRanksLayoutsWith) {
   const CostProfile p = read_cost_profile(profile);
   EXPECT_DOUBLE_EQ(p.transfer_ms, 0.02 + p.transfer_bytes / 150e6);
 
-  auto one = run_command(testing::pptrain_bin() + " plan configs/gpt2_124m_gpu.yaml --ranks 1 --top 1 --profile " +
-                             profile + " 2>&1",
-                         60);
-  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto plan = [&](int ranks) {  // pptrain plan on `ranks` with the predicted profile
+    auto r = run_command(testing::pptrain_bin() + " plan configs/gpt2_124m_gpu.yaml --ranks " + std::to_string(ranks) +
+                             " --top 3 --profile " + profile + " 2>&1",
+                         120);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r;
+  };
+  auto one = plan(1);
   // "   1   1   1   1  1   16    1 1f1b   23.37 ..." : the best one-rank layout's step, 2 decimals
   ASSERT_TRUE(std::regex_search(one.output, m, std::regex("\\n +1 +1 +1 +1 +1 +[0-9]+ +[0-9]+ +\\S+ +([0-9.]+)")))
       << one.output;
   EXPECT_NEAR(std::stod(m[1]), step, 0.006) << one.output;
 
-  auto eight = run_command(testing::pptrain_bin() + " plan configs/gpt2_124m_gpu.yaml --ranks 8 --top 3 --profile " +
-                               profile + " 2>&1",
-                           120);
-  ASSERT_EQ(eight.exit_code, 0) << eight.output;
+  auto eight = plan(8);
   ASSERT_TRUE(std::regex_search(eight.output, m, std::regex("\\n +1 +([0-9]+) +([0-9]+) +([0-9]+) ")))
       << eight.output;
   EXPECT_EQ(std::stoi(m[1]) * std::stoi(m[2]) * std::stoi(m[3]), 8) << eight.output;  // pp·tp·dp fills the ranks
