@@ -159,7 +159,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
   const size_t a_size = Atype == CUDA_R_16BF ? 2 : 4, c_size = Ctype == CUDA_R_16BF ? 2 : 4;
   const float alpha_f = *static_cast<const float*>(alpha), beta_f = *static_cast<const float*>(beta);
   // On the handle's stream (alpha and beta read now, as host pointers are).
-  pptrain::cuda_emu::enqueue_op(handle->stream, {pptrain::cuda_emu::OpActivity::kernel, "cublas_gemm_emulated", 0},
+  pptrain::cuda_emu::enqueue_op(handle->stream, {pptrain::cupti_emu::Op::kernel, "cublas_gemm_emulated", 0},
                                 [=] {
     for (int i = 0; i < batchCount; ++i) {
       const char* a = static_cast<const char*>(A) + i * strideA * a_size;

@@ -232,7 +232,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   const cudaDataType d_type = Ddesc->type;
   const int64_t d_ld = Ddesc->ld;
   const pptrain::emu::Epilogue ep = epilogue(desc);
-  pptrain::cuda_emu::enqueue_op(stream, {pptrain::cuda_emu::OpActivity::kernel, "cublaslt_matmul_emulated", 0},
+  pptrain::cuda_emu::enqueue_op(stream, {pptrain::cupti_emu::Op::kernel, "cublaslt_matmul_emulated", 0},
                                 [=] {
     pptrain::emu::gemm(ta, tb, m, n, k, alpha_f, a, b, beta_f, c, D, d_type, d_ld, ep);
   });

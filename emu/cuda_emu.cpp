@@ -153,7 +153,7 @@ void pptrain::cuda_emu::enqueue_op(cudaStream_t stream, OpActivity what, std::fu
   auto run = [stream, what, correlation, op = std::move(op)] {
     const uint64_t start = cupti::now_ns();
     op();
-    cupti::ran(cupti::Op(int(what.kind)), what.name, what.bytes, uint32_t(reinterpret_cast<uintptr_t>(stream) >> 4),
+    cupti::ran(what.kind, what.name, what.bytes, uint32_t(reinterpret_cast<uintptr_t>(stream) >> 4),
                start, cupti::now_ns(), correlation);
   };
   if (lazy::on()) lazy::queue(stream, std::move(run));
@@ -163,7 +163,7 @@ void pptrain::cuda_emu::enqueue_op(cudaStream_t stream, OpActivity what, std::fu
 namespace {
 // Kernel launches reach enqueue_op through the SIMT emulator's hook (emu.h).
 void queue_launch(pptrain::emu::Stream* stream, const char* name, std::function<void()> op) {
-  pptrain::cuda_emu::enqueue_op(stream, {pptrain::cuda_emu::OpActivity::kernel, name, 0}, std::move(op));
+  pptrain::cuda_emu::enqueue_op(stream, {pptrain::cupti_emu::Op::kernel, name, 0}, std::move(op));
 }
 [[maybe_unused]] const bool kLaunchesHooked = (pptrain::emu::set_stream_queue(&queue_launch), true);
 }  // namespace
@@ -212,7 +212,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind)
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t stream) {
   if (bytes && (!dst || !src)) return cudaErrorInvalidValue;
   if (bytes)
-    pptrain::cuda_emu::enqueue_op(stream, {pptrain::cuda_emu::OpActivity::memcpy, "memcpy", bytes},
+    pptrain::cuda_emu::enqueue_op(stream, {pptrain::cupti_emu::Op::memcpy, "memcpy", bytes},
                                   [=] { std::memmove(dst, src, bytes); });
   return cudaSuccess;
 }
@@ -226,7 +226,7 @@ cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
   if (bytes && !ptr) return cudaErrorInvalidValue;
   if (bytes)
-    pptrain::cuda_emu::enqueue_op(stream, {pptrain::cuda_emu::OpActivity::memset, "memset", bytes},
+    pptrain::cuda_emu::enqueue_op(stream, {pptrain::cupti_emu::Op::memset, "memset", bytes},
                                   [=] { std::memset(ptr, value, bytes); });
   return cudaSuccess;
 }

@@ -4,14 +4,16 @@
 // something needs them. With PPTRAIN_EMU_STREAMS=eager they run to completion at their
 // call instead, and the only asynchronous work is what the emulated NCCL (nccl_emu.h)
 // queues on a stream with enqueue_stream_work (its MPI transfers); an event then captures
-// the work pending on its stream when recorded and is complete once that work is. Names, signatures and error codes follow cuda_runtime_api.h
-// so src/backend/cuda compiles unchanged against either header.
+// the work pending on its stream when recorded and is complete once that work is. Names,
+// signatures and error codes follow cuda_runtime_api.h so src/backend/cuda compiles
+// unchanged against either header.
 #pragma once
 #include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
 
+#include "emu/cupti_emu.h"
 #include "emu/emu.h"  // cudaStream_t = pptrain::emu::Stream*
 
 enum cudaError_t {
@@ -112,7 +114,7 @@ bool lazy_streams();
 // What an operation is, for the emulated CUPTI's activity records (cupti_emu.h): a kernel
 // (a GEMM too, as cuBLAS runs one), a copy or a fill, with its name and bytes.
 struct OpActivity {
-  enum Kind { kernel, memcpy, memset } kind = kernel;
+  cupti_emu::Op kind = cupti_emu::Op::kernel;
   const char* name = "";
   size_t bytes = 0;
 };
