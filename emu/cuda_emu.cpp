@@ -5,6 +5,7 @@
 // the work its stream had pending when it was recorded: the eager streams of
 // PPTRAIN_EMU_STREAMS=eager. By default (lazy::on()) the calls below defer to
 // lazy_streams_emu.cpp instead.
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -23,14 +24,31 @@ using WorkList = std::vector<std::shared_ptr<StreamWork>>;
 
 namespace lazy = pptrain::cuda_emu::lazy;
 
+using Clock = std::chrono::steady_clock;
+
 struct CUevent_st {
   WorkList work;    // what the stream had pending at the last cudaEventRecord
   lazy::Mark mark;  // lazy streams: where its stream stood then
   bool recorded = false;
-  std::chrono::steady_clock::time_point at;  // the host's clock at the last record
+  // The event's time: eager, the host's clock at the last record; lazy, the clock when its
+  // stream reached it (an item queued at the record sets it), so the time between two events
+  // is what the work between them took to run, as on a GPU. Shared with that item: the event
+  // may be recorded again or destroyed before its stream gets there.
+  std::shared_ptr<Clock::time_point> at = std::make_shared<Clock::time_point>();
 };
 
 namespace {
+
+// Host waits for device work the program asked for (pptrain::cuda_emu::host_waits).
+std::atomic<uint64_t> waits_counted{0};
+void count_wait() { waits_counted.fetch_add(1, std::memory_order_relaxed); }
+// PPTRAIN_EMU_HOST_WAITS set: the total at exit, on stderr.
+struct WaitReport {
+  ~WaitReport() {
+    if (std::getenv("PPTRAIN_EMU_HOST_WAITS"))
+      std::fprintf(stderr, "emulated cuda: %llu host waits\n", (unsigned long long)waits_counted.load());
+  }
+} wait_report;
 
 // Pending work per stream (nullptr: the default stream). The mutex guards the table only;
 // waiting happens outside it.
@@ -173,6 +191,7 @@ void pptrain::cuda_emu::run_queued_ops(cudaStream_t stream) {
 }
 
 cudaError_t cudaDeviceSynchronize() {
+  count_wait();
   if (lazy::on()) return lazy::run_all();
   std::vector<cudaStream_t> streams;
   {
@@ -195,6 +214,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
 }
 cudaError_t cudaFree(void* ptr) {
   // cudaFree waits for the device: work still queued may use the memory.
+  if (ptr) count_wait();
   if (lazy::on())
     if (cudaError_t err = lazy::run_all(); err != cudaSuccess) return err;
   std::free(ptr);
@@ -253,8 +273,13 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   return result;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  count_wait();
+  return pptrain::cuda_emu::finish_stream(stream);
+}
+cudaError_t pptrain::cuda_emu::finish_stream(cudaStream_t stream) {
   return lazy::on() ? lazy::run(stream, lazy::kAll, true) : synchronize(stream);
 }
+uint64_t pptrain::cuda_emu::host_waits() { return waits_counted.load(std::memory_order_relaxed); }
 // On a GPU the stream waits and the host goes on; in emulation the host waits here for the
 // event's work, which orders everything queued on `stream` afterwards the same way (only
 // later, so the emulation can never run ahead of what a GPU allows).
@@ -275,10 +300,14 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (!event) return cudaErrorInvalidResourceHandle;
   cudaError_t status = cudaSuccess;
-  if (lazy::on()) event->mark = lazy::mark(stream);
-  else event->work = pending_of(stream, &status);
+  event->at = std::make_shared<Clock::time_point>(Clock::now());
+  if (lazy::on()) {
+    lazy::queue(stream, [at = event->at] { *at = Clock::now(); });
+    event->mark = lazy::mark(stream);
+  } else {
+    event->work = pending_of(stream, &status);
+  }
   event->recorded = true;
-  event->at = std::chrono::steady_clock::now();
   return status;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
@@ -286,11 +315,12 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   if (lazy::on() && (!lazy::reached(start->mark) || !lazy::reached(end->mark))) return cudaErrorNotReady;
   for (cudaEvent_t e : {start, end})
     if (cudaError_t status = settle(e->work, false); status != cudaSuccess) return status;
-  *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
+  *ms = std::chrono::duration<float, std::milli>(*end->at - *start->at).count();
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (!event) return cudaErrorInvalidResourceHandle;
+  count_wait();
   if (lazy::on()) return lazy::run(event->mark.stream, event->mark.seq, true);
   return settle(event->work, true);
 }

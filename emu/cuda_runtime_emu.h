@@ -9,6 +9,7 @@
 // unchanged against either header.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -75,8 +76,9 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventQuery(cudaEvent_t event);
 // Milliseconds from `start` to `end`, both recorded and reached (cudaErrorNotReady while
-// either has work pending). An event's time is the host's clock at its record (the
-// emulator's kernels take no device time of their own).
+// either has work pending). An event's time is the host's clock when its stream reached it
+// (lazy streams: the time between two events is what the work between them took to run) or,
+// with PPTRAIN_EMU_STREAMS=eager, at its record.
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
 // ---- emulator extension (not CUDA API) --------------------------------------------------------
@@ -124,5 +126,13 @@ void enqueue_op(cudaStream_t stream, OpActivity what, std::function<void()> op);
 // Lazy streams: runs what `stream` holds up to the first transfer still in flight (never
 // blocking on one): what the emulated NCCL calls before it posts a transfer.
 void run_queued_ops(cudaStream_t stream);
+// Runs `stream` to its end, as cudaStreamSynchronize does but not counted as the program's
+// wait: what an emulated library (nccl_emu.cpp) does to order its own work after the stream's.
+cudaError_t finish_stream(cudaStream_t stream);
+// How many times the program has waited on the host for device work: calls of
+// cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize and cudaFree (which
+// waits for the device on a GPU). With PPTRAIN_EMU_HOST_WAITS set, the total is printed to
+// stderr at exit ("emulated cuda: N host waits"): the tests count a step's waits with it.
+uint64_t host_waits();
 
 }  // namespace pptrain::cuda_emu

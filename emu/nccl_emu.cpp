@@ -315,7 +315,7 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
   if (mop == MPI_OP_NULL) return warn(ncclInvalidArgument, call, ": reduction ", int(op), " is not emulated");
   if (count && (!sendbuff || !recvbuff)) return warn(ncclInvalidArgument, call, ": null buffer");
   // Stream order: what was queued on the stream before this call finishes first.
-  if (cudaError_t err = cudaStreamSynchronize(stream); err != cudaSuccess)
+  if (cudaError_t err = pptrain::cuda_emu::finish_stream(stream); err != cudaSuccess)
     return warn(ncclUnhandledCudaError, call, ": cudaStreamSynchronize: ", cudaGetErrorString(err));
   const size_t elem = type_size(type);
   // bf16 is reduced in fp32: widened here, rounded once into recvbuff below.
@@ -354,7 +354,7 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
   if (recvcount == 0) return ncclSuccess;
   if (!sendbuff || !recvbuff) return warn(ncclInvalidArgument, call, ": null buffer");
   if (recvcount > size_t(INT_MAX)) return warn(ncclInvalidArgument, call, ": ", recvcount, " elements per rank");
-  if (cudaError_t err = cudaStreamSynchronize(stream); err != cudaSuccess)
+  if (cudaError_t err = pptrain::cuda_emu::finish_stream(stream); err != cudaSuccess)
     return warn(ncclUnhandledCudaError, call, ": cudaStreamSynchronize: ", cudaGetErrorString(err));
   // MPI may not receive where it reads: the part lands in a temporary first.
   std::vector<float> part(recvcount);  // [recvcount]
@@ -374,7 +374,7 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
   if (sendcount == 0) return ncclSuccess;
   if (!sendbuff || !recvbuff) return warn(ncclInvalidArgument, call, ": null buffer");
   if (sendcount * elem > size_t(INT_MAX)) return warn(ncclInvalidArgument, call, ": ", sendcount, " elements per rank");
-  if (cudaError_t err = cudaStreamSynchronize(stream); err != cudaSuccess)
+  if (cudaError_t err = pptrain::cuda_emu::finish_stream(stream); err != cudaSuccess)
     return warn(ncclUnhandledCudaError, call, ": cudaStreamSynchronize: ", cudaGetErrorString(err));
   // Bytes: an all-gather copies, whatever the type.
   const int bytes = int(sendcount * elem);

@@ -330,10 +330,11 @@ TEST(Profile, BytesOfATinyModelAreWhatItsShapesGive) {
   EXPECT_EQ(p.block.act_fi_bytes, 0);
   EXPECT_EQ(p.block.act_iw_bytes, 13320 + 960);
   // head: ln_f 2C = 16 and the tied wte 88: 104 elements. Slot: h, dh [N,C], logits
-  // [N,V] = 405 floats, row statistics and layernorm 5·15 fp32: 1920 bytes; no output.
+  // [N,V] = 405 floats, row statistics and layernorm 5·15 fp32: 1920 bytes, and the summed
+  // loss (one double): 1928; no output.
   EXPECT_EQ(p.head.param_bytes, 104 * 8);
   EXPECT_EQ(p.head.optim_bytes, 104 * 8);
-  EXPECT_EQ(p.head.act_iw_bytes, 1920);
+  EXPECT_EQ(p.head.act_iw_bytes, 1928);
   EXPECT_EQ(tied_embedding_param_bytes(p), 88 * 8);
   EXPECT_EQ(tied_embedding_optim_bytes(p), 88 * 8);
   EXPECT_GT(p.update_ns_per_param, 0);

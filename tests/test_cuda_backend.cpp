@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/buffer.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/ops.h"
@@ -366,7 +367,9 @@ TEST(CudaBackendOps, VocabParallelCrossEntropyWithPadding) {
     r.ops().ce_row_max(r.f("rmax"), r.f("logits"), n, vl, valid);
     r.ops().ce_sumexp_target(r.f("sumexp"), r.f("target_logit"), r.f("logits"), r.f("rmax"), targets, n, vl,
                              valid, v0);
-    double loss = r.ops().ce_loss_sum(r.f("rmax"), r.f("sumexp"), r.f("target_logit"), n);
+    Buffer<double> loss_sum(r.ops(), 1);  // where the backend writes the loss
+    r.ops().ce_loss_sum(loss_sum.data(), r.f("rmax"), r.f("sumexp"), r.f("target_logit"), n);
+    const double loss = loss_sum.to_host()[0];
     r.ops().ce_backward(r.f("dlogits"), r.f("logits"), r.f("rmax"), r.f("sumexp"), targets, n, vl, valid, v0,
                         1.0f / n);
     return loss;

@@ -67,7 +67,8 @@ TEST(PredictedProfile, ThePassesAddUpToTheStepAndEachIsItsOwnOps) {
     expect_same_ms(mb * (pass_sum(p.embedding) + L * pass_sum(p.block) + pass_sum(p.head)) + p.update_ms, p.step_ms,
                    "passes against the step");
     // Each pass holds its own lines: W the weight gradients, the update the optimizer's.
-    expect_same_ms(p.update_ms * 1, sum_ms(p, {"zero gradients", "gradient norm (sum of squares)",
+    expect_same_ms(p.update_ms * 1, sum_ms(p, {"the microbatches' losses to the host", "zero gradients",
+                                               "gradient norm (sum of squares)",
                                                "adamw (+ clip factor, + bf16 copy)", "adamw (+ clip factor)"}),
                    "update");
     expect_same_ms(mb * p.embedding.w, sum_ms(p, {"embedding wgrad (scatter-add)"}), "embedding W");

@@ -43,7 +43,7 @@ CpuCe cpu_ce(const std::vector<float>& logits, const std::vector<int32_t>& targe
   cpu->ce_row_max(r.rmax.data(), logits.data(), n, vl, valid);
   cpu->ce_sumexp_target(r.sumexp.data(), r.target_logit.data(), logits.data(), r.rmax.data(),
                         targets.data(), n, vl, valid, v0);
-  r.loss = cpu->ce_loss_sum(r.rmax.data(), r.sumexp.data(), r.target_logit.data(), n);
+  cpu->ce_loss_sum(&r.loss, r.rmax.data(), r.sumexp.data(), r.target_logit.data(), n);
   cpu->ce_backward(r.dlogits.data(), logits.data(), r.rmax.data(), r.sumexp.data(), targets.data(),
                    n, vl, valid, v0, scale);
   return r;

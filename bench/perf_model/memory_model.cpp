@@ -34,8 +34,8 @@ ActivationBytes activation_bytes(const std::string& attention, const ModelDims& 
   const double n = d.rows(), c = d.d_model, e = double(elem);
   a.block = block_slot_bytes(attention, d, elem);
   // Head::slot_bytes: h, dh [N,C] and logits [N,VL] of the storage type; mean, rstd and the
-  // three row statistics [N] fp32.
-  a.head = e * (2 * n * c + n * d.local_vocab()) + 4.0 * 5 * n;
+  // three row statistics [N] fp32; the summed loss, one double.
+  a.head = e * (2 * n * c + n * d.local_vocab()) + 4.0 * 5 * n + 8.0;
   // Stage::activation_bytes_per_microbatch: an input and an input gradient [N,C] per layer
   // boundary, layers = embedding + L blocks + head, boundaries = layers + 1.
   a.stage_io = 2 * n * c * e * (d.n_layer + 3);

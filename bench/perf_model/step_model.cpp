@@ -341,7 +341,7 @@ StepPrediction predict_step(const Config& cfg, const DeviceSpec& dev, const Frac
   s.add("cross-entropy (fused: statistics and dlogits)", "ce_fused", mb,
         op_costs::ce_fused(a.act(), a.stats(), a.stats(), a.stats(), a.act(), a.ids(), n, v, valid, 1.0f),
         Kind::memory);
-  s.add("cross-entropy loss sum", "ce_loss_sum", mb, op_costs::ce_loss_sum(a.stats(), a.stats(), a.stats(), n),
+  s.add("cross-entropy loss sum", "ce_loss_sum", mb, op_costs::ce_loss_sum(nullptr, a.stats(), a.stats(), a.stats(), n),
         Kind::memory);
   s.at(r.head.i);
   head.dgrad("lm head dgrad", n, c, v);
@@ -365,14 +365,16 @@ StepPrediction predict_step(const Config& cfg, const DeviceSpec& dev, const Frac
   s.add("embedding wgrad (scatter-add)", "embedding_backward_weight", mb,
         op_costs::embedding_backward_weight(a.stats(), d.llama ? nullptr : a.stats(), a.act(), a.ids(), n, t, c, 0, v),
         Kind::memory);
-  // the microbatch's tokens and targets to the device (with the embedding's forward)
+  // every microbatch's tokens and targets to the device in one copy (with the embedding's
+  // forward)
   s.at(r.embedding.f);
-  s.add("tokens and targets to the device", "copy_to_device", 2 * mb, OpCost{0, 4.0 * n}, Kind::memory);
+  s.add("tokens and targets to the device", "copy_to_device", 1, OpCost{0, 2 * 4.0 * n * mb}, Kind::memory);
 
   // per step, over every parameter P: zero the gradients, their norm (one reduction over the
   // flat arena), AdamW (param, grad, m, v in; param, m, v out, fp32; + the bf16 working copy)
   const double p = step_parameters(cfg.model);
   s.at(s.update_ms);
+  s.add("the microbatches' losses to the host", "copy_to_host", 1, OpCost{0, 8.0 * mb}, Kind::memory);
   s.add("zero gradients", "zero", 1, OpCost{0, 4 * p}, Kind::memory);
   s.add("gradient norm (sum of squares)", "sum_squares", 1, op_costs::sum_squares(a.stats(), size_t(p)), Kind::memory);
   AdamwTensor all{a.stats(), a.stats(), a.stats(), elem == 2 ? a.act() : View(nullptr),

@@ -137,8 +137,8 @@ OpCost ce_sumexp_target(float* sumexp, float* target_logit, ConstView logits, co
                         const int32_t* targets, int n, int vl, int valid, int v0) {
   return {0, es(logits) * n * double(vl)};
 }
-OpCost ce_loss_sum(const float* rmax, const float* sumexp, const float* target_logit, int n) {
-  return {0, kF32 * 3.0 * n};
+OpCost ce_loss_sum(double* loss, const float* rmax, const float* sumexp, const float* target_logit, int n) {
+  return {0, kF32 * 3.0 * n + sizeof(double)};
 }
 OpCost ce_backward(View dlogits, ConstView logits, const float* rmax, const float* sumexp, const int32_t* targets,
                    int n, int vl, int valid, int v0, float scale) {

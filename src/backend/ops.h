@@ -289,10 +289,12 @@ struct AdamwTensor {
            (float* sumexp, float* target_logit, ConstView logits, const float* rmax,               \
             const int32_t* targets, int n, int vl, int valid, int v0),                             \
            (sumexp, target_logit, logits, rmax, targets, n, vl, valid, v0))                        \
-  /* Σ_rows (log(sumexp) + rmax - target_logit): the summed loss, returned to the host. */         \
-  OP(double, ce_loss_sum,                                                                          \
-     (const float* rmax, const float* sumexp, const float* target_logit, int n),                   \
-     (rmax, sumexp, target_logit, n))                                                              \
+  /* loss[0] = Σ_rows (log(sumexp) + rmax - target_logit), the summed loss, in double in the      \
+     backend's memory: the caller reads it when it needs it (a step reads its microbatches'        \
+     losses once, after the pipeline, instead of waiting for each). */                            \
+  OP(void, ce_loss_sum,                                                                            \
+     (double* loss, const float* rmax, const float* sumexp, const float* target_logit, int n),     \
+     (loss, rmax, sumexp, target_logit, n))                                                        \
   /* dlogits[N,VL] = scale · (softmax - onehot(target)); padding columns get 0. May alias          \
      logits. */                                                                                    \
   LAUNCHED(void, ce_backward,                                                                      \

@@ -28,6 +28,9 @@ const FaultKind kFaultKinds[] = {
     {"skip_recompute", "", false,
      "under training.recompute this rank's blocks skip the forward they re-run at the start of I, so I reads "
      "what earlier passes left in the recompute scratch"},
+    {"sync_each_action", "", false,
+     "this rank's host waits for the backend after every compute action of the pipeline (as the executor once "
+     "did): slower on a GPU, the same numbers"},
     {"drop_microbatch", "MICROBATCH", false,
      "this rank skips the W (weight-gradient pass) of that microbatch, losing its contribution"},
     {"skip_weight_decay", "", false, "AdamW on this rank applies no weight decay"},

@@ -104,10 +104,10 @@ BlockBytes block_bytes(const ModelDims& d, double s) {
 }
 
 // The head's slot without its logits: h, dh [N,C] in the storage type; mean, rstd [N] and
-// the row statistics [3N] in fp32.
+// the row statistics [3N] in fp32; the summed loss (one double).
 double head_slot_bytes_without_logits(const ModelDims& d, double s) {
   const double n = rows(d), c = d.d_model;
-  return s * 2 * n * c + kFp32 * 5 * n;
+  return s * 2 * n * c + kFp32 * 5 * n + sizeof(double);
 }
 
 double storage_bytes(Precision p) { return p == Precision::bf16 ? kBf16 : kFp32; }
@@ -335,6 +335,10 @@ MemoryEstimate estimate_rank_memory(const Config& cfg, const pipeline::Schedule&
   if (logits) e.items.push_back({cat("logits [B*T, vocab/tp] of ", most_live, " microbatch(es)"), logits});
   if (pending) e.items.push_back({"io buffers of microbatches with sends pending", pending});
   e.items.push_back({"token buffers", 2 * kInt32 * double(cfg.parallel.microbatches) * rows(dims)});
+  // The executors' (training and evaluation) summed loss per microbatch, where the head
+  // writes them (runtime/executor.h), on the rank of the last stage.
+  const bool last = std::any_of(mine.begin(), mine.end(), [](const StageSpec& s) { return s.has_head; });
+  if (last) e.items.push_back({"microbatch losses (training and evaluation)", 2 * 8.0 * cfg.parallel.microbatches});
   e.items.push_back({"workspace", workspace_bytes(cfg)});
   return e;
 }

@@ -59,7 +59,7 @@ MemoryReport predicted_memory_report(const Config& cfg, const pipeline::Schedule
   r.activations = e.bytes_of("activation slots");
   r.logits = e.bytes_of("logits");
   r.pending_sends = e.bytes_of("io buffers");
-  r.buffers = e.bytes_of("token buffers") + r.pending_sends;
+  r.buffers = e.bytes_of("token buffers") + e.bytes_of("microbatch losses") + r.pending_sends;
   r.workspace = e.bytes_of("workspace");
   // Whatever the estimate counts under another name still reaches the total.
   r.other = std::max(0.0, e.total() - r.total());

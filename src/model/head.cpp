@@ -30,13 +30,14 @@ std::unique_ptr<typename Head<T>::Slot> Head<T>::make_slot() {
   s->logits = Buffer<T>(ops_, n * dims_.local_vocab());
   s->stats = Buffer<float>(ops_, 3 * n);
   s->dh = Buffer<T>(ops_, n * c);
+  s->loss = Buffer<double>(ops_, 1);
   return s;
 }
 
 template <typename T>
 size_t Head<T>::slot_bytes() const {
   const size_t n = dims_.rows(), c = dims_.d_model;
-  return sizeof(T) * (n * c * 2 + n * size_t(dims_.local_vocab())) + sizeof(float) * n * 5;
+  return sizeof(T) * (n * c * 2 + n * size_t(dims_.local_vocab())) + sizeof(float) * n * 5 + sizeof(double);
 }
 
 template <typename T>
@@ -51,7 +52,7 @@ void Head<T>::final_norm_and_logits(Slot& s, const T* x) {
 }
 
 template <typename T>
-double Head<T>::logits_and_loss(Slot& s, const T* x, const MicrobatchData& data) {
+void Head<T>::logits_and_loss(Slot& s, const T* x, const MicrobatchData& data, double* loss) {
   const int n = dims_.rows(), vl = dims_.local_vocab();
   const int valid = dims_.valid_vocab(), v0 = dims_.vocab_offset();
   final_norm_and_logits(s, x);
@@ -62,7 +63,7 @@ double Head<T>::logits_and_loss(Slot& s, const T* x, const MicrobatchData& data)
   if (dims_.tp > 1) tp_.allreduce(rmax, size_t(n), ReduceOp::Max);
   ops_.ce_sumexp_target(sumexp, target, s.logits.data(), rmax, data.targets, n, vl, valid, v0);
   if (dims_.tp > 1) tp_.allreduce(sumexp, 2 * size_t(n), ReduceOp::Sum);  // sumexp and target
-  return ops_.ce_loss_sum(rmax, sumexp, target, n);
+  ops_.ce_loss_sum(loss, rmax, sumexp, target, n);
 }
 
 template <typename T>
@@ -70,6 +71,8 @@ void Head<T>::forward(int mb, const T* x, T*, const MicrobatchData& data) {
   Slot& s = slots_.acquire(mb, [this] { return make_slot(); });
   s.x = x;
   s.has_dh = false;
+  double* loss = data.loss_sum ? data.loss_sum : s.loss.data();
+  s.loss_at = loss;
   const int n = dims_.rows();
   float* rmax = s.stats.data();
   if (dims_.tp == 1) {
@@ -78,12 +81,19 @@ void Head<T>::forward(int mb, const T* x, T*, const MicrobatchData& data) {
     final_norm_and_logits(s, x);
     ops_.ce_fused(s.logits.data(), rmax, rmax + n, rmax + 2 * n, s.logits.data(), data.targets, n,
                   dims_.local_vocab(), dims_.valid_vocab(), loss_scale_);
-    s.loss_sum = ops_.ce_loss_sum(rmax, rmax + n, rmax + 2 * n, n);
+    ops_.ce_loss_sum(loss, rmax, rmax + n, rmax + 2 * n, n);
     return;
   }
-  s.loss_sum = logits_and_loss(s, x, data);
+  logits_and_loss(s, x, data, loss);
   ops_.ce_backward(s.logits.data(), s.logits.data(), rmax, rmax + n, data.targets, n,
                    dims_.local_vocab(), dims_.valid_vocab(), dims_.vocab_offset(), loss_scale_);
+}
+
+template <typename T>
+double Head<T>::loss_sum(int mb) {
+  double host = 0;
+  ops_.copy_to_host(&host, slots_.get(mb).loss_at, sizeof(double));
+  return host;
 }
 
 template <typename T>

@@ -33,8 +33,9 @@ class Head final : public Layer<T> {
   void backward_weight(int mb) override;
   void discard(int mb) override { slots_.release(mb); }
   size_t slot_bytes() const override;
-  // Σ over the microbatch's tokens of -log p(target); valid after forward.
-  double loss_sum(int mb) { return slots_.get(mb).loss_sum; }
+  // Σ over the microbatch's tokens of -log p(target), read after forward (a host wait on a
+  // GPU; MicrobatchData::loss_sum is the way without one).
+  double loss_sum(int mb);
   // Row `row` of dlogits[N,VL] after forward, widened to fp32 into host out[VL]: with loss
   // scale 1 and no target in the shard (target -1) this is the softmax itself, which
   // sampling reads.
@@ -48,14 +49,15 @@ class Head final : public Layer<T> {
     Buffer<T> logits;                     // [N,VL]: dlogits after forward
     Buffer<float> stats;                  // [3N]: row max, sum-exp, target logit (fp32)
     Buffer<T> dh;                         // [N,C]
-    double loss_sum = 0;
+    Buffer<double> loss;                  // [1]: the summed loss, unless the caller gave a place
+    const double* loss_at = nullptr;      // where forward wrote it
     bool has_dh = false;
   };
   std::unique_ptr<Slot> make_slot();
   void final_norm_and_logits(Slot& s, const T* x);  // s.h, s.mean/rstd, s.logits from x
   // The split cross-entropy of a vocabulary shard (tp > 1: statistics all-reduced between
-  // the calls); returns the summed loss.
-  double logits_and_loss(Slot& s, const T* x, const MicrobatchData& data);
+  // the calls); the summed loss into `loss`.
+  void logits_and_loss(Slot& s, const T* x, const MicrobatchData& data, double* loss);
 
   Ops& ops_;
   ModelDims dims_;

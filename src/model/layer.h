@@ -23,6 +23,10 @@ namespace pptrain {
 struct MicrobatchData {
   const int32_t* tokens = nullptr;
   const int32_t* targets = nullptr;
+  // Where the head writes the microbatch's summed loss (one double in backend memory), or
+  // null: into its own slot. The executor gathers a step's losses this way and reads them
+  // together, without a host wait per microbatch.
+  double* loss_sum = nullptr;
 };
 
 template <typename T>

@@ -53,7 +53,9 @@ class Stage {
   virtual void release(int mb) = 0;
   virtual void discard(int mb) = 0;            // frees it without backward (evaluation)
 
-  virtual double loss_sum(int mb) = 0;         // last stage only, after forward
+  // Last stage only, after forward: the microbatch's summed loss, read now (a host wait on
+  // a GPU; MicrobatchData::loss_sum gathers it without one).
+  virtual double loss_sum(int mb) = 0;
   virtual void set_loss_scale(float s) = 0;    // last stage only
   // Last stage only, after forward: row `row` of dlogits[N,VL] as fp32 into host out[VL].
   virtual void head_dlogits_row(int mb, int row, float* out) = 0;

@@ -31,13 +31,17 @@ PipelineExecutor::PipelineExecutor(Ops& ops, std::map<int, Stage*> stages,
     : ops_(ops), stages_(std::move(stages)), schedule_(schedule), pp_rank_(pp_rank), pp_(pp_comm),
       bytes_(transfer_bytes(stages_, pp_rank)), total_stages_(schedule.pp * schedule.stages_per_rank) {
   if (const Fault* f = faults.find("drop_microbatch")) dropped_microbatch_ = std::stoi(f->target);
+  sync_each_action_ = faults.find("sync_each_action") != nullptr;
   const auto& actions = schedule_.program.at(pp_rank_);
+  size_t losses = 0;
   for (size_t pos = 0; pos < actions.size(); ++pos) {
     const pipeline::Action& a = actions[pos];
     if (a.op == Op::SEND_F || a.op == Op::SEND_B) last_send_[{a.stage, a.microbatch}] = pos;
     if (a.op == Op::F) first_forward_.emplace(a.stage, pos);  // keeps the first
     if (a.op == Op::W || a.op == Op::B) last_backward_[a.stage] = pos;
+    if (a.op == Op::F && local(a.stage) && stages_.at(a.stage)->spec().has_head) ++losses;
   }
+  if (losses) losses_ = Buffer<double>(ops_, losses);
 }
 
 int PipelineExecutor::rank_of(int stage) const {
@@ -90,7 +94,7 @@ void PipelineExecutor::wait_recv(const Key& key, Timeline& timeline) {
   tick();
   double t1 = timeline.now_us();
   const std::string name = cat(stage, dir == Direction::Forward ? "RECV_F" : "RECV_B", mb);
-  timeline.add("wait " + name, t0, t1, false);
+  timeline.add("wait " + name, t0, t1, false, kWaitTrack);
   transfer_done(name, it->second.posted_us);
   recvs_.erase(it);
 }
@@ -125,19 +129,36 @@ void PipelineExecutor::poll_unreleased(bool wait_all) {
   }
 }
 
-// A compute action's end on the timeline. The cuda backend only queues work, so the host
-// waits for the compute stream first: the bubble and the trace then show when the GPU ran
-// the action, not when the host queued it. The cost is one launch latency per action
-// (microseconds against milliseconds of work); transfers on their own streams go on.
-void PipelineExecutor::end_compute(const pipeline::Action& a, double start_us, Timeline& timeline) {
-  ops_.synchronize();
-  timeline.add(pipeline::to_string(a), start_us, timeline.now_us(), true);
+void PipelineExecutor::begin_compute(const pipeline::Action& a) {
+  computed_.push_back({pipeline::to_string(a), marks_, marks_ + 1});
+  clock_->mark(marks_++);
+}
+
+void PipelineExecutor::end_compute() {
+  clock_->mark(marks_++);
+  if (sync_each_action_) ops_.synchronize();
   tick();
 }
 
+// The compute actions on the timeline, from their marks: the host waits here, once, for the
+// backend to run what the program issued (cuda: the last mark's event), and the times are
+// placed so that the last action ends now. On a GPU the host is then at most a few
+// microseconds behind the device's end; on the cpu backend the marks are the host's clock.
+void PipelineExecutor::finish_compute(Timeline& timeline) {
+  if (!marks_) return;
+  const std::vector<double> ms = clock_->resolve(marks_);
+  const double end_us = timeline.now_us(), last_ms = ms.back();
+  for (const ComputeSpan& c : computed_)
+    timeline.add(c.name, end_us - (last_ms - ms[c.begin]) * 1000.0, end_us - (last_ms - ms[c.end]) * 1000.0, true);
+  computed_.clear();
+  marks_ = 0;
+}
+
 double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& timeline) {
-  double loss = 0;
   timeline_ = &timeline;
+  if (!clock_) clock_ = ops_.make_op_clock();
+  computed_.clear();
+  marks_ = loss_count_ = 0;
   const auto& actions = schedule_.program.at(pp_rank_);
   for (size_t pos = 0; pos < actions.size(); ++pos) {
     position_ = pos;
@@ -178,13 +199,18 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
         if (hooks_.before_first_forward && first_forward_.at(s) == pos) hooks_.before_first_forward(s);
         wait_recv({Direction::Forward, s, mb}, timeline);
         report_wait(a, kComputing);
-        double t0 = timeline.now_us();
-        st.forward(mb, data.at(mb));
-        if (st.spec().has_head) loss += st.loss_sum(mb);
+        begin_compute(a);
+        MicrobatchData d = data.at(mb);
+        if (st.spec().has_head) {  // the loss into the step's next slot
+          PPTRAIN_CHECK(loss_count_ < losses_.size(), "pp rank ", pp_rank_,
+                        ": more last-stage forwards than the program holds");
+          d.loss_sum = losses_.data() + loss_count_++;
+        }
+        st.forward(mb, d);
         if (local(s + 1)) {  // hand over to the next stage on this rank
           ops_.copy(stage_here(s + 1).input(mb), st.output(mb), bytes_);
         }
-        end_compute(a, t0, timeline);
+        end_compute();
         break;
       }
       case Op::B:
@@ -192,14 +218,14 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
         Stage& st = stage_here(s);
         wait_recv({Direction::Backward, s, mb}, timeline);
         report_wait(a, kComputing);
-        double t0 = timeline.now_us();
+        begin_compute(a);
         st.backward_input(mb);
         if (s > 0 && local(s - 1)) {
           ops_.copy(stage_here(s - 1).output_grad(mb), st.input_grad(mb), bytes_);
         }
         if (a.op == Op::B && mb == dropped_microbatch_) st.skip_weight(mb, /*keep_io=*/true);
         else if (a.op == Op::B) st.backward_weight(mb, /*keep_io=*/true);
-        end_compute(a, t0, timeline);
+        end_compute();
         if (a.op == Op::B) finish_microbatch(st, mb);
         if (a.op == Op::B && hooks_.after_last_backward && last_backward_.at(s) == pos) hooks_.after_last_backward(s);
         break;
@@ -207,16 +233,27 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
       case Op::W: {
         Stage& st = stage_here(s);
         report_wait(a, kComputing);
-        double t0 = timeline.now_us();
+        begin_compute(a);
         if (mb == dropped_microbatch_) st.skip_weight(mb, /*keep_io=*/true);
         else st.backward_weight(mb, /*keep_io=*/true);
-        end_compute(a, t0, timeline);
+        end_compute();
         finish_microbatch(st, mb);
         if (hooks_.after_last_backward && last_backward_.at(s) == pos) hooks_.after_last_backward(s);
         break;
       }
     }
   }
+  if (progress_ && !actions.empty())
+    report_wait(actions.back(), "the backend to finish the step's actions (and the tp group's all-reduces in them)");
+  finish_compute(timeline);
+  // The losses in F order, summed in it (the bits of adding each as its F ended).
+  double loss = 0;
+  if (loss_count_) {
+    std::vector<double> host(loss_count_);
+    ops_.copy_to_host(host.data(), losses_.data(), loss_count_ * sizeof(double));
+    for (double l : host) loss += l;
+  }
+  tick();
   if (progress_ && (!sends_.empty() || !unreleased_.empty()) && !actions.empty())
     report_wait(actions.back(), "its sends to complete at the end of the step");
   poll_unreleased(/*wait_all=*/true);

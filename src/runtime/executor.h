@@ -5,10 +5,18 @@
 //   SEND_*  are non-blocking; a send is completed before the microbatch's W frees the
 //           buffer it reads, and every request is checked complete at the end of the step;
 //   stages on the same rank hand tensors over in memory, no message.
-// On the timeline, compute actions and receive waits are on track 0; every transfer is a
-// slice on track kTransferTrack from its posting to the moment its completion was seen (a
-// receive when its consumer waits for it, a send when it is polled between actions or
-// waited for at the step's end): a late end can mean a late poll, never an early one.
+// The host never waits for the backend inside the step: a compute action's ops are issued
+// and the host goes on to the next action (on a GPU the stream orders them). Its time comes
+// from the backend's op clock (backend/ops.h: events on the compute stream on cuda), marks
+// before and after it read once when the program has run, with the microbatches' losses
+// (each written by the head where the step's losses gather, read in one copy). So a GPU runs one action
+// after another while the host issues the next, instead of idling at each action's end.
+// On the timeline, compute actions are on track 0 (device time: as the backend ran them,
+// aligned at the moment the last one was seen done), the host's receive waits on
+// kWaitTrack; every transfer is a slice on track kTransferTrack from its posting to the
+// moment its completion was seen (a receive when its consumer waits for it, a send when it
+// is polled between actions or waited for at the step's end): a late end can mean a late
+// poll, never an early one.
 // Stage hooks (set_stage_hooks) let the caller act where a stage's part of the step begins
 // and ends on this rank: before its first F (ZeRO-1 waits there for that stage's weights)
 // and after its last W or B (its gradients are complete: ZeRO-1 starts their
@@ -21,6 +29,7 @@
 #include <vector>
 
 #include "core/communicator.h"
+#include "backend/buffer.h"
 #include "core/faults.h"
 #include "model/layer.h"
 #include "model/stage.h"
@@ -33,6 +42,7 @@ namespace pptrain {
 class PipelineExecutor {
  public:
   static constexpr int kTransferTrack = 2;  // the timeline track of transfers (1: ZeRO-1's)
+  static constexpr int kWaitTrack = 5;      // the host's waits for receives (3, 4: op profile)
   // `stages`: global stage index -> the Stages on this rank (at least one, all of one
   // precision); `schedule` is lowered. `faults`: the planted faults acting on this rank
   // (drop_microbatch; tests only).
@@ -63,7 +73,11 @@ class PipelineExecutor {
   void wait_recv(const Key& key, Timeline& timeline);
   // A transfer's slice on the transfer track, ending now.
   void transfer_done(const std::string& name, double posted_us);
-  void end_compute(const pipeline::Action& a, double start_us, Timeline& timeline);
+  // Around a compute action: marks on the op clock, resolved into timeline events by
+  // finish_compute() once the program has been issued.
+  void begin_compute(const pipeline::Action& a);
+  void end_compute();
+  void finish_compute(Timeline& timeline);
   // After a microbatch's W (or B) its stage tensors are freed once every send that reads
   // them has been posted (its last SEND_* position is behind us) and has completed; until
   // then they wait in `unreleased_`, polled between actions (never blocking mid-step).
@@ -93,10 +107,20 @@ class PipelineExecutor {
   std::map<Key, PendingRecv> recvs_;
   std::multimap<std::pair<int, int>, PendingSend> sends_;  // (stage, mb) -> its sends
   Timeline* timeline_ = nullptr;                           // the running step's
+  std::unique_ptr<OpClock> clock_;                         // made at the first run
+  struct ComputeSpan {
+    std::string name;    // IR notation
+    size_t begin, end;   // its marks
+  };
+  std::vector<ComputeSpan> computed_;  // this run's compute actions, in issue order
+  size_t marks_ = 0;                   // marks used in this run
+  Buffer<double> losses_;              // [last-stage F actions of a run]: their summed losses
+  size_t loss_count_ = 0;              // of this run
   std::vector<std::pair<Stage*, int>> unreleased_;                      // (stage, mb)
   std::map<std::pair<int, int>, size_t> last_send_;  // (stage, mb) -> position of its last SEND_*
   size_t position_ = 0;                              // of the action being run
   int dropped_microbatch_ = -1;                      // planted fault drop_microbatch: its W is skipped
+  bool sync_each_action_ = false;                    // planted fault sync_each_action
   std::map<int, size_t> first_forward_, last_backward_;  // stage -> position of its first F, last W or B
   StageHooks hooks_;
   Progress* progress_ = nullptr;

@@ -302,8 +302,9 @@ int run_training(Job& job, const TrainingHooks& hooks) {
   pipeline::ChromeTrace trace;
   trace.process_name(world_rank, cat("rank ", world_rank, " (dp ", par.dp_rank, " pp ", par.pp_rank, " tp ",
                                      par.tp_rank, ")"));
-  trace.thread_name(world_rank, 0, cfg.device == "cuda" ? "actions (each ends when the GPU has run it) and receive waits"
-                                                        : "actions and receive waits");
+  trace.thread_name(world_rank, 0, cfg.device == "cuda" ? "compute actions (device time, aligned at the pipeline's end)"
+                                                        : "compute actions");
+  trace.thread_name(world_rank, PipelineExecutor::kWaitTrack, "the host's waits for receives");
   if (cfg.zero_shards_moments()) trace.thread_name(world_rank, 1, "ZeRO-1 reduce-scatters in flight");
   if (cfg.parallel.pp > 1)
     trace.thread_name(world_rank, PipelineExecutor::kTransferTrack,

@@ -73,13 +73,10 @@ Trainer::Trainer(Job& job)
   }
 
   const int m = pc.microbatches, bt = cfg_.training.micro_batch_size * cfg_.model.seq_len;  // B·T tokens
-  for (int i = 0; i < m; ++i) {
-    tokens_.emplace_back(ops_, bt);
-    targets_.emplace_back(ops_, bt);
-    microbatches_.push_back({tokens_.back().data(), targets_.back().data()});
-  }
-  host_tokens_.resize(bt);
-  host_targets_.resize(bt);
+  batch_ = Buffer<int32_t>(ops_, 2 * size_t(m) * bt);
+  host_batch_.resize(batch_.size());
+  for (int i = 0; i < m; ++i)
+    microbatches_.push_back({batch_.data() + size_t(i) * bt, batch_.data() + size_t(m + i) * bt});
   // Only the ranks with the first or last stage read data.
   if (job.holds_stage(0) || job.holds_stage(cfg_.total_stages() - 1)) {
     if (cfg_.data.train.empty()) fail(cfg_.source, ": key 'data.train': a glob of token shards is required");
@@ -110,13 +107,14 @@ void Trainer::waiting_for(const char* what) {
 
 void Trainer::load_microbatches(const data::TokenDataset& ds, uint64_t batch_index) {
   const auto& pc = cfg_.parallel;
-  for (int mb = 0; mb < pc.microbatches; ++mb) {
-    data::read_microbatch(ds, batch_index, par_.dp_rank, pc.dp, mb, pc.microbatches,
-                          cfg_.training.micro_batch_size, host_tokens_.data(), host_targets_.data());
-    tokens_[mb].upload(host_tokens_.data());
-    targets_[mb].upload(host_targets_.data());
+  const size_t bt = size_t(cfg_.training.micro_batch_size) * cfg_.model.seq_len, m = size_t(pc.microbatches);
+  for (size_t mb = 0; mb < m; ++mb) {
+    data::read_microbatch(ds, batch_index, par_.dp_rank, pc.dp, int(mb), pc.microbatches,
+                          cfg_.training.micro_batch_size, host_batch_.data() + mb * bt,
+                          host_batch_.data() + (m + mb) * bt);
     tick();
   }
+  batch_.upload(host_batch_.data());
 }
 
 double Trainer::tokens_per_step() const {

@@ -201,9 +201,12 @@ class Trainer {
   std::unique_ptr<PipelineExecutor> train_exec_, eval_exec_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<data::TokenDataset> train_data_, val_data_;
-  std::vector<Buffer<int32_t>> tokens_, targets_;   // [B·T] per microbatch
+  // The step's ids: [2, m, B·T], every microbatch's tokens, then every microbatch's targets,
+  // read into the host copy and uploaded in one copy (one host wait a step, not two per
+  // microbatch); microbatches_ point into it.
+  Buffer<int32_t> batch_;
+  std::vector<int32_t> host_batch_;
   std::vector<MicrobatchData> microbatches_;
-  std::vector<int32_t> host_tokens_, host_targets_;
   Timeline timeline_;
   double timeline_ms_ = 0;
   double last_local_loss_ = 0;

@@ -54,14 +54,14 @@ void CpuOps::ce_sumexp_target(float* sumexp, float* target_logit, ConstView logi
   }
 }
 
-double CpuOps::ce_loss_sum(const float* rmax, const float* sumexp, const float* target_logit,
-                           int n) {
+void CpuOps::ce_loss_sum(double* loss_out, const float* rmax, const float* sumexp,
+                         const float* target_logit, int n) {
   // Σ_rows log(Σ exp(logit)) - target logit, with log Σ exp = log(sumexp) + rmax.
   // N is one microbatch of tokens: a serial sum in double is cheap and order-fixed.
   double loss = 0.0;
   for (int row = 0; row < n; ++row)
     loss += std::log(double(sumexp[row])) + double(rmax[row]) - double(target_logit[row]);
-  return loss;
+  *loss_out = loss;
 }
 
 void CpuOps::ce_backward(View dlogitsv, ConstView logitsv, const float* rmax,

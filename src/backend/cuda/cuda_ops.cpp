@@ -63,12 +63,9 @@ void CudaOps::cast(View dst, ConstView src, size_t n) {
 
 // ---- cross-entropy loss (fp32 row statistics only; the per-logit ops are in cuda_kernel_ops.cpp)
 
-double CudaOps::ce_loss_sum(const float* rmax, const float* sumexp, const float* target_logit, int n) {
-  auto* loss = static_cast<double*>(reduce_workspace_.reserve(sizeof(double)));
+void CudaOps::ce_loss_sum(double* loss, const float* rmax, const float* sumexp, const float* target_logit,
+                          int n) {
   launch_ce_loss_sum(ctx(), loss, rmax, sumexp, target_logit, n);
-  double host = 0;
-  copy_to_host(&host, loss, sizeof(double));
-  return host;
 }
 
 // ---- optimizer -------------------------------------------------------------------------------

@@ -1,0 +1,104 @@
+// No host waits inside a pipeline step on the cuda backend: the executor issues every
+// compute action without waiting for the device (their times come from events read once at
+// the pipeline's end, with the microbatches' losses), and the step's ids go up in one copy.
+// Counted on the emulated runtime (pptrain-emu with PPTRAIN_EMU_HOST_WAITS: every
+// cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize and cudaFree of the
+// program), a step's waits must not grow with its microbatches or its stages: runs of 1 and
+// 3 steps give the waits of 2 steps, compared at 1 and 4 microbatches, on one stage and on
+// two stages of one rank (interleaved 1F1B, handed over in memory). The planted fault
+// sync_each_action (a wait after each compute action, as the executor once did) must add
+// at least one wait per action. And the actions' device times still make a timeline: on
+// the trace each compute action is one slice, one after another on track 0.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <regex>
+#include <string>
+
+#include "support/markov_model.h"
+#include "support/test_util.h"
+
+using namespace pptrain::testing;
+
+namespace {
+
+class CudaBackendHostWaits : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(std::filesystem::exists(pptrain_emu_bin())) << pptrain_emu_bin() << " not built";
+    MarkovModel m;
+    m.n_layer = 2;
+    m.n_head = 2;
+    m.training = "steps: 1, warmup_steps: 0";
+    m.corpus_tokens = 4000;
+    auto r = write_markov_model(dir_, m);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+
+  // The waits of one single-rank run (printed by the emulated runtime at exit).
+  long long waits(const std::string& overrides, const std::string& env = "") {
+    const std::string cmd = "PPTRAIN_EMU_HOST_WAITS=1 " + env + " " + mpirun(1) + pptrain_emu_bin() + " train " +
+                            dir_.file("model.yaml") + " device=cuda " + overrides;
+    const CommandResult r = run_command(cmd, 180);
+    EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+    std::smatch m;
+    if (!std::regex_search(r.output, m, std::regex("emulated cuda: ([0-9]+) host waits"))) {
+      ADD_FAILURE() << "no count of host waits in:\n" << r.output;
+      return -1;
+    }
+    return std::stoll(m[1]);
+  }
+
+  // The waits of 2 steps: a run of 3 steps less a run of 1 (start-up and exit cancel out).
+  long long waits_of_two_steps(const std::string& layout, const std::string& env = "") {
+    return waits(layout + " training.steps=3", env) - waits(layout + " training.steps=1", env);
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(CudaBackendHostWaits, AStepWaitsAsOftenWhateverItsMicrobatchesAndStages) {
+  const std::string one_stage = "parallel.pp=1 parallel.schedule=1f1b";
+  const std::string two_stages = "parallel.pp=1 parallel.stages_per_rank=2 parallel.schedule=interleaved-1f1b";
+  const long long base = waits_of_two_steps(one_stage + " parallel.microbatches=1");
+  // A step waits a few times (the ids' upload, the pipeline's end, the gradient norm, the
+  // step's end): a handful, never zero (the count would then be broken).
+  EXPECT_GT(base, 0);
+  EXPECT_EQ(waits_of_two_steps(one_stage + " parallel.microbatches=4"), base) << "waits grew with the microbatches";
+  EXPECT_EQ(waits_of_two_steps(two_stages + " parallel.microbatches=1"), base) << "waits grew with the stages";
+  EXPECT_EQ(waits_of_two_steps(two_stages + " parallel.microbatches=4"), base)
+      << "waits grew with the microbatches of two stages";
+  // Planted: a wait after every compute action. One stage, 4 microbatches: F and B (1f1b)
+  // each, 8 actions a step, so 2 steps wait at least 16 times more.
+  const long long planted = waits_of_two_steps(one_stage + " parallel.microbatches=4", "PPTRAIN_FAULTS=sync_each_action");
+  EXPECT_GE(planted - base, 16) << "the planted wait after each action was not counted";
+}
+
+TEST_F(CudaBackendHostWaits, TheActionsDeviceTimesAreATimeline) {
+  const std::string trace = dir_.file("trace.json");
+  const std::string cmd = mpirun(1) + pptrain_emu_bin() + " train " + dir_.file("model.yaml") +
+                          " device=cuda training.steps=2 parallel.pp=1 parallel.stages_per_rank=2"
+                          " parallel.schedule=interleaved-1f1b parallel.microbatches=3 logging.trace=" + trace;
+  const CommandResult r = run_command(cmd, 180);
+  ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+  const std::string text = read_file(trace);
+  // Compute slices of track 0, in the order written (per step: issue order).
+  std::regex slice("\"name\": \"([0-9]+[FBIW][0-9]+)\", \"cat\": \"compute\", \"ph\": \"X\", \"pid\": 0, \"tid\": 0, "
+                   "\"ts\": ([-0-9.e+]+), \"dur\": ([-0-9.e+]+)");
+  int slices = 0;
+  double previous_end = -1e300;
+  for (std::sregex_iterator it(text.begin(), text.end(), slice), end; it != end; ++it) {
+    const double ts = std::stod((*it)[2]), dur = std::stod((*it)[3]);
+    EXPECT_GE(dur, 0.0) << (*it)[1];
+    // The device runs them in issue order: each starts where or after the last one ended
+    // (the trace's times are printed to 0.001 us).
+    EXPECT_GE(ts, previous_end - 0.002) << (*it)[1] << " starts before the action before it ended";
+    previous_end = ts + dur;
+    ++slices;
+  }
+  // 2 steps x 2 stages x 3 microbatches x (F, B)
+  EXPECT_EQ(slices, 2 * 2 * 3 * 2) << text.substr(0, 2000);
+  EXPECT_NE(text.find("\"name\": \"the host's waits for receives\""), std::string::npos);
+}
+
+}  // namespace
