@@ -14,9 +14,12 @@ void launch_embedding_forward(const LaunchContext& ctx, T* y, const int32_t* tok
 
 // dwte[tok - v0] += dy[row] for tokens in the shard; dwpe[row mod T] += dy[row] if dwpe is
 // not null. Deterministic: every gradient element is summed by one thread in row order.
+// `workspace`: embedding_backward_weight_workspace_bytes(n, vl) bytes of device memory (the
+// rows sorted by vocabulary slice; any contents on entry).
+size_t embedding_backward_weight_workspace_bytes(int n, int vl);
 template <typename T>
 void launch_embedding_backward_weight(const LaunchContext& ctx, float* dwte, float* dwpe,
-                                      const T* dy, const int32_t* tokens, int n, int t, int c,
-                                      int v0, int vl);
+                                      const T* dy, const int32_t* tokens, int32_t* workspace, int n,
+                                      int t, int c, int v0, int vl);
 
 }  // namespace pptrain::kernels

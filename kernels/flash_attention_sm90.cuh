@@ -17,7 +17,8 @@
 // work on the next tile's scores. The backward kernels have one consumer warpgroup: dK/dV
 // keeps its K and V and streams (Q, dO) tiles of kN = 64 (HD 64) or 32 (HD 128: two HD-wide
 // accumulators per thread already take 128 registers) rows, dQ keeps Q and dO and streams
-// (K, V). The copy engine zero-fills rows past T (qkv and dout are mapped as [B][T][width]).
+// (K, V); the dQ kernel, and the dK/dV kernel at HD 128, overlap each tile's exponentials
+// with the previous tile's accumulating products in the same way. The copy engine zero-fills rows past T (qkv and dout are mapped as [B][T][width]).
 //
 // Shared memory (dynamic, 1024-byte aligned in the shared window: the 128B swizzle pattern
 // repeats at 1024 bytes, and descriptors with base offset 0 assume it): every tile a [R][HD]
@@ -329,22 +330,14 @@ __global__ void __launch_bounds__(kBackwardThreads)
   float scale = 1.0f / sqrtf(float(HD)), scale2 = scale * kLog2e;
   uint32_t k_addr = wgmma::smem_address(sm.own0), v_addr = wgmma::smem_address(sm.own1);
   float dk[HD / 8][4] = {}, dv[HD / 8][4] = {};
-  tma::mbarrier_wait(sm.own_full, 0);
-  for (int it = 0; it < tiles; ++it) {
-    int s = it % B::kStages;
-    Head h(bi, first_head + it / per_head, t, nh, nkv, HD);
-    int i0 = first + it % per_head * kN;
-    // This lane's columns' lse (base 2, +∞ past T: P = 0) and delta, read while the tile lands.
-    float lse2[kN / 8][2], dlt[kN / 8][2];
-    for (int n = 0; n < kN / 8; ++n)
-      for (int e = 0; e < 2; ++e) {
-        int i = i0 + n * 8 + 2 * t4 + e;
-        lse2[n][e] = i < t ? lse[h.stats + i] * kLog2e : INFINITY;
-        dlt[n][e] = i < t ? delta[h.stats + i] : 0.0f;
-      }
-    tma::mbarrier_wait(&sm.full[s], (it / B::kStages) & 1);
-    uint32_t q_addr = wgmma::smem_address(sm.first(s)), do_addr = wgmma::smem_address(sm.second(s));
-    float p[kN / 8][4] = {}, dp[kN / 8][4] = {};  // Sᵀ then Pᵀ; dPᵀ then dSᵀ [16 keys × kN] per warp
+  auto q_of = [&](int it) { return wgmma::smem_address(sm.first(it % B::kStages)); };
+  auto do_of = [&](int it) { return wgmma::smem_address(sm.second(it % B::kStages)); };
+  // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ of tile `it` into p, dp [16 keys × kN] per warp: waits for the
+  // stage, issues both products (one wgmma group).
+  auto issue_ss = [&](int it, float (&p)[kN / 8][4], float (&dp)[kN / 8][4]) {
+    tma::mbarrier_wait(&sm.full[it % B::kStages], (it / B::kStages) & 1);
+    uint32_t q_addr = q_of(it), do_addr = do_of(it);
+    wgmma::fence_operand(p), wgmma::fence_operand(dp);
     wgmma::fence();
     for (int kc = 0; kc < HD / 16; ++kc)
       wgmma::mma_ss<kN>(reinterpret_cast<float(&)[kN / 2]>(p), k_major<HD, kRows>(k_addr, kc),
@@ -353,24 +346,108 @@ __global__ void __launch_bounds__(kBackwardThreads)
       wgmma::mma_ss<kN>(reinterpret_cast<float(&)[kN / 2]>(dp), k_major<HD, kRows>(v_addr, kc),
                         k_major<HD, kN>(do_addr, kc), kc > 0);
     wgmma::commit();
-    wgmma::wait<0>();
+    wgmma::fence_operand(p), wgmma::fence_operand(dp);
+  };
+  // Tile `it`'s columns of this lane: their lse (base 2, +∞ past T: P = 0) and delta, read
+  // before the tile's products are waited for.
+  using Stats = float[kN / 8][2];
+  auto load_stats = [&](int it, Stats& lse2, Stats& dlt) {
+    Head h(bi, first_head + it / per_head, t, nh, nkv, HD);
+    int i0 = first + it % per_head * kN;
+    for (int n = 0; n < kN / 8; ++n)
+      for (int e = 0; e < 2; ++e) {
+        int i = i0 + n * 8 + 2 * t4 + e;
+        lse2[n][e] = i < t ? lse[h.stats + i] * kLog2e : INFINITY;
+        dlt[n][e] = i < t ? delta[h.stats + i] : 0.0f;
+      }
+  };
+  // Pᵀ in place of Sᵀ and dSᵀ = Pᵀ ∘ (dPᵀ − delta) in place of dPᵀ, for tile `it`.
+  auto probabilities = [&](int it, float (&p)[kN / 8][4], float (&dp)[kN / 8][4], const Stats& lse2,
+                           const Stats& dlt) {
+    int i0 = first + it % per_head * kN;
     for (int n = 0; n < kN / 8; ++n)
       for (int e = 0; e < 4; ++e) {
         int i = i0 + n * 8 + 2 * t4 + (e & 1), j = e < 2 ? j_lo : j_hi;
         p[n][e] = i < j ? 0.0f : exp2f(p[n][e] * scale2 - lse2[n][e & 1]);
         dp[n][e] = p[n][e] * (dp[n][e] - dlt[n][e & 1]);
       }
-    u32 pa[kN / 16][4], dsa[kN / 16][4];  // Pᵀ and dSᵀ rounded to bf16: A operands in registers
-    flash::bf16_tc::to_a<kN / 8>(pa, p);
-    flash::bf16_tc::to_a<kN / 8>(dsa, dp);
-    wgmma::fence();
+  };
+  // dV += Pᵀ dO and dK += dSᵀ Q of tile `it` (one wgmma group; Pᵀ, dSᵀ from registers).
+  auto issue_rs = [&](int it, u32 (&pa)[kN / 16][4], u32 (&dsa)[kN / 16][4]) {
+    uint32_t q_addr = q_of(it), do_addr = do_of(it);
+    wgmma::fence_operand(dv), wgmma::fence_operand(dk), wgmma::fence_operand(pa), wgmma::fence_operand(dsa);
+    wgmma::fence();  // pa and dsa were written by plain instructions
     for (int kk = 0; kk < kN / 16; ++kk)
       wgmma::mma_rs_mn<HD>(reinterpret_cast<float(&)[HD / 2]>(dv), pa[kk], mn_major<HD, kN>(do_addr, kk), true);
     for (int kk = 0; kk < kN / 16; ++kk)
       wgmma::mma_rs_mn<HD>(reinterpret_cast<float(&)[HD / 2]>(dk), dsa[kk], mn_major<HD, kN>(q_addr, kk), true);
     wgmma::commit();
+    wgmma::fence_operand(dv), wgmma::fence_operand(dk), wgmma::fence_operand(pa), wgmma::fence_operand(dsa);
+  };
+  auto release = [&](int it) { tma::mbarrier_arrive(&sm.empty[it % B::kStages]); };  // this thread is done with it
+
+  // HD 128: the exponentials of tile `it` overlap the tensor cores' dV, dK products of tile
+  // it − 1 (as the forward's softmax overlaps P·V): iteration it issues Sᵀ, dPᵀ of tile it and
+  // then the products of tile it − 1, waits for the first group alone, computes Pᵀ and dSᵀ
+  // while the second runs, and only after waiting for it rewrites their bf16 operands and
+  // releases tile it − 1's stage. Registers a wgmma writes are read only after a wait on
+  // every path. HD 64 keeps one tile at a time: there the overlapped loop needs 237
+  // registers a thread (ptxas, sm_90a) against 200, which would leave one block per SM
+  // instead of two, and two blocks already overlap one's exponentials with the other's
+  // products; at HD 128 it is one block per SM either way (206 registers before).
+  constexpr bool kOverlap = HD == 128;
+  u32 pa[kN / 16][4], dsa[kN / 16][4];  // Pᵀ and dSᵀ rounded to bf16: A operands in registers
+  tma::mbarrier_wait(sm.own_full, 0);
+  if constexpr (!kOverlap) {
+    for (int it = 0; it < tiles; ++it) {
+      Stats lse2, dlt;
+      load_stats(it, lse2, dlt);
+      float p[kN / 8][4] = {}, dp[kN / 8][4] = {};
+      issue_ss(it, p, dp);
+      wgmma::wait<0>();
+      wgmma::fence_operand(p), wgmma::fence_operand(dp);
+      probabilities(it, p, dp, lse2, dlt);
+      flash::bf16_tc::to_a<kN / 8>(pa, p);
+      flash::bf16_tc::to_a<kN / 8>(dsa, dp);
+      issue_rs(it, pa, dsa);
+      wgmma::wait<0>();
+      wgmma::fence_operand(dv), wgmma::fence_operand(dk);
+      release(it);
+    }
+  } else {
+    {
+      Stats lse2, dlt;
+      load_stats(0, lse2, dlt);
+      float p[kN / 8][4] = {}, dp[kN / 8][4] = {};
+      issue_ss(0, p, dp);
+      wgmma::wait<0>();
+      wgmma::fence_operand(p), wgmma::fence_operand(dp);
+      probabilities(0, p, dp, lse2, dlt);
+      flash::bf16_tc::to_a<kN / 8>(pa, p);
+      flash::bf16_tc::to_a<kN / 8>(dsa, dp);
+      wgmma::fence_operand(pa), wgmma::fence_operand(dsa);
+    }
+    for (int it = 1; it < tiles; ++it) {
+      Stats lse2, dlt;
+      load_stats(it, lse2, dlt);
+      float p[kN / 8][4] = {}, dp[kN / 8][4] = {};
+      issue_ss(it, p, dp);
+      issue_rs(it - 1, pa, dsa);
+      wgmma::wait<1>();  // Sᵀ and dPᵀ of tile it (the products of tile it − 1 may still run)
+      wgmma::fence_operand(p), wgmma::fence_operand(dp);
+      probabilities(it, p, dp, lse2, dlt);
+      wgmma::fence_operand(p), wgmma::fence_operand(dp);
+      wgmma::wait<0>();  // the products of tile it − 1: only now may pa and dsa be written
+      wgmma::fence_operand(pa), wgmma::fence_operand(dsa), wgmma::fence_operand(dv), wgmma::fence_operand(dk);
+      release(it - 1);
+      flash::bf16_tc::to_a<kN / 8>(pa, p);
+      flash::bf16_tc::to_a<kN / 8>(dsa, dp);
+      wgmma::fence_operand(pa), wgmma::fence_operand(dsa);  // final before the next issue
+    }
+    issue_rs(tiles - 1, pa, dsa);
     wgmma::wait<0>();
-    tma::mbarrier_arrive(&sm.empty[s]);  // this thread is done with the stage
+    wgmma::fence_operand(dv), wgmma::fence_operand(dk);
+    release(tiles - 1);
   }
   Head head(bi, first_head, t, nh, nkv, HD);  // k, v: the group's
   const size_t ld = head.qkv_stride;
@@ -425,12 +502,14 @@ __global__ void __launch_bounds__(kBackwardThreads)
   float scale = 1.0f / sqrtf(float(HD)), scale2 = scale * kLog2e;
   uint32_t q_addr = wgmma::smem_address(sm.own0), do_addr = wgmma::smem_address(sm.own1);
   float dq[HD / 8][4] = {};
-  tma::mbarrier_wait(sm.own_full, 0);
-  for (int it = 0; it < tiles; ++it) {
-    int s = it % B::kStages, j0 = it * kN;
+  auto k_of = [&](int it) { return wgmma::smem_address(sm.first(it % B::kStages)); };
+  // S = Q Kᵀ and dP = dO Vᵀ of key tile `it` into p, dp: waits for the stage, issues both
+  // products (one wgmma group).
+  auto issue_ss = [&](int it, float (&p)[kN / 8][4], float (&dp)[kN / 8][4]) {
+    int s = it % B::kStages;
     tma::mbarrier_wait(&sm.full[s], (it / B::kStages) & 1);
     uint32_t k_addr = wgmma::smem_address(sm.first(s)), v_addr = wgmma::smem_address(sm.second(s));
-    float p[kN / 8][4] = {}, dp[kN / 8][4] = {};
+    wgmma::fence_operand(p), wgmma::fence_operand(dp);
     wgmma::fence();
     for (int kc = 0; kc < HD / 16; ++kc)
       wgmma::mma_ss<kN>(reinterpret_cast<float(&)[kN / 2]>(p), k_major<HD, kRows>(q_addr, kc),
@@ -439,22 +518,59 @@ __global__ void __launch_bounds__(kBackwardThreads)
       wgmma::mma_ss<kN>(reinterpret_cast<float(&)[kN / 2]>(dp), k_major<HD, kRows>(do_addr, kc),
                         k_major<HD, kN>(v_addr, kc), kc > 0);
     wgmma::commit();
-    wgmma::wait<0>();
+    wgmma::fence_operand(p), wgmma::fence_operand(dp);
+  };
+  // dS = P ∘ (dP − delta) in place of dP, for key tile `it`.
+  auto scores_gradient = [&](int it, const float (&p)[kN / 8][4], float (&dp)[kN / 8][4]) {
     for (int n = 0; n < kN / 8; ++n)
       for (int e = 0; e < 4; ++e) {
-        int j = j0 + n * 8 + 2 * t4 + (e & 1), i = e < 2 ? i_lo : i_hi;
+        int j = it * kN + n * 8 + 2 * t4 + (e & 1), i = e < 2 ? i_lo : i_hi;
         float pe = j > i ? 0.0f : exp2f(p[n][e] * scale2 - (e < 2 ? rows.lse2_lo : rows.lse2_hi));
-        dp[n][e] = pe * (dp[n][e] - (e < 2 ? rows.dlt_lo : rows.dlt_hi));  // dS
+        dp[n][e] = pe * (dp[n][e] - (e < 2 ? rows.dlt_lo : rows.dlt_hi));
       }
-    u32 dsa[kN / 16][4];
-    flash::bf16_tc::to_a<kN / 8>(dsa, dp);
-    wgmma::fence();
+  };
+  // dQ += dS K of key tile `it` (one wgmma group; dS from registers, K MN-major).
+  auto issue_rs = [&](int it, u32 (&dsa)[kN / 16][4]) {
+    uint32_t k_addr = k_of(it);
+    wgmma::fence_operand(dq), wgmma::fence_operand(dsa);
+    wgmma::fence();  // dsa was written by plain instructions
     for (int kk = 0; kk < kN / 16; ++kk)
       wgmma::mma_rs_mn<HD>(reinterpret_cast<float(&)[HD / 2]>(dq), dsa[kk], mn_major<HD, kN>(k_addr, kk), true);
     wgmma::commit();
+    wgmma::fence_operand(dq), wgmma::fence_operand(dsa);
+  };
+  auto release = [&](int it) { tma::mbarrier_arrive(&sm.empty[it % B::kStages]); };  // this thread is done with it
+
+  // As in the dK/dV kernel: the exponentials of tile `it` overlap dQ's product of tile it − 1.
+  u32 dsa[kN / 16][4];  // dS rounded to bf16: the A operand in registers
+  tma::mbarrier_wait(sm.own_full, 0);
+  {
+    float p[kN / 8][4] = {}, dp[kN / 8][4] = {};
+    issue_ss(0, p, dp);
     wgmma::wait<0>();
-    tma::mbarrier_arrive(&sm.empty[s]);  // this thread is done with the stage
+    wgmma::fence_operand(p), wgmma::fence_operand(dp);
+    scores_gradient(0, p, dp);
+    flash::bf16_tc::to_a<kN / 8>(dsa, dp);
+    wgmma::fence_operand(dsa);
   }
+  for (int it = 1; it < tiles; ++it) {
+    float p[kN / 8][4] = {}, dp[kN / 8][4] = {};
+    issue_ss(it, p, dp);
+    issue_rs(it - 1, dsa);
+    wgmma::wait<1>();  // S and dP of tile it (dQ's product of tile it − 1 may still run)
+    wgmma::fence_operand(p), wgmma::fence_operand(dp);
+    scores_gradient(it, p, dp);
+    wgmma::fence_operand(dp);
+    wgmma::wait<0>();  // dQ's product of tile it − 1: only now may dsa be written
+    wgmma::fence_operand(dsa), wgmma::fence_operand(dq);
+    release(it - 1);
+    flash::bf16_tc::to_a<kN / 8>(dsa, dp);
+    wgmma::fence_operand(dsa);  // final before the next issue
+  }
+  issue_rs(tiles - 1, dsa);
+  wgmma::wait<0>();
+  wgmma::fence_operand(dq);
+  release(tiles - 1);
   const size_t ld = head.qkv_stride;
   bf16* row_lo = i_lo < t ? dqkv + head.q + size_t(i_lo) * ld : nullptr;
   bf16* row_hi = i_hi < t ? dqkv + head.q + size_t(i_hi) * ld : nullptr;

@@ -222,10 +222,10 @@ struct AdamwTensor {
            (y, tokens, wte, wpe, n, t, c, v0, vl))                                                 \
   /* dwte[tok - v0] += dy[row] for tokens in the shard; dwpe[row mod T] += dy[row] if dwpe is      \
      non-null. Deterministic: the sum order does not depend on thread timing. */                   \
-  LAUNCHED(void, embedding_backward_weight,                                                        \
-           (float* dwte, float* dwpe, ConstView dy, const int32_t* tokens, int n, int t, int c,    \
-            int v0, int vl),                                                                       \
-           (dwte, dwpe, dy, tokens, n, t, c, v0, vl))                                              \
+  OP(void, embedding_backward_weight,                                                              \
+     (float* dwte, float* dwpe, ConstView dy, const int32_t* tokens, int n, int t, int c, int v0,  \
+      int vl),                                                                                     \
+     (dwte, dwpe, dy, tokens, n, t, c, v0, vl))                                                    \
                                                                                                    \
   /* ---- causal self-attention core ---------------------------------------------------------- */ \
   /* qkv[B,T,3·NH·HD]: per row the NH·HD query values, then keys, then values (head h at           \

@@ -49,6 +49,15 @@ void CudaOps::rmsnorm_backward_weight(float* dg, ConstView dy, ConstView x, cons
            [&](auto dy, auto x) { launch_rmsnorm_backward_weight(ctx(), dg, dy, x, rstd, ws, n, c); }, dy, x);
 }
 
+void CudaOps::embedding_backward_weight(float* dwte, float* dwpe, ConstView dy, const int32_t* tokens, int n, int t,
+                                        int c, int v0, int vl) {
+  // dwte[tok - v0] += dy[row], dwpe[row mod T] += dy[row]; the workspace holds the rows
+  // sorted by vocabulary slice
+  auto* ws = static_cast<int32_t*>(column_workspace_.reserve(embedding_backward_weight_workspace_bytes(n, vl)));
+  dispatch("embedding_backward_weight",
+           [&](auto dy) { launch_embedding_backward_weight(ctx(), dwte, dwpe, dy, tokens, ws, n, t, c, v0, vl); }, dy);
+}
+
 void CudaOps::rotary_forward(View qkv, int b, int t, int nh, int nkv, int hd, const RotaryFrequencies& rope) {
   // qkv[B,T,(NH + 2·NKV)·HD] in place; the workspace takes the cos/sin table [2][T][HD/2]
   auto* table = static_cast<float*>(rotary_workspace_.reserve(rotary_table_bytes(t, hd)));
