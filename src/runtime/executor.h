@@ -5,12 +5,13 @@
 //   SEND_*  are non-blocking; a send is completed before the microbatch's W frees the
 //           buffer it reads, and every request is checked complete at the end of the step;
 //   stages on the same rank hand tensors over in memory, no message.
-// The host never waits for the backend inside the step: a compute action's ops are issued
-// and the host goes on to the next action (on a GPU the stream orders them). Its time comes
-// from the backend's op clock (backend/ops.h: events on the compute stream on cuda), marks
-// before and after it read once when the program has run, with the microbatches' losses
-// (each written by the head where the step's losses gather, read in one copy). So a GPU runs one action
-// after another while the host issues the next, instead of idling at each action's end.
+// The host never waits for the backend between compute actions: an action's ops are issued
+// and the host goes on to the next one (on a GPU the stream orders them). An action's time
+// comes from the backend's op clock (backend/ops.h: events on the compute stream on cuda),
+// marks before and after it that are read once the program has been issued, together with
+// the microbatches' losses (the head writes each where the step's losses gather; one copy
+// reads them). So a GPU runs one action after another while the host issues the next,
+// instead of idling at each action's end.
 // On the timeline, compute actions are on track 0 (device time: as the backend ran them,
 // aligned at the moment the last one was seen done), the host's receive waits on
 // kWaitTrack; every transfer is a slice on track kTransferTrack from its posting to the
@@ -28,8 +29,8 @@
 #include <tuple>
 #include <vector>
 
-#include "core/communicator.h"
 #include "backend/buffer.h"
+#include "core/communicator.h"
 #include "core/faults.h"
 #include "model/layer.h"
 #include "model/stage.h"
@@ -45,7 +46,7 @@ class PipelineExecutor {
   static constexpr int kWaitTrack = 5;      // the host's waits for receives (3, 4: op profile)
   // `stages`: global stage index -> the Stages on this rank (at least one, all of one
   // precision); `schedule` is lowered. `faults`: the planted faults acting on this rank
-  // (drop_microbatch; tests only).
+  // (drop_microbatch, sync_each_action; tests only).
   PipelineExecutor(Ops& ops, std::map<int, Stage*> stages, const pipeline::Schedule& schedule,
                    int pp_rank, Communicator& pp_comm, const Faults& faults = {});
   // Runs the step. data[mb] holds the microbatch's tokens/targets (read by the first and
