@@ -39,6 +39,7 @@
 #include "flash_attention.cuh"
 #include "flash_attention_bf16.cuh"
 #include "flash_attention_sm90.cuh"
+#include "flash_attention_sm90_backward.cuh"
 #include "flash_attention_tiles.cuh"
 
 #include <algorithm>

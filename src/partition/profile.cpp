@@ -212,7 +212,6 @@ AllreduceFit time_allreduce(Communicator& comm, Ops& ops, MpiComm& world, const 
   return fit_allreduce(sizes, ms);
 }
 
-
 }  // namespace
 
 // What a profile is of (its layers measured at `tp`), the stage tensor's size and the
