@@ -57,22 +57,41 @@ void check_shape(const char* op, int b, int t, int nh, int nkv, int hd) {
                 " nh=", nh, " hd=", hd, " nkv=", nkv);
 }
 
+// The length a causal row's loops run to: row i has i + 1 scores, and the loops below would
+// finish its last (i + 1) mod width of them one at a time, the exp's branches included (on
+// T = 128 rows, as many scalar iterations as vector ones). Instead the row is padded with
+// −inf up to a whole number of 16-float vectors (AVX-512's width, a multiple of AVX2's),
+// within the row's `capacity` (its masked part, which is zeroed after anyway): −inf adds
+// nothing to a max, and exp_approx(−inf − max) is exactly 0, so the padded elements come out
+// as the masked ones must, 0, and the sum is unchanged.
+int causal_vector_length(int i, int capacity) {
+  constexpr int kVector = 16;
+  return std::min(capacity, (i + kVector) / kVector * kVector);
+}
+
+int pad_causal_row(float* row, int i, int capacity) {
+  const int padded = causal_vector_length(i, capacity);
+  std::fill(row + i + 1, row + padded, -INFINITY);
+  return padded;
+}
+
 // In place: row[0..=i] <- softmax(row[0..=i]), row[i+1..T) <- 0.
 void causal_softmax_row(float* row, int i, int t) {
+  const int n = pad_causal_row(row, i, t);
   float max_score = row[0];
 #pragma omp simd reduction(max : max_score)
-  for (int j = 1; j <= i; ++j) max_score = row[j] > max_score ? row[j] : max_score;
+  for (int j = 1; j < n; ++j) max_score = row[j] > max_score ? row[j] : max_score;
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-  for (int j = 0; j <= i; ++j) {
+  for (int j = 0; j < n; ++j) {
     float e = exp_approx(row[j] - max_score);
     row[j] = e;
     sum += e;
   }
   const float inv_sum = 1.0f / sum;
 #pragma omp simd
-  for (int j = 0; j <= i; ++j) row[j] *= inv_sum;
-  std::fill(row + i + 1, row + t, 0.0f);
+  for (int j = 0; j < n; ++j) row[j] *= inv_sum;
+  std::fill(row + n, row + t, 0.0f);
 }
 
 // Threads take whole (batch, head) pairs when there are enough of them and enough work;
@@ -160,12 +179,17 @@ void CpuOps::gqa_attention_backward_input(View dqkvv, ConstView doutv, ConstView
         for (int i = r0; i < r1; ++i) {
           float* ds_row = ds + size_t(i) * t;
           const float* p_row = p + size_t(i) * t;
+          // Whole vectors as in the forward (pad_causal_row): P is 0 past the diagonal (the
+          // forward zeroed it), so the padded elements add 0 to the dot and get dS = 0; their
+          // dP is reset to 0 first so that an infinite one cannot make 0·inf.
+          const int n = causal_vector_length(i, r1);
+          std::fill(ds_row + i + 1, ds_row + n, 0.0f);
           float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-          for (int j = 0; j <= i; ++j) dot += ds_row[j] * p_row[j];
+          for (int j = 0; j < n; ++j) dot += ds_row[j] * p_row[j];
 #pragma omp simd
-          for (int j = 0; j <= i; ++j) ds_row[j] = p_row[j] * (ds_row[j] - dot);
-          std::fill(ds_row + i + 1, ds_row + r1, 0.0f);  // masked scores get no gradient
+          for (int j = 0; j < n; ++j) ds_row[j] = p_row[j] * (ds_row[j] - dot);
+          std::fill(ds_row + n, ds_row + r1, 0.0f);  // masked scores get no gradient
         }
         // dQ[r0:r1] = dS[r0:r1, 0:r1] · k[0:r1] / √HD
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, r1, score_scale,
@@ -206,20 +230,21 @@ void block_scores(float* s, const HeadView& head, int r0, int r1, int hd, float 
 // In place, row i of a block with the scores s[0..=i]: s[j] <- softmax_j(s), s[i+1..r1) <- 0;
 // returns the row's log-sum-exp.
 float causal_softmax_lse_row(float* s, int i, int r1) {
+  const int n = pad_causal_row(s, i, r1);
   float max_score = s[0];
 #pragma omp simd reduction(max : max_score)
-  for (int j = 1; j <= i; ++j) max_score = s[j] > max_score ? s[j] : max_score;
+  for (int j = 1; j < n; ++j) max_score = s[j] > max_score ? s[j] : max_score;
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-  for (int j = 0; j <= i; ++j) {
+  for (int j = 0; j < n; ++j) {
     const float e = exp_approx(s[j] - max_score);
     s[j] = e;
     sum += e;
   }
   const float inv_sum = 1.0f / sum;
 #pragma omp simd
-  for (int j = 0; j <= i; ++j) s[j] *= inv_sum;
-  std::fill(s + i + 1, s + r1, 0.0f);
+  for (int j = 0; j < n; ++j) s[j] *= inv_sum;
+  std::fill(s + n, s + r1, 0.0f);
   return max_score + std::log(sum);  // sum >= 1 (the max term is exp(0))
 }
 
@@ -233,14 +258,18 @@ float dot(const float* a, const float* b, int n) {
 // Row i of a block: p[0..r1) holds the scores s_ij and becomes P_ij = exp(s_ij − lse_i);
 // ds[0..r1) holds dP_ij and becomes dS_ij = P_ij (dP_ij − delta_i); both are 0 for j > i
 // (masked scores have no probability and get no gradient).
+// Padded to whole vectors as the forward's rows are (pad_causal_row): a padded P is exactly 0,
+// and its dP is reset to 0 first so that an infinite one cannot make 0·inf.
 void probabilities_and_score_gradient_row(float* p, float* ds, int i, int r1, float lse, float delta) {
+  const int n = pad_causal_row(p, i, r1);
+  std::fill(ds + i + 1, ds + n, 0.0f);
 #pragma omp simd
-  for (int j = 0; j <= i; ++j) {
+  for (int j = 0; j < n; ++j) {
     p[j] = exp_approx(p[j] - lse);
     ds[j] = p[j] * (ds[j] - delta);
   }
-  std::fill(p + i + 1, p + r1, 0.0f);
-  std::fill(ds + i + 1, ds + r1, 0.0f);
+  std::fill(p + n, p + r1, 0.0f);
+  std::fill(ds + n, ds + r1, 0.0f);
 }
 
 }  // namespace
