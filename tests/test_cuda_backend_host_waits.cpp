@@ -5,10 +5,12 @@
 // cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize and cudaFree of the
 // program), a step's waits must not grow with its microbatches or its stages: runs of 1 and
 // 3 steps give the waits of 2 steps, compared at 1 and 4 microbatches, on one stage and on
-// two stages of one rank (interleaved 1F1B, handed over in memory). The planted fault
-// sync_each_action (a wait after each compute action, as the executor once did) must add
-// at least one wait per action. And the actions' device times still make a timeline: on
-// the trace each compute action is one slice, one after another on track 0.
+// two stages of one rank (interleaved 1F1B, handed over in memory), and on two ranks of
+// a pipeline (pp 2 over the emulated NCCL: a received activation or gradient is waited
+// for by the compute stream, not by the host). The planted fault sync_each_action (a wait
+// after each compute action, as the executor once did) must add at least one wait per
+// action. And the actions' device times still make a timeline: on the trace each compute
+// action is one slice, one after another on track 0.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -35,23 +37,27 @@ class CudaBackendHostWaits : public ::testing::Test {
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
 
-  // The waits of one single-rank run (printed by the emulated runtime at exit).
-  long long waits(const std::string& overrides, const std::string& env = "") {
-    const std::string cmd = "PPTRAIN_EMU_HOST_WAITS=1 " + env + " " + mpirun(1) + pptrain_emu_bin() + " train " +
+  // The waits of one run, over its ranks (each prints its count at exit).
+  long long waits(const std::string& overrides, const std::string& env = "", int ranks = 1) {
+    const std::string cmd = "PPTRAIN_EMU_HOST_WAITS=1 " + env + " " + mpirun(ranks) + pptrain_emu_bin() + " train " +
                             dir_.file("model.yaml") + " device=cuda " + overrides;
     const CommandResult r = run_command(cmd, 180);
     EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
-    std::smatch m;
-    if (!std::regex_search(r.output, m, std::regex("emulated cuda: ([0-9]+) host waits"))) {
-      ADD_FAILURE() << "no count of host waits in:\n" << r.output;
+    const std::regex count("emulated cuda: ([0-9]+) host waits");
+    long long sum = 0;
+    int counts = 0;
+    for (std::sregex_iterator it(r.output.begin(), r.output.end(), count), end; it != end; ++it, ++counts)
+      sum += std::stoll((*it)[1]);
+    if (counts != ranks) {
+      ADD_FAILURE() << counts << " counts of host waits for " << ranks << " ranks in:\n" << r.output;
       return -1;
     }
-    return std::stoll(m[1]);
+    return sum;
   }
 
   // The waits of 2 steps: a run of 3 steps less a run of 1 (start-up and exit cancel out).
-  long long waits_of_two_steps(const std::string& layout, const std::string& env = "") {
-    return waits(layout + " training.steps=3", env) - waits(layout + " training.steps=1", env);
+  long long waits_of_two_steps(const std::string& layout, const std::string& env = "", int ranks = 1) {
+    return waits(layout + " training.steps=3", env, ranks) - waits(layout + " training.steps=1", env, ranks);
   }
 
   TempDir dir_;
@@ -72,6 +78,18 @@ TEST_F(CudaBackendHostWaits, AStepWaitsAsOftenWhateverItsMicrobatchesAndStages) 
   // each, 8 actions a step, so 2 steps wait at least 16 times more.
   const long long planted = waits_of_two_steps(one_stage + " parallel.microbatches=4", "PPTRAIN_FAULTS=sync_each_action");
   EXPECT_GE(planted - base, 16) << "the planted wait after each action was not counted";
+}
+
+// pp 2 over the emulated NCCL (MPI underneath; the model's transfers of 1 KB complete at
+// their posting, so no send is waited for either). A host wait per received microbatch, as
+// the receives once had, would add (4 - 1) x 2 steps on each rank between 1 and 4
+// microbatches.
+TEST_F(CudaBackendHostWaits, APipelineRankDoesNotWaitForItsReceives) {
+  const std::string pp2 = "parallel.pp=2 parallel.schedule=1f1b";
+  const long long base = waits_of_two_steps(pp2 + " parallel.microbatches=1", "", 2);
+  EXPECT_GT(base, 0);
+  EXPECT_EQ(waits_of_two_steps(pp2 + " parallel.microbatches=4", "", 2), base)
+      << "the ranks' waits grew with the microbatches they receive";
 }
 
 TEST_F(CudaBackendHostWaits, TheActionsDeviceTimesAreATimeline) {

@@ -19,8 +19,12 @@ enum class ReduceOp { Sum, Max };
 class Request {
  public:
   virtual ~Request() = default;
+  // Makes the result usable by what the caller issues next: on the host (MPI) the host
+  // waits for it; where on_device(), only the device's compute stream is ordered after it
+  // (NCCL) and the host goes on: test() tells the host when it has completed.
   virtual void wait() = 0;
   virtual bool test() = 0;  // true once complete
+  virtual bool on_device() const { return false; }
 };
 
 class Communicator {

@@ -11,8 +11,8 @@ namespace pptrain {
 namespace {
 
 // A posted ncclSend/ncclRecv or collective: complete when `done` (recorded on its stream)
-// is. wait() blocks the host on it (a transfer), or with `then` given orders that stream
-// after it without blocking the host (a collective: the compute stream).
+// is. wait() blocks the host on it (a send), or with `then` given orders that stream after
+// it without blocking the host (a receive or a collective: the compute stream).
 class NcclRequest final : public Request {
  public:
   explicit NcclRequest(std::unique_ptr<cuda::Event> done, cudaStream_t then = nullptr)
@@ -27,6 +27,7 @@ class NcclRequest final : public Request {
     PPTRAIN_CUDA_CHECK(err);
     return true;
   }
+  bool on_device() const override { return then_ != nullptr; }
 
  private:
   std::unique_ptr<cuda::Event> done_;
@@ -151,7 +152,11 @@ std::unique_ptr<Request> NcclComm::post(void* data, size_t bytes, int peer, bool
   check(end, "ncclGroupEnd");
   auto done = std::make_unique<cuda::Event>();
   PPTRAIN_CUDA_CHECK(cudaEventRecord(done->get(), stream));
-  return std::make_unique<NcclRequest>(std::move(done));
+  // A received tensor is read by the compute stream's next kernels: waiting for it there,
+  // not on the host, keeps the host issuing work ahead of the device (a host wait per
+  // received microbatch would leave the GPU idle for the wake-up and the next launches).
+  // A send's buffer is released by the host (the executor's poll), so the host waits.
+  return std::make_unique<NcclRequest>(std::move(done), is_send ? nullptr : compute_);
 }
 
 std::unique_ptr<Request> NcclComm::isend(const void* data, size_t bytes, int peer, int tag) {

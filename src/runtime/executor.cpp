@@ -61,12 +61,13 @@ void PipelineExecutor::report_wait(const pipeline::Action& a, const std::string&
   if (!progress_) return;
   const auto& actions = schedule_.program.at(pp_rank_);
   std::string pending;
-  for (const auto& [key, req] : recvs_) {
-    auto [dir, s, mb] = key;
-    const bool fwd = dir == Direction::Forward;
-    pending += cat(pending.empty() ? "" : ", ", s, fwd ? "RECV_F" : "RECV_B", mb, " from pp rank ",
-                   rank_of(fwd ? s - 1 : s + 1), " tag ", tag(dir, s, mb));
-  }
+  for (const auto* recvs : {&recvs_, &device_recvs_})
+    for (const auto& [key, req] : *recvs) {
+      auto [dir, s, mb] = key;
+      const bool fwd = dir == Direction::Forward;
+      pending += cat(pending.empty() ? "" : ", ", recv_name(key), " from pp rank ", rank_of(fwd ? s - 1 : s + 1),
+                     " tag ", tag(dir, s, mb), recvs == &device_recvs_ ? " (the device waits for it)" : "");
+    }
   for (const auto& [key, send] : sends_) {
     auto [s, mb] = key;
     const bool fwd = send.op == Op::SEND_F;
@@ -92,11 +93,35 @@ void PipelineExecutor::wait_recv(const Key& key, Timeline& timeline) {
   double t0 = timeline.now_us();
   it->second.request->wait();
   tick();
+  if (it->second.request->on_device()) {  // ordered on the device; the host did not wait
+    device_recvs_.insert(recvs_.extract(it));
+    return;
+  }
   double t1 = timeline.now_us();
-  const std::string name = cat(stage, dir == Direction::Forward ? "RECV_F" : "RECV_B", mb);
+  const std::string name = recv_name(key);
   timeline.add("wait " + name, t0, t1, false, kWaitTrack);
   transfer_done(name, it->second.posted_us);
   recvs_.erase(it);
+}
+
+std::string PipelineExecutor::recv_name(const Key& key) const {
+  auto [dir, stage, mb] = key;
+  return cat(stage, dir == Direction::Forward ? "RECV_F" : "RECV_B", mb);
+}
+
+void PipelineExecutor::poll_device_recvs(bool all) {
+  for (auto it = device_recvs_.begin(); it != device_recvs_.end();) {
+    if (!it->second.request->test()) {
+      // The compute stream waited for every one of them before the program's last action
+      // ended, which the host has seen when `all`: one still pending is a broken order.
+      PPTRAIN_CHECK(!all, "pipeline rank ", pp_rank_, ": receive ", recv_name(it->first),
+                    " is not complete after the step's actions that waited for it");
+      ++it;
+      continue;
+    }
+    transfer_done(recv_name(it->first), it->second.posted_us);
+    it = device_recvs_.erase(it);
+  }
 }
 
 void PipelineExecutor::transfer_done(const std::string& name, double posted_us) {
@@ -116,8 +141,9 @@ void PipelineExecutor::poll_unreleased(bool wait_all) {
     auto range = sends_.equal_range({stage->spec().index, mb});
     bool done = true;
     for (auto it = range.first; it != range.second; ++it) {
-      if (wait_all) it->second.request->wait();
-      else done = done && it->second.request->test();
+      const bool complete = it->second.request->test();  // no wait for a send already done
+      if (wait_all && !complete) it->second.request->wait();
+      done = done && (wait_all || complete);
     }
     if (!done) { ++i; continue; }
     for (auto it = range.first; it != range.second; ++it)
@@ -163,6 +189,7 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
   for (size_t pos = 0; pos < actions.size(); ++pos) {
     position_ = pos;
     if (!unreleased_.empty()) poll_unreleased(false);
+    if (!device_recvs_.empty()) poll_device_recvs(false);
     const pipeline::Action& a = actions[pos];
     const int s = a.stage, mb = a.microbatch;
     auto stage_here = [&](int st) -> Stage& {
@@ -246,6 +273,7 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
   if (progress_ && !actions.empty())
     report_wait(actions.back(), "the backend to finish the step's actions (and the tp group's all-reduces in them)");
   finish_compute(timeline);
+  poll_device_recvs(/*all=*/true);
   // The losses in F order, summed in it (the bits of adding each as its F ended).
   double loss = 0;
   if (loss_count_) {
@@ -258,7 +286,7 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
     report_wait(actions.back(), "its sends to complete at the end of the step");
   poll_unreleased(/*wait_all=*/true);
   for (auto& [key, send] : sends_) {  // sends of microbatches without W (evaluation)
-    send.request->wait();
+    if (!send.request->test()) send.request->wait();
     transfer_done(cat(key.first, send.op == Op::SEND_F ? "SEND_F" : "SEND_B", key.second), send.posted_us);
   }
   sends_.clear();

@@ -17,7 +17,9 @@
 // kWaitTrack; every transfer is a slice on track kTransferTrack from its posting to the
 // moment its completion was seen (a receive when its consumer waits for it, a send when it
 // is polled between actions or waited for at the step's end): a late end can mean a late
-// poll, never an early one.
+// poll, never an early one. A receive whose wait only orders the device (NCCL: the compute
+// stream waits for it, the host goes on) stays pending, polled between actions like a send
+// and listed to the watchdog, until its completion is seen.
 // Stage hooks (set_stage_hooks) let the caller act where a stage's part of the step begins
 // and ends on this rank: before its first F (ZeRO-1 waits there for that stage's weights)
 // and after its last W or B (its gradients are complete: ZeRO-1 starts their
@@ -72,6 +74,9 @@ class PipelineExecutor {
   // The MPI/NCCL tag of the transfer to `stage` of microbatch `mb`: unique within a step.
   int tag(Direction direction, int stage, int mb) const;
   void wait_recv(const Key& key, Timeline& timeline);
+  std::string recv_name(const Key& key) const;  // "1RECV_F3"
+  // Ends the slices of the device-waited receives seen complete (all: every one must be).
+  void poll_device_recvs(bool all);
   // A transfer's slice on the transfer track, ending now.
   void transfer_done(const std::string& name, double posted_us);
   // Around a compute action: marks on the op clock, resolved into timeline events by
@@ -106,6 +111,9 @@ class PipelineExecutor {
     double posted_us;
   };
   std::map<Key, PendingRecv> recvs_;
+  // Receives that the device waits for (Request::on_device) and whose completion the host
+  // has not seen yet: polled between actions, checked complete once the program has run.
+  std::map<Key, PendingRecv> device_recvs_;
   std::multimap<std::pair<int, int>, PendingSend> sends_;  // (stage, mb) -> its sends
   Timeline* timeline_ = nullptr;                           // the running step's
   std::unique_ptr<OpClock> clock_;                         // made at the first run
