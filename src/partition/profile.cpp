@@ -177,6 +177,7 @@ double time_transfer(Communicator& comm, Ops& ops, MpiComm& world, size_t bytes,
       const auto t0 = Clock::now();
       comm.isend(buffer.data(), bytes, 1, kTag)->wait();
       comm.irecv(buffer.data(), bytes, 1, kTag)->wait();
+      ops.synchronize();  // a receive over NCCL orders only the device (Request::on_device)
       const auto t1 = Clock::now();
       if (rep >= opts.warmup) one_way.push_back(ms_between(t0, t1) / 2);
     } else if (world.rank() == 1) {
