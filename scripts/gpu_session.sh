@@ -91,11 +91,12 @@ for part in "${parts[@]}"; do
           for pass in "forward forward_kernel" "backward (kv|q)_kernel"; do
             set -- $pass
             # The timed calls only (--time-only), past the warm-up, matched by their demangled
-            # names (pptrain::kernels::flash::{sm90,bf16_tc}::...).
+            # names (pptrain::kernels::flash::{sm90,bf16_tc}::...). ncu replays the profiled
+            # kernels many times: a longer deadline than attention_check's 60 s, inside timeout's.
             timeout 240 ncu --clock-control none --kernel-name-base demangled \
               --kernel-name "regex:kernels::flash::.*::$2" --launch-skip 8 --launch-count 4 \
               --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats --csv \
-              "$B/run" "$B/build/bench/attention_check" --impls "$impl" --time-only --shape 16,12,12,1024,64 \
+              "$B/run" "$B/build/bench/attention_check" --impls "$impl" --time-only --shape 16,12,12,1024,64 --deadline 200 \
               >"$out/ncu_${impl}_$1.csv" 2>"$out/ncu_${impl}_$1.err"
             table+=("ncu $impl $1: $(grep -c '"' "$out/ncu_${impl}_$1.csv") csv lines; $(tail -1 "$out/ncu_${impl}_$1.err" | cut -c1-100)")
           done

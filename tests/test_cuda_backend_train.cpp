@@ -9,7 +9,8 @@
 // NcclComm included, compile against the real CUDA/cuBLAS/NCCL headers (skipped, with the
 // reason printed, where those headers are absent). And `model.attention: cudnn` in this binary,
 // which has no cuDNN, fails with one line on every rank; the GPU attention check's emulated
-// twin (build/bench/attention_check-emu) passes its own bounds on the naive path.
+// twin (build/bench/attention_check-emu) passes its own bounds on the naive path, and stops
+// in one line at a phase past its --deadline.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -152,6 +153,23 @@ TEST(CudaBackendAttentionCheck, NaivePathIsWithinTheCheckBoundsAndCudnnSaysItIsM
   CommandResult usage = run_command(bin + " --impls naive,fast", 30);
   EXPECT_EQ(usage.exit_code, 2) << usage.output;
   EXPECT_EQ(usage.output, "attention_check: --impls: expected naive, flash, flash-mma, flash-wgmma or cudnn, got 'fast'\n");
+}
+
+TEST(CudaBackendAttentionCheck, APhasePastItsDeadlineStopsTheProgramInOneLine) {
+  // A kernel that never ends must not hold a lent GPU until an outside timeout: with a
+  // deadline far shorter than the first check (the emulated naive path at B=2 T=200 takes
+  // tens of milliseconds), the program names that phase in one line, prints nothing after
+  // it and exits 3.
+  const std::string bin = fs::path(pptrain_emu_bin()).parent_path().string() + "/bench/attention_check-emu";
+  ASSERT_TRUE(fs::exists(bin)) << bin << " not built";
+  CommandResult r = run_command("OMP_NUM_THREADS=1 " + bin + " --impls naive --deadline 0.001", 60);
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_EQ(r.output, "{\"bench\": \"attention\", \"impl\": \"naive\", \"phase\": \"check\", \"B\": 2, \"NH\": 4, "
+                      "\"NKV\": 4, \"T\": 200, \"HD\": 64, \"error\": \"not finished within 0.001 s (--deadline): a "
+                      "kernel that never ends? attention_check stopped here\"}\n");
+  CommandResult bad = run_command(bin + " --deadline -1", 30);
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_EQ(bad.output, "attention_check: --deadline: expected seconds >= 0, got '-1'\n");
 }
 
 TEST(CudaBackendAttentionCheck, BothFlashKernelssAreWithinTheCheckBoundsAndAgree) {

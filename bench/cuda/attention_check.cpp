@@ -13,14 +13,24 @@
 // training. Built only by the real CUDA build:
 //   make CUDA=1 build/bench/attention_check && build/bench/attention_check [--device N]
 //        [--impls naive,flash,flash-mma,flash-wgmma,cudnn] [--time | --time-only]
-//        [--shape B,NH,NKV,T,HD]   (impls: all but flash by default; --time-only skips the
-//        checks, for a profiler; --shape times that shape instead of the four below)
+//        [--shape B,NH,NKV,T,HD] [--deadline S]   (impls: all but flash by default, the
+//        handwritten kernels last; --time-only skips the checks, for a profiler; --shape
+//        times that shape instead of the four below; --deadline: below)
 // (scripts/gpu_check.sh runs it on a lent GPU). One JSON line per comparison:
 //   {"check": "attention", "B": 2, "NH": 4, "T": 200, "HD": 64, "tensor": "dq", "a": "cudnn",
 //    "b": "reference", "normwise": 1.2e-04, "bound": 1.6e-02, "pass": true}
 // and {"check": "attention", ..., "impl": "flash", "error": "..."} for an implementation that
 // failed to run (its comparisons are then left out). Exit status 0 iff every comparison
 // passed and no implementation failed.
+//
+// Each implementation's check on one shape, and its timing on one shape, must end within
+// --deadline seconds (default 60 on a GPU, where the longest takes about a second; none under
+// the emulator, whose kernels run on the host): a kernel that never ends would otherwise hold
+// a lent GPU until an outside timeout. Past it one line names the phase,
+//   {"bench": "attention", "impl": "flash-wgmma", "phase": "check", "B": 2, ..., "error": "..."}
+// and the program exits 3 at once (bench/cuda/deadline.h). The implementations run in the
+// order given, the default's handwritten kernels last, so that a hang in one of them costs
+// no other's figures.
 //
 // --time then times each implementation's forward and backward (the training shapes: GPT-2
 // 124M's B=16 NH=12 T=1024 HD=64, the Llama 3.2 1B shape's B=1 NH=32 NKV=8 T=8192 HD=64, and
@@ -79,6 +89,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_ops.h"
+#include "bench/cuda/deadline.h"
 #include "core/bf16.h"
 #include "flash_attention.cuh"
 
@@ -370,7 +381,15 @@ bool compare(const Shape& s, const Reference& ref, const std::map<std::string, R
   return ok;
 }
 
-bool check(int device, const Shape& s, const std::vector<std::string>& impls) {
+// The phase a deadline guards, as JSON members: the implementation, what it does, the shape.
+std::string phase(const std::string& impl, const char* what, int b, int nh, int nkv, int t, int hd) {
+  std::ostringstream o;
+  o << "\"impl\": \"" << impl << "\", \"phase\": \"" << what << "\", \"B\": " << b << ", \"NH\": " << nh
+    << ", \"NKV\": " << nkv << ", \"T\": " << t << ", \"HD\": " << hd;
+  return o.str();
+}
+
+bool check(int device, const Shape& s, const std::vector<std::string>& impls, Deadline& deadline, double seconds) {
   std::mt19937_64 rng(20240601 + s.hd + 1000 * s.nkv);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<bfloat16> qkv(s.tokens() * s.w()), dout(s.tokens() * s.c());
@@ -388,7 +407,9 @@ bool check(int device, const Shape& s, const std::vector<std::string>& impls) {
                   head(s).c_str(), impl.c_str());
       continue;
     }
+    deadline.arm(phase(impl, "check", s.b, s.nh, s.nkv, s.t, s.hd), seconds);
     Result r = run(impl, device, s, qkv, dout);
+    deadline.disarm();
     if (!r.error.empty()) {
       std::printf("%s, \"impl\": \"%s\", \"error\": %s}\n", head(s).c_str(), impl.c_str(), json_string(r.error).c_str());
       ok = false;
@@ -408,7 +429,8 @@ struct TimeShape {
   int b, nh, nkv, t, hd;
 };
 
-void time_impl(const std::string& impl, int device, const TimeShape& s) {
+void time_impl(const std::string& impl, int device, const TimeShape& s, Deadline& deadline, double seconds) {
+  deadline.arm(phase(impl, "time", s.b, s.nh, s.nkv, s.t, s.hd), seconds);
   std::printf("{\"bench\": \"attention\", \"impl\": \"%s\", \"B\": %d, \"NH\": %d, \"NKV\": %d, \"T\": %d, "
               "\"HD\": %d, ",
               impl.c_str(), s.b, s.nh, s.nkv, s.t, s.hd);
@@ -461,6 +483,7 @@ void time_impl(const std::string& impl, int device, const TimeShape& s) {
     std::printf("\"error\": %s}\n", json_string(e.what()).c_str());
   }
   std::fflush(stdout);
+  deadline.disarm();
 }
 
 }  // namespace
@@ -473,7 +496,12 @@ int main(int argc, char** argv) {
                                                  pptrain::TimeShape{1, 32, 8, 8192, 64},
                                                  pptrain::TimeShape{8, 16, 16, 1024, 128},
                                                  pptrain::TimeShape{1, 16, 16, 8192, 128}};
-  std::vector<std::string> impls = {"naive", "flash-mma", "flash-wgmma", "cudnn"};
+  std::vector<std::string> impls = {"naive", "cudnn", "flash-mma", "flash-wgmma"};
+#ifdef PPTRAIN_EMULATED
+  double deadline_s = 0;  // the emulator runs kernels on the host: minutes are normal
+#else
+  double deadline_s = 60;
+#endif
   const std::vector<std::string> known = {"naive", "flash", "flash-mma", "flash-wgmma", "cudnn"};
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -492,6 +520,13 @@ int main(int argc, char** argv) {
       }
     } else if (arg == "--time") {
       time = true;
+    } else if (arg == "--deadline" && i + 1 < argc) {  // seconds a phase may take; 0: none
+      char* end = nullptr;
+      deadline_s = std::strtod(argv[++i], &end);
+      if (end == argv[i] || *end || !(deadline_s >= 0)) {
+        std::fprintf(stderr, "attention_check: --deadline: expected seconds >= 0, got '%s'\n", argv[i]);
+        return 2;
+      }
     } else if (arg == "--time-only") {  // no checks: a profiler sees the timed kernels alone
       time = true, check = false;
     } else if (arg == "--shape" && i + 1 < argc) {  // B,NH,NKV,T,HD: time this shape only
@@ -505,19 +540,29 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: attention_check [--device N] [--impls naive,flash,flash-mma,flash-wgmma,cudnn] [--time | "
-                   "--time-only] [--shape B,NH,NKV,T,HD]\n");
+                   "--time-only] [--shape B,NH,NKV,T,HD] [--deadline S]\n");
       return 2;
     }
   }
+  pptrain::Deadline deadline([](const std::string& what, double seconds) {
+    std::ostringstream o;
+    o << "{\"bench\": \"attention\", " << what << ", \"error\": \"not finished within " << seconds
+      << " s (--deadline): a kernel that never ends? attention_check stopped here\"}";
+    return o.str();
+  });
   bool ok = true;
   // Multi-head at HD 64 and 128, grouped-query (2 and 1 key/value heads for 4 query heads).
   if (check)
     for (auto [hd, nkv] : {std::pair{64, 4}, std::pair{128, 4}, std::pair{64, 2}, std::pair{128, 1}})
-      ok = pptrain::check(device, pptrain::Shape{pptrain::kB, pptrain::kT, pptrain::kNH, hd, nkv}, impls) && ok;
+      ok = pptrain::check(device, pptrain::Shape{pptrain::kB, pptrain::kT, pptrain::kNH, hd, nkv}, impls, deadline,
+                          deadline_s) &&
+           ok;
+  // Each implementation on every shape before the next one: a hang in the last (the
+  // handwritten kernels by default) leaves the others' figures printed.
   if (time)
-    for (const pptrain::TimeShape& s : time_shapes)
-      for (const std::string& impl : impls)
+    for (const std::string& impl : impls)
+      for (const pptrain::TimeShape& s : time_shapes)
         if ((impl != "naive" || s.t <= 1024) && pptrain::runs_here(impl, s.hd))  // naive's T² probs: short T only
-          pptrain::time_impl(impl, device, s);
+          pptrain::time_impl(impl, device, s, deadline, deadline_s);
   return ok ? 0 : 1;
 }
