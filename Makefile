@@ -22,8 +22,12 @@ CXXFLAGS ?= -O3 -march=$(ARCH) -g
 # a loop whose arms hold float operations that could raise an FP exception flag, and so
 # vectorises none of the cpu backend's branch-free exp/GELU/softmax loops (the select of
 # exp_approx's clamps: GELU ran at 7 ns an element, one at a time). Results are the same
-# bits; pptrain reads no FP exception flags.
-FP_FLAGS := -fno-trapping-math
+# bits; pptrain reads no FP exception flags. Likewise math functions need not set errno:
+# with errno, std::sqrt is a scalar square root with a call to sqrtf for negative inputs,
+# and the AdamW loop around it ran one element at a time (7 cycles a parameter, compute-
+# bound at a third of the memory bandwidth). The same IEEE results; pptrain reads no errno
+# of a math function.
+FP_FLAGS := -fno-trapping-math -fno-math-errno
 CODEGEN_FLAGS := $(CXXFLAGS) $(FP_FLAGS)
 
 # The packages' flags come from pkg-config when make reads this file, so they must be read

@@ -135,11 +135,11 @@ std::vector<std::string> functions_with_avx512(const std::string& file) {
   return names;
 }
 
-// Per function of an object: how many of its instructions use a `reg` register ("ymm",
-// "zmm"), from objdump's disassembly with demangled names.
-std::map<std::string, int> vector_register_uses(const std::string& object, const std::string& reg) {
+// Per function of an object: how many of its instructions match the awk regular expression
+// `pattern`, from objdump's disassembly with demangled names.
+std::map<std::string, int> instruction_uses(const std::string& object, const std::string& pattern) {
   auto r = run_command("objdump -d --no-show-raw-insn -C " + object +
-                           " | awk '/^[0-9a-f]+ <.*>:$/ {f = $0; sub(/^[0-9a-f]+ /, \"\", f)} /%" + reg +
+                           " | awk '/^[0-9a-f]+ <.*>:$/ {f = $0; sub(/^[0-9a-f]+ /, \"\", f)} /" + pattern +
                            "/ {c[f]++} END {for (k in c) print c[k] \"\\t\" k}'",
                        300);
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -148,6 +148,11 @@ std::map<std::string, int> vector_register_uses(const std::string& object, const
   for (std::string line; std::getline(in, line);)
     if (const size_t tab = line.find('\t'); tab != std::string::npos) uses[line.substr(tab + 1)] = std::stoi(line);
   return uses;
+}
+
+// How many of each function's instructions use a `reg` register ("ymm", "zmm").
+std::map<std::string, int> vector_register_uses(const std::string& object, const std::string& reg) {
+  return instruction_uses(object, "%" + reg);
 }
 
 // The exp-based loops (GELU, SwiGLU, the cross-entropy's softmax, attention's softmax) run
@@ -173,6 +178,25 @@ TEST(CpuIsa, TheExpLoopsRunOnFullVectorsInEachCopy) {
       EXPECT_GE(most, 8) << function << " in " << file << suffix << ".o uses %" << reg << " in " << most
                          << " instructions: not vectorised (built without -fno-trapping-math?)";
     }
+}
+
+// AdamW's loop (a square root and a division a parameter) runs on full vectors in each copy:
+// packed square roots (vsqrtps on ymm or zmm registers). With errno semantics for math
+// functions GCC keeps std::sqrt scalar (vsqrtss, and a call to sqrtf for a negative input),
+// so the loop ran one parameter at a time at a third of the memory bandwidth; the Makefile's
+// FP_FLAGS (-fno-math-errno) lets it vectorise. Counted in the functions of adamw.o named
+// CpuOps::adamw (its OpenMP region included).
+TEST(CpuIsa, AdamwRunsOnFullVectorsInEachCopy) {
+  const std::string bin = testing::pptrain_bin(), cpu = bin.substr(0, bin.rfind('/')) + "/obj/src/backend/cpu/";
+  std::vector<std::pair<std::string, std::string>> copies = {{"", "ymm"}};
+  if (cpu::compiled_isas().size() == 2) copies.push_back({".avx512", "zmm"});
+  for (const auto& [suffix, reg] : copies) {
+    int packed = 0;
+    for (const auto& [name, count] : instruction_uses(cpu + "adamw" + suffix + ".o", "vsqrtps.*%" + reg))
+      if (name.find("CpuOps::adamw(") != std::string::npos) packed += count;
+    EXPECT_GE(packed, 1) << "CpuOps::adamw in adamw" << suffix << ".o has no vsqrtps on %" << reg
+                         << ": its loop is scalar (built without -fno-math-errno?)";
+  }
 }
 
 // The AVX-512 code is its copy's and nowhere else: a function outside cpu::avx512 with
