@@ -4,7 +4,8 @@
 #  - $(BUILD)/bench/bench_kernels (bench/cuda/bench_kernels.cpp): memory bandwidth of the
 #    kernels; only with the real CUDA build (CUDA=1), linked like build/pptrain from the
 #    nvcc kernel objects, the cuda backend's host objects and the CUDA libraries.
-#  - $(BUILD)/bench/attention_check (bench/cuda/attention_check.cpp): naive, flash and cudnn
+#  - $(BUILD)/bench/attention_check (bench/cuda/attention_check.cpp, its fp64 reference in
+#    attention_reference.cpp): naive, flash and cudnn
 #    attention through CudaOps on a GPU against an fp64 reference, one JSON line per
 #    comparison (scripts/gpu_check.sh); only with CUDA=1, linked the same way. Its emulated
 #    twin $(BUILD)/bench/attention_check-emu is built everywhere (see below).
@@ -27,7 +28,8 @@ $(BUILD)/bench/bench_kernels: $(BUILD)/obj/bench/cuda/bench_kernels.o $(CUDA_OBJ
 EXTRA_TARGETS += $(BUILD)/bench/bench_kernels
 
 $(BUILD)/obj/bench/cuda/attention_check.o: CXXFLAGS += -DPPTRAIN_WITH_CUDA -I$(CUDA_HOME)/include
-$(BUILD)/bench/attention_check: $(BUILD)/obj/bench/cuda/attention_check.o $(CUDA_OBJS) $(KERNEL_NVCC_OBJS) $(LIB)
+$(BUILD)/bench/attention_check: $(BUILD)/obj/bench/cuda/attention_check.o $(BUILD)/obj/bench/cuda/attention_reference.o \
+                                $(CUDA_OBJS) $(KERNEL_NVCC_OBJS) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LIB) $(LDLIBS) $(CUDA_LDLIBS)
 EXTRA_TARGETS += $(BUILD)/bench/attention_check
@@ -46,7 +48,8 @@ EXTRA_TARGETS += $(BUILD)/bench/model_flops
 # attention_check on the emulated cuda backend (every build): the naive path under the SIMT
 # emulator against the check's fp64 reference and bounds, and the one-line errors of what
 # the emulated build lacks (cuDNN); run by tests/test_cuda_backend_train.
-$(BUILD)/bench/attention_check-emu: $(BUILD)/obj-emu/bench/cuda/attention_check.o $(CUDA_EMU_OBJS) $(KERNEL_EMU_OBJS) $(LIB)
+$(BUILD)/bench/attention_check-emu: $(BUILD)/obj-emu/bench/cuda/attention_check.o \
+                                    $(BUILD)/obj/bench/cuda/attention_reference.o $(CUDA_EMU_OBJS) $(KERNEL_EMU_OBJS) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS)
 $(BUILD)/tests/test_cuda_backend_train: | $(BUILD)/bench/attention_check-emu

@@ -42,40 +42,8 @@
 // Median of 5 timed batches of 10 calls after 3 warm-ups, the host clock around a device
 // synchronisation (a batch is milliseconds: the synchronisation is noise).
 //
-// The measure. For each tensor X (out, lse, and the dq, dk, dv blocks of dqkv) and reference
-// value R (fp64, from the same bf16 inputs):
-//   normwise = ‖X − R‖₂ / ‖R‖₂,   and for two implementations ‖X − Y‖₂ / ‖R‖₂.
-// The bound: each implementation's rounding errors are bounded componentwise, |X − R| ≤ b_X
-// (b_X computed beside R, below), so ‖X − R‖₂ ≤ ‖b_X‖₂, and between two implementations
-// ‖X − Y‖₂ ≤ ‖b_X‖₂ + ‖b_Y‖₂ (triangle inequality); bound = that over ‖R‖₂.
-//
-// With scale = 1/√HD, s_ij = scale·q_i·k_j (j ≤ i), p = softmax_j(s), dP_ij = dO_i·v_j,
-// D_i = Σ_j p_ij dP_ij = dO_i·O_i, dS_ij = p_ij (dP_ij − D_i), and the magnitudes
-//   c_i = max_j scale Σ_d |q_id||k_jd| (≥ |s_ij|),   A_ij = Σ_d |dO_id||v_jd| (≥ |dP_ij|),
-//   H_i = Σ_j p_ij |dP_ij|,  E_i = Σ_j p_ij A_ij,  K_i = Σ_d |dO_id||O_id|,
-//   Mo_id = Σ_j p_ij |v_jd|,  F_i = Σ_d |dO_id| Mo_id,
-// unit roundoffs u = 2⁻⁸ (bf16: 8 significant bits) and e = (2·HD + 2·T + 32)·2⁻²⁴ for fp32
-// arithmetic (dot products over HD, sums over up to T keys, γ_n ≈ n·2⁻²⁴, doubled for an
-// online softmax's rescaling, and 32 ulps for exp/log and their approximations). A
-// probability has relative error ε_p,i (fused: recomputed in fp32, e·(1 + c_i); naive: the
-// scores q·kᵀ are stored in bf16 before the softmax, |Δs| ≤ u·c_i, so 2u·c_i on p, and p is
-// stored in bf16: ε_p,i = u + 2u·c_i + e·(1 + c_i)).
-//   fused (flash, cudnn): P is rounded to bf16 for P·V and Pᵀ·dO (u), outputs are stored in
-//   bf16 (u), dS is rounded to bf16 for dS·K and dSᵀ·Q (u); D_i = dO_i·O_i reads the stored
-//   out, whose error is linear in the errors of p: |ΔD_i| ≤ (u + ε_p,i + e) H_i + (u + e) K_i
-//   + e F_i (summing over j before d is what makes it H, not the far larger E).
-//   naive: dP is a bf16 GEMM output (u |dP|), D_i = Σ_j p dP over the stored p and dP:
-//   |ΔD_i| ≤ (ε_p,i + u + e) H_i + e E_i.
-// Then, with α = ε_p,i + u and β = 0 (fused) or u (naive),
-//   |ΔdS_ij| ≤ α |dS_ij| + p_ij (β |dP_ij| + e A_ij + |ΔD_i|)
-//   b_out[i,d] = (ε_p,i + e + [u fused]) Mo_id + u |O_id|
-//   b_lse[i]   = e (1 + c_i + |lse_i|)                                   (fused only)
-//   b_dq[i,d]  = scale Σ_j (|ΔdS_ij| + e |dS_ij|) |k_jd| + u |dQ_id|
-//   b_dk[j,d]  = scale Σ_i (|ΔdS_ij| + e |dS_ij|) |q_id| + u |dK_jd|
-//   b_dv[j,d]  = Σ_i (ε_p,i + e + [u fused]) p_ij |dO_id| + u |dV_jd|
-// These are worst cases (every rounding at its extreme, no cancellation), so measured values
-// sit well below them; an actual bug (a lost scale, a mask off by one, a wrong stride) is of
-// the order of ‖R‖ itself, normwise ≈ 1 and more.
+// The measure, each implementation's normwise error against an fp64 reference and the bound
+// its bf16 rounding allows, is derived in bench/cuda/attention_reference.h.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -89,6 +57,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_ops.h"
+#include "bench/cuda/attention_reference.h"
 #include "bench/cuda/deadline.h"
 #include "core/bf16.h"
 #include "flash_attention.cuh"
@@ -96,137 +65,7 @@
 namespace pptrain {
 namespace {
 
-constexpr int kB = 2, kNH = 4, kT = 200;
-constexpr double kU = 1.0 / 256;  // bf16 unit roundoff, 2⁻⁸
-
-// NKV key/value heads (NKV = NH: multi-head attention; fewer: grouped-query, query head h
-// attends with key/value head h / (NH/NKV)).
-struct Shape {
-  int b, t, nh, hd, nkv;
-  size_t c() const { return size_t(nh) * hd; }               // out's row width
-  size_t w() const { return size_t(nh + 2 * nkv) * hd; }     // qkv's row width
-  size_t tokens() const { return size_t(b) * t; }
-};
-
-// Host copies of one implementation's results (or the reference), as doubles.
-struct Result {
-  std::vector<double> out, lse, dqkv;  // [B,T,C], [B,NH,T] (empty for naive), [B,T,3C]
-  std::string error;                   // what failed, if it did not run
-};
-
-// The fp64 reference and, per kind of implementation ("fused", "naive"), the componentwise
-// error bounds b of the header comment, shaped like the results.
-struct Reference {
-  Result r;
-  std::map<std::string, Result> bounds;
-};
-
-const char* kind(const std::string& impl) { return impl == "naive" ? "naive" : "fused"; }
-
-// Element (b, t, h, d) of query head h's q (block 0), or of its key (1) or value (2) head,
-// in qkv[B,T,(NH + 2·NKV)·HD]; block -1: of out[B,T,NH·HD].
-size_t at(const Shape& s, int block, int b, int t, int h, int d) {
-  const size_t token = size_t(b) * s.t + t, kv = size_t(h / (s.nh / s.nkv));
-  if (block < 0) return token * s.c() + size_t(h) * s.hd + d;
-  const size_t start = block == 0 ? size_t(h) * s.hd : (block == 1 ? s.c() : s.c() + size_t(s.nkv) * s.hd) + kv * s.hd;
-  return token * s.w() + start + d;
-}
-
-// Which part of a qkv row column `col` is in: 0 q, 1 k, 2 v.
-int part_of(const Shape& s, size_t col) { return col < s.c() ? 0 : col < s.c() + size_t(s.nkv) * s.hd ? 1 : 2; }
-
-// One (batch, head) of the reference and of both bound kinds.
-void reference_head(const Shape& s, const std::vector<double>& qkv, const std::vector<double>& dout, int b, int h,
-                    Reference& ref) {
-  const double scale = 1.0 / std::sqrt(double(s.hd)), u = kU;
-  const double e = (2.0 * s.hd + 2.0 * s.t + 32) * std::ldexp(1.0, -24);
-  auto q = [&](int i, int d) { return qkv[at(s, 0, b, i, h, d)]; };
-  auto k = [&](int j, int d) { return qkv[at(s, 1, b, j, h, d)]; };
-  auto v = [&](int j, int d) { return qkv[at(s, 2, b, j, h, d)]; };
-  auto d_o = [&](int i, int d) { return dout[at(s, -1, b, i, h, d)]; };
-  Result& r = ref.r;
-  std::vector<double> p(s.t), dp(s.t), a(s.t), o(s.hd), mo(s.hd);
-  for (int i = 0; i < s.t; ++i) {
-    // scores, c_i, log-sum-exp, probabilities
-    double mx = -INFINITY, c = 0;
-    for (int j = 0; j <= i; ++j) {
-      double dot = 0, mag = 0;
-      for (int d = 0; d < s.hd; ++d) dot += q(i, d) * k(j, d), mag += std::fabs(q(i, d) * k(j, d));
-      p[j] = dot * scale;
-      c = std::max(c, mag * scale);
-      mx = std::max(mx, p[j]);
-    }
-    double sum = 0;
-    for (int j = 0; j <= i; ++j) sum += std::exp(p[j] - mx);
-    const double lse = mx + std::log(sum);
-    const size_t row = (size_t(b) * s.nh + h) * s.t + i;
-    r.lse[row] = lse;
-    ref.bounds["fused"].lse[row] = e * (1 + c + std::fabs(lse));
-    // out, dP and the row magnitudes
-    std::fill(o.begin(), o.end(), 0.0);
-    std::fill(mo.begin(), mo.end(), 0.0);
-    double dsum = 0, hsum = 0, esum = 0, ksum = 0, fsum = 0;  // D_i, H_i, E_i, K_i, F_i
-    for (int j = 0; j <= i; ++j) {
-      p[j] = std::exp(p[j] - lse);
-      dp[j] = a[j] = 0;
-      for (int d = 0; d < s.hd; ++d) {
-        dp[j] += d_o(i, d) * v(j, d);
-        a[j] += std::fabs(d_o(i, d) * v(j, d));
-        o[d] += p[j] * v(j, d);
-        mo[d] += p[j] * std::fabs(v(j, d));
-      }
-      dsum += p[j] * dp[j];
-      hsum += p[j] * std::fabs(dp[j]);
-      esum += p[j] * a[j];
-    }
-    for (int d = 0; d < s.hd; ++d) ksum += std::fabs(d_o(i, d) * o[d]), fsum += std::fabs(d_o(i, d)) * mo[d];
-    for (const char* kd : {"fused", "naive"}) {
-      const bool fused = kd == std::string("fused");
-      Result& bd = ref.bounds[kd];
-      const double ep = fused ? e * (1 + c) : u + 2 * u * c + e * (1 + c);
-      const double delta_d = fused ? (u + ep + e) * hsum + (u + e) * ksum + e * fsum : (ep + u + e) * hsum + e * esum;
-      const double alpha = ep + u, beta = fused ? 0 : u, pv = ep + e + (fused ? u : 0);
-      for (int d = 0; d < s.hd; ++d) {
-        r.out[at(s, -1, b, i, h, d)] = o[d];
-        bd.out[at(s, -1, b, i, h, d)] = pv * mo[d] + u * std::fabs(o[d]);
-      }
-      for (int j = 0; j <= i; ++j) {
-        const double ds = p[j] * (dp[j] - dsum);
-        const double err_ds = alpha * std::fabs(ds) + p[j] * (beta * std::fabs(dp[j]) + e * a[j] + delta_d);
-        const double w = err_ds + e * std::fabs(ds);  // dS's error, and the fp32 sums over it
-        for (int d = 0; d < s.hd; ++d) {
-          // (dK and dV of a key/value head gather the sums of all its query heads: the
-          // bounds add up with them.)
-          if (fused) {  // the reference once (the loop runs for both kinds)
-            r.dqkv[at(s, 0, b, i, h, d)] += scale * ds * k(j, d);
-            r.dqkv[at(s, 1, b, j, h, d)] += scale * ds * q(i, d);
-            r.dqkv[at(s, 2, b, j, h, d)] += p[j] * d_o(i, d);
-          }
-          bd.dqkv[at(s, 0, b, i, h, d)] += scale * w * std::fabs(k(j, d));
-          bd.dqkv[at(s, 1, b, j, h, d)] += scale * w * std::fabs(q(i, d));
-          bd.dqkv[at(s, 2, b, j, h, d)] += pv * p[j] * std::fabs(d_o(i, d));
-        }
-      }
-    }
-  }
-}
-
-Reference reference(const Shape& s, const std::vector<double>& qkv, const std::vector<double>& dout) {
-  Reference ref;
-  for (Result* x : {&ref.r, &ref.bounds["fused"], &ref.bounds["naive"]}) {
-    x->out.assign(s.tokens() * s.c(), 0);
-    x->lse.assign(size_t(s.b) * s.nh * s.t, 0);
-    x->dqkv.assign(s.tokens() * s.w(), 0);
-  }
-  ref.bounds["naive"].lse.clear();  // naive keeps probs, not lse
-  for (int b = 0; b < s.b; ++b)
-    for (int h = 0; h < s.nh; ++h) reference_head(s, qkv, dout, b, h, ref);
-  // The final rounding of every stored output: u |R|.
-  for (auto& [name, bd] : ref.bounds) {
-    for (size_t i = 0; i < bd.dqkv.size(); ++i) bd.dqkv[i] += kU * std::fabs(ref.r.dqkv[i]);
-  }
-  return ref;
-}
+using namespace attention_check;
 
 // Device memory from the ops object's allocator, released on scope exit.
 class DeviceBuffer {
@@ -554,7 +393,8 @@ int main(int argc, char** argv) {
   // Multi-head at HD 64 and 128, grouped-query (2 and 1 key/value heads for 4 query heads).
   if (check)
     for (auto [hd, nkv] : {std::pair{64, 4}, std::pair{128, 4}, std::pair{64, 2}, std::pair{128, 1}})
-      ok = pptrain::check(device, pptrain::Shape{pptrain::kB, pptrain::kT, pptrain::kNH, hd, nkv}, impls, deadline,
+      ok = pptrain::check(device, pptrain::attention_check::Shape{pptrain::attention_check::kB, pptrain::attention_check::kT,
+                                                          pptrain::attention_check::kNH, hd, nkv}, impls, deadline,
                           deadline_s) &&
            ok;
   // Each implementation on every shape before the next one: a hang in the last (the
