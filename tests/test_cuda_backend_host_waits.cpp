@@ -7,7 +7,8 @@
 // 3 steps give the waits of 2 steps, compared at 1 and 4 microbatches, on one stage and on
 // two stages of one rank (interleaved 1F1B, handed over in memory), and on two ranks of
 // a pipeline (pp 2 over the emulated NCCL: a received activation or gradient is waited
-// for by the compute stream, not by the host). The planted fault sync_each_action (a wait
+// for by the compute stream, not by the host; its trace still shows every receive on the
+// transfer track and no host wait for one). The planted fault sync_each_action (a wait
 // after each compute action, as the executor once did) must add at least one wait per
 // action. And the actions' device times still make a timeline: on the trace each compute
 // action is one slice, one after another on track 0.
@@ -90,6 +91,21 @@ TEST_F(CudaBackendHostWaits, APipelineRankDoesNotWaitForItsReceives) {
   EXPECT_GT(base, 0);
   EXPECT_EQ(waits_of_two_steps(pp2 + " parallel.microbatches=4", "", 2), base)
       << "the ranks' waits grew with the microbatches they receive";
+  // The trace still shows every receive, on the transfer track, ended when its completion
+  // was seen, and no host wait for one: 2 steps x 3 microbatches a rank.
+  const std::string trace = dir_.file("pp2_trace.json");
+  const std::string cmd = mpirun(2) + pptrain_emu_bin() + " train " + dir_.file("model.yaml") + " device=cuda " + pp2 +
+                          " parallel.microbatches=3 training.steps=2 logging.trace=" + trace;
+  const CommandResult r = run_command(cmd, 180);
+  ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+  const std::string text = read_file(trace);
+  for (const char* rank : {"0", "1"}) {
+    const std::regex received(std::string("\"name\": \"[0-9]+RECV_[FB][0-9]+\", \"cat\": \"comm\", \"ph\": \"X\", "
+                                          "\"pid\": ") + rank + ", \"tid\": 2,");
+    const auto n = std::distance(std::sregex_iterator(text.begin(), text.end(), received), std::sregex_iterator());
+    EXPECT_EQ(n, 2 * 3) << "receives of pp rank " << rank << " on its transfer track";
+  }
+  EXPECT_EQ(text.find("\"name\": \"wait "), std::string::npos) << "a host wait for a receive on the trace";
 }
 
 TEST_F(CudaBackendHostWaits, TheActionsDeviceTimesAreATimeline) {
