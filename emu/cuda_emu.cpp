@@ -39,14 +39,18 @@ struct CUevent_st {
 
 namespace {
 
-// Host waits for device work the program asked for (pptrain::cuda_emu::host_waits).
-std::atomic<uint64_t> waits_counted{0};
+// Host waits for device work the program asked for (pptrain::cuda_emu::host_waits), and how
+// many of them were cudaFree: a caching allocator frees its blocks at exit, and how many
+// blocks it grew to can depend on the order in which ranks released buffers, so a count of
+// a step's waits leaves the frees out.
+std::atomic<uint64_t> waits_counted{0}, frees_counted{0};
 void count_wait() { waits_counted.fetch_add(1, std::memory_order_relaxed); }
 // PPTRAIN_EMU_HOST_WAITS set: the total at exit, on stderr.
 struct WaitReport {
   ~WaitReport() {
     if (std::getenv("PPTRAIN_EMU_HOST_WAITS"))
-      std::fprintf(stderr, "emulated cuda: %llu host waits\n", (unsigned long long)waits_counted.load());
+      std::fprintf(stderr, "emulated cuda: %llu host waits (%llu of them cudaFree)\n",
+                   (unsigned long long)waits_counted.load(), (unsigned long long)frees_counted.load());
   }
 } wait_report;
 
@@ -214,7 +218,10 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
 }
 cudaError_t cudaFree(void* ptr) {
   // cudaFree waits for the device: work still queued may use the memory.
-  if (ptr) count_wait();
+  if (ptr) {
+    count_wait();
+    frees_counted.fetch_add(1, std::memory_order_relaxed);
+  }
   if (lazy::on())
     if (cudaError_t err = lazy::run_all(); err != cudaSuccess) return err;
   std::free(ptr);

@@ -132,7 +132,8 @@ cudaError_t finish_stream(cudaStream_t stream);
 // How many times the program has waited on the host for device work: calls of
 // cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize and cudaFree (which
 // waits for the device on a GPU). With PPTRAIN_EMU_HOST_WAITS set, the total is printed to
-// stderr at exit ("emulated cuda: N host waits"): the tests count a step's waits with it.
+// stderr at exit ("emulated cuda: N host waits (F of them cudaFree)"): the tests count a
+// step's waits with it.
 uint64_t host_waits();
 
 }  // namespace pptrain::cuda_emu
