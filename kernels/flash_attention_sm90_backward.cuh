@@ -48,6 +48,24 @@ struct BackwardSmem {
   __device__ unsigned char* second(int stage) const { return first(stage) + B::Streamed::kBytes; }
 };
 
+// Both kernels' pair of score products, one wgmma group: p = A Bᵀ and dp = C Dᵀ, the four
+// operands K-major tiles in shared memory (A, C [kRows × HD]; B, D [kN × HD]), issued and
+// committed but not waited for (the caller waits, after its other work).
+template <int HD, int kN>
+__device__ __forceinline__ void issue_score_products(float (&p)[kN / 8][4], float (&dp)[kN / 8][4], uint32_t a,
+                                                     uint32_t b, uint32_t c, uint32_t d) {
+  wgmma::fence_operand(p), wgmma::fence_operand(dp);
+  wgmma::fence();
+  for (int kc = 0; kc < HD / 16; ++kc)
+    wgmma::mma_ss<kN>(reinterpret_cast<float(&)[kN / 2]>(p), k_major<HD, kRows>(a, kc), k_major<HD, kN>(b, kc),
+                      kc > 0);
+  for (int kc = 0; kc < HD / 16; ++kc)
+    wgmma::mma_ss<kN>(reinterpret_cast<float(&)[kN / 2]>(dp), k_major<HD, kRows>(c, kc), k_major<HD, kN>(d, kc),
+                      kc > 0);
+  wgmma::commit();
+  wgmma::fence_operand(p), wgmma::fence_operand(dp);
+}
+
 // dK, dV: as bf16_tc::kv_kernel (one block per key tile of 64 and key/value head, over the
 // group's query heads and their query tiles in a fixed order: no atomics), each product a
 // wgmma:
@@ -101,17 +119,7 @@ __global__ void __launch_bounds__(kBackwardThreads)
   // stage, issues both products (one wgmma group).
   auto issue_ss = [&](int it, float (&p)[kN / 8][4], float (&dp)[kN / 8][4]) {
     tma::mbarrier_wait(&sm.full[it % B::kStages], (it / B::kStages) & 1);
-    uint32_t q_addr = q_of(it), do_addr = do_of(it);
-    wgmma::fence_operand(p), wgmma::fence_operand(dp);
-    wgmma::fence();
-    for (int kc = 0; kc < HD / 16; ++kc)
-      wgmma::mma_ss<kN>(reinterpret_cast<float(&)[kN / 2]>(p), k_major<HD, kRows>(k_addr, kc),
-                        k_major<HD, kN>(q_addr, kc), kc > 0);
-    for (int kc = 0; kc < HD / 16; ++kc)
-      wgmma::mma_ss<kN>(reinterpret_cast<float(&)[kN / 2]>(dp), k_major<HD, kRows>(v_addr, kc),
-                        k_major<HD, kN>(do_addr, kc), kc > 0);
-    wgmma::commit();
-    wgmma::fence_operand(p), wgmma::fence_operand(dp);
+    issue_score_products<HD, kN>(p, dp, k_addr, q_of(it), v_addr, do_of(it));
   };
   // Tile `it`'s columns of this lane: their lse (base 2, +∞ past T: P = 0) and delta, read
   // before the tile's products are waited for.
@@ -273,17 +281,8 @@ __global__ void __launch_bounds__(kBackwardThreads)
   auto issue_ss = [&](int it, float (&p)[kN / 8][4], float (&dp)[kN / 8][4]) {
     int s = it % B::kStages;
     tma::mbarrier_wait(&sm.full[s], (it / B::kStages) & 1);
-    uint32_t k_addr = wgmma::smem_address(sm.first(s)), v_addr = wgmma::smem_address(sm.second(s));
-    wgmma::fence_operand(p), wgmma::fence_operand(dp);
-    wgmma::fence();
-    for (int kc = 0; kc < HD / 16; ++kc)
-      wgmma::mma_ss<kN>(reinterpret_cast<float(&)[kN / 2]>(p), k_major<HD, kRows>(q_addr, kc),
-                        k_major<HD, kN>(k_addr, kc), kc > 0);
-    for (int kc = 0; kc < HD / 16; ++kc)
-      wgmma::mma_ss<kN>(reinterpret_cast<float(&)[kN / 2]>(dp), k_major<HD, kRows>(do_addr, kc),
-                        k_major<HD, kN>(v_addr, kc), kc > 0);
-    wgmma::commit();
-    wgmma::fence_operand(p), wgmma::fence_operand(dp);
+    issue_score_products<HD, kN>(p, dp, q_addr, wgmma::smem_address(sm.first(s)), do_addr,
+                                 wgmma::smem_address(sm.second(s)));
   };
   // dS = P ∘ (dP − delta) in place of dP, for key tile `it`.
   auto scores_gradient = [&](int it, const float (&p)[kN / 8][4], float (&dp)[kN / 8][4]) {
