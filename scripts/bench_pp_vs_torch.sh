@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # pptrain's pipeline parallelism against PyTorch's own (torch.distributed.pipelining,
-# bench/torch_pipeline_reference.py) on the CPU: the same GPT-2 (8 layers, d_model 256, 8 heads,
-# seq 128, vocab 256, untied head), pp 2 ranks with 1 thread each, m = 8 microbatches of 2
-# sequences (the defaults below), fp32, under 1F1B and ZB-V, uniformly random token ids on
-# both sides. Each round runs pptrain then torch for each schedule (A B A B ...); a run's
-# figure is its median step after the warm-up; over the rounds, each side's median of those. pptrain runs twice per
-# round: with the blocks split evenly over the stages, as the torch side is (the like-for-like
-# ratio), and with its default `layers_per_stage: auto` (what a user gets).
+# bench/torch_pipeline_reference.py) on the CPU: the same GPT-2 (8 layers, d_model 256,
+# 8 heads, seq 128, vocab 256, untied head), pp 2 ranks with 1 thread each, m = 8
+# microbatches of 2 sequences (the defaults below), fp32, under 1F1B and ZB-V, uniformly
+# random token ids on both sides. Each round runs pptrain then torch for each schedule
+# (A B A B ...); a run's figure is its median step after the warm-up; over the rounds, each
+# side's median of those. pptrain runs twice per round: with the blocks split evenly over
+# the stages, as the torch side is (the like-for-like ratio), and with its default
+# `layers_per_stage: auto` (what a user gets).
 # Prints one JSON line per schedule and a table last:
 #   {"bench": "pp_vs_torch", "schedule", "pptrain_even_ms", "pptrain_auto_ms", "torch_ms",
 #    "speedup_even", "speedup_auto" (torch / pptrain: > 1 means pptrain is faster), ...}
