@@ -3,7 +3,7 @@
 // `g++ -x c++ -include emu/emu.h`): the kernel tests and, with the shims beside it,
 // the emulated cuda backend (its tests and pptrain-emu).
 //
-// Execution model (see emu.cpp): the blocks of a grid run one after another; the threads
+// Execution model (see block_runner.h): the blocks of a grid run one after another; the threads
 // of a block run as cooperative fibers (a hand-written context switch on x86-64, ucontext
 // elsewhere) that switch only at synchronisation points. `__syncthreads` waits for every
 // thread of the block; warp collectives (`__shfl_*_sync`, `__ballot_sync`, `__syncwarp`)
@@ -119,7 +119,7 @@ void launch_on_stream(Stream* stream, const char* name, dim3 grid, dim3 block, s
                       std::function<void()> thread_body);
 
 // Largest dynamic shared memory a launch may request: an sm_90 block's 227 KiB (launch()
-// opts in above 48 KiB on a GPU; static shared memory stays within 48 KiB, see emu.cpp).
+// opts in above 48 KiB on a GPU; static shared memory stays within 48 KiB, see block_runner.h).
 constexpr size_t kMaxDynamicSharedBytes = 227 * 1024;
 
 namespace detail {
@@ -139,7 +139,7 @@ void* dynamic_shared_memory();
 // A warpgroup matrix operation (wgmma, ptx_emu.h) that may complete later: run(lanes) with
 // the 128 lanes' operands, once. `reads` are the 2-byte shared-memory elements it reads and
 // `at_issue` their bytes when it was issued: on a GPU the operation reads them at some point
-// before it completes, so a write to them in between races it (emu.cpp checks both ends).
+// before it completes, so a write to them in between races it (block_async.cpp checks both ends).
 struct AsyncMatrixOp {
   MatrixRun run = nullptr;
   std::vector<unsigned char> operands;  // a copy of each lane's operand struct

@@ -1,5 +1,5 @@
 // Fibers of the SIMT emulator: one per thread of the block being run, each on its own
-// guarded stack, switched cooperatively by the scheduler in emu.cpp.
+// guarded stack, switched cooperatively by the scheduler in block_runner.cpp.
 //
 // A fiber switch is the hot path (two per resume, and a kernel with a loop of barriers
 // switches thousands of times per block). On x86-64 it is the hand-written switch of

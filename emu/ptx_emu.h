@@ -155,7 +155,7 @@ inline void cp_async_wait(int pending) { ::pptrain::emu::detail::async_wait(pend
 // threads' wgmma.wait_group (reverse order), after every other thread has run as far as it
 // can: reading D early, or changing A's registers before the wait, shows in one of the two;
 // a copy issued over its shared operands, or a store that changes them, before the wait is
-// reported (emu.cpp).
+// reported (block_async.cpp).
 namespace pptrain::emu::ptx {
 
 inline uint32_t shared_address(const void* p) {

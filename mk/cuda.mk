@@ -17,8 +17,8 @@
 # which the Makefile reads before this file.
 
 # ---- emulated ------------------------------------------------------------------------------
-# The shims are emu/*_emu.cpp; emu/emu.cpp and fiber.cpp (the SIMT emulator) are
-# in $(KERNEL_EMU_OBJS).
+# The shims are emu/*_emu.cpp; emu/emu.cpp, block_runner.cpp, block_async.cpp and fiber.cpp
+# (the SIMT emulator) are in $(KERNEL_EMU_OBJS).
 CUDA_EMU_SRCS := $(CUDA_HOST_SRCS) $(sort $(wildcard emu/*_emu.cpp))
 CUDA_EMU_OBJS := $(CUDA_EMU_SRCS:%.cpp=$(BUILD)/obj-emu/%.o)
 

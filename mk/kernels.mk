@@ -5,7 +5,8 @@
 #  - nvcc: `make kernels-nvcc` compiles each .cu for every arch in CUDA_ARCH into
 #    $(BUILD)/nvcc/kernels/*.o (needs nvcc; the cuda backend links these).
 KERNEL_SRCS := $(sort $(wildcard kernels/*.cu))
-KERNEL_EMU_OBJS := $(KERNEL_SRCS:%.cu=$(BUILD)/obj/%.emu.o) $(BUILD)/obj/emu/emu.o $(BUILD)/obj/emu/fiber.o
+KERNEL_EMU_OBJS := $(KERNEL_SRCS:%.cu=$(BUILD)/obj/%.emu.o) \
+  $(addprefix $(BUILD)/obj/emu/,emu.o block_runner.o block_async.o fiber.o)
 
 $(BUILD)/obj/kernels/%.emu.o: kernels/%.cu $(CODEGEN_STAMP)
 	@mkdir -p $(dir $@)

@@ -64,7 +64,9 @@ TEST(EmuCupti, RecordsRunWorkWithItsCallersIdAcrossSeveralBuffers) {
   ASSERT_EQ(cudaMemsetAsync(p, 3, 32, stream), cudaSuccess);  // no id pushed: no external record
 
   ASSERT_EQ(cuptiActivityFlushAll(0), CUPTI_SUCCESS);
-  if (pptrain::cuda_emu::lazy_streams()) EXPECT_TRUE(memsets.empty()) << "a record before the work ran";
+  if (pptrain::cuda_emu::lazy_streams()) {
+    EXPECT_TRUE(memsets.empty()) << "a record before the work ran";
+  }
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   ASSERT_EQ(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), CUPTI_SUCCESS);
   // 3 memsets and 2 external correlations: 3 · 48 + 2 · 24 bytes of records (padded to 8)

@@ -1,4 +1,4 @@
-// The emulator's race checks for warpgroup MMA (emu.cpp): a wgmma reads its shared operands
+// The emulator's race checks for warpgroup MMA (emu/block_async.cpp): a wgmma reads its shared operands
 // at some point between its issue and the wgmma.wait_group that covers it, so a write to
 // them in that window -- a stage released before the wait and refilled by the copy engine,
 // or a plain store -- can change what the product reads on a GPU. The flash kernels' rings
