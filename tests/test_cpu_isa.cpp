@@ -2,8 +2,9 @@
 // (backend/cpu/blas_setup.h): which copy and core a process takes; the copies give the
 // same bits where they do the same arithmetic, and every cpu op test passes on each copy;
 // no AVX-512 code sits outside the AVX-512 copy; a fallback core is replaced by the one the
-// CPU's features allow, and a user's OPENBLAS_CORETYPE is kept; ranks that share CPUs
-// divide them among their OpenMP threads unless the user set OMP_NUM_THREADS.
+// CPU's features allow, and a user's OPENBLAS_CORETYPE is kept; the peak estimate's clock is
+// measured in cycles; ranks that share CPUs divide them among their OpenMP threads unless
+// the user set OMP_NUM_THREADS.
 #include <gtest/gtest.h>
 #include <sched.h>
 
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "backend/cpu/blas_setup.h"
+#include "backend/cpu/cpu_clock.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/ops.h"
 #include "parallel/mpi_session.h"
@@ -324,6 +326,27 @@ TEST(BlasCore, TheLineNamesTheCopyAndTheRequestedOne) {
   auto bad = run_command("PPTRAIN_CPU_ISA=neon " + testing::pptrain_bin() + " --version 2>&1", 60);
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("PPTRAIN_CPU_ISA=neon: expected auto, avx2 or avx512"), std::string::npos) << bad.output;
+}
+
+// The clock is measured by chains of dependent instructions (backend/cpu/cpu_clock.h). If a
+// chain measured anything but its latency (independent instructions retire up to 4 a cycle;
+// a wrong latency scales the figure by 3), the add and multiply chains would disagree by a
+// factor of 3 or more. Bound: 15%, from the two chains' own spread: the same clock, each the
+// best of 21 runs of ~0.5 ms (short enough that most runs see no context switch while the
+// suite runs other tests beside this one); measured within 1% of each other on an idle AMD
+// EPYC VM.
+TEST(CpuClock, AddAndMultiplyChainsMeasureTheSameClock) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "the chains are written for x86-64";
+#endif
+  constexpr long kAddIterations = 200000;  // 1.6·10^6 cycles
+  const double add = cpu::chain_clock_ghz(cpu::ChainOp::add, kAddIterations, 21);
+  const double mul = cpu::chain_clock_ghz(cpu::ChainOp::imul, kAddIterations / 3, 21);
+  EXPECT_GT(add, 0.3);  // no x86-64 core runs below 300 MHz or above 10 GHz
+  EXPECT_LT(add, 10.0);
+  EXPECT_NEAR(mul / add, 1.0, 0.15) << "add chain " << add << " GHz, imul chain " << mul << " GHz";
+  const std::string line = cpu::cpu_summary_line(/*measure=*/true);
+  EXPECT_NE(line.find(" GHz measured x "), std::string::npos) << line;
 }
 
 TEST(CpuShare, ThreadsAreTheCpusDividedAmongTheRanksThatShareThem) {

@@ -57,16 +57,20 @@ const BlasChoice& ensure_blas_core(char** argv);
 
 // "OpenBLAS 0.3.21", from the library's configuration string.
 std::string blas_version();
-// threads x clock x fp32_flops_per_cycle, GFLOP/s; 0 when the clock is unknown.
+// The clock of the peak estimate: measured_clock_ghz(threads) (cpu_clock.h: the cores' clock
+// under load, boost included) where it can be measured (x86-64), else cpu.ghz; 0: unknown.
+double peak_clock_ghz(const CpuInfo& cpu, int threads);
+// threads x peak_clock_ghz x fp32_flops_per_cycle, GFLOP/s; 0 when the clock is unknown.
 double peak_gflops_estimate(const CpuInfo& cpu, int threads);
 
 // One line on what the cpu backend runs on, e.g.
-//   cpu: AMD EPYC, 2 threads, AVX-512 | loops avx512 | OpenBLAS 0.3.21 Cooperlake (as
-//   detected) | sgemm 1024^3 181 GFLOP/s, 1.09 of the peak estimate 166 (2 x 2.6 GHz x 32
+//   cpu: AMD EPYC, 1 thread, AVX2 | loops avx2 | OpenBLAS 0.3.21 Zen (as detected) |
+//   sgemm 512^3 92 GFLOP/s, 0.97 of the peak estimate 95 (1 x 3.0 GHz measured x 32
 //   FLOP/cycle)
-// The clock is sysfs's maximum, else /proc/cpuinfo's (a VM's nominal clock, which boost
-// exceeds: a good kernel may pass 1.0 there; a fallback one shows as a small fraction).
-// The SGEMM is 1024^3, 512^3 on one thread. measure = false leaves it out (for --version).
+// The clock is measured (peak_clock_ghz); where it cannot be, sysfs's maximum or
+// /proc/cpuinfo's ("nominal": a VM's, which boost exceeds, so a good kernel may pass 1.0).
+// A fallback kernel shows as a small fraction either way. The SGEMM is 1024^3, 512^3 on one
+// thread. measure = false leaves it out (for --version).
 std::string cpu_summary_line(bool measure);
 
 // Best of `reps` timed n x n x n SGEMMs (after one untimed) on the threads OpenMP gives
