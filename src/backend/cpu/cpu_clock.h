@@ -3,7 +3,8 @@
 // sysfs maximum, while its cores run at their boost clock: a peak estimated from the nominal
 // clock was exceeded by OpenBLAS's SGEMM (1.18 of it on an AMD EPYC VM), so the fraction
 // meant nothing. A chain of dependent instructions of a known latency measures the clock
-// the cores really run at.
+// the cores really run at. Some Intel cores lower their clock under heavy AVX-512 work,
+// which integer chains do not show: there the estimate stays an upper bound.
 #pragma once
 
 namespace pptrain::cpu {
