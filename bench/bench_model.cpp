@@ -109,12 +109,14 @@ int main(int argc, char** argv) {
   const double peak = cpu::peak_gflops_estimate(cpu_info, omp_get_max_threads());
   std::printf(
       "{\"bench\": \"train_gpt2_small_cpu\", \"threads\": %d, \"seq\": %d, \"batch\": %d, \"params\": %zu, "
-      "\"tokens_per_step\": %.0f, \"steps\": %d, \"step_s_mean\": %.3f, \"step_s_best\": %.3f, "
+      "\"tokens_per_step\": %.0f, \"gflop_per_step\": %.2f, \"steps\": %d, \"step_s_mean\": %.3f, "
+      "\"step_s_best\": %.3f, "
       "\"tokens_per_s\": %.1f, \"achieved_gflops\": %.2f, \"sgemm_gflops\": %.2f, \"sgemm_fraction\": %.3f, "
       "\"sgemm_fraction_best_step\": %.3f, \"peak_gflops_estimate\": %.1f, \"peak_fraction\": %.3f, "
       "\"sgemm_peak_fraction\": %.3f, \"blas\": \"%s\", \"blas_core\": \"%s\", \"blas_core_how\": \"%s\", "
       "\"cpu_isa\": \"%s\", \"cpu\": \"%s\", \"loss\": %.4f}\n",
-      omp_get_max_threads(), m.seq_len, batch, n_total, tokens_per_step, steps, mean_s, best_s,
+      omp_get_max_threads(), m.seq_len, batch, n_total, tokens_per_step, flops_per_token * tokens_per_step / 1e9,
+      steps, mean_s, best_s,
       tokens_per_step / mean_s, achieved, sgemm, achieved / sgemm,
       flops_per_token * tokens_per_step / best_s / 1e9 / sgemm, peak, peak > 0 ? achieved / peak : 0.0,
       peak > 0 ? sgemm / peak : 0.0, cpu::blas_version().c_str(), blas.running.c_str(), blas.how.c_str(),
