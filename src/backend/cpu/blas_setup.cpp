@@ -224,14 +224,15 @@ std::string cpu_summary_line(bool measure) {
   const double ghz = peak_clock_ghz(cpu, threads);
   if (ghz > 0) {
     // A measured clock is the one the cores run at, boost included, so a good kernel comes
-    // close to 1.0 and a fallback one shows as a small fraction. The nominal clock (where
-    // the chains cannot run) may be below the boost clock: there a good kernel can pass 1.0.
+    // close to 1.0 and a fallback one shows as a small fraction. A reported clock (where the
+    // chains cannot run: sysfs's maximum, or a VM's nominal clock, which boost exceeds) may
+    // let a good kernel pass 1.0.
     const double peak = peak_gflops_estimate(cpu, threads);
     std::snprintf(rate, sizeof rate,
                   " | sgemm %d^3 %.0f GFLOP/s, %.2f of the peak estimate %.0f"
                   " (%d x %.1f GHz %s x %d FLOP/cycle)",
                   n, gflops, gflops / peak, peak, threads, ghz,
-                  measured_clock_ghz(threads) > 0 ? "measured" : "nominal", per_cycle);
+                  measured_clock_ghz(threads) > 0 ? "measured" : "reported", per_cycle);
   } else {
     std::snprintf(rate, sizeof rate, " | sgemm %d^3 %.0f GFLOP/s (clock unknown: no peak estimate)", n, gflops);
   }

@@ -65,10 +65,11 @@ double peak_gflops_estimate(const CpuInfo& cpu, int threads);
 
 // One line on what the cpu backend runs on, e.g.
 //   cpu: AMD EPYC, 1 thread, AVX2 | loops avx2 | OpenBLAS 0.3.21 Zen (as detected) |
-//   sgemm 512^3 92 GFLOP/s, 0.97 of the peak estimate 95 (1 x 3.0 GHz measured x 32
+//   sgemm 512^3 93 GFLOP/s, 0.89 of the peak estimate 104 (1 x 3.2 GHz measured x 32
 //   FLOP/cycle)
 // The clock is measured (peak_clock_ghz); where it cannot be, sysfs's maximum or
-// /proc/cpuinfo's ("nominal": a VM's, which boost exceeds, so a good kernel may pass 1.0).
+// /proc/cpuinfo's ("reported"; a VM's nominal clock there, which boost exceeds, can let a
+// good kernel pass 1.0).
 // A fallback kernel shows as a small fraction either way. The SGEMM is 1024^3, 512^3 on one
 // thread. measure = false leaves it out (for --version).
 std::string cpu_summary_line(bool measure);
