@@ -10,7 +10,7 @@ OMP_NUM_THREADS=$(nproc) "$BUILD/bench/bench_model" 3 || status=1
 echo "# pipeline scaling, 2 ranks x 1 thread"
 scripts/bench_pipeline.sh "$BUILD" || status=1
 for extra in scripts/bench_cpu_vs_torch.sh scripts/bench_pp_vs_torch.sh scripts/bench_schedules.sh scripts/bench_planner.sh scripts/bench_post_validation.sh scripts/bench_memory.sh scripts/bench_checkpoint.sh \
-             scripts/bench_gpu.sh; do
+             scripts/bench_native.sh scripts/bench_gpu.sh; do
   [ -x "$extra" ] || continue
   echo "# $(basename "$extra" .sh)"
   "$extra" "$BUILD" || status=1
