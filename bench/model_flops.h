@@ -49,9 +49,10 @@ inline ModelParamCounts model_param_counts(const ModelConfig& m) {
   // ln_1, ln_2: 2·2C; qkv: 3C·C + 3C; attn proj: C·C + C; fc: 4C·C + 4C; mlp proj: C·4C + C
   const size_t per_block = 12 * c * c + 13 * c;
   const size_t wte = v * c;  // tied: the LM head reuses it
+  const size_t lm_head = m.tie_embeddings ? 0 : v * c;  // untied: a matrix of its own
   const size_t wpe = size_t(m.seq_len) * c;
   const size_t ln_f = 2 * c;
-  const size_t total = l * per_block + wte + wpe + ln_f;
+  const size_t total = l * per_block + wte + lm_head + wpe + ln_f;
   return {total, total - wpe};
 }
 

@@ -112,13 +112,15 @@ TEST(BenchGpu, ModelFlopsRejectsABadConfigWithOneLine) {
   EXPECT_NE(r.output.find("model_flops: configs/gpt2_124m_gpu.yaml"), std::string::npos) << r.output;
 }
 
-// The analytic counts equal what src/model builds (a shape change there fails here): GPT-2,
-// and each Llama-family block (grouped-query heads, qwen2's q/k/v biases, qwen3's q/k norms,
+// The analytic counts equal what src/model builds (a shape change there fails here): GPT-2
+// (tied and untied head), and each Llama-family block (grouped-query heads, qwen2's q/k/v biases, qwen3's q/k norms,
 // an untied head, a head_dim other than d_model / n_head).
 TEST(BenchGpu, ParamCountsMatchTheBuiltModel) {
   ModelConfig odd;
   odd.n_layer = 3; odd.n_head = 3; odd.d_model = 12; odd.seq_len = 7; odd.vocab_size = 13;
-  std::vector<ModelConfig> models = {testing::tiny_model(), odd};
+  ModelConfig odd_untied = odd;
+  odd_untied.tie_embeddings = false;
+  std::vector<ModelConfig> models = {testing::tiny_model(), odd, odd_untied};
   for (const char* path : {"configs/llama_tiny.yaml", "configs/qwen2_tiny.yaml", "configs/qwen3_tiny.yaml",
                            "configs/mistral_tiny.yaml"})
     models.push_back(load_config(path, {}).model);
