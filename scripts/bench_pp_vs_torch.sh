@@ -10,7 +10,11 @@
 # `layers_per_stage: auto` (what a user gets).
 # Prints one JSON line per schedule and a table last:
 #   {"bench": "pp_vs_torch", "schedule", "pptrain_even_ms", "pptrain_auto_ms", "torch_ms",
-#    "speedup_even", "speedup_auto" (torch / pptrain: > 1 means pptrain is faster), ...}
+#    "speedup_even", "speedup_auto" (torch / pptrain: > 1 means pptrain is faster),
+#    "peak_bound_ms" (the step's model FLOPs, bench/model_flops, shared evenly by the ranks
+#    and done at the peak estimate of pptrain's start-up line for a rank's threads: no
+#    trainer doing these FLOPs on these ranks is faster), "peak_bound_speedup" (torch over
+#    it), ...}
 # Without torch it prints one line saying so and exits 0 (CI has no torch).
 #
 # Usage: scripts/bench_pp_vs_torch.sh [BUILD=build]     (from the repository root)
@@ -80,7 +84,14 @@ run_torch() {  # SCHEDULE -> median ms
     { tail -5 "$work/torch.err" >&2; return 1; }
 }
 
-status=0 table=""
+# The model FLOPs of a step: per token (bench/model_flops, the formula every benchmark uses)
+# times the tokens of a step; empty where that tool was not built.
+flop_per_step=""
+if [ -x "$BUILD/bench/model_flops" ]; then
+  flop_per_step=$("$BUILD/bench/model_flops" "$work/model.yaml" |
+    python3 -c 'import json, sys; d = json.loads(sys.stdin.read()); print(d["flops_per_token"] * d["tokens_per_step"])')
+fi
+status=0 table="" peak=""
 for sched in $SCHEDULES; do
   case $sched in
     1f1b) v=1 even="[4, 4]" tname=1f1b ;;
@@ -90,6 +101,9 @@ for sched in $SCHEDULES; do
   for ((round = 1; round <= ROUNDS; round++)); do
     common=(parallel.schedule=$sched parallel.stages_per_rank=$v)
     t=$(run_pptrain "even_$sched" "${common[@]}" "parallel.layers_per_stage=$even") && even_ms+=("$t") || status=1
+    # A rank's peak estimate (GFLOP/s), from the start-up line of the run just made.
+    p=$(grep -Eo 'of the peak estimate [0-9.]+' "$work/last.log" | head -1 | awk '{print $5}')
+    [ -n "$p" ] && peak=$p
     t=$(run_pptrain "auto_$sched" "${common[@]}") && auto_ms+=("$t") || status=1
     t=$(run_torch "$tname") && torch_ms+=("$t") || status=1
   done
@@ -99,13 +113,20 @@ for sched in $SCHEDULES; do
   fi
   e=$(median "${even_ms[@]}") a=$(median "${auto_ms[@]}") t=$(median "${torch_ms[@]}")
   se=$(python3 -c "print(round($t / $e, 3))") sa=$(python3 -c "print(round($t / $a, 3))")
+  bound=null bound_speedup=null
+  if [ -n "$flop_per_step" ] && [ -n "$peak" ]; then
+    bound=$(python3 -c "print(round($flop_per_step / $PP / ($peak * 1e9) * 1e3, 1))")
+    bound_speedup=$(python3 -c "print(round($t / $bound, 3))")
+  fi
   echo "{\"bench\": \"pp_vs_torch\", \"schedule\": \"$sched\", \"pp\": $PP, \"microbatches\": $M," \
     "\"micro_batch\": $MB, \"threads_per_rank\": $THREADS, \"rounds\": $ROUNDS," \
     "\"pptrain_even_ms\": $(printf %.1f "$e"), \"pptrain_auto_ms\": $(printf %.1f "$a")," \
     "\"torch_ms\": $(printf %.1f "$t"), \"speedup_even\": $se, \"speedup_auto\": $sa," \
+    "\"peak_bound_ms\": $bound, \"peak_bound_speedup\": $bound_speedup," \
     "\"pptrain_even_runs\": [$(IFS=,; echo "${even_ms[*]}")], \"torch_runs\": [$(IFS=,; echo "${torch_ms[*]}")]}"
-  table+=$(printf '%-5s %10.1f %10.1f %10.1f %7.2fx %7.2fx' "$sched" "$e" "$a" "$t" "$se" "$sa")$'\n'
+  table+=$(printf '%-5s %10.1f %10.1f %10.1f %7.2fx %7.2fx %10s %8s' "$sched" "$e" "$a" "$t" "$se" "$sa" \
+    "$bound" "$bound_speedup")$'\n'
 done
-printf '%-5s %10s %10s %10s %8s %8s\n' sched even_ms auto_ms torch_ms even auto
+printf '%-5s %10s %10s %10s %8s %8s %10s %8s\n' sched even_ms auto_ms torch_ms even auto bound_ms bound
 printf '%s' "$table"
 exit $status
