@@ -11,7 +11,7 @@
 # Prints one JSON line per schedule and a table last:
 #   {"bench": "pp_vs_torch", "schedule", "pptrain_even_ms", "pptrain_auto_ms", "torch_ms",
 #    "speedup_even", "speedup_auto" (torch / pptrain: > 1 means pptrain is faster),
-#    "peak_bound_ms" (the step's model FLOPs, bench/model_flops, shared evenly by the ranks
+#    "peak_bound_ms" (the step's model FLOPs, BUILD/bench/model_flops, shared evenly by the ranks
 #    and done at the peak estimate of pptrain's start-up line for a rank's threads: no
 #    trainer doing these FLOPs on these ranks is faster), "peak_bound_speedup" (torch over
 #    it), ...}
@@ -84,7 +84,7 @@ run_torch() {  # SCHEDULE -> median ms
     { tail -5 "$work/torch.err" >&2; return 1; }
 }
 
-# The model FLOPs of a step: per token (bench/model_flops, the formula every benchmark uses)
+# The model FLOPs of a step: per token (BUILD/bench/model_flops, the formula of every benchmark)
 # times the tokens of a step; empty where that tool was not built.
 flop_per_step=""
 if [ -x "$BUILD/bench/model_flops" ]; then
