@@ -24,7 +24,7 @@ using testing::CommandResult;
 using testing::run_command;
 using testing::TempDir;
 
-std::string build_dir() { return fs::path(testing::pptrain_bin()).parent_path().string(); }
+using testing::build_dir;
 
 // The number after "key": in a one-line JSON object, or NaN.
 double json_number(const std::string& json, const std::string& key) {

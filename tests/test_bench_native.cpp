@@ -16,11 +16,6 @@ using namespace pptrain::testing;
 
 namespace {
 
-std::string build_dir() {
-  const std::string bin = pptrain_bin();
-  return bin.substr(0, bin.rfind('/'));
-}
-
 long long mtime_ns(const std::string& path) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) return -1;

@@ -24,11 +24,6 @@ std::string without_torch(const TempDir& dir) {
   return "PYTHONPATH=" + dir.file("shadow") + " ";
 }
 
-std::string build_dir() {
-  const std::string bin = pptrain_bin();
-  return bin.substr(0, bin.rfind('/'));
-}
-
 }  // namespace
 
 TEST(BenchTorch, EachComparisonSkipsInOneLineWithoutTorch) {

@@ -42,7 +42,7 @@ class GpuBundle : public ::testing::Test {
   // Packs and unpacks once for all tests of the suite.
   static void SetUpTestSuite() {
     work_ = new TempDir;
-    const std::string build = fs::path(testing::pptrain_bin()).parent_path().string();
+    const std::string build = testing::build_dir();
     pack_ = run_command("scripts/make_bundle.sh --build " + build + " --out " + work_->file("pack") + " --tar " +
                             work_->file("pptrain-gpu.tar.gz") + " --cpu-only --strip 2>&1",
                         120);
@@ -125,7 +125,7 @@ TEST_F(GpuBundle, HoldsTheBinariesOpenMpiRuntimeScriptsAndConfigs) {
 // --strip (what fits a bundle through a narrow copy): the project's binaries lose their
 // debug sections, the build's keep theirs, and the stripped ones run (the tests below).
 TEST_F(GpuBundle, StripDropsTheDebugSectionsOfTheProjectsBinaries) {
-  const std::string build = fs::path(testing::pptrain_bin()).parent_path().string();
+  const std::string build = testing::build_dir();
   auto debug_sections = [](const std::string& file) {
     return run_command("readelf -S " + file + " | grep -c '\\.debug_info'").output;
   };
@@ -277,7 +277,7 @@ TEST(GpuCheck, ReportsEveryCheckAsOneJsonLineOnTheEmulatedBackend) {
 }
 
 TEST(GpuBundleMake, TheMakeTargetRunsTheSamePackingScript) {
-  const std::string build = fs::path(testing::pptrain_bin()).parent_path().string();
+  const std::string build = testing::build_dir();
   // -n: what `make gpu-bundle` would run, without running it; -o: the build is current.
   CommandResult cpu = run_command("env -u MAKEFLAGS -u MAKELEVEL make -n --no-print-directory BUILD=" + build +
                                   " BUNDLE_CPU_ONLY=1 -o bundle-binaries gpu-bundle 2>&1");

@@ -19,9 +19,9 @@ std::string pptrain_bin() {
   return env ? env : "build/pptrain";
 }
 
-std::string pptrain_emu_bin() {
-  return (std::filesystem::path(pptrain_bin()).parent_path() / "pptrain-emu").string();
-}
+std::string build_dir() { return std::filesystem::path(pptrain_bin()).parent_path().string(); }
+
+std::string pptrain_emu_bin() { return (std::filesystem::path(build_dir()) / "pptrain-emu").string(); }
 
 std::string mpirun(int ranks) {
   return "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "

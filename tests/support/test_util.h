@@ -19,6 +19,9 @@ CommandResult run_command(const std::string& command, int timeout_s = 120);
 
 // Path of the pptrain executable under test ($PPTRAIN_BIN, else build/pptrain).
 std::string pptrain_bin();
+// The folder pptrain_bin() is in: the build folder the scripts and bench/ binaries are
+// taken from.
+std::string build_dir();
 // The trainer with the emulated cuda backend, beside pptrain_bin().
 std::string pptrain_emu_bin();
 
