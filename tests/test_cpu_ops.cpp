@@ -432,5 +432,39 @@ TEST_F(CpuOpsTest, AttentionIsBitIdenticalRunToRun) {
   EXPECT_TRUE(first == second);
 }
 
+TEST_F(CpuOpsTest, AttentionIsBitIdenticalOnAnyThreadCount) {
+  // Grouped-query attention (4 query heads on 2 key/value heads), plain and flash, forward and
+  // backward. 1 and 3 threads take (batch, head) pairs each (8 query pairs, 4 key/value
+  // pairs, T² enough work); 16 threads are more than the pairs, so each pair's row and column
+  // strips are spread over them instead. T = 100 makes two row blocks of the flash backward.
+  const int b = 2, t = 100, nh = 4, nkv = 2, hd = 8;
+  const size_t qkv_size = size_t(b) * t * (nh + 2 * nkv) * hd, out_size = size_t(b) * t * nh * hd;
+  auto qkv = random_floats(qkv_size, 29, -1.5f, 1.5f);
+  auto dout = random_floats(out_size, 30);
+  auto run = [&](int threads, bool flash) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    std::vector<float> out(out_size, NAN), probs(size_t(b) * nh * t * t, NAN), lse(size_t(b) * nh * t, NAN),
+        delta(lse.size(), NAN), dqkv(qkv_size, NAN);
+    if (flash) {
+      ops->gqa_flash_attention_forward(out.data(), lse.data(), qkv.data(), b, t, nh, nkv, hd);
+      ops->gqa_flash_attention_backward_input(dqkv.data(), delta.data(), dout.data(), qkv.data(), out.data(),
+                                              lse.data(), b, t, nh, nkv, hd);
+    } else {
+      ops->gqa_attention_forward(out.data(), probs.data(), qkv.data(), b, t, nh, nkv, hd);
+      ops->gqa_attention_backward_input(dqkv.data(), dout.data(), qkv.data(), probs.data(), b, t, nh, nkv, hd);
+    }
+    omp_set_num_threads(saved);
+    return std::tuple{out, flash ? lse : probs, dqkv};  // what the path wrote
+  };
+  for (bool flash : {false, true}) {
+    const auto one = run(1, flash);
+    for (float g : std::get<2>(one)) ASSERT_FALSE(std::isnan(g)) << "dqkv not fully written, flash " << flash;
+    // Bitwise: NaN-free, so == on the vectors is the comparison wanted.
+    EXPECT_TRUE(run(3, flash) == one) << "flash " << flash;
+    EXPECT_TRUE(run(16, flash) == one) << "flash " << flash;
+  }
+}
+
 }  // namespace
 }  // namespace pptrain

@@ -1,31 +1,43 @@
-// Causal self-attention core, one (batch, head) pair per OpenMP task; inside the
-// parallel region every sgemm runs single-threaded on its own head.
+// Causal self-attention core. Work is spread over (batch, head) pairs, one pair per thread,
+// when there are enough of them; otherwise the pairs run one after another and each pair's
+// row (and column) strips are spread over the threads. Either way every product is one of
+// tile_gemm.h's single-thread kernels, whose results do not depend on the split: the same
+// bits on any thread count.
 //
-// The T×T score matrix is processed in row blocks of kBlock rows. Row block
-// [r0, r1) only attends to keys [0, r1), so its sgemms stop at column r1: the causal
-// mask skips about half of the QKᵀ and P·V work instead of computing and discarding it.
+// Rows are taken in strips of tile::kRows (6) queries. Strip [r, last) only attends to keys
+// [0, last), so its products stop there (rounded up to the softmax's vector length): the
+// causal mask skips all but a sliver of the masked half of QKᵀ and P·V instead of computing
+// and discarding it. Kᵀ (and Vᵀ for dP = dO·Vᵀ) is packed once per head, the B operand of
+// the score products.
 //
 // Layout: qkv[B,T,(NH + 2·NKV)·HD]; query head h is columns h·HD.., key head j columns
 // (NH + j)·HD.., value head j columns (NH + NKV + j)·HD..; query head h uses key/value head
 // h / (NH/NKV) (grouped-query attention; NKV = NH is multi-head attention, C = NH·HD and the
 // row 3C wide). out[B,T,NH·HD]. The backward runs one key/value head per task, its group's
 // query heads one after another, so dK and dV add up without races in a fixed order.
-#include <cblas.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/vector_math.h"
 #include "core/error.h"
 #include "backend/cpu/isa_begin.h"  // last: see there
+#include "backend/cpu/tile_gemm.h"  // after it: compiled for this file's ISA (see there)
 
 namespace pptrain::cpu::PPTRAIN_CPU_ISA {
 
 namespace {
 
+// Row block of the flash backward: its P and dS tiles [kBlock, T] are what dK and dV are
+// accumulated from, kBlock rows deep per product.
 constexpr int kBlock = 64;
+constexpr int kRows = tile::kRows;
 
 // Views of one (batch, query head) pair inside the packed tensors.
 struct HeadView {
@@ -95,10 +107,40 @@ void causal_softmax_row(float* row, int i, int t) {
 }
 
 // Threads take whole (batch, head) pairs when there are enough of them and enough work;
-// otherwise the pairs run one after another and each sgemm may use all threads.
+// otherwise the pairs run one after another and their strips are spread over the threads.
 bool parallel_over_pairs(int pairs, int t) {
   return pairs >= omp_get_max_threads() && size_t(pairs) * t * t >= kParallelMinElements;
 }
+
+// Runs body(pair) for every pair, one pair per thread when over_pairs, else in order (the
+// body then spreads its strips over the threads, strips_parallel below).
+template <typename Body>
+void for_each_pair(int pairs, bool over_pairs, Body&& body) {
+  if (over_pairs) {
+#pragma omp parallel for schedule(static)
+    for (int pair = 0; pair < pairs; ++pair) body(pair);
+  } else {
+    for (int pair = 0; pair < pairs; ++pair) body(pair);
+  }
+}
+
+// Runs strip(first, end) over [0, n) in pieces of kRows, spread over the threads if parallel.
+// Later strips of a causal head are longer, so they are handed out one by one. Not parallel,
+// no OpenMP region at all: inside one (even of one thread) omp_get_thread_num() would be 0,
+// and a strip would take thread 0's scratch instead of its pair's thread's.
+template <typename Strip>
+void for_each_strip(int n, bool parallel, Strip&& strip) {
+  const int strips = (n + kRows - 1) / kRows;
+  if (parallel) {
+#pragma omp parallel for schedule(dynamic)
+    for (int s = 0; s < strips; ++s) strip(s * kRows, std::min(n, (s + 1) * kRows));
+  } else {
+    for (int s = 0; s < strips; ++s) strip(s * kRows, std::min(n, (s + 1) * kRows));
+  }
+}
+
+tile::Strided rows_of(const float* a, ptrdiff_t ld) { return {a, ld, 1}; }       // A = a[r·ld + k]
+tile::Strided columns_of(const float* a, ptrdiff_t ld) { return {a, 1, ld}; }    // A = aᵀ: a[k·ld + r]
 
 }  // namespace
 
@@ -123,23 +165,27 @@ void CpuOps::gqa_attention_forward(View outv, View probsv, ConstView qkvv, int b
   const int pairs = b * nh;
   const int ld_out = nh * hd;
   const float score_scale = 1.0f / std::sqrt(float(hd));
-#pragma omp parallel for schedule(static) if (parallel_over_pairs(pairs, t))
-  for (int bh = 0; bh < pairs; ++bh) {
+  const bool over_pairs = parallel_over_pairs(pairs, t);
+  reserve_thread_scratch(size_t(hd) * t);
+  for_each_pair(pairs, over_pairs, [&](int bh) {
     const HeadView head = head_view(qkv, bh / nh, bh % nh, t, nh, nkv, hd);
     const int ld = int(head.qkv_stride);
+    float* kt = thread_scratch_[omp_get_thread_num()].reserve(size_t(hd) * t);  // kᵀ [HD,T]
+    tile::transpose(kt, head.k, t, hd, ld);
     float* p = probs + size_t(bh) * t * t;
     float* o = out + head.out_offset;
-    for (int r0 = 0; r0 < t; r0 += kBlock) {
-      const int r1 = std::min(t, r0 + kBlock), rows = r1 - r0;
-      // p[r0:r1, 0:r1] = q[r0:r1] · k[0:r1]ᵀ / √HD
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hd, score_scale,
-                  head.q + size_t(r0) * ld, ld, head.k, ld, 0.0f, p + size_t(r0) * t, t);
-      for (int i = r0; i < r1; ++i) causal_softmax_row(p + size_t(i) * t, i, t);
-      // o[r0:r1] = p[r0:r1, 0:r1] · v[0:r1]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, r1, 1.0f, p + size_t(r0) * t,
-                  t, head.v, ld, 0.0f, o + size_t(r0) * ld_out, ld_out);
-    }
-  }
+    for_each_strip(t, !over_pairs, [&](int r, int last) {
+      const int rows = last - r;
+      // p[r:last, 0:cols] = q[r:last] · k[0:cols]ᵀ / √HD; cols covers every row's padded length
+      const int cols = causal_vector_length(last - 1, t);
+      tile::gemm(rows, cols, hd, score_scale, rows_of(head.q + size_t(r) * ld, ld), kt, t, 0.0f,
+                 p + size_t(r) * t, t);
+      for (int i = r; i < last; ++i) causal_softmax_row(p + size_t(i) * t, i, t);
+      // o[r:last] = p[r:last, 0:last] · v[0:last]  (p is 0 past each row's diagonal)
+      tile::gemm(rows, hd, last, 1.0f, rows_of(p + size_t(r) * t, t), head.v, ld, 0.0f, o + size_t(r) * ld_out,
+                 ld_out);
+    });
+  });
 }
 
 void CpuOps::gqa_attention_backward_input(View dqkvv, ConstView doutv, ConstView qkvv, ConstView probsv, int b, int t,
@@ -150,20 +196,23 @@ void CpuOps::gqa_attention_backward_input(View dqkvv, ConstView doutv, ConstView
   //   dV = Pᵀ dO,  dP = dO Vᵀ,  dS = P ∘ (dP − rowsum(dP ∘ P)),
   //   dQ = dS K / √HD,  dK = dSᵀ Q / √HD;
   // a key/value head's dK and dV are the sums over its group's query heads.
-  // P and dS are zero above the diagonal, so dV/dK rows [c0, c1) only need rows
-  // i >= c0 of P/dS, and dQ rows [r0, r1) only keys [0, r1).
+  // P and dS are zero above the diagonal, so dQ rows [r, last) only need keys [0, last), and
+  // dV/dK rows [c, end) only rows i >= c of P/dS.
   check_shape("attention", b, t, nh, nkv, hd);
   const int group = nh / nkv, kv_pairs = b * nkv;
   const int ld_out = nh * hd;
   const float score_scale = 1.0f / std::sqrt(float(hd));
-  reserve_thread_scratch(size_t(t) * t);
-#pragma omp parallel for schedule(static) if (parallel_over_pairs(kv_pairs, t))
-  for (int bkv = 0; bkv < kv_pairs; ++bkv) {
-    float* ds = thread_scratch_[omp_get_thread_num()].reserve(size_t(t) * t);  // [T,T]
+  const bool over_pairs = parallel_over_pairs(kv_pairs, t);
+  reserve_thread_scratch(size_t(hd) * t + size_t(t) * t);
+  for_each_pair(kv_pairs, over_pairs, [&](int bkv) {
+    float* vt = thread_scratch_[omp_get_thread_num()].reserve(size_t(hd) * t + size_t(t) * t);  // vᵀ [HD,T]
+    float* ds = vt + size_t(hd) * t;                                                             // [T,T]
+    const int batch = bkv / nkv;
     for (int g = 0; g < group; ++g) {
-      const int batch = bkv / nkv, h = bkv % nkv * group + g;
+      const int h = bkv % nkv * group + g;
       const HeadView head = head_view(qkv, batch, h, t, nh, nkv, hd);
       const int ld = int(head.qkv_stride);
+      if (g == 0) tile::transpose(vt, head.v, t, hd, ld);  // the group's one value head
       const float* p = probs + (size_t(batch) * nh + h) * t * t;
       const float* d_o = dout + head.out_offset;
       float* dq = dqkv + head.q_offset;
@@ -171,61 +220,52 @@ void CpuOps::gqa_attention_backward_input(View dqkvv, ConstView doutv, ConstView
       float* dv = dqkv + head.v_offset;
       const float kv_beta = g == 0 ? 0.0f : 1.0f;  // the group's first head writes dK, dV; the others add
 
-      for (int r0 = 0; r0 < t; r0 += kBlock) {
-        const int r1 = std::min(t, r0 + kBlock), rows = r1 - r0;
-        // dP[r0:r1, 0:r1] = dO[r0:r1] · v[0:r1]ᵀ
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hd, 1.0f,
-                    d_o + size_t(r0) * ld_out, ld_out, head.v, ld, 0.0f, ds + size_t(r0) * t, t);
-        for (int i = r0; i < r1; ++i) {
+      for_each_strip(t, !over_pairs, [&](int r, int last) {
+        const int rows = last - r;
+        // dP[r:last, 0:cols] = dO[r:last] · v[0:cols]ᵀ
+        tile::gemm(rows, causal_vector_length(last - 1, t), hd, 1.0f, rows_of(d_o + size_t(r) * ld_out, ld_out), vt,
+                   t, 0.0f, ds + size_t(r) * t, t);
+        for (int i = r; i < last; ++i) {
           float* ds_row = ds + size_t(i) * t;
           const float* p_row = p + size_t(i) * t;
           // Whole vectors as in the forward (pad_causal_row): P is 0 past the diagonal (the
           // forward zeroed it), so the padded elements add 0 to the dot and get dS = 0; their
           // dP is reset to 0 first so that an infinite one cannot make 0·inf.
-          const int n = causal_vector_length(i, r1);
+          const int n = causal_vector_length(i, t);
           std::fill(ds_row + i + 1, ds_row + n, 0.0f);
           float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
           for (int j = 0; j < n; ++j) dot += ds_row[j] * p_row[j];
 #pragma omp simd
           for (int j = 0; j < n; ++j) ds_row[j] = p_row[j] * (ds_row[j] - dot);
-          std::fill(ds_row + n, ds_row + r1, 0.0f);  // masked scores get no gradient
+          std::fill(ds_row + n, ds_row + t, 0.0f);  // masked scores get no gradient (dK reads them)
         }
-        // dQ[r0:r1] = dS[r0:r1, 0:r1] · k[0:r1] / √HD
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, r1, score_scale,
-                    ds + size_t(r0) * t, t, head.k, ld, 0.0f, dq + size_t(r0) * ld, ld);
-      }
-      for (int c0 = 0; c0 < t; c0 += kBlock) {
-        const int c1 = std::min(t, c0 + kBlock), cols = c1 - c0, tail = t - c0;
-        // dV[c0:c1] (+)= P[c0:T, c0:c1]ᵀ · dO[c0:T]
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, tail, 1.0f,
-                    p + size_t(c0) * t + c0, t, d_o + size_t(c0) * ld_out, ld_out, kv_beta,
-                    dv + size_t(c0) * ld, ld);
-        // dK[c0:c1] (+)= dS[c0:T, c0:c1]ᵀ · q[c0:T] / √HD
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, tail, score_scale,
-                    ds + size_t(c0) * t + c0, t, head.q + size_t(c0) * ld, ld, kv_beta,
-                    dk + size_t(c0) * ld, ld);
-      }
+        // dQ[r:last] = dS[r:last, 0:last] · k[0:last] / √HD
+        tile::gemm(rows, hd, last, score_scale, rows_of(ds + size_t(r) * t, t), head.k, ld, 0.0f,
+                   dq + size_t(r) * ld, ld);
+      });
+      for_each_strip(t, !over_pairs, [&](int c, int end) {
+        const int cols = end - c, tail = t - c;
+        // dV[c:end] (+)= P[c:T, c:end]ᵀ · dO[c:T]
+        tile::gemm(cols, hd, tail, 1.0f, columns_of(p + size_t(c) * t + c, t), d_o + size_t(c) * ld_out, ld_out,
+                   kv_beta, dv + size_t(c) * ld, ld);
+        // dK[c:end] (+)= dS[c:T, c:end]ᵀ · q[c:T] / √HD
+        tile::gemm(cols, hd, tail, score_scale, columns_of(ds + size_t(c) * t + c, t), head.q + size_t(c) * ld, ld,
+                   kv_beta, dk + size_t(c) * ld, ld);
+      });
     }
-  }
+  });
 }
 
 // ---- fused (flash) attention: the T×T matrix is never stored ------------------------------
 //
-// Per (batch, head) pair the rows are taken in blocks of kBlock queries; a block's scores
-// S[rows, r1] live in a per-thread tile of kBlock·T floats (O(T) scratch per thread, never
-// [B,NH,T,T]). The forward keeps lse_i = max_j s_ij + log Σ_j exp(s_ij − max_j s_ij), the
+// The forward takes a head's rows in strips as the plain path does, a strip's scores in a
+// per-thread tile of kRows·T floats; the backward in blocks of kBlock rows, its P and dS in
+// two tiles of kBlock·T (O(T) scratch per thread, never [B,NH,T,T]). The forward keeps lse_i = max_j s_ij + log Σ_j exp(s_ij − max_j s_ij), the
 // natural log-sum-exp of row i's scaled scores over j ≤ i, so the backward recomputes
 // P_ij = exp(s_ij − lse_i) exactly from the scores instead of reading them back.
 
 namespace {
-
-// Rows [r0, r1) of one head: s[rows, r1] = q[r0:r1] · k[0:r1]ᵀ / √HD (row stride r1).
-void block_scores(float* s, const HeadView& head, int r0, int r1, int hd, float score_scale) {
-  const int ld = int(head.qkv_stride);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hd, score_scale,
-              head.q + size_t(r0) * ld, ld, head.k, ld, 0.0f, s, r1);
-}
 
 // In place, row i of a block with the scores s[0..=i]: s[j] <- softmax_j(s), s[i+1..r1) <- 0;
 // returns the row's log-sum-exp.
@@ -292,29 +332,32 @@ void CpuOps::gqa_flash_attention_forward(View outv, float* lse, ConstView qkvv, 
   float* out;
   const float* qkv;
   std::tie(out, qkv) = fp32("gqa_flash_attention_forward", outv, qkvv);
-  // Per query head and row block [r0, r1): S = q kᵀ / √HD (causal), P = softmax(S),
-  // lse = log Σ exp S, out[r0:r1] = P · v[0:r1]. lse[B,NH,T].
+  // Per query head and row strip [r, last): S = q kᵀ / √HD (causal), P = softmax(S),
+  // lse = log Σ exp S, out[r:last] = P · v[0:last]. lse[B,NH,T].
   check_shape("flash attention", b, t, nh, nkv, hd);
   const int pairs = b * nh;
   const int ld_out = nh * hd;
   const float score_scale = 1.0f / std::sqrt(float(hd));
-  reserve_thread_scratch(size_t(kBlock) * t);
-#pragma omp parallel for schedule(static) if (parallel_over_pairs(pairs, t))
-  for (int bh = 0; bh < pairs; ++bh) {
+  const bool over_pairs = parallel_over_pairs(pairs, t);
+  const size_t scratch = size_t(hd) * t + size_t(kRows) * t;  // kᵀ [HD,T], then a strip's scores
+  reserve_thread_scratch(scratch);
+  for_each_pair(pairs, over_pairs, [&](int bh) {
     const HeadView head = head_view(qkv, bh / nh, bh % nh, t, nh, nkv, hd);
     const int ld = int(head.qkv_stride);
+    float* kt = thread_scratch_[omp_get_thread_num()].reserve(scratch);
+    tile::transpose(kt, head.k, t, hd, ld);
     float* o = out + head.out_offset;
     float* head_lse = lse + size_t(bh) * t;
-    float* p = thread_scratch_[omp_get_thread_num()].reserve(size_t(kBlock) * t);  // [kBlock, r1]
-    for (int r0 = 0; r0 < t; r0 += kBlock) {
-      const int r1 = std::min(t, r0 + kBlock), rows = r1 - r0;
-      block_scores(p, head, r0, r1, hd, score_scale);
-      for (int i = r0; i < r1; ++i) head_lse[i] = causal_softmax_lse_row(p + size_t(i - r0) * r1, i, r1);
-      // o[r0:r1] = p[rows, r1] · v[0:r1]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, r1, 1.0f, p, r1, head.v, ld, 0.0f,
-                  o + size_t(r0) * ld_out, ld_out);
-    }
-  }
+    for_each_strip(t, !over_pairs, [&](int r, int last) {
+      // The strip's own thread's tile (the pair's thread, or one of the strips' threads).
+      float* s = thread_scratch_[omp_get_thread_num()].reserve(scratch) + size_t(hd) * t;  // [rows, cols]
+      const int rows = last - r, cols = causal_vector_length(last - 1, t);
+      tile::gemm(rows, cols, hd, score_scale, rows_of(head.q + size_t(r) * ld, ld), kt, t, 0.0f, s, cols);
+      for (int i = r; i < last; ++i) head_lse[i] = causal_softmax_lse_row(s + size_t(i - r) * cols, i, cols);
+      // o[r:last] = s[rows, 0:last] · v[0:last]
+      tile::gemm(rows, hd, last, 1.0f, rows_of(s, cols), head.v, ld, 0.0f, o + size_t(r) * ld_out, ld_out);
+    });
+  });
 }
 
 void CpuOps::gqa_flash_attention_backward_input(View dqkvv, float* delta, ConstView doutv, ConstView qkvv,
@@ -328,16 +371,20 @@ void CpuOps::gqa_flash_attention_backward_input(View dqkvv, float* delta, ConstV
   //   dP = dO vᵀ,  dS = P ∘ (dP − delta),
   //   dQ[r0:r1] = dS k[0:r1] / √HD,  dK[0:r1] += dSᵀ q[r0:r1] / √HD,  dV[0:r1] += Pᵀ dO[r0:r1].
   // dK and dV add up over the group's query heads and their row blocks in a fixed order, one
-  // thread per key/value head.
+  // thread per key/value head (or, with few heads, one per column strip of dK and dV).
   check_shape("flash attention", b, t, nh, nkv, hd);
   const int group = nh / nkv, kv_pairs = b * nkv;
   const int ld_out = nh * hd;
   const float score_scale = 1.0f / std::sqrt(float(hd));
-  reserve_thread_scratch(2 * size_t(kBlock) * t);
-#pragma omp parallel for schedule(static) if (parallel_over_pairs(kv_pairs, t))
-  for (int bkv = 0; bkv < kv_pairs; ++bkv) {
-    float* p = thread_scratch_[omp_get_thread_num()].reserve(2 * size_t(kBlock) * t);  // [kBlock, r1]
-    float* ds = p + size_t(kBlock) * t;                                                  // [kBlock, r1]
+  const bool over_pairs = parallel_over_pairs(kv_pairs, t);
+  // kᵀ and vᵀ [HD,T] each, then the block's P and dS [kBlock, r1] each
+  const size_t scratch = 2 * size_t(hd) * t + 2 * size_t(kBlock) * t;
+  reserve_thread_scratch(scratch);
+  for_each_pair(kv_pairs, over_pairs, [&](int bkv) {
+    float* kt = thread_scratch_[omp_get_thread_num()].reserve(scratch);
+    float* vt = kt + size_t(hd) * t;
+    float* p = vt + size_t(hd) * t;
+    float* ds = p + size_t(kBlock) * t;
     const int batch = bkv / nkv;
     for (int g = 0; g < group; ++g) {
       const int h = bkv % nkv * group + g;
@@ -350,6 +397,10 @@ void CpuOps::gqa_flash_attention_backward_input(View dqkvv, float* delta, ConstV
       float* dq = dqkv + head.q_offset;
       float* dk = dqkv + head.k_offset;
       float* dv = dqkv + head.v_offset;
+      if (g == 0) {  // the group's one key/value head
+        tile::transpose(kt, head.k, t, hd, ld);
+        tile::transpose(vt, head.v, t, hd, ld);
+      }
       for (int i = 0; i < t; ++i) {
         if (g == 0) {
           std::fill(dk + size_t(i) * ld, dk + size_t(i) * ld + hd, 0.0f);
@@ -359,25 +410,33 @@ void CpuOps::gqa_flash_attention_backward_input(View dqkvv, float* delta, ConstV
       }
       for (int r0 = 0; r0 < t; r0 += kBlock) {
         const int r1 = std::min(t, r0 + kBlock), rows = r1 - r0;
-        block_scores(p, head, r0, r1, hd, score_scale);
-        // dP[rows, r1] = dO[r0:r1] · v[0:r1]ᵀ
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hd, 1.0f, d_o + size_t(r0) * ld_out,
-                    ld_out, head.v, ld, 0.0f, ds, r1);
-        for (int i = r0; i < r1; ++i)
-          probabilities_and_score_gradient_row(p + size_t(i - r0) * r1, ds + size_t(i - r0) * r1, i, r1,
-                                               head_lse[i], head_delta[i]);
-        // dQ[r0:r1] = dS · k[0:r1] / √HD
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, r1, score_scale, ds, r1, head.k, ld,
-                    0.0f, dq + size_t(r0) * ld, ld);
-        // dK[0:r1] += dSᵀ · q[r0:r1] / √HD
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hd, rows, score_scale, ds, r1,
-                    head.q + size_t(r0) * ld, ld, 1.0f, dk, ld);
-        // dV[0:r1] += Pᵀ · dO[r0:r1]
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hd, rows, 1.0f, p, r1, d_o + size_t(r0) * ld_out,
-                    ld_out, 1.0f, dv, ld);
+        for_each_strip(rows, !over_pairs, [&](int first, int end) {
+          const int r = r0 + first, last = r0 + end, strip = end - first, cols = causal_vector_length(last - 1, r1);
+          float* p_rows = p + size_t(first) * r1;  // [strip, r1]
+          float* ds_rows = ds + size_t(first) * r1;
+          // s = q[r:last] · k[0:cols]ᵀ / √HD;  dP = dO[r:last] · v[0:cols]ᵀ
+          tile::gemm(strip, cols, hd, score_scale, rows_of(head.q + size_t(r) * ld, ld), kt, t, 0.0f, p_rows, r1);
+          tile::gemm(strip, cols, hd, 1.0f, rows_of(d_o + size_t(r) * ld_out, ld_out), vt, t, 0.0f, ds_rows, r1);
+          for (int i = r; i < last; ++i)
+            probabilities_and_score_gradient_row(p + size_t(i - r0) * r1, ds + size_t(i - r0) * r1, i, r1,
+                                                 head_lse[i], head_delta[i]);
+          // dQ[r:last] = dS · k[0:last] / √HD
+          tile::gemm(strip, hd, last, score_scale, rows_of(ds_rows, r1), head.k, ld, 0.0f, dq + size_t(r) * ld, ld);
+        });
+        for_each_strip(r1, !over_pairs, [&](int c, int end) {
+          // Keys [c, end) get gradient from the block's rows i >= c (P and dS are 0 above it).
+          const int i0 = std::max(r0, c), depth = r1 - i0;
+          const size_t at = size_t(i0 - r0) * r1 + c;
+          // dK[c:end] += dS[i0:r1, c:end]ᵀ · q[i0:r1] / √HD
+          tile::gemm(end - c, hd, depth, score_scale, columns_of(ds + at, r1), head.q + size_t(i0) * ld, ld, 1.0f,
+                     dk + size_t(c) * ld, ld);
+          // dV[c:end] += P[i0:r1, c:end]ᵀ · dO[i0:r1]
+          tile::gemm(end - c, hd, depth, 1.0f, columns_of(p + at, r1), d_o + size_t(i0) * ld_out, ld_out, 1.0f,
+                     dv + size_t(c) * ld, ld);
+        });
       }
     }
-  }
+  });
 }
 
 }  // namespace pptrain::cpu::PPTRAIN_CPU_ISA

@@ -1,0 +1,160 @@
+// Register-tiled single-thread GEMM for attention's small per-head products (a head's
+// T×T scores against HD = 32..128 columns): C[m,n] = α·A·B + β·C with A read through
+// arbitrary (row, k) strides, so Aᵀ costs nothing, and B row-major.
+//
+// Why not OpenBLAS: its sgemm packs both operands and sizes its blocking for large
+// matrices; on a head's 6..128-row products that overhead is a large share of the call
+// (measured on a Zen 3 core, HD 32, T 128: QKᵀ 48.6 GFLOP/s, P·V 59.5, against 76.6 and 78.1
+// for these kernels, K packed once per head included). The kernel also lets attention stop
+// each row strip at its causal limit instead of a whole block's.
+//
+// Each output element is Σ_k A(r,k)·B(k,n) accumulated by FMA in k order, then α·sum, then
+// β·C added by one more FMA: the same operations whether the element sits in a vector lane
+// or the scalar tail, so results do not depend on how the matrix was cut into tiles or over
+// threads.
+//
+// Include this after isa_begin.h (and, on x86-64, <immintrin.h> before it): its functions are
+// compiled for the translation unit's ISA and live in that ISA's namespace (isa.h). The
+// vectors are AVX-512's in the AVX-512 copy, AVX2's where the build's ISA has AVX2 and FMA
+// (the default x86-64-v3), and plain arrays elsewhere.
+#pragma once
+
+namespace pptrain::cpu::PPTRAIN_CPU_ISA::tile {
+
+#if defined(PPTRAIN_CPU_AVX512)
+using Vec = __m512;
+constexpr int kWidth = 16;
+inline Vec load(const float* p) { return _mm512_loadu_ps(p); }
+inline void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+inline Vec broadcast(const float* p) { return _mm512_set1_ps(*p); }
+inline Vec splat(float x) { return _mm512_set1_ps(x); }
+inline Vec zero() { return _mm512_setzero_ps(); }
+inline Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
+#elif defined(__AVX2__) && defined(__FMA__)
+using Vec = __m256;
+constexpr int kWidth = 8;
+inline Vec load(const float* p) { return _mm256_loadu_ps(p); }
+inline void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+inline Vec broadcast(const float* p) { return _mm256_broadcast_ss(p); }
+inline Vec splat(float x) { return _mm256_set1_ps(x); }
+inline Vec zero() { return _mm256_setzero_ps(); }
+inline Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline Vec mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
+#else
+// Builds for other CPUs (or an x86-64 baseline below v3): eight lanes in plain C++, the
+// same fused multiply-adds one lane at a time, so the results are the same bits.
+struct Vec {
+  float lane[8];
+};
+constexpr int kWidth = 8;
+inline Vec load(const float* p) {
+  Vec v;
+  for (int i = 0; i < kWidth; ++i) v.lane[i] = p[i];
+  return v;
+}
+inline void store(float* p, Vec v) {
+  for (int i = 0; i < kWidth; ++i) p[i] = v.lane[i];
+}
+inline Vec splat(float x) {
+  Vec v;
+  for (int i = 0; i < kWidth; ++i) v.lane[i] = x;
+  return v;
+}
+inline Vec broadcast(const float* p) { return splat(*p); }
+inline Vec zero() { return splat(0.0f); }
+inline Vec fma(Vec a, Vec b, Vec c) {
+  for (int i = 0; i < kWidth; ++i) c.lane[i] = __builtin_fmaf(a.lane[i], b.lane[i], c.lane[i]);
+  return c;
+}
+inline Vec mul(Vec a, Vec b) {
+  for (int i = 0; i < kWidth; ++i) a.lane[i] *= b.lane[i];
+  return a;
+}
+#endif
+
+// The most rows a micro-tile holds. 6 rows × 2 vectors are 12 accumulators, plus 2 loaded B
+// vectors and a broadcast: 15 of AVX2's 16 registers. Per k the tile does 12 FMAs for 8 loads,
+// so it is bound by the FMA units (2 per cycle on Zen 3 and on Intel cores since Skylake),
+// not the load ports. AVX-512 keeps the shape (twice the columns per vector).
+constexpr int kRows = 6;
+
+// A(r, k) = a[r·row_stride + k·k_stride]: (lda, 1) for A, (1, lda) for Aᵀ.
+struct Strided {
+  const float* a;
+  ptrdiff_t row_stride, k_stride;
+  const float* at(ptrdiff_t r, ptrdiff_t k) const { return a + r * row_stride + k * k_stride; }
+};
+
+// Rows [0, MR) × columns [0, NV·kWidth) of C.
+template <int MR, int NV>
+inline void micro_tile(int k, float alpha, Strided a, const float* b, ptrdiff_t ldb, float beta, float* c,
+                       ptrdiff_t ldc) {
+  Vec acc[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = zero();
+  for (int kk = 0; kk < k; ++kk) {
+    Vec bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = load(b + kk * ldb + v * kWidth);
+    for (int r = 0; r < MR; ++r) {
+      const Vec av = broadcast(a.at(r, kk));
+      for (int v = 0; v < NV; ++v) acc[r][v] = fma(av, bv[v], acc[r][v]);
+    }
+  }
+  const Vec alpha_v = splat(alpha), beta_v = splat(beta);
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) {
+      float* cp = c + r * ldc + v * kWidth;
+      Vec x = mul(alpha_v, acc[r][v]);
+      if (beta != 0.0f) x = fma(beta_v, load(cp), x);  // β = 0 never reads C (it may hold NaN)
+      store(cp, x);
+    }
+}
+
+// Columns [0, NV·kWidth) of C, all m rows.
+template <int NV>
+inline void column_panel(int m, int k, float alpha, Strided a, const float* b, ptrdiff_t ldb, float beta, float* c,
+                         ptrdiff_t ldc) {
+  int r = 0;
+  for (; r + kRows <= m; r += kRows)
+    micro_tile<kRows, NV>(k, alpha, Strided{a.at(r, 0), a.row_stride, a.k_stride}, b, ldb, beta, c + r * ldc, ldc);
+  const Strided rest{a.at(r, 0), a.row_stride, a.k_stride};
+  float* c_rest = c + r * ldc;
+  switch (m - r) {
+    case 5: micro_tile<5, NV>(k, alpha, rest, b, ldb, beta, c_rest, ldc); break;
+    case 4: micro_tile<4, NV>(k, alpha, rest, b, ldb, beta, c_rest, ldc); break;
+    case 3: micro_tile<3, NV>(k, alpha, rest, b, ldb, beta, c_rest, ldc); break;
+    case 2: micro_tile<2, NV>(k, alpha, rest, b, ldb, beta, c_rest, ldc); break;
+    case 1: micro_tile<1, NV>(k, alpha, rest, b, ldb, beta, c_rest, ldc); break;
+    default: break;
+  }
+}
+
+// C[m,n] = α·Σ_k A(r,k)·B[k,n] + β·C (β = 0: C is only written). B row-major with row
+// stride ldb, C with ldc. Any m, n, k ≥ 0.
+inline void gemm(int m, int n, int k, float alpha, Strided a, const float* b, ptrdiff_t ldb, float beta, float* c,
+                 ptrdiff_t ldc) {
+  int j = 0;
+  for (; j + 2 * kWidth <= n; j += 2 * kWidth) column_panel<2>(m, k, alpha, a, b + j, ldb, beta, c + j, ldc);
+  if (j + kWidth <= n) {
+    column_panel<1>(m, k, alpha, a, b + j, ldb, beta, c + j, ldc);
+    j += kWidth;
+  }
+  for (; j < n; ++j)  // the last n mod kWidth columns, one element at a time, same operations
+    for (int r = 0; r < m; ++r) {
+      float acc = 0.0f;
+      for (int kk = 0; kk < k; ++kk) acc = __builtin_fmaf(*a.at(r, kk), b[kk * ldb + j], acc);
+      float& out = c[r * ldc + j];
+      const float x = alpha * acc;
+      out = beta != 0.0f ? __builtin_fmaf(beta, out, x) : x;
+    }
+}
+
+// dst[d·rows + j] = src[j·ld + d] for j < rows, d < cols: a head's K or V [rows, HD]
+// (row stride ld inside the packed qkv) as Kᵀ [HD, rows], the B operand of Q·Kᵀ.
+inline void transpose(float* dst, const float* src, int rows, int cols, ptrdiff_t ld) {
+  for (int j = 0; j < rows; ++j)
+    for (int d = 0; d < cols; ++d) dst[ptrdiff_t(d) * rows + j] = src[j * ld + d];
+}
+
+}  // namespace pptrain::cpu::PPTRAIN_CPU_ISA::tile
