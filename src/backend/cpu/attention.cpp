@@ -166,12 +166,14 @@ void CpuOps::gqa_attention_forward(View outv, View probsv, ConstView qkvv, int b
   const int ld_out = nh * hd;
   const float score_scale = 1.0f / std::sqrt(float(hd));
   const bool over_pairs = parallel_over_pairs(pairs, t);
-  reserve_thread_scratch(size_t(hd) * t);
+  reserve_thread_scratch(2 * size_t(hd) * t);
   for_each_pair(pairs, over_pairs, [&](int bh) {
     const HeadView head = head_view(qkv, bh / nh, bh % nh, t, nh, nkv, hd);
     const int ld = int(head.qkv_stride);
-    float* kt = thread_scratch_[omp_get_thread_num()].reserve(size_t(hd) * t);  // kᵀ [HD,T]
+    float* kt = thread_scratch_[omp_get_thread_num()].reserve(2 * size_t(hd) * t);  // kᵀ [HD,T]
+    float* v = kt + size_t(hd) * t;                                                 // [T,HD]
     tile::transpose(kt, head.k, t, hd, ld);
+    tile::copy_rows(v, head.v, t, hd, ld);
     float* p = probs + size_t(bh) * t * t;
     float* o = out + head.out_offset;
     for_each_strip(t, !over_pairs, [&](int r, int last) {
@@ -182,8 +184,7 @@ void CpuOps::gqa_attention_forward(View outv, View probsv, ConstView qkvv, int b
                  p + size_t(r) * t, t);
       for (int i = r; i < last; ++i) causal_softmax_row(p + size_t(i) * t, i, t);
       // o[r:last] = p[r:last, 0:last] · v[0:last]  (p is 0 past each row's diagonal)
-      tile::gemm(rows, hd, last, 1.0f, rows_of(p + size_t(r) * t, t), head.v, ld, 0.0f, o + size_t(r) * ld_out,
-                 ld_out);
+      tile::gemm(rows, hd, last, 1.0f, rows_of(p + size_t(r) * t, t), v, hd, 0.0f, o + size_t(r) * ld_out, ld_out);
     });
   });
 }
@@ -203,18 +204,28 @@ void CpuOps::gqa_attention_backward_input(View dqkvv, ConstView doutv, ConstView
   const int ld_out = nh * hd;
   const float score_scale = 1.0f / std::sqrt(float(hd));
   const bool over_pairs = parallel_over_pairs(kv_pairs, t);
-  reserve_thread_scratch(size_t(hd) * t + size_t(t) * t);
+  // vᵀ [HD,T], k, q, dO [T,HD] and dS [T,T] of the pair's thread, then each strip's
+  // thread's packed panel [T,kRows]
+  const size_t pack_at = 4 * size_t(hd) * t + size_t(t) * t, scratch = pack_at + size_t(kRows) * t;
+  reserve_thread_scratch(scratch);
   for_each_pair(kv_pairs, over_pairs, [&](int bkv) {
-    float* vt = thread_scratch_[omp_get_thread_num()].reserve(size_t(hd) * t + size_t(t) * t);  // vᵀ [HD,T]
-    float* ds = vt + size_t(hd) * t;                                                             // [T,T]
+    float* vt = thread_scratch_[omp_get_thread_num()].reserve(scratch);
+    float* k = vt + size_t(hd) * t;
+    float* q = k + size_t(hd) * t;
+    float* d_o = q + size_t(hd) * t;
+    float* ds = d_o + size_t(hd) * t;
     const int batch = bkv / nkv;
     for (int g = 0; g < group; ++g) {
       const int h = bkv % nkv * group + g;
       const HeadView head = head_view(qkv, batch, h, t, nh, nkv, hd);
       const int ld = int(head.qkv_stride);
-      if (g == 0) tile::transpose(vt, head.v, t, hd, ld);  // the group's one value head
+      if (g == 0) {  // the group's one key/value head
+        tile::transpose(vt, head.v, t, hd, ld);
+        tile::copy_rows(k, head.k, t, hd, ld);
+      }
+      tile::copy_rows(q, head.q, t, hd, ld);
+      tile::copy_rows(d_o, dout + head.out_offset, t, hd, ld_out);
       const float* p = probs + (size_t(batch) * nh + h) * t * t;
-      const float* d_o = dout + head.out_offset;
       float* dq = dqkv + head.q_offset;
       float* dk = dqkv + head.k_offset;
       float* dv = dqkv + head.v_offset;
@@ -223,8 +234,8 @@ void CpuOps::gqa_attention_backward_input(View dqkvv, ConstView doutv, ConstView
       for_each_strip(t, !over_pairs, [&](int r, int last) {
         const int rows = last - r;
         // dP[r:last, 0:cols] = dO[r:last] · v[0:cols]ᵀ
-        tile::gemm(rows, causal_vector_length(last - 1, t), hd, 1.0f, rows_of(d_o + size_t(r) * ld_out, ld_out), vt,
-                   t, 0.0f, ds + size_t(r) * t, t);
+        tile::gemm(rows, causal_vector_length(last - 1, t), hd, 1.0f, rows_of(d_o + size_t(r) * hd, hd), vt, t, 0.0f,
+                   ds + size_t(r) * t, t);
         for (int i = r; i < last; ++i) {
           float* ds_row = ds + size_t(i) * t;
           const float* p_row = p + size_t(i) * t;
@@ -241,17 +252,17 @@ void CpuOps::gqa_attention_backward_input(View dqkvv, ConstView doutv, ConstView
           std::fill(ds_row + n, ds_row + t, 0.0f);  // masked scores get no gradient (dK reads them)
         }
         // dQ[r:last] = dS[r:last, 0:last] · k[0:last] / √HD
-        tile::gemm(rows, hd, last, score_scale, rows_of(ds + size_t(r) * t, t), head.k, ld, 0.0f,
-                   dq + size_t(r) * ld, ld);
+        tile::gemm(rows, hd, last, score_scale, rows_of(ds + size_t(r) * t, t), k, hd, 0.0f, dq + size_t(r) * ld, ld);
       });
       for_each_strip(t, !over_pairs, [&](int c, int end) {
         const int cols = end - c, tail = t - c;
+        float* pack = thread_scratch_[omp_get_thread_num()].reserve(scratch) + pack_at;
         // dV[c:end] (+)= P[c:T, c:end]ᵀ · dO[c:T]
-        tile::gemm(cols, hd, tail, 1.0f, columns_of(p + size_t(c) * t + c, t), d_o + size_t(c) * ld_out, ld_out,
-                   kv_beta, dv + size_t(c) * ld, ld);
+        tile::gemm(cols, hd, tail, 1.0f, columns_of(p + size_t(c) * t + c, t), d_o + size_t(c) * hd, hd, kv_beta,
+                   dv + size_t(c) * ld, ld, pack);
         // dK[c:end] (+)= dS[c:T, c:end]ᵀ · q[c:T] / √HD
-        tile::gemm(cols, hd, tail, score_scale, columns_of(ds + size_t(c) * t + c, t), head.q + size_t(c) * ld, ld,
-                   kv_beta, dk + size_t(c) * ld, ld);
+        tile::gemm(cols, hd, tail, score_scale, columns_of(ds + size_t(c) * t + c, t), q + size_t(c) * hd, hd, kv_beta,
+                   dk + size_t(c) * ld, ld, pack);
       });
     }
   });
@@ -339,23 +350,26 @@ void CpuOps::gqa_flash_attention_forward(View outv, float* lse, ConstView qkvv, 
   const int ld_out = nh * hd;
   const float score_scale = 1.0f / std::sqrt(float(hd));
   const bool over_pairs = parallel_over_pairs(pairs, t);
-  const size_t scratch = size_t(hd) * t + size_t(kRows) * t;  // kᵀ [HD,T], then a strip's scores
+  const size_t strip_at = 2 * size_t(hd) * t;  // kᵀ [HD,T] and v [T,HD], then a strip's scores
+  const size_t scratch = strip_at + size_t(kRows) * t;
   reserve_thread_scratch(scratch);
   for_each_pair(pairs, over_pairs, [&](int bh) {
     const HeadView head = head_view(qkv, bh / nh, bh % nh, t, nh, nkv, hd);
     const int ld = int(head.qkv_stride);
     float* kt = thread_scratch_[omp_get_thread_num()].reserve(scratch);
+    float* v = kt + size_t(hd) * t;
     tile::transpose(kt, head.k, t, hd, ld);
+    tile::copy_rows(v, head.v, t, hd, ld);
     float* o = out + head.out_offset;
     float* head_lse = lse + size_t(bh) * t;
     for_each_strip(t, !over_pairs, [&](int r, int last) {
       // The strip's own thread's tile (the pair's thread, or one of the strips' threads).
-      float* s = thread_scratch_[omp_get_thread_num()].reserve(scratch) + size_t(hd) * t;  // [rows, cols]
+      float* s = thread_scratch_[omp_get_thread_num()].reserve(scratch) + strip_at;  // [rows, cols]
       const int rows = last - r, cols = causal_vector_length(last - 1, t);
       tile::gemm(rows, cols, hd, score_scale, rows_of(head.q + size_t(r) * ld, ld), kt, t, 0.0f, s, cols);
       for (int i = r; i < last; ++i) head_lse[i] = causal_softmax_lse_row(s + size_t(i - r) * cols, i, cols);
       // o[r:last] = s[rows, 0:last] · v[0:last]
-      tile::gemm(rows, hd, last, 1.0f, rows_of(s, cols), head.v, ld, 0.0f, o + size_t(r) * ld_out, ld_out);
+      tile::gemm(rows, hd, last, 1.0f, rows_of(s, cols), v, hd, 0.0f, o + size_t(r) * ld_out, ld_out);
     });
   });
 }
@@ -377,20 +391,23 @@ void CpuOps::gqa_flash_attention_backward_input(View dqkvv, float* delta, ConstV
   const int ld_out = nh * hd;
   const float score_scale = 1.0f / std::sqrt(float(hd));
   const bool over_pairs = parallel_over_pairs(kv_pairs, t);
-  // kᵀ and vᵀ [HD,T] each, then the block's P and dS [kBlock, r1] each
-  const size_t scratch = 2 * size_t(hd) * t + 2 * size_t(kBlock) * t;
+  // kᵀ and vᵀ [HD,T], k, q and dO [T,HD], the block's P and dS [kBlock, r1] (the pair's
+  // thread's), then each column strip's thread's packed panel [kBlock, kRows]
+  const size_t pack_at = 5 * size_t(hd) * t + 2 * size_t(kBlock) * t, scratch = pack_at + size_t(kRows) * kBlock;
   reserve_thread_scratch(scratch);
   for_each_pair(kv_pairs, over_pairs, [&](int bkv) {
     float* kt = thread_scratch_[omp_get_thread_num()].reserve(scratch);
     float* vt = kt + size_t(hd) * t;
-    float* p = vt + size_t(hd) * t;
+    float* k = vt + size_t(hd) * t;
+    float* q = k + size_t(hd) * t;
+    float* d_o = q + size_t(hd) * t;
+    float* p = d_o + size_t(hd) * t;
     float* ds = p + size_t(kBlock) * t;
     const int batch = bkv / nkv;
     for (int g = 0; g < group; ++g) {
       const int h = bkv % nkv * group + g;
       const HeadView head = head_view(qkv, batch, h, t, nh, nkv, hd);
       const int ld = int(head.qkv_stride);
-      const float* d_o = dout + head.out_offset;
       const float* o = out + head.out_offset;
       const float* head_lse = lse + (size_t(batch) * nh + h) * t;
       float* head_delta = delta + (size_t(batch) * nh + h) * t;
@@ -400,13 +417,16 @@ void CpuOps::gqa_flash_attention_backward_input(View dqkvv, float* delta, ConstV
       if (g == 0) {  // the group's one key/value head
         tile::transpose(kt, head.k, t, hd, ld);
         tile::transpose(vt, head.v, t, hd, ld);
+        tile::copy_rows(k, head.k, t, hd, ld);
       }
+      tile::copy_rows(q, head.q, t, hd, ld);
+      tile::copy_rows(d_o, dout + head.out_offset, t, hd, ld_out);
       for (int i = 0; i < t; ++i) {
         if (g == 0) {
           std::fill(dk + size_t(i) * ld, dk + size_t(i) * ld + hd, 0.0f);
           std::fill(dv + size_t(i) * ld, dv + size_t(i) * ld + hd, 0.0f);
         }
-        head_delta[i] = dot(d_o + size_t(i) * ld_out, o + size_t(i) * ld_out, hd);
+        head_delta[i] = dot(d_o + size_t(i) * hd, o + size_t(i) * ld_out, hd);
       }
       for (int r0 = 0; r0 < t; r0 += kBlock) {
         const int r1 = std::min(t, r0 + kBlock), rows = r1 - r0;
@@ -416,23 +436,24 @@ void CpuOps::gqa_flash_attention_backward_input(View dqkvv, float* delta, ConstV
           float* ds_rows = ds + size_t(first) * r1;
           // s = q[r:last] · k[0:cols]ᵀ / √HD;  dP = dO[r:last] · v[0:cols]ᵀ
           tile::gemm(strip, cols, hd, score_scale, rows_of(head.q + size_t(r) * ld, ld), kt, t, 0.0f, p_rows, r1);
-          tile::gemm(strip, cols, hd, 1.0f, rows_of(d_o + size_t(r) * ld_out, ld_out), vt, t, 0.0f, ds_rows, r1);
+          tile::gemm(strip, cols, hd, 1.0f, rows_of(d_o + size_t(r) * hd, hd), vt, t, 0.0f, ds_rows, r1);
           for (int i = r; i < last; ++i)
             probabilities_and_score_gradient_row(p + size_t(i - r0) * r1, ds + size_t(i - r0) * r1, i, r1,
                                                  head_lse[i], head_delta[i]);
           // dQ[r:last] = dS · k[0:last] / √HD
-          tile::gemm(strip, hd, last, score_scale, rows_of(ds_rows, r1), head.k, ld, 0.0f, dq + size_t(r) * ld, ld);
+          tile::gemm(strip, hd, last, score_scale, rows_of(ds_rows, r1), k, hd, 0.0f, dq + size_t(r) * ld, ld);
         });
         for_each_strip(r1, !over_pairs, [&](int c, int end) {
           // Keys [c, end) get gradient from the block's rows i >= c (P and dS are 0 above it).
           const int i0 = std::max(r0, c), depth = r1 - i0;
           const size_t at = size_t(i0 - r0) * r1 + c;
+          float* pack = thread_scratch_[omp_get_thread_num()].reserve(scratch) + pack_at;
           // dK[c:end] += dS[i0:r1, c:end]ᵀ · q[i0:r1] / √HD
-          tile::gemm(end - c, hd, depth, score_scale, columns_of(ds + at, r1), head.q + size_t(i0) * ld, ld, 1.0f,
-                     dk + size_t(c) * ld, ld);
+          tile::gemm(end - c, hd, depth, score_scale, columns_of(ds + at, r1), q + size_t(i0) * hd, hd, 1.0f,
+                     dk + size_t(c) * ld, ld, pack);
           // dV[c:end] += P[i0:r1, c:end]ᵀ · dO[i0:r1]
-          tile::gemm(end - c, hd, depth, 1.0f, columns_of(p + at, r1), d_o + size_t(i0) * ld_out, ld_out, 1.0f,
-                     dv + size_t(c) * ld, ld);
+          tile::gemm(end - c, hd, depth, 1.0f, columns_of(p + at, r1), d_o + size_t(i0) * hd, hd, 1.0f,
+                     dv + size_t(c) * ld, ld, pack);
         });
       }
     }
