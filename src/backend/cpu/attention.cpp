@@ -90,9 +90,10 @@ int pad_causal_row(float* row, int i, int capacity) {
 // In place: row[0..=i] <- softmax(row[0..=i]), row[i+1..T) <- 0.
 void causal_softmax_row(float* row, int i, int t) {
   const int n = pad_causal_row(row, i, t);
+  // From j = 0, not 1: n is a whole number of vectors, n − 1 is not (a scalar tail of 15).
   float max_score = row[0];
 #pragma omp simd reduction(max : max_score)
-  for (int j = 1; j < n; ++j) max_score = row[j] > max_score ? row[j] : max_score;
+  for (int j = 0; j < n; ++j) max_score = row[j] > max_score ? row[j] : max_score;
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int j = 0; j < n; ++j) {
@@ -282,9 +283,9 @@ namespace {
 // returns the row's log-sum-exp.
 float causal_softmax_lse_row(float* s, int i, int r1) {
   const int n = pad_causal_row(s, i, r1);
-  float max_score = s[0];
+  float max_score = s[0];  // from j = 0 as in causal_softmax_row
 #pragma omp simd reduction(max : max_score)
-  for (int j = 1; j < n; ++j) max_score = s[j] > max_score ? s[j] : max_score;
+  for (int j = 0; j < n; ++j) max_score = s[j] > max_score ? s[j] : max_score;
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int j = 0; j < n; ++j) {
@@ -391,9 +392,11 @@ void CpuOps::gqa_flash_attention_backward_input(View dqkvv, float* delta, ConstV
   const int ld_out = nh * hd;
   const float score_scale = 1.0f / std::sqrt(float(hd));
   const bool over_pairs = parallel_over_pairs(kv_pairs, t);
-  // kᵀ and vᵀ [HD,T], k, q and dO [T,HD], the block's P and dS [kBlock, r1] (the pair's
-  // thread's), then each column strip's thread's packed panel [kBlock, kRows]
-  const size_t pack_at = 5 * size_t(hd) * t + 2 * size_t(kBlock) * t, scratch = pack_at + size_t(kRows) * kBlock;
+  // kᵀ and vᵀ [HD,T], k, q, dO and the dK, dV sums [T,HD], the block's P and dS [kBlock, r1]
+  // (the pair's thread's), then each column strip's thread's packed panel [kBlock, kRows].
+  // dK and dV add up in contiguous sums, not in place: every row block adds to them, and rows
+  // of the packed dqkv are a page or more apart.
+  const size_t pack_at = 7 * size_t(hd) * t + 2 * size_t(kBlock) * t, scratch = pack_at + size_t(kRows) * kBlock;
   reserve_thread_scratch(scratch);
   for_each_pair(kv_pairs, over_pairs, [&](int bkv) {
     float* kt = thread_scratch_[omp_get_thread_num()].reserve(scratch);
@@ -401,9 +404,12 @@ void CpuOps::gqa_flash_attention_backward_input(View dqkvv, float* delta, ConstV
     float* k = vt + size_t(hd) * t;
     float* q = k + size_t(hd) * t;
     float* d_o = q + size_t(hd) * t;
-    float* p = d_o + size_t(hd) * t;
+    float* dk_sum = d_o + size_t(hd) * t;
+    float* dv_sum = dk_sum + size_t(hd) * t;
+    float* p = dv_sum + size_t(hd) * t;
     float* ds = p + size_t(kBlock) * t;
     const int batch = bkv / nkv;
+    std::fill(dk_sum, dk_sum + 2 * size_t(hd) * t, 0.0f);
     for (int g = 0; g < group; ++g) {
       const int h = bkv % nkv * group + g;
       const HeadView head = head_view(qkv, batch, h, t, nh, nkv, hd);
@@ -412,8 +418,6 @@ void CpuOps::gqa_flash_attention_backward_input(View dqkvv, float* delta, ConstV
       const float* head_lse = lse + (size_t(batch) * nh + h) * t;
       float* head_delta = delta + (size_t(batch) * nh + h) * t;
       float* dq = dqkv + head.q_offset;
-      float* dk = dqkv + head.k_offset;
-      float* dv = dqkv + head.v_offset;
       if (g == 0) {  // the group's one key/value head
         tile::transpose(kt, head.k, t, hd, ld);
         tile::transpose(vt, head.v, t, hd, ld);
@@ -421,13 +425,7 @@ void CpuOps::gqa_flash_attention_backward_input(View dqkvv, float* delta, ConstV
       }
       tile::copy_rows(q, head.q, t, hd, ld);
       tile::copy_rows(d_o, dout + head.out_offset, t, hd, ld_out);
-      for (int i = 0; i < t; ++i) {
-        if (g == 0) {
-          std::fill(dk + size_t(i) * ld, dk + size_t(i) * ld + hd, 0.0f);
-          std::fill(dv + size_t(i) * ld, dv + size_t(i) * ld + hd, 0.0f);
-        }
-        head_delta[i] = dot(d_o + size_t(i) * hd, o + size_t(i) * ld_out, hd);
-      }
+      for (int i = 0; i < t; ++i) head_delta[i] = dot(d_o + size_t(i) * hd, o + size_t(i) * ld_out, hd);
       for (int r0 = 0; r0 < t; r0 += kBlock) {
         const int r1 = std::min(t, r0 + kBlock), rows = r1 - r0;
         for_each_strip(rows, !over_pairs, [&](int first, int end) {
@@ -450,12 +448,19 @@ void CpuOps::gqa_flash_attention_backward_input(View dqkvv, float* delta, ConstV
           float* pack = thread_scratch_[omp_get_thread_num()].reserve(scratch) + pack_at;
           // dK[c:end] += dS[i0:r1, c:end]ᵀ · q[i0:r1] / √HD
           tile::gemm(end - c, hd, depth, score_scale, columns_of(ds + at, r1), q + size_t(i0) * hd, hd, 1.0f,
-                     dk + size_t(c) * ld, ld, pack);
+                     dk_sum + size_t(c) * hd, hd, pack);
           // dV[c:end] += P[i0:r1, c:end]ᵀ · dO[i0:r1]
           tile::gemm(end - c, hd, depth, 1.0f, columns_of(p + at, r1), d_o + size_t(i0) * hd, hd, 1.0f,
-                     dv + size_t(c) * ld, ld, pack);
+                     dv_sum + size_t(c) * hd, hd, pack);
         });
       }
+    }
+    // The key/value head's dK and dV, from the sums over its group's query heads
+    const HeadView kv_head = head_view(qkv, batch, bkv % nkv * group, t, nh, nkv, hd);
+    const size_t ld = kv_head.qkv_stride;
+    for (int i = 0; i < t; ++i) {
+      std::copy(dk_sum + size_t(i) * hd, dk_sum + size_t(i + 1) * hd, dqkv + kv_head.k_offset + i * ld);
+      std::copy(dv_sum + size_t(i) * hd, dv_sum + size_t(i + 1) * hd, dqkv + kv_head.v_offset + i * ld);
     }
   });
 }
