@@ -140,6 +140,16 @@ void for_each_strip(int n, bool parallel, Strip&& strip) {
   }
 }
 
+// Consecutive pieces of one thread's scratch array, handed out in order.
+struct Carve {
+  float* at;
+  float* take(size_t floats) {
+    float* piece = at;
+    at += floats;
+    return piece;
+  }
+};
+
 tile::Strided rows_of(const float* a, ptrdiff_t ld) { return {a, ld, 1}; }       // A = a[r·ld + k]
 tile::Strided columns_of(const float* a, ptrdiff_t ld) { return {a, 1, ld}; }    // A = aᵀ: a[k·ld + r]
 
@@ -210,11 +220,9 @@ void CpuOps::gqa_attention_backward_input(View dqkvv, ConstView doutv, ConstView
   const size_t pack_at = 4 * size_t(hd) * t + size_t(t) * t, scratch = pack_at + size_t(kRows) * t;
   reserve_thread_scratch(scratch);
   for_each_pair(kv_pairs, over_pairs, [&](int bkv) {
-    float* vt = thread_scratch_[omp_get_thread_num()].reserve(scratch);
-    float* k = vt + size_t(hd) * t;
-    float* q = k + size_t(hd) * t;
-    float* d_o = q + size_t(hd) * t;
-    float* ds = d_o + size_t(hd) * t;
+    Carve carve{thread_scratch_[omp_get_thread_num()].reserve(scratch)};
+    float *vt = carve.take(size_t(hd) * t), *k = carve.take(size_t(hd) * t), *q = carve.take(size_t(hd) * t),
+          *d_o = carve.take(size_t(hd) * t), *ds = carve.take(size_t(t) * t);
     const int batch = bkv / nkv;
     for (int g = 0; g < group; ++g) {
       const int h = bkv % nkv * group + g;
@@ -399,17 +407,14 @@ void CpuOps::gqa_flash_attention_backward_input(View dqkvv, float* delta, ConstV
   const size_t pack_at = 7 * size_t(hd) * t + 2 * size_t(kBlock) * t, scratch = pack_at + size_t(kRows) * kBlock;
   reserve_thread_scratch(scratch);
   for_each_pair(kv_pairs, over_pairs, [&](int bkv) {
-    float* kt = thread_scratch_[omp_get_thread_num()].reserve(scratch);
-    float* vt = kt + size_t(hd) * t;
-    float* k = vt + size_t(hd) * t;
-    float* q = k + size_t(hd) * t;
-    float* d_o = q + size_t(hd) * t;
-    float* dk_sum = d_o + size_t(hd) * t;
-    float* dv_sum = dk_sum + size_t(hd) * t;
-    float* p = dv_sum + size_t(hd) * t;
-    float* ds = p + size_t(kBlock) * t;
+    Carve carve{thread_scratch_[omp_get_thread_num()].reserve(scratch)};
+    float *kt = carve.take(size_t(hd) * t), *vt = carve.take(size_t(hd) * t), *k = carve.take(size_t(hd) * t),
+          *q = carve.take(size_t(hd) * t), *d_o = carve.take(size_t(hd) * t);
+    float *dk_sum = carve.take(size_t(hd) * t), *dv_sum = carve.take(size_t(hd) * t);
+    float *p = carve.take(size_t(kBlock) * t), *ds = carve.take(size_t(kBlock) * t);
     const int batch = bkv / nkv;
-    std::fill(dk_sum, dk_sum + 2 * size_t(hd) * t, 0.0f);
+    std::fill(dk_sum, dk_sum + size_t(hd) * t, 0.0f);
+    std::fill(dv_sum, dv_sum + size_t(hd) * t, 0.0f);
     for (int g = 0; g < group; ++g) {
       const int h = bkv % nkv * group + g;
       const HeadView head = head_view(qkv, batch, h, t, nh, nkv, hd);
