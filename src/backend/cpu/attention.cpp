@@ -107,14 +107,20 @@ void causal_softmax_row(float* row, int i, int t) {
   std::fill(row + n, row + t, 0.0f);
 }
 
-// Threads take whole (batch, head) pairs when there are enough of them and enough work;
-// otherwise the pairs run one after another and their strips are spread over the threads.
-bool parallel_over_pairs(int pairs, int t) {
-  return pairs >= omp_get_max_threads() && size_t(pairs) * t * t >= kParallelMinElements;
+// How an op spreads over the threads. With enough work, threads take whole (batch, head)
+// pairs when there are at least as many pairs as threads, else the pairs run one after
+// another and each pair's strips are spread over the threads. With little work (forking
+// threads costs more than it saves) everything runs on the calling thread.
+struct Split {
+  bool over_pairs, over_strips;
+};
+Split split_of(int pairs, int t) {
+  const bool enough_work = size_t(pairs) * t * t >= kParallelMinElements;
+  const bool enough_pairs = pairs >= omp_get_max_threads();
+  return {enough_work && enough_pairs, enough_work && !enough_pairs};
 }
 
-// Runs body(pair) for every pair, one pair per thread when over_pairs, else in order (the
-// body then spreads its strips over the threads, strips_parallel below).
+// Runs body(pair) for every pair, one pair per thread when over_pairs, else in order.
 template <typename Body>
 void for_each_pair(int pairs, bool over_pairs, Body&& body) {
   if (over_pairs) {
@@ -176,9 +182,9 @@ void CpuOps::gqa_attention_forward(View outv, View probsv, ConstView qkvv, int b
   const int pairs = b * nh;
   const int ld_out = nh * hd;
   const float score_scale = 1.0f / std::sqrt(float(hd));
-  const bool over_pairs = parallel_over_pairs(pairs, t);
+  const Split split = split_of(pairs, t);
   reserve_thread_scratch(2 * size_t(hd) * t);
-  for_each_pair(pairs, over_pairs, [&](int bh) {
+  for_each_pair(pairs, split.over_pairs, [&](int bh) {
     const HeadView head = head_view(qkv, bh / nh, bh % nh, t, nh, nkv, hd);
     const int ld = int(head.qkv_stride);
     float* kt = thread_scratch_[omp_get_thread_num()].reserve(2 * size_t(hd) * t);  // kᵀ [HD,T]
@@ -187,7 +193,7 @@ void CpuOps::gqa_attention_forward(View outv, View probsv, ConstView qkvv, int b
     tile::copy_rows(v, head.v, t, hd, ld);
     float* p = probs + size_t(bh) * t * t;
     float* o = out + head.out_offset;
-    for_each_strip(t, !over_pairs, [&](int r, int last) {
+    for_each_strip(t, split.over_strips, [&](int r, int last) {
       const int rows = last - r;
       // p[r:last, 0:cols] = q[r:last] · k[0:cols]ᵀ / √HD; cols covers every row's padded length
       const int cols = causal_vector_length(last - 1, t);
@@ -214,12 +220,12 @@ void CpuOps::gqa_attention_backward_input(View dqkvv, ConstView doutv, ConstView
   const int group = nh / nkv, kv_pairs = b * nkv;
   const int ld_out = nh * hd;
   const float score_scale = 1.0f / std::sqrt(float(hd));
-  const bool over_pairs = parallel_over_pairs(kv_pairs, t);
+  const Split split = split_of(kv_pairs, t);
   // vᵀ [HD,T], k, q, dO [T,HD] and dS [T,T] of the pair's thread, then each strip's
   // thread's packed panel [T,kRows]
   const size_t pack_at = 4 * size_t(hd) * t + size_t(t) * t, scratch = pack_at + size_t(kRows) * t;
   reserve_thread_scratch(scratch);
-  for_each_pair(kv_pairs, over_pairs, [&](int bkv) {
+  for_each_pair(kv_pairs, split.over_pairs, [&](int bkv) {
     Carve carve{thread_scratch_[omp_get_thread_num()].reserve(scratch)};
     float *vt = carve.take(size_t(hd) * t), *k = carve.take(size_t(hd) * t), *q = carve.take(size_t(hd) * t),
           *d_o = carve.take(size_t(hd) * t), *ds = carve.take(size_t(t) * t);
@@ -240,7 +246,7 @@ void CpuOps::gqa_attention_backward_input(View dqkvv, ConstView doutv, ConstView
       float* dv = dqkv + head.v_offset;
       const float kv_beta = g == 0 ? 0.0f : 1.0f;  // the group's first head writes dK, dV; the others add
 
-      for_each_strip(t, !over_pairs, [&](int r, int last) {
+      for_each_strip(t, split.over_strips, [&](int r, int last) {
         const int rows = last - r;
         // dP[r:last, 0:cols] = dO[r:last] · v[0:cols]ᵀ
         tile::gemm(rows, causal_vector_length(last - 1, t), hd, 1.0f, rows_of(d_o + size_t(r) * hd, hd), vt, t, 0.0f,
@@ -263,7 +269,7 @@ void CpuOps::gqa_attention_backward_input(View dqkvv, ConstView doutv, ConstView
         // dQ[r:last] = dS[r:last, 0:last] · k[0:last] / √HD
         tile::gemm(rows, hd, last, score_scale, rows_of(ds + size_t(r) * t, t), k, hd, 0.0f, dq + size_t(r) * ld, ld);
       });
-      for_each_strip(t, !over_pairs, [&](int c, int end) {
+      for_each_strip(t, split.over_strips, [&](int c, int end) {
         const int cols = end - c, tail = t - c;
         float* pack = thread_scratch_[omp_get_thread_num()].reserve(scratch) + pack_at;
         // dV[c:end] (+)= P[c:T, c:end]ᵀ · dO[c:T]
@@ -358,11 +364,11 @@ void CpuOps::gqa_flash_attention_forward(View outv, float* lse, ConstView qkvv, 
   const int pairs = b * nh;
   const int ld_out = nh * hd;
   const float score_scale = 1.0f / std::sqrt(float(hd));
-  const bool over_pairs = parallel_over_pairs(pairs, t);
+  const Split split = split_of(pairs, t);
   const size_t strip_at = 2 * size_t(hd) * t;  // kᵀ [HD,T] and v [T,HD], then a strip's scores
   const size_t scratch = strip_at + size_t(kRows) * t;
   reserve_thread_scratch(scratch);
-  for_each_pair(pairs, over_pairs, [&](int bh) {
+  for_each_pair(pairs, split.over_pairs, [&](int bh) {
     const HeadView head = head_view(qkv, bh / nh, bh % nh, t, nh, nkv, hd);
     const int ld = int(head.qkv_stride);
     float* kt = thread_scratch_[omp_get_thread_num()].reserve(scratch);
@@ -371,7 +377,7 @@ void CpuOps::gqa_flash_attention_forward(View outv, float* lse, ConstView qkvv, 
     tile::copy_rows(v, head.v, t, hd, ld);
     float* o = out + head.out_offset;
     float* head_lse = lse + size_t(bh) * t;
-    for_each_strip(t, !over_pairs, [&](int r, int last) {
+    for_each_strip(t, split.over_strips, [&](int r, int last) {
       // The strip's own thread's tile (the pair's thread, or one of the strips' threads).
       float* s = thread_scratch_[omp_get_thread_num()].reserve(scratch) + strip_at;  // [rows, cols]
       const int rows = last - r, cols = causal_vector_length(last - 1, t);
@@ -399,14 +405,14 @@ void CpuOps::gqa_flash_attention_backward_input(View dqkvv, float* delta, ConstV
   const int group = nh / nkv, kv_pairs = b * nkv;
   const int ld_out = nh * hd;
   const float score_scale = 1.0f / std::sqrt(float(hd));
-  const bool over_pairs = parallel_over_pairs(kv_pairs, t);
+  const Split split = split_of(kv_pairs, t);
   // kᵀ and vᵀ [HD,T], k, q, dO and the dK, dV sums [T,HD], the block's P and dS [kBlock, r1]
   // (the pair's thread's), then each column strip's thread's packed panel [kBlock, kRows].
   // dK and dV add up in contiguous sums, not in place: every row block adds to them, and rows
   // of the packed dqkv are a page or more apart.
   const size_t pack_at = 7 * size_t(hd) * t + 2 * size_t(kBlock) * t, scratch = pack_at + size_t(kRows) * kBlock;
   reserve_thread_scratch(scratch);
-  for_each_pair(kv_pairs, over_pairs, [&](int bkv) {
+  for_each_pair(kv_pairs, split.over_pairs, [&](int bkv) {
     Carve carve{thread_scratch_[omp_get_thread_num()].reserve(scratch)};
     float *kt = carve.take(size_t(hd) * t), *vt = carve.take(size_t(hd) * t), *k = carve.take(size_t(hd) * t),
           *q = carve.take(size_t(hd) * t), *d_o = carve.take(size_t(hd) * t);
@@ -433,7 +439,7 @@ void CpuOps::gqa_flash_attention_backward_input(View dqkvv, float* delta, ConstV
       for (int i = 0; i < t; ++i) head_delta[i] = dot(d_o + size_t(i) * hd, o + size_t(i) * ld_out, hd);
       for (int r0 = 0; r0 < t; r0 += kBlock) {
         const int r1 = std::min(t, r0 + kBlock), rows = r1 - r0;
-        for_each_strip(rows, !over_pairs, [&](int first, int end) {
+        for_each_strip(rows, split.over_strips, [&](int first, int end) {
           const int r = r0 + first, last = r0 + end, strip = end - first, cols = causal_vector_length(last - 1, r1);
           float* p_rows = p + size_t(first) * r1;  // [strip, r1]
           float* ds_rows = ds + size_t(first) * r1;
@@ -446,7 +452,7 @@ void CpuOps::gqa_flash_attention_backward_input(View dqkvv, float* delta, ConstV
           // dQ[r:last] = dS · k[0:last] / √HD
           tile::gemm(strip, hd, last, score_scale, rows_of(ds_rows, r1), k, hd, 0.0f, dq + size_t(r) * ld, ld);
         });
-        for_each_strip(r1, !over_pairs, [&](int c, int end) {
+        for_each_strip(r1, split.over_strips, [&](int c, int end) {
           // Keys [c, end) get gradient from the block's rows i >= c (P and dS are 0 above it).
           const int i0 = std::max(r0, c), depth = r1 - i0;
           const size_t at = size_t(i0 - r0) * r1 + c;
