@@ -1,6 +1,6 @@
 // Fused causal attention (kernels/flash_attention.cu) under the SIMT emulator, in both fiber
-// orders: out, lse and dqkv against a double-precision reference in this file, and against
-// the cpu backend's naive attention_forward / attention_backward_input.
+// orders: out, lse and dqkv against a double-precision reference (support/attention_reference.h),
+// and against the cpu backend's naive attention_forward / attention_backward_input.
 //
 // Bounds.
 //  - fp32: normwise ‖got − ref‖₂ ≤ 1e-5 ‖ref‖₂ (the project's fp32 tolerance). Every output is
@@ -19,6 +19,7 @@
 //    (1e-5 of the element or of 10% of the tensor's largest element, as kernel_test.h).
 //    lse is fp32 output of fp32 arithmetic on exact inputs: the fp32 normwise bound.
 #include "support/kernel_test.h"
+#include "support/attention_reference.h"
 
 #include <gtest/gtest.h>
 
@@ -47,98 +48,6 @@ struct Shape {
   size_t o(int bi, int i, int h, int d) const { return (size_t(bi) * t + i) * c() + size_t(h) * hd + d; }
   size_t stat(int bi, int h, int i) const { return (size_t(bi) * nh + h) * t + i; }
 };
-
-// Double-precision attention. Forward from qkv; backward from qkv, dout and the given out and
-// lse (P = exp(S − lse), delta = Σ dout·out), as the kernel computes it. `abs_*` are the sums
-// of |terms| of the products the bf16 kernel rounds an operand of (see the bounds above).
-struct Reference {
-  std::vector<double> out, lse, abs_out, dqkv, abs_dqkv;
-};
-
-Reference forward_reference(const Shape& s, const std::vector<float>& qkv) {
-  Reference r;
-  r.out.assign(s.rows() * s.c(), 0), r.abs_out.assign(s.rows() * s.c(), 0);
-  r.lse.assign(size_t(s.b) * s.nh * s.t, 0);
-  double scale = 1.0 / std::sqrt(double(s.hd));
-  std::vector<double> p(s.t);
-  for (int bi = 0; bi < s.b; ++bi)
-    for (int h = 0; h < s.nh; ++h)
-      for (int i = 0; i < s.t; ++i) {
-        double mx = -INFINITY, sum = 0;
-        for (int j = 0; j <= i; ++j) {
-          double dot = 0;
-          for (int d = 0; d < s.hd; ++d) dot += double(qkv[s.q(bi, i, h, d)]) * qkv[s.k(bi, j, h, d)];
-          p[j] = dot * scale;
-          mx = std::max(mx, p[j]);
-        }
-        for (int j = 0; j <= i; ++j) sum += std::exp(p[j] - mx);
-        r.lse[s.stat(bi, h, i)] = mx + std::log(sum);
-        for (int j = 0; j <= i; ++j) p[j] = std::exp(p[j] - mx) / sum;
-        for (int d = 0; d < s.hd; ++d)
-          for (int j = 0; j <= i; ++j) {
-            r.out[s.o(bi, i, h, d)] += p[j] * qkv[s.v(bi, j, h, d)];
-            r.abs_out[s.o(bi, i, h, d)] += p[j] * std::fabs(qkv[s.v(bi, j, h, d)]);
-          }
-      }
-  return r;
-}
-
-void backward_reference(Reference& r, const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout,
-                        const std::vector<float>& out, const std::vector<float>& lse) {
-  r.dqkv.assign(qkv.size(), 0), r.abs_dqkv.assign(qkv.size(), 0);
-  double scale = 1.0 / std::sqrt(double(s.hd));
-  for (int bi = 0; bi < s.b; ++bi)
-    for (int h = 0; h < s.nh; ++h)
-      for (int i = 0; i < s.t; ++i) {
-        double delta = 0;
-        for (int d = 0; d < s.hd; ++d) delta += double(dout[s.o(bi, i, h, d)]) * out[s.o(bi, i, h, d)];
-        for (int j = 0; j <= i; ++j) {
-          double sc = 0, dp = 0;
-          for (int d = 0; d < s.hd; ++d) {
-            sc += double(qkv[s.q(bi, i, h, d)]) * qkv[s.k(bi, j, h, d)];
-            dp += double(dout[s.o(bi, i, h, d)]) * qkv[s.v(bi, j, h, d)];
-          }
-          double p = std::exp(sc * scale - lse[s.stat(bi, h, i)]), ds = p * (dp - delta);
-          for (int d = 0; d < s.hd; ++d) {
-            double go = dout[s.o(bi, i, h, d)], qd = qkv[s.q(bi, i, h, d)], kd = qkv[s.k(bi, j, h, d)];
-            r.dqkv[s.v(bi, j, h, d)] += p * go, r.abs_dqkv[s.v(bi, j, h, d)] += std::fabs(p * go);
-            r.dqkv[s.q(bi, i, h, d)] += scale * ds * kd, r.abs_dqkv[s.q(bi, i, h, d)] += scale * std::fabs(ds * kd);
-            r.dqkv[s.k(bi, j, h, d)] += scale * ds * qd, r.abs_dqkv[s.k(bi, j, h, d)] += scale * std::fabs(ds * qd);
-          }
-        }
-      }
-}
-
-
-::testing::AssertionResult normwise(const std::vector<float>& got, const std::vector<double>& ref,
-                                    double rel = kFp32Tolerance) {
-  double err = 0, norm = 0;
-  for (size_t i = 0; i < ref.size(); ++i) err += std::pow(got[i] - ref[i], 2), norm += ref[i] * ref[i];
-  err = std::sqrt(err), norm = std::sqrt(norm);
-  if (err <= rel * norm) return ::testing::AssertionSuccess() << "ratio " << err / (rel * norm);
-  return ::testing::AssertionFailure() << "‖got − ref‖ = " << err << " > " << rel << " · ‖ref‖ = " << rel * norm
-                                       << " (" << err / (rel * norm) << " times the bound)";
-}
-
-// The bf16 bound of the header: |got − ref| ≤ 2⁻⁸ (abs + |ref|)(1 + 2⁻⁸) + fp32 part.
-::testing::AssertionResult within_bf16(const std::vector<float>& got, const std::vector<double>& ref,
-                                       const std::vector<double>& abs, double* worst_out = nullptr) {
-  double largest = 0;
-  for (double x : ref) largest = std::max(largest, std::fabs(x));
-  double worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    // (1 + u): the output rounding is relative to the unrounded value, itself within u·A of ref.
-    double bound = kBf16Rounding * (abs[i] + std::fabs(ref[i])) * (1 + kBf16Rounding) +
-                   kFp32Tolerance * std::max(std::fabs(ref[i]), kTinyFraction * largest);
-    double ratio = std::fabs(got[i] - ref[i]) / bound;
-    if (!(ratio <= worst)) worst = std::isnan(ratio) ? INFINITY : ratio, at = i;
-  }
-  if (worst_out) *worst_out = worst;
-  if (worst <= 1) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "element " << at << ": got " << got[at] << ", expected " << ref[at] << " ("
-                                       << worst << " times the bf16 bound)";
-}
 
 // Forward then backward of the kernels at storage type T, in both fiber orders; the backward
 // runs on the forward's out and lse. `forward` picks the bf16 kernels (mma.sync or Hopper's
@@ -171,8 +80,8 @@ void check_fp32(const Shape& s) {
   SCOPED_TRACE(::testing::Message() << "fp32 b=" << s.b << " t=" << s.t << " nh=" << s.nh << " hd=" << s.hd);
   std::vector<float> qkv = inputs(s.rows() * 3 * s.c(), 61), dout = inputs(s.rows() * s.c(), 62);
   Outputs got = run_kernels<float>(s, qkv, dout);
-  Reference ref = forward_reference(s, qkv);
-  backward_reference(ref, s, qkv, dout, got[0], got[1]);
+  AttentionReference ref = attention_forward_reference(s, qkv);
+  attention_backward_reference(ref, s, qkv, dout, got[0], got[1]);
   EXPECT_TRUE(normwise(got[0], ref.out)) << "out vs double";
   EXPECT_TRUE(normwise(got[1], ref.lse)) << "lse vs double";
   EXPECT_TRUE(normwise(got[2], ref.dqkv)) << "dqkv vs double";
@@ -191,10 +100,10 @@ void check_bf16(const Shape& s, FlashKernels forward = FlashKernels::automatic) 
   std::vector<float> qkv = representable<bf16>(inputs(s.rows() * 3 * s.c(), 71));
   std::vector<float> dout = representable<bf16>(inputs(s.rows() * s.c(), 72));
   Outputs got = run_kernels<bf16>(s, qkv, dout, forward);
-  Reference ref = forward_reference(s, qkv);
+  AttentionReference ref = attention_forward_reference(s, qkv);
   EXPECT_TRUE(within_bf16(got[0], ref.out, ref.abs_out)) << "out vs double";
   EXPECT_TRUE(normwise(got[1], ref.lse)) << "lse vs double";
-  backward_reference(ref, s, qkv, dout, got[0], got[1]);
+  attention_backward_reference(ref, s, qkv, dout, got[0], got[1]);
   EXPECT_TRUE(within_bf16(got[2], ref.dqkv, ref.abs_dqkv)) << "dqkv vs double";
   // The cpu naive op on the same inputs (its own out and probs: fp32 accurate), against the
   // bf16 bound widened by the naive op's fp32 error, which the fp32 part covers.

@@ -13,6 +13,7 @@
 // the kernel rounds to bf16: P before P·V, dS before dS·K and dSᵀ·Q, P before Pᵀ·dO); a
 // key/value head's gradient sums the terms of all its group's query heads.
 #include "support/kernel_test.h"
+#include "support/attention_reference.h"
 
 #include <gtest/gtest.h>
 
@@ -248,93 +249,6 @@ struct GqaShape {
   size_t stat(int bi, int h, int i) const { return (size_t(bi) * nh + h) * t + i; }
 };
 
-// Double-precision grouped-query attention: forward from qkv; backward from qkv, dout and the
-// given out and lse (P = exp(S − lse), delta = Σ dout·out), as the kernel computes it. abs_*
-// are the sums of |terms| of the products the bf16 kernel rounds an operand of.
-struct Reference {
-  std::vector<double> out, lse, abs_out, dqkv, abs_dqkv;
-};
-
-Reference gqa_forward_reference(const GqaShape& s, const std::vector<float>& qkv) {
-  Reference r;
-  r.out.assign(s.rows() * s.c(), 0), r.abs_out.assign(s.rows() * s.c(), 0);
-  r.lse.assign(size_t(s.b) * s.nh * s.t, 0);
-  const double scale = 1.0 / std::sqrt(double(s.hd));
-  std::vector<double> p(s.t);
-  for (int bi = 0; bi < s.b; ++bi)
-    for (int h = 0; h < s.nh; ++h)
-      for (int i = 0; i < s.t; ++i) {
-        double mx = -INFINITY, sum = 0;
-        for (int j = 0; j <= i; ++j) {
-          double dot = 0;
-          for (int d = 0; d < s.hd; ++d) dot += double(qkv[s.q(bi, i, h, d)]) * qkv[s.k(bi, j, h, d)];
-          p[j] = dot * scale;
-          mx = std::max(mx, p[j]);
-        }
-        for (int j = 0; j <= i; ++j) sum += std::exp(p[j] - mx);
-        r.lse[s.stat(bi, h, i)] = mx + std::log(sum);
-        for (int j = 0; j <= i; ++j) p[j] = std::exp(p[j] - mx) / sum;
-        for (int d = 0; d < s.hd; ++d)
-          for (int j = 0; j <= i; ++j) {
-            r.out[s.o(bi, i, h, d)] += p[j] * qkv[s.v(bi, j, h, d)];
-            r.abs_out[s.o(bi, i, h, d)] += p[j] * std::fabs(qkv[s.v(bi, j, h, d)]);
-          }
-      }
-  return r;
-}
-
-void gqa_backward_reference(Reference& r, const GqaShape& s, const std::vector<float>& qkv,
-                            const std::vector<float>& dout, const std::vector<float>& out,
-                            const std::vector<float>& lse) {
-  r.dqkv.assign(qkv.size(), 0), r.abs_dqkv.assign(qkv.size(), 0);
-  const double scale = 1.0 / std::sqrt(double(s.hd));
-  for (int bi = 0; bi < s.b; ++bi)
-    for (int h = 0; h < s.nh; ++h)
-      for (int i = 0; i < s.t; ++i) {
-        double delta = 0;
-        for (int d = 0; d < s.hd; ++d) delta += double(dout[s.o(bi, i, h, d)]) * out[s.o(bi, i, h, d)];
-        for (int j = 0; j <= i; ++j) {
-          double sc = 0, dp = 0;
-          for (int d = 0; d < s.hd; ++d) {
-            sc += double(qkv[s.q(bi, i, h, d)]) * qkv[s.k(bi, j, h, d)];
-            dp += double(dout[s.o(bi, i, h, d)]) * qkv[s.v(bi, j, h, d)];
-          }
-          const double p = std::exp(sc * scale - lse[s.stat(bi, h, i)]), ds = p * (dp - delta);
-          for (int d = 0; d < s.hd; ++d) {
-            const double go = dout[s.o(bi, i, h, d)], qd = qkv[s.q(bi, i, h, d)], kd = qkv[s.k(bi, j, h, d)];
-            r.dqkv[s.v(bi, j, h, d)] += p * go, r.abs_dqkv[s.v(bi, j, h, d)] += std::fabs(p * go);
-            r.dqkv[s.q(bi, i, h, d)] += scale * ds * kd, r.abs_dqkv[s.q(bi, i, h, d)] += scale * std::fabs(ds * kd);
-            r.dqkv[s.k(bi, j, h, d)] += scale * ds * qd, r.abs_dqkv[s.k(bi, j, h, d)] += scale * std::fabs(ds * qd);
-          }
-        }
-      }
-}
-
-::testing::AssertionResult normwise(const std::vector<float>& got, const std::vector<double>& ref) {
-  double err = 0, norm = 0;
-  for (size_t i = 0; i < ref.size(); ++i) err += std::pow(got[i] - ref[i], 2), norm += ref[i] * ref[i];
-  err = std::sqrt(err), norm = std::sqrt(norm);
-  if (err <= kFp32Tolerance * norm) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "‖got − ref‖ = " << err << " > 1e-5 · ‖ref‖ = " << kFp32Tolerance * norm;
-}
-
-// |got − ref| ≤ 2⁻⁸ (abs + |ref|)(1 + 2⁻⁸) + the fp32 part, element-wise.
-::testing::AssertionResult within_bf16(const std::vector<float>& got, const std::vector<double>& ref,
-                                       const std::vector<double>& abs) {
-  double largest = 0, worst = 0;
-  size_t at = 0;
-  for (double x : ref) largest = std::max(largest, std::fabs(x));
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double bound = kBf16Rounding * (abs[i] + std::fabs(ref[i])) * (1 + kBf16Rounding) +
-                         kFp32Tolerance * std::max(std::fabs(ref[i]), kTinyFraction * largest);
-    const double ratio = std::fabs(got[i] - ref[i]) / bound;
-    if (!(ratio <= worst)) worst = std::isnan(ratio) ? INFINITY : ratio, at = i;
-  }
-  if (worst <= 1) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "element " << at << ": got " << got[at] << ", expected " << ref[at] << " ("
-                                       << worst << " times the bf16 bound)";
-}
-
 template <typename T>
 Outputs run_gqa_flash(const GqaShape& s, const std::vector<float>& qkv, const std::vector<float>& dout) {
   return run_both_orders([&](const LaunchContext& ctx) {
@@ -371,8 +285,8 @@ void check_gqa_flash_fp32(const GqaShape& s) {
                                     << " hd=" << s.hd);
   std::vector<float> qkv = inputs(s.rows() * s.width(), 61), dout = inputs(s.rows() * s.c(), 62);
   Outputs got = run_gqa_flash<float>(s, qkv, dout);
-  Reference ref = gqa_forward_reference(s, qkv);
-  gqa_backward_reference(ref, s, qkv, dout, got[0], got[1]);
+  AttentionReference ref = attention_forward_reference(s, qkv);
+  attention_backward_reference(ref, s, qkv, dout, got[0], got[1]);
   EXPECT_TRUE(normwise(got[0], ref.out)) << "out vs double";
   EXPECT_TRUE(normwise(got[1], ref.lse)) << "lse vs double";
   EXPECT_TRUE(normwise(got[2], ref.dqkv)) << "dqkv vs double";
@@ -391,10 +305,10 @@ void check_gqa_flash_bf16(const GqaShape& s) {
   std::vector<float> qkv = representable<bf16>(inputs(s.rows() * s.width(), 71));
   std::vector<float> dout = representable<bf16>(inputs(s.rows() * s.c(), 72));
   Outputs got = run_gqa_flash<bf16>(s, qkv, dout);
-  Reference ref = gqa_forward_reference(s, qkv);
+  AttentionReference ref = attention_forward_reference(s, qkv);
   EXPECT_TRUE(within_bf16(got[0], ref.out, ref.abs_out)) << "out vs double";
   EXPECT_TRUE(normwise(got[1], ref.lse)) << "lse vs double";
-  gqa_backward_reference(ref, s, qkv, dout, got[0], got[1]);
+  attention_backward_reference(ref, s, qkv, dout, got[0], got[1]);
   EXPECT_TRUE(within_bf16(got[2], ref.dqkv, ref.abs_dqkv)) << "dqkv vs double";
   // A query head reads its group's key/value rows and nothing else: out and lse equal the
   // multi-head kernels' on the repeated heads bit for bit.
