@@ -10,9 +10,9 @@
 set -euo pipefail
 BUILD=${1:-build}
 PPTRAIN=$BUILD/pptrain
-work=$(mktemp -d /tmp/pptrain-bench-pipeline-XXXXXX)
-trap 'rm -rf "$work"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+source "$(dirname "$0")/bench_lib.sh"
+bench_require bench_pipeline "$BUILD" "$PPTRAIN"
+bench_workdir bench-pipeline
 "$PPTRAIN" prepare-data --markov --order 1 --vocab 256 --tokens 400000 --out "$work/data" >/dev/null
 STEPS=${BENCH_STEPS:-10}
 cat > "$work/model.yaml" <<YAML

@@ -14,13 +14,10 @@
 set -euo pipefail
 BUILD=${1:-build}
 PPTRAIN=$BUILD/pptrain
-if [ ! -x "$PPTRAIN" ]; then
-  echo "bench_post_validation: $PPTRAIN not found (build it first: make BUILD=$BUILD $PPTRAIN)" >&2
-  exit 1
-fi
-work=$(mktemp -d /tmp/pptrain-bench-postval-XXXXXX)
-trap 'rm -rf "$work"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+source "$(dirname "$0")/bench_lib.sh"
+bench_require bench_post_validation "$BUILD" "$PPTRAIN"
+bench_workdir bench-postval
+export OMP_NUM_THREADS=1
 STEPS=${BENCH_STEPS:-15}
 "$PPTRAIN" prepare-data --markov --order 1 --vocab 256 --tokens 400000 --out "$work/data" >/dev/null
 cat > "$work/model.yaml" <<YAML

@@ -40,13 +40,9 @@ if ! python3 -c 'import torch.distributed.pipelining' 2>/dev/null; then
   echo '{"bench": "pp_vs_torch", "skipped": "torch (with torch.distributed.pipelining) is not installed"}'
   exit 0
 fi
-if [ ! -x "$PPTRAIN" ]; then
-  echo "bench_pp_vs_torch: $PPTRAIN not found (build it first: make)" >&2
-  exit 1
-fi
-work=$(mktemp -d /tmp/pptrain-bench-pp-torch-XXXXXX)
-trap 'rm -rf "$work"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+source "$(dirname "$0")/bench_lib.sh"
+bench_require bench_pp_vs_torch "$BUILD" "$PPTRAIN"
+bench_workdir bench-pp-torch
 # Two ranks on one machine: shared memory, no probing of network transports (a user's own
 # choice wins).
 export OMPI_MCA_pml=${OMPI_MCA_pml:-ob1} OMPI_MCA_btl=${OMPI_MCA_btl:-self,vader}

@@ -6,11 +6,9 @@
 set -euo pipefail
 BUILD=${1:-build}
 PPTRAIN=$BUILD/pptrain
-if [ ! -x "$PPTRAIN" ]; then
-  echo "bench_schedules: $PPTRAIN not found (build it first: make BUILD=$BUILD $PPTRAIN)" >&2
-  exit 1
-fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+source "$(dirname "$0")/bench_lib.sh"
+bench_require bench_schedules "$BUILD" "$PPTRAIN"
+export OMP_NUM_THREADS=1
 
 # json KEY: the number after "KEY": ; list_first / list_max KEY: of the list after "KEY": [
 json() { grep -o "\"$1\": [-0-9.e+]*" <<<"$out" | head -1 | sed 's/.*: //'; }
