@@ -87,9 +87,15 @@ int pad_causal_row(float* row, int i, int capacity) {
   return padded;
 }
 
-// In place: row[0..=i] <- softmax(row[0..=i]), row[i+1..T) <- 0.
-void causal_softmax_row(float* row, int i, int t) {
-  const int n = pad_causal_row(row, i, t);
+// The max of a row's scores and the sum of their exps after it: what the flash path's
+// log-sum-exp is made of.
+struct RowSums {
+  float max, sum;
+};
+
+// In place: row[0..=i] <- softmax(row[0..=i]), row[i+1..capacity) <- 0.
+RowSums causal_softmax_row(float* row, int i, int capacity) {
+  const int n = pad_causal_row(row, i, capacity);
   // From j = 0, not 1: n is a whole number of vectors, n − 1 is not (a scalar tail of 15).
   float max_score = row[0];
 #pragma omp simd reduction(max : max_score)
@@ -104,7 +110,8 @@ void causal_softmax_row(float* row, int i, int t) {
   const float inv_sum = 1.0f / sum;
 #pragma omp simd
   for (int j = 0; j < n; ++j) row[j] *= inv_sum;
-  std::fill(row + n, row + t, 0.0f);
+  std::fill(row + n, row + capacity, 0.0f);
+  return {max_score, sum};
 }
 
 // How an op spreads over the threads. With enough work, threads take whole (batch, head)
@@ -187,8 +194,8 @@ void CpuOps::gqa_attention_forward(View outv, View probsv, ConstView qkvv, int b
   for_each_pair(pairs, split.over_pairs, [&](int bh) {
     const HeadView head = head_view(qkv, bh / nh, bh % nh, t, nh, nkv, hd);
     const int ld = int(head.qkv_stride);
-    float* kt = thread_scratch_[omp_get_thread_num()].reserve(2 * size_t(hd) * t);  // kᵀ [HD,T]
-    float* v = kt + size_t(hd) * t;                                                 // [T,HD]
+    Carve carve{thread_scratch_[omp_get_thread_num()].reserve(2 * size_t(hd) * t)};
+    float *kt = carve.take(size_t(hd) * t), *v = carve.take(size_t(hd) * t);  // kᵀ [HD,T], v [T,HD]
     tile::transpose(kt, head.k, t, hd, ld);
     tile::copy_rows(v, head.v, t, hd, ld);
     float* p = probs + size_t(bh) * t * t;
@@ -287,31 +294,18 @@ void CpuOps::gqa_attention_backward_input(View dqkvv, ConstView doutv, ConstView
 //
 // The forward takes a head's rows in strips as the plain path does, a strip's scores in a
 // per-thread tile of kRows·T floats; the backward in blocks of kBlock rows, its P and dS in
-// two tiles of kBlock·T (O(T) scratch per thread, never [B,NH,T,T]). The forward keeps lse_i = max_j s_ij + log Σ_j exp(s_ij − max_j s_ij), the
-// natural log-sum-exp of row i's scaled scores over j ≤ i, so the backward recomputes
-// P_ij = exp(s_ij − lse_i) exactly from the scores instead of reading them back.
+// two tiles of kBlock·T (O(T) scratch per thread, never [B,NH,T,T]). The forward keeps
+// lse_i = max_j s_ij + log Σ_j exp(s_ij − max_j s_ij), the natural log-sum-exp of row i's
+// scaled scores over j ≤ i, so the backward recomputes P_ij = exp(s_ij − lse_i) exactly from
+// the scores instead of reading them back.
 
 namespace {
 
 // In place, row i of a block with the scores s[0..=i]: s[j] <- softmax_j(s), s[i+1..r1) <- 0;
 // returns the row's log-sum-exp.
 float causal_softmax_lse_row(float* s, int i, int r1) {
-  const int n = pad_causal_row(s, i, r1);
-  float max_score = s[0];  // from j = 0 as in causal_softmax_row
-#pragma omp simd reduction(max : max_score)
-  for (int j = 0; j < n; ++j) max_score = s[j] > max_score ? s[j] : max_score;
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int j = 0; j < n; ++j) {
-    const float e = exp_approx(s[j] - max_score);
-    s[j] = e;
-    sum += e;
-  }
-  const float inv_sum = 1.0f / sum;
-#pragma omp simd
-  for (int j = 0; j < n; ++j) s[j] *= inv_sum;
-  std::fill(s + n, s + r1, 0.0f);
-  return max_score + std::log(sum);  // sum >= 1 (the max term is exp(0))
+  const RowSums sums = causal_softmax_row(s, i, r1);
+  return sums.max + std::log(sums.sum);  // sum >= 1 (the max term is exp(0))
 }
 
 float dot(const float* a, const float* b, int n) {
