@@ -27,10 +27,8 @@ if ! python3 -c 'import torch' 2>/dev/null; then
   echo '{"bench": "cpu_vs_torch", "skipped": "torch is not installed"}'
   exit 0
 fi
-if [ ! -x "$BENCH_MODEL" ]; then
-  echo "bench_cpu_vs_torch: $BENCH_MODEL not found (build it first: make)" >&2
-  exit 1
-fi
+source "$HERE/scripts/bench_lib.sh"
+bench_require bench_cpu_vs_torch "$BUILD" "$BENCH_MODEL"
 
 # The fields KEYS... of the last JSON object line of stdin, tab-separated; status 1 if none.
 # (Both benchmarks print their JSON line last; anything before it is commentary.)

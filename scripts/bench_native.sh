@@ -23,9 +23,9 @@ STEPS=${BENCH_STEPS:-6}
 fail() { echo "bench_native: $*" >&2; exit 1; }
 [[ "$PAIRS" =~ ^[1-9][0-9]*$ ]] || fail "BENCH_PAIRS=$PAIRS: expected a positive integer"
 [[ "$STEPS" =~ ^[1-9][0-9]*$ ]] || fail "BENCH_STEPS=$STEPS: expected a positive integer"
-[ -x "$BUILD/pptrain" ] || fail "$BUILD/pptrain not found (build it first: make)"
-work=$(mktemp -d /tmp/pptrain-bench-native-XXXXXX)
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/bench_lib.sh"
+bench_require bench_native "$BUILD" "$BUILD/pptrain"
+bench_workdir bench-native
 NATIVE=${BENCH_NATIVE_BUILD:-$work/build-native}
 mkdir -p "$NATIVE" || fail "cannot create $NATIVE"
 [ "$(realpath "$NATIVE")" != "$(realpath "$BUILD")" ] ||
