@@ -38,6 +38,14 @@ export OMPI_MCA_pml=${OMPI_MCA_pml:-ob1} OMPI_MCA_btl=${OMPI_MCA_btl:-self,vader
 # the CPU time of an 8-rank test training (0.75 -> 0.58 CPU-s a launch without it).
 export HWLOC_COMPONENTS=${HWLOC_COMPONENTS:--pci,-linuxio}
 export PPTRAIN_BIN=$BUILD/pptrain
+# Each binary's Open MPI session directories under a folder of its own (removed at the end):
+# in the shared one (/tmp/ompi.HOST.UID) two processes of binaries side by side that both
+# find it missing race to create it, and the loser's MPI start fails ("mkdir ... File
+# exists", orte_init failed): seen once in a run of all the tests on a 2-core VM. A user's
+# own choice is kept.
+# Short paths: Open MPI puts unix sockets in them (at most 107 characters).
+mpi_tmp_root=$(mktemp -d "${TMPDIR:-/tmp}/ompi-XXXXXX") || { echo "run_tests: mktemp failed"; exit 2; }
+trap 'rm -rf "$mpi_tmp_root"' EXIT
 LOGDIR=$BUILD/test-logs; mkdir -p "$LOGDIR"
 cores=$(env -u OMP_NUM_THREADS nproc)
 jobs_max=${TEST_JOBS:-$(( (3 * cores + 1) / 2 ))}
@@ -125,6 +133,7 @@ for name in "${names[@]}"; do
   fi
   for (( k = 0; k < shards; ++k )); do
     job=$name; [ $shards -gt 1 ] && job="$name $((k + 1))/$shards"
+    job_no=$((${job_no:-0} + 1))
     log=$(log_of "$job")
     # A solo binary starts when nothing runs; while it runs nothing starts.
     limit=$jobs_max; [ $solo = 1 ] && limit=1
@@ -134,6 +143,9 @@ for name in "${names[@]}"; do
     rm -f "${running[$job]}"
     # The shell's own line for a binary that died of a signal goes to its log, not here.
     { if [ $shards -gt 1 ]; then export GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$k; fi
+      if [ -z "${OMPI_MCA_orte_tmpdir_base:-}" ]; then
+        export OMPI_MCA_orte_tmpdir_base="$mpi_tmp_root/$job_no"; mkdir -p "$OMPI_MCA_orte_tmpdir_base"
+      fi
       timeout -k 10 "${TEST_TIMEOUT:-600}" "$bin" --gtest_color=no >"$log" 2>&1
       echo $? >"${running[$job]}.tmp" && mv "${running[$job]}.tmp" "${running[$job]}"; } 2>>"$log" &
     if [ $solo = 1 ]; then reap; fi

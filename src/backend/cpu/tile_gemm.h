@@ -9,9 +9,9 @@
 // each row strip at its causal limit instead of a whole block's.
 //
 // Each output element is Σ_k A(r,k)·B(k,n) accumulated by FMA in k order, then α·sum, then
-// β·C added by one more FMA: the same operations whether the element sits in a vector lane
-// or the scalar tail, so results do not depend on how the matrix was cut into tiles or over
-// threads.
+// β·C added by one more FMA: the same operations in every lane, full or masked (the last
+// n mod kWidth columns), so results do not depend on how the matrix was cut into tiles or
+// over threads (tests/test_tile_gemm.cpp).
 //
 // Include this after isa_begin.h (and, on x86-64, <immintrin.h> before it): its functions are
 // compiled for the translation unit's ISA and live in that ISA's namespace (isa.h). The
@@ -31,6 +31,13 @@ inline Vec splat(float x) { return _mm512_set1_ps(x); }
 inline Vec zero() { return _mm512_setzero_ps(); }
 inline Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
 inline Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
+// The first `cols` lanes of a vector (0 < cols < kWidth): loads zero the others, stores leave
+// them; neither touches memory past them, so a tail may end at the end of a buffer.
+using Mask = __mmask16;
+inline Mask first_lanes(int cols) { return Mask((1u << cols) - 1u); }
+inline Mask no_lanes() { return 0; }
+inline Vec load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
+inline void store(float* p, Vec v, Mask m) { _mm512_mask_storeu_ps(p, m, v); }
 #elif defined(__AVX2__) && defined(__FMA__)
 using Vec = __m256;
 constexpr int kWidth = 8;
@@ -41,6 +48,13 @@ inline Vec splat(float x) { return _mm256_set1_ps(x); }
 inline Vec zero() { return _mm256_setzero_ps(); }
 inline Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
 inline Vec mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
+using Mask = __m256i;  // lane i taken when its sign bit is set
+inline Mask first_lanes(int cols) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(cols), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+inline Mask no_lanes() { return _mm256_setzero_si256(); }
+inline Vec load(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
+inline void store(float* p, Vec v, Mask m) { _mm256_maskstore_ps(p, m, v); }
 #else
 // Builds for other CPUs (or an x86-64 baseline below v3): eight lanes in plain C++, the
 // same fused multiply-adds one lane at a time, so the results are the same bits.
@@ -71,6 +85,19 @@ inline Vec mul(Vec a, Vec b) {
   for (int i = 0; i < kWidth; ++i) a.lane[i] *= b.lane[i];
   return a;
 }
+struct Mask {
+  int cols;
+};
+inline Mask first_lanes(int cols) { return {cols}; }
+inline Mask no_lanes() { return {0}; }
+inline Vec load(const float* p, Mask m) {
+  Vec v = zero();
+  for (int i = 0; i < m.cols; ++i) v.lane[i] = p[i];
+  return v;
+}
+inline void store(float* p, Vec v, Mask m) {
+  for (int i = 0; i < m.cols; ++i) p[i] = v.lane[i];
+}
 #endif
 
 // The most rows a micro-tile holds. 6 rows × 2 vectors are 12 accumulators, plus 2 loaded B
@@ -86,16 +113,20 @@ struct Strided {
   const float* at(ptrdiff_t r, ptrdiff_t k) const { return a + r * row_stride + k * k_stride; }
 };
 
-// Rows [0, MR) × columns [0, NV·kWidth) of C.
-template <int MR, int NV>
+// Rows [0, MR) × columns [0, NV·kWidth) of C; with kTail, the last vector's lanes are only
+// those of `tail` (the columns n mod kWidth), loaded and stored under that mask. A masked
+// lane does the same FMAs as a full one, so the tail's results are the bits a wider matrix
+// would have had there.
+template <int MR, int NV, bool kTail = false>
 inline void micro_tile(int k, float alpha, Strided a, const float* b, ptrdiff_t ldb, float beta, float* c,
-                       ptrdiff_t ldc) {
+                       ptrdiff_t ldc, Mask tail = no_lanes()) {
+  auto load_b = [&](const float* p, int v) { return kTail && v == NV - 1 ? load(p, tail) : load(p); };
   Vec acc[MR][NV];
   for (int r = 0; r < MR; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = zero();
   for (int kk = 0; kk < k; ++kk) {
     Vec bv[NV];
-    for (int v = 0; v < NV; ++v) bv[v] = load(b + kk * ldb + v * kWidth);
+    for (int v = 0; v < NV; ++v) bv[v] = load_b(b + kk * ldb + v * kWidth, v);
     for (int r = 0; r < MR; ++r) {
       const Vec av = broadcast(a.at(r, kk));
       for (int v = 0; v < NV; ++v) acc[r][v] = fma(av, bv[v], acc[r][v]);
@@ -106,29 +137,29 @@ inline void micro_tile(int k, float alpha, Strided a, const float* b, ptrdiff_t 
     for (int v = 0; v < NV; ++v) {
       float* cp = c + r * ldc + v * kWidth;
       Vec x = mul(alpha_v, acc[r][v]);
-      if (beta != 0.0f) x = fma(beta_v, load(cp), x);  // β = 0 never reads C (it may hold NaN)
-      store(cp, x);
+      if (beta != 0.0f) x = fma(beta_v, load_b(cp, v), x);  // β = 0 never reads C (it may hold NaN)
+      if (kTail && v == NV - 1)
+        store(cp, x, tail);
+      else
+        store(cp, x);
     }
 }
 
-// Rows [0, MR) × all n columns of C: the vector panels, then the scalar tail.
+// Rows [0, MR) × all n columns of C: panels of two vectors, then what is left (up to two
+// vectors, the last one masked). A scalar tail of up to kWidth - 1 columns cost as much as
+// the vector part of a short causal strip (measured: AVX-512 Q·Kᵀ at T = 128 slower than AVX2).
 template <int MR>
 inline void row_tile(int n, int k, float alpha, Strided a, const float* b, ptrdiff_t ldb, float beta, float* c,
                      ptrdiff_t ldc) {
   int j = 0;
   for (; j + 2 * kWidth <= n; j += 2 * kWidth) micro_tile<MR, 2>(k, alpha, a, b + j, ldb, beta, c + j, ldc);
-  if (j + kWidth <= n) {
+  const int rest = n - j;
+  if (rest > kWidth)
+    micro_tile<MR, 2, true>(k, alpha, a, b + j, ldb, beta, c + j, ldc, first_lanes(rest - kWidth));
+  else if (rest == kWidth)
     micro_tile<MR, 1>(k, alpha, a, b + j, ldb, beta, c + j, ldc);
-    j += kWidth;
-  }
-  for (; j < n; ++j)  // the last n mod kWidth columns, one element at a time, same operations
-    for (int r = 0; r < MR; ++r) {
-      float acc = 0.0f;
-      for (int kk = 0; kk < k; ++kk) acc = __builtin_fmaf(*a.at(r, kk), b[kk * ldb + j], acc);
-      float& out = c[r * ldc + j];
-      const float x = alpha * acc;
-      out = beta != 0.0f ? __builtin_fmaf(beta, out, x) : x;
-    }
+  else if (rest > 0)
+    micro_tile<MR, 1, true>(k, alpha, a, b + j, ldb, beta, c + j, ldc, first_lanes(rest));
 }
 
 // pack[kk·MR + r] = A(r, kk): an A read across its rows (Aᵀ of a row-major matrix) as one

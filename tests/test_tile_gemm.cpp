@@ -1,0 +1,122 @@
+// The register-tiled GEMM of cpu attention (backend/cpu/tile_gemm.h), compiled here for the
+// build's baseline ISA (its vectors are AVX2's in the default build):
+//  - against a double-precision product over m, n, k that cover every row-tile height (1..6)
+//    and every column remainder (full two-vector panels, one vector, masked tails, none),
+//    A read in place, transposed (packed or not), α and β;
+//  - bit for bit against itself when the same matrix is cut into column and row slices at
+//    every offset: each element's FMAs in k order are the same whether its lane is full or
+//    masked, so how attention cuts its causal strips cannot change a result;
+//  - a masked tail reads and writes only its own columns: C's neighbours stay as they were,
+//    and B ends exactly at its last column (a read past it would be past the allocation).
+// The same cases run in the AVX-512 copy through attention's op tests on AVX-512 CPUs
+// (test_cpu_isa runs them on both copies).
+#include <gtest/gtest.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "support/cpu_ops_util.h"
+#include "backend/cpu/isa_begin.h"  // last: see there
+#include "backend/cpu/tile_gemm.h"
+
+namespace pptrain {
+namespace {
+
+using namespace cpu::PPTRAIN_CPU_ISA;
+using testing::random_floats;
+
+struct Product {
+  int m, n, k;
+  bool transposed;  // A given as Aᵀ (k rows of m), read across its rows
+};
+
+// C = α·A·B + β·C0 in double, A(r, kk) from `a` as the tile reads it.
+std::vector<double> reference(const Product& p, const std::vector<float>& a, const std::vector<float>& b,
+                              const std::vector<float>& c0, float alpha, float beta) {
+  std::vector<double> c(size_t(p.m) * p.n);
+  for (int r = 0; r < p.m; ++r)
+    for (int j = 0; j < p.n; ++j) {
+      double s = 0;
+      for (int kk = 0; kk < p.k; ++kk) {
+        const float av = p.transposed ? a[size_t(kk) * p.m + r] : a[size_t(r) * p.k + kk];
+        s += double(av) * b[size_t(kk) * p.n + j];
+      }
+      c[size_t(r) * p.n + j] = alpha * s + double(beta) * c0[size_t(r) * p.n + j];
+    }
+  return c;
+}
+
+tile::Strided operand(const Product& p, const std::vector<float>& a) {
+  return p.transposed ? tile::Strided{a.data(), 1, p.m} : tile::Strided{a.data(), p.k, 1};
+}
+
+TEST(TileGemm, MatchesADoubleProductOnEveryTileShape) {
+  // Each element sums k products of values in [-1, 1]: fp32 accumulation in k order errs by
+  // at most about k·2⁻²⁴ of Σ|a·b| ≤ k (Higham's γ_k), plus the α and β roundings.
+  const int w = tile::kWidth;
+  int checked = 0;
+  for (bool transposed : {false, true})
+    for (int m : {1, 2, 3, 4, 5, 6, 7, 13})
+      for (int n : {1, w - 1, w, w + 1, 2 * w - 1, 2 * w, 2 * w + 3, 3 * w + 5, 5 * w})
+        for (int k : {1, 7, 64}) {
+          const Product p{m, n, k, transposed};
+          const auto a = random_floats(size_t(m) * k, 1 + m + 31 * n), b = random_floats(size_t(k) * n, 2 + k),
+                     c0 = random_floats(size_t(m) * n, 3);
+          for (float beta : {0.0f, 0.5f}) {
+            std::vector<float> c = c0, pack(size_t(tile::kRows) * k);
+            tile::gemm(m, n, k, 0.75f, operand(p, a), b.data(), n, beta, c.data(), n, pack.data());
+            const auto want = reference(p, a, b, c0, 0.75f, beta);
+            const double bound = (k + 2) * std::ldexp(1.0, -24) * (k + 1);
+            for (size_t i = 0; i < c.size(); ++i)
+              ASSERT_LE(std::fabs(c[i] - want[i]), bound)
+                  << "m " << m << " n " << n << " k " << k << " transposed " << transposed << " beta " << beta
+                  << " element " << i;
+            ++checked;
+          }
+        }
+  EXPECT_EQ(checked, 2 * 8 * 9 * 3 * 2);
+}
+
+TEST(TileGemm, ResultsDoNotDependOnHowTheMatrixIsCut) {
+  const int m = 11, n = 3 * tile::kWidth + 5, k = 37;
+  const Product p{m, n, k, false};
+  const auto a = random_floats(size_t(m) * k, 7), b = random_floats(size_t(k) * n, 8);
+  std::vector<float> whole(size_t(m) * n);
+  tile::gemm(m, n, k, 1.25f, operand(p, a), b.data(), n, 0.0f, whole.data(), n);
+  for (int j = 1; j < n; ++j) {  // columns [0, j) then [j, n): the masked tail moves with j
+    std::vector<float> cut(whole.size(), std::numeric_limits<float>::quiet_NaN());
+    tile::gemm(m, j, k, 1.25f, operand(p, a), b.data(), n, 0.0f, cut.data(), n);
+    tile::gemm(m, n - j, k, 1.25f, operand(p, a), b.data() + j, n, 0.0f, cut.data() + j, n);
+    ASSERT_EQ(std::memcmp(cut.data(), whole.data(), whole.size() * sizeof(float)), 0) << "cut at column " << j;
+  }
+  for (int r = 1; r < m; ++r) {  // rows [0, r) then [r, m): other row-tile heights
+    std::vector<float> cut(whole.size(), std::numeric_limits<float>::quiet_NaN());
+    tile::gemm(r, n, k, 1.25f, operand(p, a), b.data(), n, 0.0f, cut.data(), n);
+    tile::gemm(m - r, n, k, 1.25f, tile::Strided{a.data() + size_t(r) * k, k, 1}, b.data(), n, 0.0f,
+               cut.data() + size_t(r) * n, n);
+    ASSERT_EQ(std::memcmp(cut.data(), whole.data(), whole.size() * sizeof(float)), 0) << "cut at row " << r;
+  }
+}
+
+TEST(TileGemm, AMaskedTailTouchesOnlyItsOwnColumns) {
+  const int m = 7, k = 5, ldc = 64;
+  for (int n = 1; n < 2 * tile::kWidth; ++n) {
+    const Product p{m, n, k, false};
+    const auto a = random_floats(size_t(m) * k, 11);
+    // B exactly k·n floats on the heap, so a read past its last column would leave the
+    // allocation (AddressSanitizer builds report it; elsewhere the masked load must not fault).
+    const auto b = random_floats(size_t(k) * n, 12);
+    std::vector<float> c(size_t(m) * ldc, 42.0f);
+    tile::gemm(m, n, k, 1.0f, operand(p, a), b.data(), n, 0.0f, c.data(), ldc);
+    for (int r = 0; r < m; ++r)
+      for (int j = n; j < ldc; ++j) ASSERT_EQ(c[size_t(r) * ldc + j], 42.0f) << "n " << n << " row " << r;
+  }
+}
+
+}  // namespace
+}  // namespace pptrain
