@@ -125,7 +125,10 @@ $(BUILD)/obj/%.o: %.cpp $(CODEGEN_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 # Test code adds tests/ to the path (so do the object trees of mk/cuda.mk and mk/gpu_tests.mk).
-$(BUILD)/obj/tests/%.o: CXXFLAGS += $(TEST_INCLUDES)
+# Its debug information is line tables only (-g1, after -g, wins): a failure's file and line
+# and a debugger's backtrace stay, the test's local variables go. The tests' objects are a
+# third of the build and compile about 30% faster so (a checkpoint test: 13.6 s -> 9.3 s).
+$(BUILD)/obj/tests/%.o: CXXFLAGS += $(TEST_INCLUDES) -g1
 
 $(BUILD)/obj/%.avx512.o: %.cpp $(CODEGEN_STAMP)
 	@mkdir -p $(dir $@)

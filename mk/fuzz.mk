@@ -8,10 +8,11 @@
 #               learns in $(BUILD)/fuzz-corpus/<name>/ and crashes in $(BUILD)/fuzz-crashes/<name>/
 # The targets link the src/ folders below, compiled by clang into their own object tree
 # ($(BUILD)/obj-fuzz, instrumented for coverage and the sanitizers) and archived; the
-# linker takes only the objects a target uses. A target that reads more of src/ (the
-# HDF5 checkpoint reader: checkpoint/ with model/ and parallel/) adds its folder here.
+# linker takes only the objects a target uses. A target that reads more of src/ adds its
+# folder here (its link fails until then). The targets' readers use none of model/ and
+# backend/ (their 28 files were a quarter of the clang compiles, every one unused).
 FUZZ_CXX ?= clang++-14
-FUZZ_LIB_DIRS := core data pipeline checkpoint parallel model backend
+FUZZ_LIB_DIRS := core data pipeline checkpoint parallel
 FUZZ_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=all
 # The same system headers and libraries as the gcc build: the packages', and MPI's (the
 # MPI compiler wrapper is gcc's, so its flags are asked for directly). Expanded when a
