@@ -189,3 +189,34 @@ TEST(RunTests, ALongBinaryRunsAsShards) {
   EXPECT_EQ(last_line(r.output), "1 passed, 0 failed") << r.output;
   EXPECT_TRUE(fs::exists(marks + "/shardnoneofnone")) << r.output;
 }
+
+// Each binary runs with an Open MPI session folder of its own (OMPI_MCA_orte_tmpdir_base), so
+// that two binaries side by side never race to create the shared one; the folders exist
+// while the binaries run and are gone afterwards. A user's own setting is kept for all.
+TEST(RunTests, EachBinaryGetsAnOpenMpiSessionFolderOfItsOwn) {
+  TempDir build;
+  // This binary itself runs under run_tests.sh, which set the variable: unset for the runs
+  // that must choose their own.
+  for (const char* name : {"test_a", "test_b"})
+    write_binary(build, name,
+                 std::string("[ -d \"$OMPI_MCA_orte_tmpdir_base\" ] || exit 3\necho \"$OMPI_MCA_orte_tmpdir_base\" > ") +
+                     build.file(std::string("seen_") + name) + "\n" + gtest_output(1, 0));
+  CommandResult r = run_command(
+      "env -u OMPI_MCA_orte_tmpdir_base TEST_TIMEOUT=20 scripts/run_tests.sh " + build.path() + " test_a test_b", 120);
+  ASSERT_EQ(last_line(r.output), "2 passed, 0 failed") << r.output;
+  const std::string a = last_line(read_file(build.file("seen_test_a"))),
+                    b = last_line(read_file(build.file("seen_test_b")));
+  EXPECT_FALSE(a.empty());
+  EXPECT_NE(a, b);
+  EXPECT_FALSE(fs::exists(a)) << a << " was left behind";
+  EXPECT_FALSE(fs::exists(b)) << b << " was left behind";
+
+  const std::string own = build.file("own");
+  fs::create_directories(own);
+  r = run_command("OMPI_MCA_orte_tmpdir_base=" + own + " TEST_TIMEOUT=20 scripts/run_tests.sh " + build.path() +
+                      " test_a test_b",
+                  120);
+  ASSERT_EQ(last_line(r.output), "2 passed, 0 failed") << r.output;
+  EXPECT_EQ(last_line(read_file(build.file("seen_test_a"))), own);
+  EXPECT_EQ(last_line(read_file(build.file("seen_test_b"))), own);
+}
