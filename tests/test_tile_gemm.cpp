@@ -9,7 +9,9 @@
 //  - a masked tail reads and writes only its own columns: C's neighbours stay as they were,
 //    and B ends exactly at its last column (a read past it would be past the allocation).
 // The same cases run in the AVX-512 copy through attention's op tests on AVX-512 CPUs
-// (test_cpu_isa runs them on both copies).
+// (test_cpu_isa runs them on both copies), and on the plain 8-lane arrays of builds for
+// other CPUs: the last test compiles this file for the x86-64 baseline without AVX2
+// (PPTRAIN_TILE_GEMM_PLAIN) and runs it.
 #include <gtest/gtest.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -21,6 +23,11 @@
 #include <vector>
 
 #include "support/cpu_ops_util.h"
+#if !defined(PPTRAIN_TILE_GEMM_PLAIN)
+#include "support/test_util.h"
+#elif defined(__AVX2__) || defined(PPTRAIN_CPU_AVX512)
+#error "PPTRAIN_TILE_GEMM_PLAIN: build without AVX2, so tile_gemm.h takes its plain path"
+#endif
 #include "backend/cpu/isa_begin.h"  // last: see there
 #include "backend/cpu/tile_gemm.h"
 
@@ -117,6 +124,21 @@ TEST(TileGemm, AMaskedTailTouchesOnlyItsOwnColumns) {
       for (int j = n; j < ldc; ++j) ASSERT_EQ(c[size_t(r) * ldc + j], 42.0f) << "n " << n << " row " << r;
   }
 }
+
+#if !defined(PPTRAIN_TILE_GEMM_PLAIN)
+// The plain path (struct Vec of 8 floats, lanes masked by count) is what non-x86 builds
+// run; nothing else in `make` compiles it.
+TEST(TileGemm, ThePlainPathPassesTheseTestsToo) {
+  testing::TempDir dir;
+  const std::string bin = dir.file("test_tile_gemm_plain");
+  const auto r = testing::run_command(
+      "g++ -std=c++20 -O1 -march=x86-64 -DPPTRAIN_TILE_GEMM_PLAIN -Isrc -Itests tests/test_tile_gemm.cpp -o " + bin +
+          " -lgtest_main -lgtest -lpthread && " + bin + " --gtest_brief=1",
+      300);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[  PASSED  ] 3 tests."), std::string::npos) << r.output;
+}
+#endif
 
 }  // namespace
 }  // namespace pptrain
