@@ -389,6 +389,33 @@ TEST_F(CheckpointTrain, FailedSaveUnderPp2FailsEveryRankAndKeepsThePreviousCheck
   EXPECT_EQ(read_file(ck + "/latest"), "step_00000004.h5\n");
 }
 
+TEST_F(CheckpointTrain, AFailedSavesCloseThatDesyncsIsBoundedAndNamesTheFailure) {
+  // On a disk filled to its last block, HDF5's metadata flush in the abandoned file's close
+  // fails on one rank, which then skips that flush's collective while the others wait in it
+  // (seen: a 2-rank job hung there until the watchdog, whose line names no cause). Planted
+  // here: rank 1's write fails, and rank 0 leaves the close out. The close is bounded by
+  // half of runtime.watchdog_s (3 s of 6), and past it every rank prints the failure it
+  // agreed on, once, and exits 1; no .tmp stays, `latest` still names the step-2 save.
+  const std::string ck = dir_->file("desync_ck");
+  const std::string args = "parallel.pp=2 checkpoint.every=2 runtime.watchdog_s=6 checkpoint.dir=" + ck;
+  TrainRun first = train(2, args + " --stop-after 2");
+  ASSERT_EQ(first.result.exit_code, 0) << first.result.output;
+  TrainRun failed = train(
+      2, args, "PPTRAIN_FAULTS=checkpoint_write_fail@1:model/h.3.mlp.fc.weight,checkpoint_abandon_desync@0", 60);
+  EXPECT_NE(failed.result.exit_code, 0) << failed.result.output;
+  EXPECT_NE(failed.result.exit_code, 124) << "hung\n" << failed.result.output;
+  const std::string message = "error: checkpoint " + ck + "/step_00000004.h5.tmp: dataset /model/h.3.mlp.fc.weight: "
+                              "write failed: No space left on device (planted fault checkpoint_write_fail) (and "
+                              "closing the abandoned file did not finish within 3 s";
+  for (int rank = 0; rank < 2; ++rank)
+    EXPECT_EQ(count_occurrences(failed.result.output, "[rank " + std::to_string(rank) + "] " + message), 1)
+        << failed.result.output;
+  EXPECT_EQ(failed.result.output.find("watchdog"), std::string::npos) << failed.result.output;
+  EXPECT_FALSE(fs::exists(ck + "/step_00000004.h5.tmp"));
+  EXPECT_FALSE(fs::exists(ck + "/step_00000004.h5"));
+  EXPECT_EQ(read_file(ck + "/latest"), "step_00000002.h5\n");
+}
+
 TEST_F(CheckpointTrain, FullTmpfsUnderPp2FailsEveryRankAndKeepsThePreviousCheckpoint) {
   // A real full disk: a tmpfs with room for one checkpoint and half another. The model is
   // widened (values of about 3 MB) so that the space a save reserves first (the values

@@ -416,6 +416,12 @@ std::string CheckpointManager::save(ParamStore& params, OptimizerState& optimize
   };
   hooks.progress = phase;
   if (const Fault* f = faults_.find("checkpoint_write_fail")) hooks.fail_dataset = "/" + f->target;
+  hooks.skip_abandon_close = faults_.find("checkpoint_abandon_desync") != nullptr;
+  // Closing an abandoned file writes only HDF5's metadata (KiBs): a minute is ample on a
+  // slow parallel file system. Under the watchdog's half, so that this bound, whose line
+  // names the save's real failure, ends a stuck close before the watchdog does.
+  const double watchdog_s = cfg_.runtime.watchdog_s;
+  hooks.abandon_close_s = watchdog_s > 0 ? std::min(60.0, watchdog_s / 2) : 60.0;
   // The writer agrees on every step and removes the .tmp itself when it throws.
   last_write_ = write_checkpoint_file(tmp_path.string(), tensors, download, meta_for(step), io_, hooks);
   phase("waiting for every rank's part to be in the closed file");

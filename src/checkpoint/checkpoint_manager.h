@@ -25,7 +25,8 @@
 //
 // Planted faults (core/faults.h): checkpoint_crash@RANK:POINT:STEP kills the rank (SIGKILL)
 // while saving step STEP, at POINT = file_created | model_written | before_rename;
-// freeze_save@RANK:POINT stops it there (SIGSTOP); checkpoint_write_fail fails a write.
+// freeze_save@RANK:POINT stops it there (SIGSTOP); checkpoint_write_fail fails a write;
+// checkpoint_abandon_desync leaves that failed file's collective close out on a rank.
 #pragma once
 #include <filesystem>
 #include <string>

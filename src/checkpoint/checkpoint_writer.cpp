@@ -8,10 +8,16 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <mutex>
+#include <thread>
 
 #include "checkpoint/checksum.h"
 #include "checkpoint/hdf5_io.h"
+#include "core/log.h"
 
 namespace pptrain {
 namespace {
@@ -136,10 +142,42 @@ std::string with_reason(const std::string& error, const std::string& path, int64
 
 // One file being written by the io group. Each step runs on every rank and ends in an
 // agreement; on an agreed failure the file is abandoned on every rank together.
+// Ends this process unless destroyed within `seconds`: prints `line` as this rank's one
+// error line and exits 1 (_Exit: the main thread is blocked in a collective and cannot be
+// asked; mpirun and srun then end the other ranks, as for the watchdog).
+class Deadline {
+ public:
+  Deadline(double seconds, std::string line)
+      : line_(std::move(line)), thread_([this, seconds] {
+          std::unique_lock lock(mutex_);
+          if (wake_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; })) return;
+          log::error(line_);
+          std::fflush(nullptr);
+          std::_Exit(1);
+        }) {}
+  ~Deadline() {
+    {
+      std::lock_guard lock(mutex_);
+      done_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  Deadline(const Deadline&) = delete;
+  Deadline& operator=(const Deadline&) = delete;
+
+ private:
+  std::string line_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool done_ = false;  // guarded by mutex_
+  std::thread thread_;  // last: starts once the members above exist
+};
+
 class CollectiveWrite {
  public:
-  CollectiveWrite(const std::string& path, const IoGroup& io, const ProgressFn& progress)
-      : path_(path), where_(cat("checkpoint ", path)), io_(io), progress_(progress) {}
+  CollectiveWrite(const std::string& path, const IoGroup& io, const WriteHooks& hooks)
+      : path_(path), where_(cat("checkpoint ", path)), io_(io), progress_(hooks.progress), hooks_(hooks) {}
   ~CollectiveWrite() {
     // Reached with the file open only when an exception that is not a pptrain::Error
     // unwinds past every step (a bug): closing here could wait for ranks that are
@@ -174,8 +212,8 @@ class CollectiveWrite {
   void agree(const std::string& error) {
     try {
       io_.agree(error);
-    } catch (const Error&) {
-      abandon();
+    } catch (const Error& agreed) {
+      abandon(agreed.what());
       throw;
     }
   }
@@ -186,21 +224,29 @@ class CollectiveWrite {
  private:
   // Every rank is here (after an agreement), so the collective close cannot wait for an
   // absent rank. Truncating first returns a full disk's blocks, so HDF5's own metadata
-  // writes during the close are likely to succeed; whether they do does not matter: the
-  // file is removed.
-  void abandon() {
+  // writes during the close are likely to succeed. Where one still fails (another process
+  // filled the disk to its last block), HDF5 skips that rank's part of the flush's
+  // collective and the ranks wait in different collectives: measured, a 2-rank job hung in
+  // H5Fclose until the watchdog. Hence the bound (WriteHooks::abandon_close_s) on the close
+  // and the barrier, and the file removed first: an open file may be unlinked, and no .tmp
+  // stays behind when the bound ends the process.
+  void abandon(const std::string& agreed) {
     std::error_code ec;
     if (io_.rank() == 0 && file.valid()) std::filesystem::resize_file(path_, 0, ec);
+    if (io_.rank() == 0) std::filesystem::remove(path_, ec);
+    Deadline bound(hooks_.abandon_close_s,
+                   cat(agreed, " (and closing the abandoned file did not finish within ", hooks_.abandon_close_s,
+                       " s: a rank's HDF5 metadata flush failed, as on a disk filled to its last block)"));
     dataset.reset();  // no object left open: the MPI-IO driver's close refuses a file with any
-    if (file.valid()) file.close();
+    if (file.valid() && !hooks_.skip_abandon_close) file.close();
     h5::hdf5_error_text();  // clears the stack the failed close may have left
     io_.barrier();
-    if (io_.rank() == 0) std::filesystem::remove(path_, ec);
   }
 
   std::string path_, where_;
   const IoGroup& io_;
   const ProgressFn& progress_;
+  const WriteHooks& hooks_;
 };
 
 // A dataset's values may be stored only if finite: the first non-finite element, named.
@@ -257,7 +303,7 @@ WriteStats write_checkpoint_file(const std::string& path, const std::vector<Shar
   const auto start = std::chrono::steady_clock::now();
   h5::QuietHdf5 quiet;
   const std::vector<TableEntry> table = build_global_table(tensors, io);
-  CollectiveWrite w(path, io, hooks.progress);
+  CollectiveWrite w(path, io, hooks);
   const std::string& where = w.where();
 
   h5::PropertyList fapl = file_access(io, where);

@@ -42,6 +42,14 @@ struct WriteHooks {
   // dataset ("/model/NAME", "/optim/m/NAME", ...) fails as on a full disk (ENOSPC),
   // after taking part in the collective transfer, as a real failed write does.
   std::string fail_dataset;
+  // After an agreed failure the file is closed collectively and removed. HDF5's close
+  // flushes its metadata first; when that flush fails on one rank (a disk filled to the last
+  // block), that rank skips the flush's collective step and the ranks wait in different
+  // collectives for ever. So the close and the barrier after it have this bound: past it,
+  // each rank prints the failure it agreed on, in one line, and exits 1.
+  double abandon_close_s = 60;
+  // Planted fault checkpoint_abandon_desync: this rank leaves that close out.
+  bool skip_abandon_close = false;
 };
 
 struct WriteStats {

@@ -43,6 +43,9 @@ const FaultKind kFaultKinds[] = {
     {"checkpoint_write_fail", "DATASET", false,
      "this rank's write of the dataset into a checkpoint fails as on a full disk (ENOSPC), after taking part in "
      "the collective transfer"},
+    {"checkpoint_abandon_desync", "", false,
+     "when a checkpoint write fails, this rank leaves the abandoned file's collective close out, as HDF5 does on "
+     "a rank whose metadata flush fails on a full disk (the other ranks then wait in theirs)"},
     {"nan_grad", "TENSOR", true,
      "at the step given as the value (1-based) this rank's gradient of the tensor becomes NaN before the "
      "gradient reductions"},
