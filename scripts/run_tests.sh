@@ -46,6 +46,7 @@ export PPTRAIN_BIN=$BUILD/pptrain
 # Short paths: Open MPI puts unix sockets in them (at most 107 characters).
 mpi_tmp_root=$(mktemp -d "${TMPDIR:-/tmp}/ompi-XXXXXX") || { echo "run_tests: mktemp failed"; exit 2; }
 trap 'rm -rf "$mpi_tmp_root"' EXIT
+job_no=0  # each job's folder: $mpi_tmp_root/$job_no
 LOGDIR=$BUILD/test-logs; mkdir -p "$LOGDIR"
 cores=$(env -u OMP_NUM_THREADS nproc)
 jobs_max=${TEST_JOBS:-$(( (3 * cores + 1) / 2 ))}
@@ -133,7 +134,7 @@ for name in "${names[@]}"; do
   fi
   for (( k = 0; k < shards; ++k )); do
     job=$name; [ $shards -gt 1 ] && job="$name $((k + 1))/$shards"
-    job_no=$((${job_no:-0} + 1))
+    job_no=$((job_no + 1))
     log=$(log_of "$job")
     # A solo binary starts when nothing runs; while it runs nothing starts.
     limit=$jobs_max; [ $solo = 1 ] && limit=1

@@ -140,8 +140,6 @@ std::string with_reason(const std::string& error, const std::string& path, int64
   return reason.empty() || error.find(reason) != std::string::npos ? error : cat(error, ": ", reason);
 }
 
-// One file being written by the io group. Each step runs on every rank and ends in an
-// agreement; on an agreed failure the file is abandoned on every rank together.
 // Ends this process unless destroyed within `seconds`: prints `line` as this rank's one
 // error line and exits 1 (_Exit: the main thread is blocked in a collective and cannot be
 // asked; mpirun and srun then end the other ranks, as for the watchdog).
@@ -174,10 +172,12 @@ class Deadline {
   std::thread thread_;  // last: starts once the members above exist
 };
 
+// One file being written by the io group. Each step runs on every rank and ends in an
+// agreement; on an agreed failure the file is abandoned on every rank together.
 class CollectiveWrite {
  public:
   CollectiveWrite(const std::string& path, const IoGroup& io, const WriteHooks& hooks)
-      : path_(path), where_(cat("checkpoint ", path)), io_(io), progress_(hooks.progress), hooks_(hooks) {}
+      : path_(path), where_(cat("checkpoint ", path)), io_(io), hooks_(hooks) {}
   ~CollectiveWrite() {
     // Reached with the file open only when an exception that is not a pptrain::Error
     // unwinds past every step (a bug): closing here could wait for ranks that are
@@ -198,7 +198,7 @@ class CollectiveWrite {
   // agreed, so a save that moves on is seen to.
   template <typename Body>
   void step(const std::string& phase, Body&& body, int64_t io_bytes = 0) {
-    if (progress_) progress_(phase);
+    if (hooks_.progress) hooks_.progress(phase);
     std::string error;
     try {
       body();
@@ -206,7 +206,7 @@ class CollectiveWrite {
       error = io_bytes > 0 ? with_reason(e.what(), path_, io_bytes, io_.rank()) : e.what();
     }
     agree(error);
-    if (progress_) progress_(phase + ", done");
+    if (hooks_.progress) hooks_.progress(phase + ", done");
   }
 
   void agree(const std::string& error) {
@@ -231,9 +231,11 @@ class CollectiveWrite {
   // and the barrier, and the file removed first: an open file may be unlinked, and no .tmp
   // stays behind when the bound ends the process.
   void abandon(const std::string& agreed) {
-    std::error_code ec;
-    if (io_.rank() == 0 && file.valid()) std::filesystem::resize_file(path_, 0, ec);
-    if (io_.rank() == 0) std::filesystem::remove(path_, ec);
+    if (io_.rank() == 0) {
+      std::error_code ec;
+      if (file.valid()) std::filesystem::resize_file(path_, 0, ec);
+      std::filesystem::remove(path_, ec);
+    }
     Deadline bound(hooks_.abandon_close_s,
                    cat(agreed, " (and closing the abandoned file did not finish within ", hooks_.abandon_close_s,
                        " s: a rank's HDF5 metadata flush failed, as on a disk filled to its last block)"));
@@ -245,7 +247,6 @@ class CollectiveWrite {
 
   std::string path_, where_;
   const IoGroup& io_;
-  const ProgressFn& progress_;
   const WriteHooks& hooks_;
 };
 

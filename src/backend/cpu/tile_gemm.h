@@ -120,13 +120,14 @@ struct Strided {
 template <int MR, int NV, bool kTail = false>
 inline void micro_tile(int k, float alpha, Strided a, const float* b, ptrdiff_t ldb, float beta, float* c,
                        ptrdiff_t ldc, Mask tail = no_lanes()) {
-  auto load_b = [&](const float* p, int v) { return kTail && v == NV - 1 ? load(p, tail) : load(p); };
+  // Vector v of a row of B or C: the last one under the tail's mask.
+  auto load_v = [&](const float* p, int v) { return kTail && v == NV - 1 ? load(p, tail) : load(p); };
   Vec acc[MR][NV];
   for (int r = 0; r < MR; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = zero();
   for (int kk = 0; kk < k; ++kk) {
     Vec bv[NV];
-    for (int v = 0; v < NV; ++v) bv[v] = load_b(b + kk * ldb + v * kWidth, v);
+    for (int v = 0; v < NV; ++v) bv[v] = load_v(b + kk * ldb + v * kWidth, v);
     for (int r = 0; r < MR; ++r) {
       const Vec av = broadcast(a.at(r, kk));
       for (int v = 0; v < NV; ++v) acc[r][v] = fma(av, bv[v], acc[r][v]);
@@ -137,7 +138,7 @@ inline void micro_tile(int k, float alpha, Strided a, const float* b, ptrdiff_t 
     for (int v = 0; v < NV; ++v) {
       float* cp = c + r * ldc + v * kWidth;
       Vec x = mul(alpha_v, acc[r][v]);
-      if (beta != 0.0f) x = fma(beta_v, load_b(cp, v), x);  // β = 0 never reads C (it may hold NaN)
+      if (beta != 0.0f) x = fma(beta_v, load_v(cp, v), x);  // β = 0 never reads C (it may hold NaN)
       if (kTail && v == NV - 1)
         store(cp, x, tail);
       else
