@@ -131,6 +131,8 @@ TEST(TileGemm, AMaskedTailTouchesOnlyItsOwnColumns) {
 TEST(TileGemm, ThePlainPathPassesTheseTestsToo) {
   testing::TempDir dir;
   const std::string bin = dir.file("test_tile_gemm_plain");
+  // 300 s: the compile and run take about 5 s on a 2-core VM; the limit only turns a hang
+  // into a failure, with room for a machine many times slower or busy with other tests.
   const auto r = testing::run_command(
       "g++ -std=c++20 -O1 -march=x86-64 -DPPTRAIN_TILE_GEMM_PLAIN -Isrc -Itests tests/test_tile_gemm.cpp -o " + bin +
           " -lgtest_main -lgtest -lpthread && " + bin + " --gtest_brief=1",
