@@ -77,6 +77,7 @@ BlasChoice decide() {
   const char* user = std::getenv("OPENBLAS_CORETYPE");
   const char* chosen = std::getenv(kChosenVar);
   c.below_cpu = blas_core_level(c.running) < blas_core_level(best);
+  c.off_cpu = blas_core_level(c.running) != blas_core_level(best);
 
   // A pass that re-executed set both variables: this process runs what it chose.
   if (user && chosen && std::string(chosen).rfind(std::string(user) + ":", 0) == 0) {
@@ -100,8 +101,14 @@ BlasChoice decide() {
   }
   const Fault* stand_in = faults.find("blas_detected");
   c.detected = stand_in ? stand_in->target : c.running;
-  if (stand_in) c.below_cpu = blas_core_level(c.detected) < blas_core_level(best);
+  if (stand_in) {
+    c.below_cpu = blas_core_level(c.detected) < blas_core_level(best);
+    c.off_cpu = blas_core_level(c.detected) != blas_core_level(best);
+  }
   c.how = "as detected";
+  if (c.off_cpu && !c.below_cpu)
+    c.how = dynamic_arch() ? cat("as detected, not this CPU's ", best)
+                           : cat("as built: this OpenBLAS has no DYNAMIC_ARCH to run ", best);
   if (c.below_cpu)
     c.how = dynamic_arch() ? cat("as detected, below this CPU's ", best)
                            : cat("as built: this OpenBLAS has no DYNAMIC_ARCH to run ", best);
@@ -135,14 +142,20 @@ int blas_core_level(std::string_view core) {
   return 1;
 }
 
+bool avx512_on_256bit_pipes(const CpuInfo& cpu) { return cpu.avx512 && cpu.amd && cpu.family == 0x19; }
+
 std::string best_blas_core(const CpuInfo& cpu) {
-  if (cpu.avx512) return cpu.avx512_bf16 ? "Cooperlake" : "SkylakeX";
-  if (cpu.avx2_fma) return cpu.amd ? "Zen" : "Haswell";
+  // Zen 4 splits each 512-bit FMA over its two 256-bit pipes: the AVX-512 kernels get no
+  // more FMAs a cycle than the AVX2 ones, and OpenBLAS 0.3.21's Haswell kernels ran faster
+  // there than the SkylakeX/Cooperlake ones it detects (docs/PERFORMANCE.md, the Zen 4 VM:
+  // 7% less time on the pp 2 model's linear shapes, 3-4% a GPT-2 124M step).
+  if (cpu.avx512 && !avx512_on_256bit_pipes(cpu)) return cpu.avx512_bf16 ? "Cooperlake" : "SkylakeX";
+  if (cpu.avx2_fma) return cpu.amd && !cpu.avx512 ? "Zen" : "Haswell";
   return "";
 }
 
 int fp32_flops_per_cycle(const CpuInfo& cpu) {
-  if (cpu.avx512) return cpu.amd && cpu.family <= 0x19 ? 32 : 64;
+  if (cpu.avx512) return avx512_on_256bit_pipes(cpu) ? 32 : 64;
   if (cpu.avx2_fma) return 32;
   return 8;
 }
@@ -155,7 +168,7 @@ const BlasChoice& blas_choice() {
 const BlasChoice& ensure_blas_core(char** argv) {
   const BlasChoice& choice = blas_choice();
   const bool ours_already = std::getenv(kChosenVar) != nullptr;
-  if (choice.below_cpu && choice.how.rfind("as detected", 0) == 0 && !ours_already && dynamic_arch()) {
+  if (choice.off_cpu && choice.how.rfind("as detected", 0) == 0 && !ours_already && dynamic_arch()) {
     const std::string best = best_blas_core(read_cpu_info());
     setenv("OPENBLAS_CORETYPE", best.c_str(), 1);
     setenv(kChosenVar, cat(best, ":", choice.detected).c_str(), 1);

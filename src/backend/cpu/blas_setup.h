@@ -7,8 +7,9 @@
 // slower SGEMM on an AVX-512 Xeon). The features the CPU reports (AVX2, AVX-512) say
 // which kernels it runs, whatever its model number. Since the choice is made before main()
 // and only OPENBLAS_CORETYPE changes it, ensure_blas_core() re-executes the process with
-// OPENBLAS_CORETYPE set when the detected core is below what the features allow; a
-// user's own OPENBLAS_CORETYPE is left as it is.
+// OPENBLAS_CORETYPE set when the detected core is below what the features allow (or, on
+// Zen 4, AVX-512 kernels where AVX2 ones run faster); a user's own OPENBLAS_CORETYPE is left
+// as it is.
 #pragma once
 #include <string>
 #include <string_view>
@@ -30,8 +31,11 @@ const CpuInfo& read_cpu_info();
 // ISA level of an OpenBLAS core name: 3 AVX-512 kernels (SkylakeX, Cooperlake,
 // SapphireRapids), 2 AVX2 (Haswell, Zen), 1 anything older or unknown (Prescott, ...).
 int blas_core_level(std::string_view core);
-// The core the CPU's features allow: Cooperlake (AVX-512 with BF16), SkylakeX (AVX-512),
-// Zen or Haswell (AVX2 and FMA, AMD or Intel); "" below AVX2.
+// AVX-512 executed as two 256-bit halves (AMD family 0x19 with AVX-512: Zen 4).
+bool avx512_on_256bit_pipes(const CpuInfo& cpu);
+// The core to run on this CPU: Cooperlake (AVX-512 with BF16), SkylakeX (AVX-512), Zen or
+// Haswell (AVX2 and FMA, AMD or Intel; Haswell also on Zen 4, see avx512_on_256bit_pipes);
+// "" below AVX2.
 std::string best_blas_core(const CpuInfo& cpu);
 // The fp32 FLOPs per cycle and core of the CPU's widest FMA units: 2 FMA pipes x lanes x 2
 // (Intel AVX-512: 64; AMD family 0x19 with AVX-512, Zen 4, runs 512-bit FMAs on 256-bit
@@ -44,12 +48,13 @@ struct BlasChoice {
   std::string running;   // openblas_get_corename() now
   std::string how;       // "as detected", "chosen by the CPU's features ...", "OPENBLAS_CORETYPE ..."
   bool below_cpu = false;  // runs a core below what the CPU's features allow
+  bool off_cpu = false;    // runs a core of another level than best_blas_core() (below or, on Zen 4, above)
 };
 
 // What OpenBLAS runs in this process and how it came to (worked out once, changes nothing).
 const BlasChoice& blas_choice();
-// Before MPI or any BLAS call, on every rank: when OpenBLAS detected a core below
-// best_blas_core() and neither the user nor an earlier pass set OPENBLAS_CORETYPE,
+// Before MPI or any BLAS call, on every rank: when OpenBLAS detected a core of another
+// level than best_blas_core() and neither the user nor an earlier pass set OPENBLAS_CORETYPE,
 // re-executes this process (/proc/self/exe, same argv and pid) with it set, and does not
 // return. The planted fault blas_detected:CORE (PPTRAIN_FAULTS) stands in for what
 // OpenBLAS detected, for the tests. Returns what it found otherwise.
