@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/blas_setup.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "parallel/mpi_session.h"
@@ -32,6 +33,9 @@ namespace pptrain::mpi_test {
 using Body = std::function<void(MpiSession&, const std::vector<std::string>& args)>;
 
 inline int run_mpi_program(int argc, char** argv, const Body& body) {
+  // OpenBLAS's kernels as pptrain chooses them (main.cpp): a program that trains must give
+  // the bits a pptrain run gives (test_post_validation resumes pptrain's checkpoint with it).
+  cpu::ensure_blas_core(argv);
   MpiSession session(&argc, &argv);
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
