@@ -283,6 +283,14 @@ TEST(BlasCore, AFallbackCoreIsReplacedByTheFeaturesChoiceAndTheUsersIsKept) {
   const std::string user = version_cpu_line("OPENBLAS_CORETYPE=Prescott");
   EXPECT_NE(user.find(" Prescott (OPENBLAS_CORETYPE=Prescott, below this CPU's " + best + ")"), std::string::npos)
       << user;
+  // A core above the CPU's choice (OpenBLAS's AVX-512 kernels on a Zen 4, whose 256-bit pipes
+  // run the AVX2 ones faster) is replaced too. Checkable where the choice is an AVX2 core.
+  if (cpu::blas_core_level(best) == 2) {
+    const std::string above = version_cpu_line("PPTRAIN_FAULTS=blas_detected:SkylakeX");
+    EXPECT_NE(above.find(" " + best + " (chosen by the CPU's features; OpenBLAS detected SkylakeX)"),
+              std::string::npos)
+        << above;
+  }
   // Without either, this machine's own detection: the CPU's core as detected, or chosen in a
   // re-execution (Zen 4, or a CPU newer than OpenBLAS's tables), or the line says it is not.
   const std::string plain = version_cpu_line("");
