@@ -21,21 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class CheckpointSaveFailures : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    write_checkpoint_train_model(*dir_);
-  }
-  static void TearDownTestSuite() { delete dir_; }
-
-  static TrainRun train(int ranks, const std::string& args, const std::string& env = "", int timeout_s = 120) {
-    return run_checkpoint_train(dir_->file("model.yaml"), ranks, args, env, timeout_s);
-  }
-
-  static TempDir* dir_;
-};
-TempDir* CheckpointSaveFailures::dir_ = nullptr;
+class CheckpointSaveFailures : public CheckpointTrainSuite {};
 
 }  // namespace
 

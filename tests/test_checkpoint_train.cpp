@@ -44,19 +44,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class CheckpointTrain : public ::testing::Test {
+class CheckpointTrain : public CheckpointTrainSuite {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    write_checkpoint_train_model(*dir_);
-  }
-  static void TearDownTestSuite() { delete dir_; }
-
-  // Runs checkpoint_train on `ranks` ranks with `args` after the config.
-  static TrainRun train(int ranks, const std::string& args, const std::string& env = "", int timeout_s = 120) {
-    return run_checkpoint_train(dir_->file("model.yaml"), ranks, args, env, timeout_s);
-  }
-
   // The merged parameter dumps DIR/<what>.rankR.bin of `ranks` ranks.
   static GlobalDump dumps(const std::string& dir, const char* what, int ranks) {
     std::vector<std::string> paths;
@@ -161,10 +150,7 @@ class CheckpointTrain : public ::testing::Test {
     v.add(compare_exact(loaded, stored));
     return v;
   }
-
-  static TempDir* dir_;
 };
-TempDir* CheckpointTrain::dir_ = nullptr;
 
 const char* kPp2Tp2Zbv = "parallel.pp=2 parallel.tp=2 parallel.schedule=zbv parallel.stages_per_rank=2";
 

@@ -50,4 +50,25 @@ inline TrainRun run_checkpoint_train(const std::string& config, int ranks, const
   return run;
 }
 
+// The checkpoint tests' fixture: one temporary folder per suite with the model of
+// write_checkpoint_train_model, and checkpoint_train runs on it.
+class CheckpointTrainSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    write_checkpoint_train_model(*dir_);
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+
+  // Runs checkpoint_train on `ranks` ranks with `args` after the config.
+  static TrainRun train(int ranks, const std::string& args, const std::string& env = "", int timeout_s = 120) {
+    return run_checkpoint_train(dir_->file("model.yaml"), ranks, args, env, timeout_s);
+  }
+
+  inline static TempDir* dir_ = nullptr;
+};
+
 }  // namespace pptrain::testing
