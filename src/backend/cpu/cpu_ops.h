@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cpu/host_arena.h"
 #include "backend/cpu/isa.h"
 #include "backend/ops.h"
 #include "core/error.h"
@@ -42,7 +43,6 @@ class ScratchArray {
 class CpuOps final : public Ops {
  public:
   explicit CpuOps(const Faults& faults = {}) : uncounted_release_(faults.find("uncounted_release") != nullptr) {}
-  ~CpuOps() override;  // frees the cached blocks
   CpuOps(const CpuOps&) = delete;
   CpuOps& operator=(const CpuOps&) = delete;
   std::string name() const override { return "cpu"; }
@@ -56,9 +56,9 @@ class CpuOps final : public Ops {
   void zero(void* p, size_t bytes) override;
   void synchronize() override {}
   // in_use and peak count the bytes asked of allocate(); reserved counts each live block
-  // rounded up to the 64-byte alignment, what aligned_alloc really holds (the heap's own
-  // headers aside), and the released blocks kept for reuse (memory.cpp). The scratch
-  // arrays below are not counted.
+  // rounded up to the 64-byte alignment, what it really holds of the arena, and the
+  // released blocks kept for reuse (memory.cpp). The rest of the arena's newest chunk and
+  // the scratch arrays below are not counted.
   MemoryStats memory_stats() const override;
   void reset_peak_memory() override { peak_bytes_ = bytes_in_use_; }
 
@@ -73,6 +73,8 @@ class CpuOps final : public Ops {
   std::vector<ScratchArray> thread_scratch_;
   std::vector<double> block_sums_;  // sum_squares' per-block partial sums
   ScratchArray rotary_table_;       // rotary's cos and sin [T, HD/2] each
+  // Where allocate() takes new blocks from; it unmaps them all when the backend goes.
+  HostArena arena_;
   // Every live block of allocate() -> the bytes asked for it, and the totals over them.
   std::unordered_map<void*, size_t> live_blocks_;
   size_t bytes_in_use_ = 0, peak_bytes_ = 0, bytes_reserved_ = 0;

@@ -1,8 +1,9 @@
 // Host memory for the cpu backend: 64-byte aligned (one cache line, one AVX-512
 // vector), zero-filled; copies (and casts, fp32 to fp32) are memcpy.
 //
+// New blocks come from the arena (host_arena.h: chunks on transparent huge pages).
 // Released blocks are kept for reuse by size (rounded to the alignment) rather than given
-// back to the C library: activation slots are taken and released every microbatch, and
+// back: activation slots are taken and released every microbatch, and
 // large blocks freed to the system come back as fresh pages that fault in one by one on
 // first touch. That cost depended on the heap's state (the C library trims and maps large
 // blocks by thresholds of its own), so the same layer ran up to 1.4x slower timed alone
@@ -51,11 +52,11 @@ void* CpuOps::allocate(size_t bytes) {
     p = it->second.back();
     it->second.pop_back();
     bytes_cached_ -= rounded;
+    std::memset(p, 0, rounded);
   } else {
-    p = std::aligned_alloc(kAlignment, rounded);
+    p = arena_.take(rounded);  // fresh pages of an anonymous mapping: zero already
     if (!p) fail("cpu backend: cannot allocate ", bytes, " bytes of host memory");
   }
-  std::memset(p, 0, rounded);
   live_blocks_.emplace(p, bytes);
   bytes_in_use_ += bytes;
   bytes_reserved_ += rounded;
@@ -75,11 +76,6 @@ void CpuOps::release(void* p) {
   live_blocks_.erase(it);
   cached_[rounded].push_back(p);
   bytes_cached_ += rounded;
-}
-
-CpuOps::~CpuOps() {
-  for (auto& [size, blocks] : cached_)
-    for (void* p : blocks) std::free(p);
 }
 
 MemoryStats CpuOps::memory_stats() const { return {bytes_in_use_, peak_bytes_, bytes_reserved_ + bytes_cached_}; }

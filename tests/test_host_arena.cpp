@@ -1,0 +1,116 @@
+// The cpu backend's host memory (src/backend/cpu/host_arena.h): blocks carved from
+// 2 MiB-aligned chunks marked for transparent huge pages, and the backend's allocate()
+// taking its new blocks there.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "backend/cpu/host_arena.h"
+#include "backend/ops.h"
+
+namespace pptrain {
+namespace {
+
+using cpu::HostArena;
+
+// The kernel's THP size, 0 where it has none (as host_arena.cpp reads it).
+size_t thp_bytes() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size");
+  size_t b = 0;
+  return f >> b ? b : 0;
+}
+
+// The VmFlags of the mapping of this process that holds `p` ("" if none does).
+std::string vm_flags_of(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {  // a mapping's first line
+      inside = lo <= a && a < hi;
+      continue;
+    }
+    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return "";
+}
+
+bool all_zero(const unsigned char* p, size_t n) {
+  return std::all_of(p, p + n, [](unsigned char c) { return c == 0; });
+}
+
+TEST(HostArena, BlocksAreAlignedZeroedAndDisjoint) {
+  HostArena arena(size_t(4) << 20);
+  std::vector<std::pair<unsigned char*, size_t>> blocks;
+  for (size_t bytes : {size_t(64), size_t(128), size_t(4096), size_t(1) << 20, size_t(64)}) {
+    auto* p = static_cast<unsigned char*>(arena.take(bytes));
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u) << bytes;
+    EXPECT_TRUE(all_zero(p, bytes)) << bytes;
+    std::fill(p, p + bytes, 0xCD);  // a later block overlapping this one would not be zero
+    blocks.push_back({p, bytes});
+  }
+  for (size_t i = 0; i < blocks.size(); ++i)
+    for (size_t j = i + 1; j < blocks.size(); ++j) {
+      auto [a, na] = blocks[i];
+      auto [b, nb] = blocks[j];
+      EXPECT_TRUE(a + na <= b || b + nb <= a) << "blocks " << i << " and " << j << " overlap";
+    }
+  EXPECT_EQ(arena.bytes_mapped(), size_t(4) << 20) << "all of them fit the first chunk";
+}
+
+TEST(HostArena, ABlockLargerThanAChunkGetsItsOwnMappingAndTheChunkGoesOn) {
+  const size_t chunk = size_t(4) << 20;
+  HostArena arena(chunk);
+  auto* small = static_cast<unsigned char*>(arena.take(64));
+  auto* big = static_cast<unsigned char*>(arena.take(chunk + 64));
+  ASSERT_NE(big, nullptr);
+  EXPECT_TRUE(all_zero(big, chunk + 64));
+  auto* next = static_cast<unsigned char*>(arena.take(64));
+  EXPECT_EQ(next, small + 64) << "the current chunk is still carved after a big block";
+  // The big block's mapping: its size rounded up to the alignment (a huge page or a page).
+  const size_t align = arena.huge_pages() ? thp_bytes() : 4096;
+  EXPECT_EQ(arena.bytes_mapped(), chunk + (chunk + 64 + align - 1) / align * align);
+  // A block that does not fit the rest of the chunk starts a new chunk.
+  auto* fill = static_cast<unsigned char*>(arena.take(chunk - 64 * 2));
+  EXPECT_EQ(fill, next + 64);
+  auto* spill = static_cast<unsigned char*>(arena.take(128));
+  EXPECT_TRUE(spill < fill || spill >= fill + chunk - 128) << "outside the full chunk";
+  EXPECT_EQ(arena.bytes_mapped(), 2 * chunk + (chunk + 64 + align - 1) / align * align);
+}
+
+TEST(HostArena, ChunksAreHugePageAlignedAndMarkedWhereTheKernelHasThem) {
+  const size_t thp = thp_bytes();
+  if (thp == 0) GTEST_SKIP() << "this kernel has no transparent huge pages";
+  HostArena arena(size_t(4) << 20);
+  ASSERT_TRUE(arena.huge_pages());
+  void* p = arena.take(64);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % thp, 0u) << "a chunk starts on a huge page";
+  // "hg": the mapping carries MADV_HUGEPAGE, so the kernel backs it with huge pages where
+  // transparent huge pages are "madvise" (most distributions), not only where "always".
+  const std::string flags = vm_flags_of(p);
+  ASSERT_FALSE(flags.empty()) << "no mapping of this process holds the block";
+  EXPECT_NE(flags.find(" hg"), std::string::npos) << flags;
+}
+
+TEST(HostArena, TheCpuBackendTakesItsBlocksFromTheArena) {
+  // What the training step gets: an activation-sized block of make_cpu_ops() lies on a
+  // mapping marked for huge pages (from the C library's heap it would not be).
+  if (thp_bytes() == 0) GTEST_SKIP() << "this kernel has no transparent huge pages";
+  std::unique_ptr<Ops> ops = make_cpu_ops();
+  void* p = ops->allocate(size_t(1) << 20);
+  const std::string flags = vm_flags_of(p);
+  EXPECT_NE(flags.find(" hg"), std::string::npos) << flags;
+  ops->release(p);
+}
+
+}  // namespace
+}  // namespace pptrain
