@@ -276,17 +276,27 @@ TEST(GpuModelProfile, ACalibrationPredictsTheRunItCameFromAndFlagsWhatDiffers) {
       << same.output;
   EXPECT_NE(same.output.find("# calibrated from " + profile), std::string::npos) << same.output;
 
-  // linear_forward 30% slower in the measurement than in the calibration's.
+  // The profile's largest op 30% slower in the measurement than in the calibration's. The
+  // largest, not a fixed one: the profiled step is about a millisecond, and one time slice
+  // lost to another process (the suite runs several binaries on 2 cores) once made AdamW 94%
+  // of it, leaving every other op under the share below which ops are not checked.
   std::string text = testing::read_file(profile);
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(text, m, std::regex("(\"op\": \"linear_forward\"[^}]*\"ms_per_step\": )([0-9.]+)")));
+  const std::regex op_ms("(\"op\": \"(\\w+)\"[^}]*\"ms_per_step\": )([0-9.]+)");
+  std::smatch m, largest;
+  double largest_ms = -1;
+  for (auto it = text.cbegin(); std::regex_search(it, text.cend(), m, op_ms); it = m.suffix().first)
+    if (std::stod(m[3]) > largest_ms) largest_ms = std::stod(m[3]), largest = m;
+  ASSERT_GT(largest_ms, 0) << text;
+  const std::string slowed = largest[2], unchanged = slowed == "linear_backward_input" ? "linear_forward"
+                                                                                       : "linear_backward_input";
   const std::string slower = dir.file("slower.json");
-  testing::write_file(slower, m.prefix().str() + m[1].str() + std::to_string(1.3 * std::stod(m[2])) + m.suffix().str());
+  testing::write_file(slower, std::string(text.cbegin(), largest[3].first) + std::to_string(1.3 * largest_ms) +
+                                  std::string(largest[3].second, text.cend()));
   auto off = model_against(config, "", "--calibration " + cal + " --measured " + slower);
   ASSERT_EQ(off.exit_code, 0) << off.output;
   EXPECT_NE(vs_profile(off.output).find("\"ops_within\": false"), std::string::npos) << off.output;
-  EXPECT_TRUE(std::regex_search(off.output, std::regex("linear_forward [^\n]*OFF"))) << off.output;
-  EXPECT_FALSE(std::regex_search(off.output, std::regex("linear_backward_input [^\n]*OFF"))) << off.output;
+  EXPECT_TRUE(std::regex_search(off.output, std::regex(slowed + " [^\n]*OFF"))) << slowed << "\n" << off.output;
+  EXPECT_FALSE(std::regex_search(off.output, std::regex(unchanged + " [^\n]*OFF"))) << off.output;
 
   // The same profile without its swiglu_forward entry.
   const std::string missing = dir.file("missing.json");

@@ -48,7 +48,7 @@ bool all_zero(const unsigned char* p, size_t n) {
 }
 
 TEST(HostArena, BlocksAreAlignedZeroedAndDisjoint) {
-  HostArena arena(size_t(4) << 20);
+  HostArena arena(size_t(8) << 20);
   std::vector<std::pair<unsigned char*, size_t>> blocks;
   for (size_t bytes : {size_t(64), size_t(128), size_t(4096), size_t(1) << 20, size_t(64)}) {
     auto* p = static_cast<unsigned char*>(arena.take(bytes));
@@ -64,27 +64,39 @@ TEST(HostArena, BlocksAreAlignedZeroedAndDisjoint) {
       auto [b, nb] = blocks[j];
       EXPECT_TRUE(a + na <= b || b + nb <= a) << "blocks " << i << " and " << j << " overlap";
     }
-  EXPECT_EQ(arena.bytes_mapped(), size_t(4) << 20) << "all of them fit the first chunk";
+  EXPECT_EQ(arena.bytes_mapped(), size_t(8) << 20) << "all of them fit the first chunk";
 }
 
-TEST(HostArena, ABlockLargerThanAChunkGetsItsOwnMappingAndTheChunkGoesOn) {
-  const size_t chunk = size_t(4) << 20;
+TEST(HostArena, ALargeBlockThatDoesNotFitGetsItsOwnMappingAndTheChunkGoesOn) {
+  const size_t chunk = size_t(8) << 20, quarter = chunk / 4;
   HostArena arena(chunk);
-  auto* small = static_cast<unsigned char*>(arena.take(64));
+  const size_t align = arena.huge_pages() ? thp_bytes() : 4096;  // a mapping's rounding
+  auto rounded = [&](size_t bytes) { return (bytes + align - 1) / align * align; };
+  auto* first = static_cast<unsigned char*>(arena.take(64));
+  // Larger than a chunk: a mapping of its own; the chunk goes on.
   auto* big = static_cast<unsigned char*>(arena.take(chunk + 64));
   ASSERT_NE(big, nullptr);
   EXPECT_TRUE(all_zero(big, chunk + 64));
-  auto* next = static_cast<unsigned char*>(arena.take(64));
-  EXPECT_EQ(next, small + 64) << "the current chunk is still carved after a big block";
-  // The big block's mapping: its size rounded up to the alignment (a huge page or a page).
-  const size_t align = arena.huge_pages() ? thp_bytes() : 4096;
-  EXPECT_EQ(arena.bytes_mapped(), chunk + (chunk + 64 + align - 1) / align * align);
-  // A block that does not fit the rest of the chunk starts a new chunk.
-  auto* fill = static_cast<unsigned char*>(arena.take(chunk - 64 * 2));
-  EXPECT_EQ(fill, next + 64);
-  auto* spill = static_cast<unsigned char*>(arena.take(128));
-  EXPECT_TRUE(spill < fill || spill >= fill + chunk - 128) << "outside the full chunk";
-  EXPECT_EQ(arena.bytes_mapped(), 2 * chunk + (chunk + 64 + align - 1) / align * align);
+  size_t used = 64;
+  // Blocks that fit the chunk's rest come from it, in order, up to 128 bytes short of full.
+  for (size_t bytes : {quarter, quarter - 64, quarter - 64, quarter - 64}) {
+    auto* p = static_cast<unsigned char*>(arena.take(bytes));
+    EXPECT_EQ(p, first + used) << bytes;
+    used += bytes;
+  }
+  ASSERT_EQ(used, chunk - 128);
+  EXPECT_EQ(arena.bytes_mapped(), chunk + rounded(chunk + 64));
+  // A quarter chunk does not fit the rest: its own mapping, not a new chunk, so a chunk is
+  // never abandoned with more than a quarter of it unused.
+  auto* q = static_cast<unsigned char*>(arena.take(quarter));
+  EXPECT_TRUE(q < first || q >= first + chunk);
+  EXPECT_EQ(arena.bytes_mapped(), chunk + rounded(chunk + 64) + rounded(quarter));
+  auto* tail = static_cast<unsigned char*>(arena.take(128));
+  EXPECT_EQ(tail, first + used) << "the chunk goes on after it";
+  // A small block that does not fit starts a new chunk.
+  auto* spill = static_cast<unsigned char*>(arena.take(64));
+  EXPECT_TRUE(spill < first || spill >= first + chunk) << "outside the full chunk";
+  EXPECT_EQ(arena.bytes_mapped(), 2 * chunk + rounded(chunk + 64) + rounded(quarter));
 }
 
 TEST(HostArena, ChunksAreHugePageAlignedAndMarkedWhereTheKernelHasThem) {

@@ -61,7 +61,10 @@ void* HostArena::map(size_t bytes) {
 
 void* HostArena::take(size_t bytes) {
   if (bytes > left_) {
-    if (bytes >= chunk_bytes_) return map(bytes);  // its own mapping; the current chunk stays
+    // A quarter of a chunk or more: a mapping of its own, and the current chunk stays. So a
+    // chunk is never left with more than a quarter unused, which counts against an
+    // address-space limit (ulimit -v) though it is never touched.
+    if (bytes >= chunk_bytes_ / 4) return map(bytes);
     // The rest of the current chunk (less than this block) is left unused.
     next_ = static_cast<char*>(map(chunk_bytes_));
     if (!next_) {

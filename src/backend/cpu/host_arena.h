@@ -12,7 +12,7 @@
 //
 // Blocks are carved from the current chunk in order and never given back one by one (the
 // backend keeps released blocks for reuse by size, memory.cpp); the chunks are unmapped
-// when the arena goes. A block larger than a chunk gets a mapping of its own size.
+// when the arena goes. A block of a quarter chunk or more gets a mapping of its own size.
 #pragma once
 #include <cstddef>
 #include <vector>
