@@ -18,8 +18,9 @@ FUZZ_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=all
 # MPI compiler wrapper is gcc's, so its flags are asked for directly). Expanded when a
 # fuzz rule runs, not when make reads this file: on a fresh machine MPI's wrapper exists
 # only after `make deps`. The include roots are the gcc build's; the targets add tests/
-# (fuzz/temp_file.h) as the tests do.
-FUZZ_CXXFLAGS = -std=c++20 -O1 -g -Wall -Wextra -Wno-unused-parameter -MMD -MP -DOMPI_SKIP_MPICXX \
+# (fuzz/temp_file.h) as the tests do. Line tables are all a sanitizer's report needs for
+# file:line in its stack (full -g: 10% longer compiles, e.g. checkpoint_manager 9.5 -> 8.6 s).
+FUZZ_CXXFLAGS = -std=c++20 -O1 -gline-tables-only -Wall -Wextra -Wno-unused-parameter -MMD -MP -DOMPI_SKIP_MPICXX \
                  -Isrc -Ikernels -I. $(PKG_CFLAGS) $(shell $(CXX) --showme:compile 2>/dev/null) $(FUZZ_SANITIZE)
 FUZZ_LDLIBS = $(PKG_LIBS) $(shell $(CXX) --showme:link 2>/dev/null) -lpthread
 
