@@ -2,6 +2,7 @@
 // 2 MiB-aligned chunks marked for transparent huge pages, and the backend's allocate()
 // taking its new blocks there.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -70,7 +71,8 @@ TEST(HostArena, BlocksAreAlignedZeroedAndDisjoint) {
 TEST(HostArena, ALargeBlockThatDoesNotFitGetsItsOwnMappingAndTheChunkGoesOn) {
   const size_t chunk = size_t(8) << 20, quarter = chunk / 4;
   HostArena arena(chunk);
-  const size_t align = arena.huge_pages() ? thp_bytes() : 4096;  // a mapping's rounding
+  // A mapping's rounding: the huge page, or the system's page (4 KiB on x86-64).
+  const size_t align = arena.huge_pages() ? thp_bytes() : size_t(sysconf(_SC_PAGESIZE));
   auto rounded = [&](size_t bytes) { return (bytes + align - 1) / align * align; };
   auto* first = static_cast<unsigned char*>(arena.take(64));
   // Larger than a chunk: a mapping of its own; the chunk goes on.

@@ -16,7 +16,7 @@ namespace pptrain {
 namespace {
 
 constexpr double kFp32 = 4, kBf16 = 2, kInt32 = 4;
-constexpr double kCpuFlashBlock = 64;            // rows per flash tile (backend/cpu/attention.cpp)
+constexpr double kCpuFlashBlock = 64;            // rows per flash tile (backend/cpu/attention_flash.cpp)
 constexpr double kCublasLtWorkspace = 32 << 20;  // backend/cuda/cuda_lt_gemm.h
 
 // N = B·T rows of a microbatch, without ModelDims::rows()'s int overflow for absurd batches.

@@ -63,8 +63,8 @@ class CpuOps final : public Ops {
   void reset_peak_memory() override { peak_bytes_ = bytes_in_use_; }
 
   // The ops, one file per family: linear.cpp, layernorm.cpp, rmsnorm.cpp, elementwise.cpp
-  // (GELU too), swiglu.cpp, rotary.cpp, embedding.cpp, attention.cpp (GQA too),
-  // cross_entropy.cpp, adamw.cpp; cast in memory.cpp.
+  // (GELU too), swiglu.cpp, rotary.cpp, embedding.cpp, attention.cpp and attention_flash.cpp
+  // (GQA too), cross_entropy.cpp, adamw.cpp; cast in memory.cpp.
   PPTRAIN_EACH_OP(PPTRAIN_OP_OVERRIDE)
 
  private:
