@@ -69,6 +69,9 @@ const FaultKind kFaultKinds[] = {
     {"blas_detected", "CORE", false,
      "stands in for the OpenBLAS core detected at start-up (e.g. Prescott), as on a CPU newer than the library; "
      "the start-up then chooses by the CPU's features"},
+    {"cpu_topology", "DIR", false,
+     "stands in for sysfs's CPU folder (/sys/devices/system/cpu) where the cpu backend counts the cores under its "
+     "CPUs, e.g. a tree in which the CPUs are SMT siblings"},
 };
 
 const FaultKind* kind_of(const std::string& name) {

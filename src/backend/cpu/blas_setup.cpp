@@ -19,6 +19,7 @@
 
 #include "backend/cpu/cpu_clock.h"
 #include "backend/cpu/cpu_isa.h"
+#include "backend/cpu/cpu_topology.h"
 #include "core/error.h"
 #include "core/faults.h"
 
@@ -197,7 +198,7 @@ double peak_clock_ghz(const CpuInfo& cpu, int threads) {
 }
 
 double peak_gflops_estimate(const CpuInfo& cpu, int threads) {
-  return threads * peak_clock_ghz(cpu, threads) * fp32_flops_per_cycle(cpu);
+  return cores_for_threads(threads) * peak_clock_ghz(cpu, threads) * fp32_flops_per_cycle(cpu);
 }
 
 double measure_sgemm_gflops(int n, int reps) {
@@ -222,8 +223,11 @@ std::string cpu_summary_line(bool measure) {
   const int threads = omp_get_max_threads();
   const char* vectors = cpu.avx512 ? "AVX-512" : cpu.avx2_fma ? "AVX2" : "no AVX2";
   const char* isa_var = std::getenv("PPTRAIN_CPU_ISA");
+  const int cores = cores_for_threads(threads);
+  // Threads on SMT siblings share their cores' FMA units: said, and the peak counts cores.
+  const std::string smt = cores < threads ? cat(" on ", cores, cores == 1 ? " core" : " cores", " (SMT)") : "";
   std::string line = cat("cpu: ", cpu.model_name.empty() ? "unknown CPU" : cpu.model_name, ", ", threads,
-                         threads == 1 ? " thread" : " threads", ", ", vectors, " | loops ", isa_name(process_isa()),
+                         threads == 1 ? " thread" : " threads", smt, ", ", vectors, " | loops ", isa_name(process_isa()),
                          isa_var && *isa_var ? cat(" (PPTRAIN_CPU_ISA=", isa_var, ")") : std::string(), " | ",
                          blas_version(), " ", blas.running, " (", blas.how, ")");
   if (!measure) return line;
@@ -244,7 +248,7 @@ std::string cpu_summary_line(bool measure) {
     std::snprintf(rate, sizeof rate,
                   " | sgemm %d^3 %.0f GFLOP/s, %.2f of the peak estimate %.0f"
                   " (%d x %.1f GHz %s x %d FLOP/cycle)",
-                  n, gflops, gflops / peak, peak, threads, ghz,
+                  n, gflops, gflops / peak, peak, cores, ghz,
                   measured_clock_ghz(threads) > 0 ? "measured" : "reported", per_cycle);
   } else {
     std::snprintf(rate, sizeof rate, " | sgemm %d^3 %.0f GFLOP/s (clock unknown: no peak estimate)", n, gflops);

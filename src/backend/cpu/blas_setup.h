@@ -65,14 +65,17 @@ std::string blas_version();
 // The clock of the peak estimate: measured_clock_ghz(threads) (cpu_clock.h: the cores' clock
 // under load, boost included) where it can be measured (x86-64), else cpu.ghz; 0: unknown.
 double peak_clock_ghz(const CpuInfo& cpu, int threads);
-// threads x peak_clock_ghz x fp32_flops_per_cycle, GFLOP/s; 0 when the clock is unknown.
+// cores x peak_clock_ghz x fp32_flops_per_cycle, GFLOP/s, the cores being those `threads`
+// threads keep busy (cpu_topology.h: two threads on one core's SMT siblings count once);
+// 0 when the clock is unknown.
 double peak_gflops_estimate(const CpuInfo& cpu, int threads);
 
 // One line on what the cpu backend runs on, e.g.
 //   cpu: AMD EPYC, 1 thread, AVX2 | loops avx2 | OpenBLAS 0.3.21 Zen (as detected) |
 //   sgemm 512^3 93 GFLOP/s, 0.89 of the peak estimate 104 (1 x 3.2 GHz measured x 32
 //   FLOP/cycle)
-// The clock is measured (peak_clock_ghz); where it cannot be, sysfs's maximum or
+// (cores, not threads, before the clock: "cpu: ..., 2 threads on 1 core (SMT), ..." where the
+// threads share a core's FMA units.) The clock is measured (peak_clock_ghz); where it cannot be, sysfs's maximum or
 // /proc/cpuinfo's ("reported"; a VM's nominal clock there, which boost exceeds, can let a
 // good kernel pass 1.0).
 // A fallback kernel shows as a small fraction either way. The SGEMM is 1024^3, 512^3 on one

@@ -1,0 +1,70 @@
+// Physical cores from sysfs's sibling lists (cpu_topology.h). Compiled once, for the
+// baseline ISA.
+#include "backend/cpu/cpu_topology.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+
+#include "core/error.h"
+#include "core/faults.h"
+
+namespace pptrain::cpu {
+
+namespace {
+
+// The first line of a file; "" when it cannot be read.
+std::string first_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) return "";
+  return line;
+}
+
+}  // namespace
+
+int count_cores(const std::vector<int>& cpus, const std::string& sysfs_cpu_dir) {
+  std::set<std::string> cores;
+  for (int cpu : cpus) {
+    const std::string topology = sysfs_cpu_dir + "/cpu" + std::to_string(cpu) + "/topology/";
+    std::string siblings = first_line(topology + "core_cpus_list");
+    if (siblings.empty()) siblings = first_line(topology + "thread_siblings_list");
+    // Unreadable: a key no sibling list can equal, so the CPU is a core of its own.
+    cores.insert(siblings.empty() ? "unread:" + std::to_string(cpu) : siblings);
+  }
+  return int(cores.size());
+}
+
+const CpuTopology& process_topology() {
+  static const CpuTopology topology = [] {
+    CpuTopology t;
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    std::vector<int> cpus;
+    if (sched_getaffinity(0, sizeof mask, &mask) == 0)
+      for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+        if (CPU_ISSET(cpu, &mask)) cpus.push_back(cpu);
+    t.cpus = int(cpus.size());
+    // The planted stand-in (faults.h: cpu_topology:DIR) lets a test give this machine SMT
+    // siblings; a malformed PPTRAIN_FAULTS is reported where the command reads it.
+    std::string dir = "/sys/devices/system/cpu";
+    try {
+      const Faults faults = Faults::from_env();
+      if (const Fault* stand_in = faults.find("cpu_topology")) dir = stand_in->target;
+    } catch (const Error&) {
+    }
+    t.cores = count_cores(cpus, dir);
+    return t;
+  }();
+  return topology;
+}
+
+int cores_for_threads(int threads) {
+  const int cores = process_topology().cores;
+  // No mask read (cores 0): every thread is taken for a core, as before.
+  return cores > 0 ? std::max(1, std::min(threads, cores)) : threads;
+}
+
+}  // namespace pptrain::cpu

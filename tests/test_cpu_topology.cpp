@@ -1,0 +1,105 @@
+// The cores under the process's CPUs (src/backend/cpu/cpu_topology.h), which the peak
+// estimate of the start-up line and the benchmarks counts instead of threads: on SMT
+// siblings two threads share one core's FMA units.
+#include <gtest/gtest.h>
+#include <sched.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_topology.h"
+#include "support/markov_model.h"
+#include "support/test_util.h"
+
+namespace pptrain {
+namespace {
+
+using testing::run_command;
+
+// A stand-in for /sys/devices/system/cpu: cpu<N>/topology/<file> holding `siblings`.
+void write_siblings(const testing::TempDir& dir, int cpu, const std::string& file, const std::string& siblings) {
+  const std::string topology = dir.file("cpu" + std::to_string(cpu) + "/topology");
+  std::filesystem::create_directories(topology);
+  testing::write_file(topology + "/" + file, siblings + "\n");
+}
+
+// Four CPUs on two cores, numbered as Linux numbers SMT siblings on many Intel servers (the
+// second thread of every core after all the first ones): 0 and 2 share a core, 1 and 3.
+TEST(CpuTopology, SiblingsCountOnce) {
+  testing::TempDir sys;
+  write_siblings(sys, 0, "core_cpus_list", "0,2");
+  write_siblings(sys, 1, "core_cpus_list", "1,3");
+  write_siblings(sys, 2, "core_cpus_list", "0,2");
+  write_siblings(sys, 3, "core_cpus_list", "1,3");
+  EXPECT_EQ(cpu::count_cores({0, 1, 2, 3}, sys.path()), 2);
+  EXPECT_EQ(cpu::count_cores({0, 2}, sys.path()), 1);  // a mask of one core's two threads
+  EXPECT_EQ(cpu::count_cores({0, 1}, sys.path()), 2);  // one thread of each core
+  EXPECT_EQ(cpu::count_cores({}, sys.path()), 0);
+}
+
+// Kernels before 5.6 have only thread_siblings_list; a CPU with neither file (no sysfs, a
+// container hiding it) is a core of its own, as the estimate counted before.
+TEST(CpuTopology, OlderKernelsListAndUnreadableCpus) {
+  testing::TempDir sys;
+  write_siblings(sys, 0, "thread_siblings_list", "0-1");
+  write_siblings(sys, 1, "thread_siblings_list", "0-1");
+  EXPECT_EQ(cpu::count_cores({0, 1}, sys.path()), 1);
+  EXPECT_EQ(cpu::count_cores({0, 1, 2, 3}, sys.path()), 3);  // cpu2 and cpu3 unread: one core each
+  EXPECT_EQ(cpu::count_cores({5, 6}, sys.path() + "/missing"), 2);
+}
+
+// This process: at least one core, no more than its CPUs, and the threads' share never
+// above either.
+TEST(CpuTopology, ThisProcessHasAtMostOneCorePerCpu) {
+  const cpu::CpuTopology& t = cpu::process_topology();
+  cpu_set_t mask;
+  ASSERT_EQ(sched_getaffinity(0, sizeof mask, &mask), 0);
+  EXPECT_EQ(t.cpus, CPU_COUNT(&mask));
+  EXPECT_GE(t.cores, 1);
+  EXPECT_LE(t.cores, t.cpus);
+  EXPECT_EQ(cpu::cores_for_threads(1), 1);
+  EXPECT_EQ(cpu::cores_for_threads(t.cpus * 4), t.cores);
+}
+
+// The start-up line of a run whose CPUs are one core's SMT siblings (the stand-in tree maps
+// every CPU of this machine to one core): two threads are said to be on one core, and the
+// peak estimate counts that one core.
+TEST(CpuTopology, StartUpLineCountsCoresNotThreads) {
+  cpu_set_t mask;
+  ASSERT_EQ(sched_getaffinity(0, sizeof mask, &mask), 0);
+  testing::TempDir dir, sys;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &mask)) write_siblings(sys, cpu, "core_cpus_list", "0-" + std::to_string(CPU_SETSIZE - 1));
+  testing::MarkovModel m;
+  m.n_layer = 1;
+  m.n_head = 2;
+  m.training = "steps: 1, warmup_steps: 0";
+  m.corpus_tokens = 4000;
+  auto data = testing::write_markov_model(dir, m, "c.yaml");
+  ASSERT_EQ(data.exit_code, 0) << data.output;
+  auto start_up = [&](const std::string& faults) {
+    auto r = run_command("OMP_NUM_THREADS=2 PPTRAIN_FAULTS=" + faults + " " + testing::pptrain_bin() + " train " +
+                             dir.file("c.yaml") + " 2>&1",
+                         120);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const size_t at = r.output.find("cpu: ");
+    return at == std::string::npos ? r.output : r.output.substr(at, r.output.find('\n', at) - at);
+  };
+  const std::string smt = start_up("cpu_topology:" + sys.path());
+  EXPECT_NE(smt.find(", 2 threads on 1 core (SMT), "), std::string::npos) << smt;
+  if (smt.find(" GHz ") != std::string::npos) {  // a clock known: the estimate is printed
+    EXPECT_NE(smt.find(" (1 x "), std::string::npos) << smt;
+  }
+  // On this machine's own tree, as many cores as threads wherever it has two CPUs without SMT.
+  if (cpu::cores_for_threads(2) == 2) {
+    const std::string plain = start_up("");
+    EXPECT_EQ(plain.find("(SMT)"), std::string::npos) << plain;
+    if (plain.find(" GHz ") != std::string::npos) {
+      EXPECT_NE(plain.find(" (2 x "), std::string::npos) << plain;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pptrain
