@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/cpu/blas_setup.h"
+#include "backend/cpu/cpu_topology.h"
 #include "backend/cpu/cpu_clock.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/ops.h"
@@ -395,7 +396,9 @@ TEST(CpuShare, RanksOfOneNodeDivideItsCpusUnlessOmpNumThreadsIsSet) {
     return r.output;
   };
   auto cpu_line_threads = [](int n) { return cat(", ", n, n == 1 ? " thread, " : " threads, "); };
-  const int share = std::max(1, cpus / 4);
+  // Threads are shared out in cores where the CPUs are SMT siblings (cpu_topology.h).
+  const int cores = std::min(cpus, std::max(1, cpu::process_topology().cores));
+  const int share = std::max(1, cores / 4);
   const std::string plain = train("");
   EXPECT_NE(plain.find(cat("threads: ", share, " per rank (4 ranks of this node share ", cpus)), std::string::npos)
       << plain;

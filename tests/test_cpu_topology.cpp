@@ -62,42 +62,79 @@ TEST(CpuTopology, ThisProcessHasAtMostOneCorePerCpu) {
   EXPECT_EQ(cpu::cores_for_threads(t.cpus * 4), t.cores);
 }
 
+// A stand-in for sysfs in which every CPU of this process's mask is an SMT sibling of one
+// core (cpu0's), as on a VM whose two vCPUs are one core's two threads.
+void write_one_core(const testing::TempDir& sys) {
+  cpu_set_t mask;
+  ASSERT_EQ(sched_getaffinity(0, sizeof mask, &mask), 0);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &mask)) write_siblings(sys, cpu, "core_cpus_list", "0-" + std::to_string(CPU_SETSIZE - 1));
+}
+
+// A one-step run of a tiny model in `dir` (written on the first call) with `env` set; its output.
+std::string train(const testing::TempDir& dir, const std::string& env) {
+  if (!std::filesystem::exists(dir.file("c.yaml"))) {
+    testing::MarkovModel m;
+    m.n_layer = 1;
+    m.n_head = 2;
+    m.training = "steps: 1, warmup_steps: 0";
+    m.corpus_tokens = 4000;
+    auto data = testing::write_markov_model(dir, m, "c.yaml");
+    EXPECT_EQ(data.exit_code, 0) << data.output;
+  }
+  auto r = run_command("env -u OMP_NUM_THREADS " + env + " " + testing::pptrain_bin() + " train " + dir.file("c.yaml") +
+                           " 2>&1",
+                       120);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return r.output;
+}
+
+// Its start-up line of the cpu backend ("cpu: ...").
+std::string cpu_line(const std::string& out) {
+  const size_t at = out.find("cpu: ");
+  return at == std::string::npos ? out : out.substr(at, out.find('\n', at) - at);
+}
+
 // The start-up line of a run whose CPUs are one core's SMT siblings (the stand-in tree maps
 // every CPU of this machine to one core): two threads are said to be on one core, and the
 // peak estimate counts that one core.
 TEST(CpuTopology, StartUpLineCountsCoresNotThreads) {
-  cpu_set_t mask;
-  ASSERT_EQ(sched_getaffinity(0, sizeof mask, &mask), 0);
   testing::TempDir dir, sys;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-    if (CPU_ISSET(cpu, &mask)) write_siblings(sys, cpu, "core_cpus_list", "0-" + std::to_string(CPU_SETSIZE - 1));
-  testing::MarkovModel m;
-  m.n_layer = 1;
-  m.n_head = 2;
-  m.training = "steps: 1, warmup_steps: 0";
-  m.corpus_tokens = 4000;
-  auto data = testing::write_markov_model(dir, m, "c.yaml");
-  ASSERT_EQ(data.exit_code, 0) << data.output;
-  auto start_up = [&](const std::string& faults) {
-    auto r = run_command("OMP_NUM_THREADS=2 PPTRAIN_FAULTS=" + faults + " " + testing::pptrain_bin() + " train " +
-                             dir.file("c.yaml") + " 2>&1",
-                         120);
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    const size_t at = r.output.find("cpu: ");
-    return at == std::string::npos ? r.output : r.output.substr(at, r.output.find('\n', at) - at);
-  };
-  const std::string smt = start_up("cpu_topology:" + sys.path());
+  write_one_core(sys);
+  const std::string smt = cpu_line(train(dir, "OMP_NUM_THREADS=2 PPTRAIN_FAULTS=cpu_topology:" + sys.path()));
   EXPECT_NE(smt.find(", 2 threads on 1 core (SMT), "), std::string::npos) << smt;
   if (smt.find(" GHz ") != std::string::npos) {  // a clock known: the estimate is printed
     EXPECT_NE(smt.find(" (1 x "), std::string::npos) << smt;
   }
   // On this machine's own tree, as many cores as threads wherever it has two CPUs without SMT.
   if (cpu::cores_for_threads(2) == 2) {
-    const std::string plain = start_up("");
+    const std::string plain = cpu_line(train(dir, "OMP_NUM_THREADS=2 PPTRAIN_FAULTS="));
     EXPECT_EQ(plain.find("(SMT)"), std::string::npos) << plain;
     if (plain.find(" GHz ") != std::string::npos) {
       EXPECT_NE(plain.find(" (2 x "), std::string::npos) << plain;
     }
+  }
+}
+
+// With OMP_NUM_THREADS unset, one process takes one thread per core, not one per logical
+// CPU (a core's second thread adds no FMA units; PyTorch's default too), and says so.
+TEST(CpuTopology, OneProcessTakesOneThreadPerCoreOfSmtSiblings) {
+  cpu_set_t mask;
+  ASSERT_EQ(sched_getaffinity(0, sizeof mask, &mask), 0);
+  const int cpus = CPU_COUNT(&mask);
+  if (cpus < 2) GTEST_SKIP() << "one CPU: no siblings to stand in for";
+  testing::TempDir dir, sys;
+  write_one_core(sys);
+  const std::string out = train(dir, "PPTRAIN_FAULTS=cpu_topology:" + sys.path());
+  EXPECT_NE(out.find("threads: 1, one per core (" + std::to_string(cpus) + " CPUs are SMT siblings of 1 core;"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(cpu_line(out).find(", 1 thread, "), std::string::npos) << out;
+  // Without SMT (this machine's own tree, where it has none), OpenMP's default stands.
+  if (cpu::process_topology().cores == cpus) {
+    const std::string plain = train(dir, "PPTRAIN_FAULTS=");
+    EXPECT_EQ(plain.find("one per core"), std::string::npos) << plain;
+    EXPECT_NE(cpu_line(plain).find(", " + std::to_string(cpus) + " threads, "), std::string::npos) << plain;
   }
 }
 

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/cpu/cpu_topology.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -57,7 +58,22 @@ MpiSession::MpiSession(int* argc, char*** argv) {
 }
 
 void MpiSession::share_cpus() {
-  if (world_ == 1) return;  // one process: OpenMP's own default (every CPU it may use)
+  const char* set = std::getenv("OMP_NUM_THREADS");
+  const bool user_set = set && *set;
+  // Threads are counted in cores, not logical CPUs: SMT siblings share their core's FMA
+  // units, and a step is nearly all matrix products, which a second thread on a core does
+  // not speed up (OpenBLAS's and MKL's guidance; PyTorch's default is one thread per
+  // physical core too). Without SMT, cores = CPUs and nothing changes.
+  const cpu::CpuTopology& topology = cpu::process_topology();
+  const bool smt = topology.cores > 0 && topology.cores < topology.cpus;
+  if (world_ == 1) {  // one process: OpenMP's own default (every CPU it may use), one per core
+    if (smt && !user_set) {
+      omp_set_num_threads(topology.cores);
+      log::info(cat("threads: ", topology.cores, ", one per core (", topology.cpus, " CPUs are SMT siblings of ",
+                    topology.cores, topology.cores == 1 ? " core" : " cores", "; OMP_NUM_THREADS unset)"));
+    }
+    return;
+  }
   cpu_set_t mine;
   CPU_ZERO(&mine);
   // Every rank takes part in the split and the gather below, even one without a mask (an
@@ -82,21 +98,26 @@ void MpiSession::share_cpus() {
     sharing += CPU_COUNT(&both) > 0;
   }
   const int cpus = CPU_COUNT(&mine);
-  const char* set = std::getenv("OMP_NUM_THREADS");
-  if (set && *set) {
+  // The mask read here is the one the topology was counted on (this process's).
+  const int cores = smt ? topology.cores : cpus;
+  const std::string shared =
+      cat(cpus, cpus == 1 ? " CPU" : " CPUs", smt ? cat(" (SMT siblings of ", cores, cores == 1 ? " core)" : " cores)") : "");
+  if (user_set) {
     // The user's choice stands; say when it oversubscribes (rank 0 speaks for the job).
     const int asked = omp_get_max_threads();
     if (rank_ == 0 && sharing > 1 && asked * sharing > cpus)
-      log::info(cat("threads: OMP_NUM_THREADS=", set, " on each of ", sharing, " ranks that share ", cpus,
-                    cpus == 1 ? " CPU" : " CPUs", ": more threads than CPUs (each rank waits for the others' ",
-                    "threads; unset it to let each rank take ", threads_for_share(cpus, sharing), ")"));
+      log::info(cat("threads: OMP_NUM_THREADS=", set, " on each of ", sharing, " ranks that share ", shared,
+                    ": more threads than CPUs (each rank waits for the others' ",
+                    "threads; unset it to let each rank take ", threads_for_share(cores, sharing), ")"));
     return;
   }
-  const int threads = threads_for_share(cpus, sharing);
+  const int threads = threads_for_share(cores, sharing);
   omp_set_num_threads(threads);
   if (rank_ == 0 && sharing > 1)
-    log::info(cat("threads: ", threads, " per rank (", sharing, " ranks of this node share ", cpus,
-                  cpus == 1 ? " CPU" : " CPUs", "; OMP_NUM_THREADS unset)"));
+    log::info(cat("threads: ", threads, " per rank (", sharing, " ranks of this node share ", shared,
+                  "; OMP_NUM_THREADS unset)"));
+  else if (rank_ == 0 && smt)
+    log::info(cat("threads: ", threads, " per rank, one per core (its ", shared, "; OMP_NUM_THREADS unset)"));
 }
 
 MpiSession::~MpiSession() {

@@ -8,11 +8,12 @@ namespace pptrain {
 
 // How many OpenMP threads a rank takes when the user did not say (OMP_NUM_THREADS unset):
 // the CPUs it may run on divided among the ranks of its node that may run on them too, at
-// least one. `cpus`: CPUs in this rank's affinity mask; `sharing`: local ranks (itself
-// included) whose masks overlap it. Four ranks left unbound on two cores take one thread
-// each (two each would put eight threads on two cores, and every rank's OpenMP barrier
-// would wait for descheduled threads: about 9x slower a step, measured); ranks bound to a
-// core each take one; one rank takes them all.
+// least one. `cpus`: CPUs in this rank's affinity mask, counted as cores where they are SMT
+// siblings (backend/cpu/cpu_topology.h: a core's second thread adds no FMA units);
+// `sharing`: local ranks (itself included) whose masks overlap it. Four ranks left unbound
+// on two cores take one thread each (two each would put eight threads on two cores, and
+// every rank's OpenMP barrier would wait for descheduled threads: about 9x slower a step,
+// measured); ranks bound to a core each take one; one rank takes them all (one per core).
 int threads_for_share(int cpus, int sharing);
 
 class MpiSession {
@@ -27,8 +28,9 @@ class MpiSession {
   [[noreturn]] void abort_job(int code) const;
 
  private:
-  // Sets this rank's OpenMP threads (threads_for_share) unless OMP_NUM_THREADS is set, in
-  // which case it only warns when the node's ranks ask for more threads than its CPUs.
+  // Sets this rank's OpenMP threads (threads_for_share; a job of one process: one per core
+  // where its CPUs are SMT siblings, else OpenMP's default) unless OMP_NUM_THREADS is set,
+  // in which case it only warns when the node's ranks ask for more threads than its CPUs.
   // Collective over MPI_COMM_WORLD (a shared-memory split and an all-gather of masks).
   void share_cpus();
 
