@@ -11,13 +11,15 @@
 #
 # Usage: scripts/bench_cpu_vs_torch.sh [BUILD=build]     (from the repository root)
 #   BENCH_SEQS="64 256"  sequence lengths           BENCH_BATCH=4   batch
-#   BENCH_THREADS=$(nproc --all)  threads, both     BENCH_STEPS=3   timed steps per run
+#   BENCH_THREADS=cores  threads, both (default: the physical cores, each side's default)
+#   BENCH_STEPS=3        timed steps per run
 #   BENCH_ROUNDS=2       runs of each side per length, interleaved A B A B
 set -uo pipefail
 BUILD=${1:-build}
 SEQS=${BENCH_SEQS:-64 256}
 BATCH=${BENCH_BATCH:-4}
-THREADS=${BENCH_THREADS:-$(nproc --all)}
+source "$(dirname "$0")/bench_lib.sh"
+THREADS=${BENCH_THREADS:-$(bench_cores)}
 STEPS=${BENCH_STEPS:-3}
 ROUNDS=${BENCH_ROUNDS:-2}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,7 +29,6 @@ if ! python3 -c 'import torch' 2>/dev/null; then
   echo '{"bench": "cpu_vs_torch", "skipped": "torch is not installed"}'
   exit 0
 fi
-source "$HERE/scripts/bench_lib.sh"
 bench_require bench_cpu_vs_torch "$BUILD" "$BENCH_MODEL"
 
 # The fields KEYS... of the last JSON object line of stdin, tab-separated; status 1 if none.

@@ -15,6 +15,7 @@ else
   echo "== make run [3/4] data: data/fortunes is already prepared"
 fi
 rm -f runs/demo/metrics.jsonl
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
-echo "== make run [4/4] training: configs/demo.yaml on $OMP_NUM_THREADS threads (1 to 2 minutes on 2 cores), a sample every 100 steps"
+# Threads: pptrain's own choice (one per core; its start-up line says how many) unless
+# OMP_NUM_THREADS is set.
+echo "== make run [4/4] training: configs/demo.yaml (1 to 2 minutes on 2 cores), a sample every 100 steps"
 exec "$BUILD/pptrain" train configs/demo.yaml "$@"
