@@ -100,8 +100,8 @@ void MpiSession::share_cpus() {
   const int cpus = CPU_COUNT(&mine);
   // The mask read here is the one the topology was counted on (this process's).
   const int cores = smt ? topology.cores : cpus;
-  const std::string shared =
-      cat(cpus, cpus == 1 ? " CPU" : " CPUs", smt ? cat(" (SMT siblings of ", cores, cores == 1 ? " core)" : " cores)") : "");
+  const std::string siblings = smt ? cat(" (SMT siblings of ", cores, cores == 1 ? " core)" : " cores)") : "";
+  const std::string shared = cat(cpus, cpus == 1 ? " CPU" : " CPUs", siblings);
   if (user_set) {
     // The user's choice stands; say when it oversubscribes (rank 0 speaks for the job).
     const int asked = omp_get_max_threads();

@@ -227,7 +227,8 @@ std::string cpu_summary_line(bool measure) {
   // Threads on SMT siblings share their cores' FMA units: said, and the peak counts cores.
   const std::string smt = cores < threads ? cat(" on ", cores, cores == 1 ? " core" : " cores", " (SMT)") : "";
   std::string line = cat("cpu: ", cpu.model_name.empty() ? "unknown CPU" : cpu.model_name, ", ", threads,
-                         threads == 1 ? " thread" : " threads", smt, ", ", vectors, " | loops ", isa_name(process_isa()),
+                         threads == 1 ? " thread" : " threads", smt, ", ", vectors, " | loops ",
+                         isa_name(process_isa()),
                          isa_var && *isa_var ? cat(" (PPTRAIN_CPU_ISA=", isa_var, ")") : std::string(), " | ",
                          blas_version(), " ", blas.running, " (", blas.how, ")");
   if (!measure) return line;

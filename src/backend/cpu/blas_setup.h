@@ -74,10 +74,10 @@ double peak_gflops_estimate(const CpuInfo& cpu, int threads);
 //   cpu: AMD EPYC, 1 thread, AVX2 | loops avx2 | OpenBLAS 0.3.21 Zen (as detected) |
 //   sgemm 512^3 93 GFLOP/s, 0.89 of the peak estimate 104 (1 x 3.2 GHz measured x 32
 //   FLOP/cycle)
-// (cores, not threads, before the clock: "cpu: ..., 2 threads on 1 core (SMT), ..." where the
-// threads share a core's FMA units.) The clock is measured (peak_clock_ghz); where it cannot be, sysfs's maximum or
-// /proc/cpuinfo's ("reported"; a VM's nominal clock there, which boost exceeds, can let a
-// good kernel pass 1.0).
+// (cores, not threads, before the clock: "cpu: ..., 2 threads on 1 core (SMT), ..." where
+// the threads share a core's FMA units.) The clock is measured (peak_clock_ghz); where it
+// cannot be, sysfs's maximum or /proc/cpuinfo's ("reported"; a VM's nominal clock there,
+// which boost exceeds, can let a good kernel pass 1.0).
 // A fallback kernel shows as a small fraction either way. The SGEMM is 1024^3, 512^3 on one
 // thread. measure = false leaves it out (for --version).
 std::string cpu_summary_line(bool measure);

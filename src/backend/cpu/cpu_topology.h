@@ -1,5 +1,6 @@
 // The physical cores under the CPUs this process may run on, for the peak estimate
-// (blas_setup.h). With simultaneous multithreading (Intel's Hyper-Threading, AMD's SMT) a
+// (blas_setup.h) and the default thread counts (parallel/mpi_session.h: one thread per
+// core). With simultaneous multithreading (Intel's Hyper-Threading, AMD's SMT) a
 // core shows as two logical CPUs that share its FMA units: two threads there do not double
 // its FLOP rate, so a peak counted per thread would be twice what the core can do, and every
 // "fraction of the peak" half what it is. Cloud VMs often hand out vCPUs as such sibling
