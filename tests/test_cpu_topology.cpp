@@ -138,5 +138,28 @@ TEST(CpuTopology, OneProcessTakesOneThreadPerCoreOfSmtSiblings) {
   }
 }
 
+// Ranks of one node share cores too: two unbound ranks whose CPUs are one core's siblings
+// take one thread each, and rank 0 says what they share.
+TEST(CpuTopology, RanksShareCoresOfSmtSiblings) {
+  cpu_set_t mask;
+  ASSERT_EQ(sched_getaffinity(0, sizeof mask, &mask), 0);
+  const int cpus = CPU_COUNT(&mask);
+  if (cpus < 2) GTEST_SKIP() << "one CPU: no siblings to stand in for";
+  testing::TempDir dir, sys;
+  write_one_core(sys);
+  train(dir, "PPTRAIN_FAULTS=");  // writes the model
+  // (Not testing::mpirun, which sets OMP_NUM_THREADS=1: here it must be unset.)
+  auto r = run_command("env -u OMP_NUM_THREADS PPTRAIN_FAULTS=cpu_topology:" + sys.path() +
+                           " OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe "
+                           "--bind-to none -x PPTRAIN_FAULTS -np 2 " + testing::pptrain_bin() + " train " +
+                           dir.file("c.yaml") + " parallel.pp=2 model.n_layer=2 2>&1",
+                       120);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("threads: 1 per rank (2 ranks of this node share " + std::to_string(cpus) +
+                          " CPUs (SMT siblings of 1 core); OMP_NUM_THREADS unset)"),
+            std::string::npos)
+      << r.output;
+}
+
 }  // namespace
 }  // namespace pptrain
