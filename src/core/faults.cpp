@@ -72,6 +72,9 @@ const FaultKind kFaultKinds[] = {
     {"cpu_topology", "DIR", false,
      "stands in for sysfs's CPU folder (/sys/devices/system/cpu) where the cpu backend counts the cores under its "
      "CPUs, e.g. a tree in which the CPUs are SMT siblings"},
+    {"fma_rate", "FACTOR", false,
+     "scales the FMA rate the cpu backend measures for its peak estimate (e.g. 0.5: as a core with one FMA pipe "
+     "of its widest vectors)"},
 };
 
 const FaultKind* kind_of(const std::string& name) {

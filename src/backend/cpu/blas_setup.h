@@ -21,6 +21,7 @@ struct CpuInfo {
   std::string model_name;  // "AMD EPYC 9654", "Intel(R) Xeon(R) Processor"
   bool amd = false;
   int family = 0;          // CPUID's display family (0x19: AMD Zen 3/4)
+  int model = 0;           // and display model (Intel 0x8F: Sapphire Rapids)
   bool avx2_fma = false;
   bool avx512 = false;     // F, BW, DQ, VL and CD, with the OS saving their registers
   bool avx512_bf16 = false;
@@ -41,6 +42,15 @@ std::string best_blas_core(const CpuInfo& cpu);
 // (Intel AVX-512: 64; AMD family 0x19 with AVX-512, Zen 4, runs 512-bit FMAs on 256-bit
 // pipes: 32; AVX2: 32; SSE: 8).
 int fp32_flops_per_cycle(const CpuInfo& cpu);
+// The FLOPs per cycle and core of the peak estimate: fp32_flops_per_cycle's, unless one
+// thread's FMA rate on the CPU's widest vectors (cpu_isa.h: fma_gflops) over its clock
+// (cpu_clock.h) comes out below 0.6 of it, then half: one FMA pipe of those vectors (Xeons
+// with one AVX-512 unit; Zen and Zen+, whose 256-bit FMAs take both 128-bit halves). 0.6
+// sits between the two: a core with both pipes measures 0.7 to 1.0 of the table (an Intel
+// core's clock under heavy AVX-512 work drops by up to 30% against the integer chains' clock),
+// one with a single pipe 0.35 to 0.5. Measured once (~10 ms); the table where nothing can be
+// measured. The planted fault fma_rate:FACTOR scales the measured rate (a test's stand-in).
+int peak_flops_per_cycle(const CpuInfo& cpu);
 
 // What ensure_blas_core found and did; kept for the start-up line.
 struct BlasChoice {
@@ -65,7 +75,7 @@ std::string blas_version();
 // The clock of the peak estimate: measured_clock_ghz(threads) (cpu_clock.h: the cores' clock
 // under load, boost included) where it can be measured (x86-64), else cpu.ghz; 0: unknown.
 double peak_clock_ghz(const CpuInfo& cpu, int threads);
-// cores x peak_clock_ghz x fp32_flops_per_cycle, GFLOP/s, the cores being those `threads`
+// cores x peak_clock_ghz x peak_flops_per_cycle, GFLOP/s, the cores being those `threads`
 // threads keep busy (cpu_topology.h: two threads on one core's SMT siblings count once);
 // 0 when the clock is unknown.
 double peak_gflops_estimate(const CpuInfo& cpu, int threads);

@@ -11,10 +11,12 @@ namespace pptrain {
 namespace cpu {
 namespace avx2 {
 std::unique_ptr<Ops> make_ops(const Faults& faults);  // memory.cpp, baseline compilation
+double fma_gflops(long iterations, int reps);          // fma_rate.cpp, the same
 }
 #if defined(PPTRAIN_WITH_AVX512_COPY)
 namespace avx512 {
 std::unique_ptr<Ops> make_ops(const Faults& faults);  // memory.cpp, PPTRAIN_CPU_AVX512
+double fma_gflops(long iterations, int reps);          // fma_rate.cpp, the same
 }
 #endif
 
@@ -73,6 +75,14 @@ std::unique_ptr<Ops> make_ops(Isa isa, const Faults& faults) {
 #endif
   PPTRAIN_CHECK(isa == Isa::avx2, "cpu backend: no ", isa_name(isa), " copy in this binary");
   return avx2::make_ops(faults);
+}
+
+double fma_gflops(Isa isa, long iterations, int reps) {
+#if defined(PPTRAIN_WITH_AVX512_COPY)
+  if (isa == Isa::avx512) return avx512::fma_gflops(iterations, reps);
+#endif
+  PPTRAIN_CHECK(isa == Isa::avx2, "cpu backend: no ", isa_name(isa), " copy in this binary");
+  return avx2::fma_gflops(iterations, reps);
 }
 
 }  // namespace cpu

@@ -24,5 +24,8 @@ Isa choose_isa(const char* requested);
 Isa process_isa();
 // A backend of the copy `isa` (make_cpu_ops of ops.h: the process's).
 std::unique_ptr<Ops> make_ops(Isa isa, const Faults& faults = {});
+// One thread's FMA throughput on the copy `isa`'s vectors, GFLOP/s: the best of `reps` runs
+// of `iterations` x 10 independent FMAs (fma_rate.cpp).
+double fma_gflops(Isa isa, long iterations, int reps);
 
 }  // namespace pptrain::cpu

@@ -1,0 +1,125 @@
+// The FMA probe behind the cpu peak estimate's FLOPs per cycle (src/backend/cpu/fma_rate.cpp,
+// blas_setup.h: peak_flops_per_cycle): what one thread measures on each copy's vectors, on
+// this CPU and against what is published for the cores the suite meets, and the halved
+// estimate of a core with one FMA pipe (a planted stand-in).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <regex>
+#include <string>
+
+#include "backend/cpu/blas_setup.h"
+#include "backend/cpu/cpu_clock.h"
+#include "backend/cpu/cpu_isa.h"
+#include "support/markov_model.h"
+#include "support/test_util.h"
+
+namespace pptrain {
+namespace {
+
+using cpu::Isa;
+using testing::run_command;
+
+// FMAs of the copy's vectors a cycle on one thread, and its FLOPs per FMA instruction.
+struct Probe {
+  double fmas_per_cycle;
+  int flops_per_fma;
+};
+Probe probe(Isa isa) {
+  const int flops_per_fma = isa == Isa::avx512 ? 32 : 16;  // 2 x lanes of zmm / ymm
+  // Best of 21 runs of ~1 ms each, as CpuClock's test: most runs see no context switch
+  // while the suite runs other tests beside this one.
+  const double ghz = cpu::chain_clock_ghz(cpu::ChainOp::add, 200000, 21);
+  const double gflops = cpu::fma_gflops(isa, 300000, 21);
+  return {gflops / ghz / flops_per_fma, flops_per_fma};
+}
+
+// Every x86 core since Haswell and Zen issues one or two FMAs of its widest vectors a cycle,
+// or half of one where it splits them (Zen 1's 256-bit FMAs on 128-bit pipes): between 0.5
+// and 2. Bounds 0.3 and 2.3: an Intel core's clock under heavy AVX-512 work falls by up to
+// 30% below the integer chains' clock that divides here, and 15% for the two timings' noise.
+// An FMA counted as 4 FLOPs (or the vector width doubled) measures above 2.3 everywhere.
+TEST(FmaRate, EachCopyMeasuresAtMostTwoFmasACycle) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "the clock chains are written for x86-64";
+#endif
+  for (Isa isa : cpu::compiled_isas()) {
+    if (!cpu::cpu_runs(isa)) continue;
+    const Probe p = probe(isa);
+    EXPECT_GE(p.fmas_per_cycle, 0.3) << cpu::isa_name(isa);
+    EXPECT_LE(p.fmas_per_cycle, 2.3) << cpu::isa_name(isa);
+  }
+}
+
+// The cores the suite runs on where every model has the same FMA units (published):
+// AMD family 0x19 (Zen 3 and Zen 4: two 256-bit FMA pipes; Zen 4 runs a 512-bit FMA on
+// both, one a cycle) and Intel Sapphire and Emerald Rapids (two 512-bit FMA units). There
+// the probe must find them (within 0.8 to 1.15: noise and AVX-512 clocks), and the estimate
+// keep the table's FLOPs per cycle. An FMA counted as one FLOP fails here.
+TEST(FmaRate, KnownCoresMeasureTheirPublishedPipes) {
+  const cpu::CpuInfo& c = cpu::read_cpu_info();
+  double ymm = 0, zmm = 0;  // expected FMAs a cycle
+  if (c.amd && c.family == 0x19) {
+    ymm = 2;
+    zmm = c.avx512 ? 1 : 0;
+  } else if (!c.amd && c.family == 6 && (c.model == 0x8F || c.model == 0xCF)) {
+    ymm = 2;
+    zmm = 2;
+  } else {
+    GTEST_SKIP() << "no published FMA units on record for this CPU (family " << c.family << ", model " << c.model
+                 << "): the bounds of EachCopyMeasuresAtMostTwoFmasACycle stand alone";
+  }
+  const Probe narrow = probe(Isa::avx2);
+  std::printf("avx2 copy: %.2f FMAs a cycle (published %.0f)\n", narrow.fmas_per_cycle, ymm);
+  EXPECT_GE(narrow.fmas_per_cycle, 0.8 * ymm);
+  EXPECT_LE(narrow.fmas_per_cycle, 1.15 * ymm);
+  if (zmm > 0 && cpu::cpu_runs(Isa::avx512) && cpu::compiled_isas().back() == Isa::avx512) {
+    const Probe wide = probe(Isa::avx512);
+    std::printf("avx512 copy: %.2f FMAs a cycle (published %.0f)\n", wide.fmas_per_cycle, zmm);
+    EXPECT_GE(wide.fmas_per_cycle, 0.8 * zmm);
+    EXPECT_LE(wide.fmas_per_cycle, 1.15 * zmm);
+  }
+  EXPECT_EQ(cpu::peak_flops_per_cycle(c), cpu::fp32_flops_per_cycle(c));
+}
+
+// The FLOPs per cycle of a start-up line ("x N FLOP/cycle)"), 0 if it has none.
+int line_flops_per_cycle(const std::string& out) {
+  std::smatch m;
+  return std::regex_search(out, m, std::regex(" x ([0-9]+) FLOP/cycle\\)")) ? std::stoi(m[1]) : 0;
+}
+
+// A core measuring half its table's rate (the planted fma_rate:0.5, as a Xeon with one
+// AVX-512 FMA unit would) is estimated at half the FLOPs per cycle; at 0.9 of what it
+// measures (a core whose clock drops a little more under AVX-512) it keeps the table's.
+TEST(FmaRate, OnePipeHalvesThePeakEstimate) {
+  const cpu::CpuInfo& c = cpu::read_cpu_info();
+  if (!c.avx2_fma) GTEST_SKIP() << "a CPU without AVX2: the table stands";
+  testing::TempDir dir;
+  testing::MarkovModel m;
+  m.n_layer = 1;
+  m.n_head = 2;
+  m.training = "steps: 1, warmup_steps: 0";
+  m.corpus_tokens = 4000;
+  auto data = testing::write_markov_model(dir, m, "c.yaml");
+  ASSERT_EQ(data.exit_code, 0) << data.output;
+  auto per_cycle = [&](const std::string& faults) {
+    auto r = run_command("OMP_NUM_THREADS=1 PPTRAIN_FAULTS=" + faults + " " + testing::pptrain_bin() + " train " +
+                             dir.file("c.yaml") + " 2>&1",
+                         120);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    if (r.output.find(" GHz ") == std::string::npos) return -1;  // no clock: no estimate printed
+    return line_flops_per_cycle(r.output);
+  };
+  const int table = cpu::fp32_flops_per_cycle(c);
+  const int half = per_cycle("fma_rate:0.5");
+  if (half == -1) GTEST_SKIP() << "no clock on this machine: the line prints no estimate";
+  EXPECT_EQ(half, table / 2);
+  // Where the probe found the table's units (0.7 of them or more, the throttled bound
+  // above), 0.9 of that stays above the 0.6 that halves the estimate.
+  if (cpu::peak_flops_per_cycle(c) == table) {
+    EXPECT_EQ(per_cycle("fma_rate:0.9"), table);
+  }
+}
+
+}  // namespace
+}  // namespace pptrain
