@@ -62,6 +62,12 @@ TEST(CpuTopology, ThisProcessHasAtMostOneCorePerCpu) {
   EXPECT_EQ(cpu::cores_for_threads(t.cpus * 4), t.cores);
 }
 
+// The CPUs of this process's affinity mask (0 if it cannot be read).
+int process_cpus() {
+  cpu_set_t mask;
+  return sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : 0;
+}
+
 // A stand-in for sysfs in which every CPU of this process's mask is an SMT sibling of one
 // core (cpu0's), as on a VM whose two vCPUs are one core's two threads.
 void write_one_core(const testing::TempDir& sys) {
@@ -74,12 +80,7 @@ void write_one_core(const testing::TempDir& sys) {
 // A one-step run of a tiny model in `dir` (written on the first call) with `env` set; its output.
 std::string train(const testing::TempDir& dir, const std::string& env) {
   if (!std::filesystem::exists(dir.file("c.yaml"))) {
-    testing::MarkovModel m;
-    m.n_layer = 1;
-    m.n_head = 2;
-    m.training = "steps: 1, warmup_steps: 0";
-    m.corpus_tokens = 4000;
-    auto data = testing::write_markov_model(dir, m, "c.yaml");
+    auto data = testing::write_markov_model(dir, testing::one_step_model(), "c.yaml");
     EXPECT_EQ(data.exit_code, 0) << data.output;
   }
   auto r = run_command("env -u OMP_NUM_THREADS " + env + " " + testing::pptrain_bin() + " train " + dir.file("c.yaml") +
@@ -119,9 +120,7 @@ TEST(CpuTopology, StartUpLineCountsCoresNotThreads) {
 // With OMP_NUM_THREADS unset, one process takes one thread per core, not one per logical
 // CPU (a core's second thread adds no FMA units; PyTorch's default too), and says so.
 TEST(CpuTopology, OneProcessTakesOneThreadPerCoreOfSmtSiblings) {
-  cpu_set_t mask;
-  ASSERT_EQ(sched_getaffinity(0, sizeof mask, &mask), 0);
-  const int cpus = CPU_COUNT(&mask);
+  const int cpus = process_cpus();
   if (cpus < 2) GTEST_SKIP() << "one CPU: no siblings to stand in for";
   testing::TempDir dir, sys;
   write_one_core(sys);
@@ -141,9 +140,7 @@ TEST(CpuTopology, OneProcessTakesOneThreadPerCoreOfSmtSiblings) {
 // Ranks of one node share cores too: two unbound ranks whose CPUs are one core's siblings
 // take one thread each, and rank 0 says what they share.
 TEST(CpuTopology, RanksShareCoresOfSmtSiblings) {
-  cpu_set_t mask;
-  ASSERT_EQ(sched_getaffinity(0, sizeof mask, &mask), 0);
-  const int cpus = CPU_COUNT(&mask);
+  const int cpus = process_cpus();
   if (cpus < 2) GTEST_SKIP() << "one CPU: no siblings to stand in for";
   testing::TempDir dir, sys;
   write_one_core(sys);

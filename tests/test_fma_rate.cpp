@@ -95,12 +95,7 @@ TEST(FmaRate, OnePipeHalvesThePeakEstimate) {
   const cpu::CpuInfo& c = cpu::read_cpu_info();
   if (!c.avx2_fma) GTEST_SKIP() << "a CPU without AVX2: the table stands";
   testing::TempDir dir;
-  testing::MarkovModel m;
-  m.n_layer = 1;
-  m.n_head = 2;
-  m.training = "steps: 1, warmup_steps: 0";
-  m.corpus_tokens = 4000;
-  auto data = testing::write_markov_model(dir, m, "c.yaml");
+  auto data = testing::write_markov_model(dir, testing::one_step_model(), "c.yaml");
   ASSERT_EQ(data.exit_code, 0) << data.output;
   auto per_cycle = [&](const std::string& faults) {
     auto r = run_command("OMP_NUM_THREADS=1 PPTRAIN_FAULTS=" + faults + " " + testing::pptrain_bin() + " train " +

@@ -36,4 +36,15 @@ inline CommandResult write_markov_model(const TempDir& dir, const MarkovModel& m
   return r;
 }
 
+// The smallest run that prints the start-up lines and trains: one block of 2 heads, one
+// step, a small corpus (the cpu start-up tests read its lines, not its losses).
+inline MarkovModel one_step_model() {
+  MarkovModel m;
+  m.n_layer = 1;
+  m.n_head = 2;
+  m.training = "steps: 1, warmup_steps: 0";
+  m.corpus_tokens = 4000;
+  return m;
+}
+
 }  // namespace pptrain::testing
