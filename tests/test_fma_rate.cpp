@@ -54,8 +54,9 @@ TEST(FmaRate, EachCopyMeasuresAtMostTwoFmasACycle) {
 // The cores the suite runs on where every model has the same FMA units (published):
 // AMD family 0x19 (Zen 3 and Zen 4: two 256-bit FMA pipes; Zen 4 runs a 512-bit FMA on
 // both, one a cycle) and Intel Sapphire and Emerald Rapids (two 512-bit FMA units). There
-// the probe must find them (within 0.8 to 1.15: noise and AVX-512 clocks), and the estimate
-// keep the table's FLOPs per cycle. An FMA counted as one FLOP fails here.
+// the probe must find them, within 0.7 (the clock of an Intel core under heavy AVX-512 work
+// against the integer chains' clock) to 1.15 (the two timings' noise), and the estimate
+// keep the table's FLOPs per cycle. An FMA counted as one FLOP (0.5) fails here.
 TEST(FmaRate, KnownCoresMeasureTheirPublishedPipes) {
   const cpu::CpuInfo& c = cpu::read_cpu_info();
   double ymm = 0, zmm = 0;  // expected FMAs a cycle
@@ -71,12 +72,12 @@ TEST(FmaRate, KnownCoresMeasureTheirPublishedPipes) {
   }
   const Probe narrow = probe(Isa::avx2);
   std::printf("avx2 copy: %.2f FMAs a cycle (published %.0f)\n", narrow.fmas_per_cycle, ymm);
-  EXPECT_GE(narrow.fmas_per_cycle, 0.8 * ymm);
+  EXPECT_GE(narrow.fmas_per_cycle, 0.7 * ymm);
   EXPECT_LE(narrow.fmas_per_cycle, 1.15 * ymm);
   if (zmm > 0 && cpu::cpu_runs(Isa::avx512) && cpu::compiled_isas().back() == Isa::avx512) {
     const Probe wide = probe(Isa::avx512);
     std::printf("avx512 copy: %.2f FMAs a cycle (published %.0f)\n", wide.fmas_per_cycle, zmm);
-    EXPECT_GE(wide.fmas_per_cycle, 0.8 * zmm);
+    EXPECT_GE(wide.fmas_per_cycle, 0.7 * zmm);
     EXPECT_LE(wide.fmas_per_cycle, 1.15 * zmm);
   }
   EXPECT_EQ(cpu::peak_flops_per_cycle(c), cpu::fp32_flops_per_cycle(c));
