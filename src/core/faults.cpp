@@ -191,6 +191,15 @@ Faults Faults::from_env() {
   return spec ? parse(spec) : Faults{};
 }
 
+std::optional<std::string> Faults::stand_in_from_env(const std::string& name) {
+  try {
+    const Faults faults = from_env();
+    if (const Fault* f = faults.find(name)) return f->target;
+  } catch (const Error&) {
+  }
+  return std::nullopt;
+}
+
 Faults Faults::on_rank(int world_rank) const {
   Faults out;
   for (const Fault& f : faults_)

@@ -33,6 +33,11 @@ class Faults {
   static Faults parse(const std::string& spec, const std::string& source = "PPTRAIN_FAULTS");
   // PPTRAIN_FAULTS, or none when unset or empty.
   static Faults from_env();
+  // The TARGET of the first fault called `name` in PPTRAIN_FAULTS, for the stand-ins read
+  // at start-up, before any command parses the variable (blas_detected, cpu_topology,
+  // fma_rate); nullopt when there is none, or when the variable is malformed (the command
+  // reports that in one line where it reads it).
+  static std::optional<std::string> stand_in_from_env(const std::string& name);
 
   // The faults that act on `world_rank`.
   Faults on_rank(int world_rank) const;

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -95,14 +96,8 @@ BlasChoice decide() {
     if (c.below_cpu) c.how += cat(", below this CPU's ", best);
     return c;
   }
-  // A malformed PPTRAIN_FAULTS is reported, in one line, where the command reads it.
-  Faults faults;
-  try {
-    faults = Faults::from_env();
-  } catch (const Error&) {
-  }
-  const Fault* stand_in = faults.find("blas_detected");
-  c.detected = stand_in ? stand_in->target : c.running;
+  const std::optional<std::string> stand_in = Faults::stand_in_from_env("blas_detected");
+  c.detected = stand_in ? *stand_in : c.running;
   if (stand_in) {
     c.below_cpu = blas_core_level(c.detected) < blas_core_level(best);
     c.off_cpu = blas_core_level(c.detected) != blas_core_level(best);
@@ -163,23 +158,22 @@ int fp32_flops_per_cycle(const CpuInfo& cpu) {
   return 8;
 }
 
-int peak_flops_per_cycle(const CpuInfo& cpu) {
-  static const int per_cycle = [&cpu] {
+int peak_flops_per_cycle() {
+  static const int per_cycle = [] {
+    const CpuInfo& cpu = read_cpu_info();
     const int table = fp32_flops_per_cycle(cpu);
     if (!cpu.avx2_fma) return table;  // no copy of the loops has vectors to measure with
-    const Isa widest = cpu.avx512 && cpu_runs(Isa::avx512) && compiled_isas().back() == Isa::avx512 ? Isa::avx512
-                                                                                                  : Isa::avx2;
     // ~1 ms a run at 3 GHz: 200,000 x 8 chained adds; 300,000 x 10 FMAs at one or two a
-    // cycle. Best of 5: a run another process interrupts is left out.
+    // cycle, on the widest copy this CPU runs. Best of 5: a run another process interrupts
+    // is left out.
     const double ghz = chain_clock_ghz(ChainOp::add, 200000, 5);
-    double gflops = fma_gflops(widest, 300000, 5);
-    double factor = 1.0;
-    try {
-      const Faults faults = Faults::from_env();
-      if (const Fault* stand_in = faults.find("fma_rate")) factor = std::stod(stand_in->target);
-    } catch (const std::exception&) {  // a malformed PPTRAIN_FAULTS is reported where it is read
+    double gflops = fma_gflops(choose_isa(nullptr), 300000, 5);
+    if (const std::optional<std::string> factor = Faults::stand_in_from_env("fma_rate")) {
+      try {
+        gflops *= std::stod(*factor);
+      } catch (const std::exception&) {  // not a number: the stand-in acts nowhere
+      }
     }
-    gflops *= factor;
     if (ghz <= 0 || gflops <= 0) return table;
     return gflops / ghz < 0.6 * table ? table / 2 : table;
   }();
@@ -223,7 +217,7 @@ double peak_clock_ghz(const CpuInfo& cpu, int threads) {
 }
 
 double peak_gflops_estimate(const CpuInfo& cpu, int threads) {
-  return cores_for_threads(threads) * peak_clock_ghz(cpu, threads) * peak_flops_per_cycle(cpu);
+  return cores_for_threads(threads) * peak_clock_ghz(cpu, threads) * peak_flops_per_cycle();
 }
 
 double measure_sgemm_gflops(int n, int reps) {
@@ -263,7 +257,7 @@ std::string cpu_summary_line(bool measure) {
   // one-thread rank of a job (and each of the test suite's thousand runs) pays it once.
   const int n = threads == 1 ? 512 : 1024;
   const double gflops = measure_sgemm_gflops(n, 3);
-  const int per_cycle = peak_flops_per_cycle(cpu);
+  const int per_cycle = peak_flops_per_cycle();
   const double ghz = peak_clock_ghz(cpu, threads);
   if (ghz > 0) {
     // A measured clock is the one the cores run at, boost included, so a good kernel comes

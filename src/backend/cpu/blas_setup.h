@@ -42,7 +42,7 @@ std::string best_blas_core(const CpuInfo& cpu);
 // (Intel AVX-512: 64; AMD family 0x19 with AVX-512, Zen 4, runs 512-bit FMAs on 256-bit
 // pipes: 32; AVX2: 32; SSE: 8).
 int fp32_flops_per_cycle(const CpuInfo& cpu);
-// The FLOPs per cycle and core of the peak estimate: fp32_flops_per_cycle's, unless one
+// The FLOPs per cycle and core of this CPU's peak estimate: fp32_flops_per_cycle's, unless one
 // thread's FMA rate on the CPU's widest vectors (cpu_isa.h: fma_gflops) over its clock
 // (cpu_clock.h) comes out below 0.6 of it, then half: one FMA pipe of those vectors (Xeons
 // with one AVX-512 unit; Zen and Zen+, whose 256-bit FMAs take both 128-bit halves). 0.6
@@ -50,7 +50,7 @@ int fp32_flops_per_cycle(const CpuInfo& cpu);
 // core's clock under heavy AVX-512 work drops by up to 30% against the integer chains' clock),
 // one with a single pipe 0.35 to 0.5. Measured once (~10 ms); the table where nothing can be
 // measured. The planted fault fma_rate:FACTOR scales the measured rate (a test's stand-in).
-int peak_flops_per_cycle(const CpuInfo& cpu);
+int peak_flops_per_cycle();
 
 // What ensure_blas_core found and did; kept for the start-up line.
 struct BlasChoice {

@@ -8,7 +8,6 @@
 #include <fstream>
 #include <set>
 
-#include "core/error.h"
 #include "core/faults.h"
 
 namespace pptrain::cpu {
@@ -48,14 +47,8 @@ const CpuTopology& process_topology() {
         if (CPU_ISSET(cpu, &mask)) cpus.push_back(cpu);
     t.cpus = int(cpus.size());
     // The planted stand-in (faults.h: cpu_topology:DIR) lets a test give this machine SMT
-    // siblings; a malformed PPTRAIN_FAULTS is reported where the command reads it.
-    std::string dir = "/sys/devices/system/cpu";
-    try {
-      const Faults faults = Faults::from_env();
-      if (const Fault* stand_in = faults.find("cpu_topology")) dir = stand_in->target;
-    } catch (const Error&) {
-    }
-    t.cores = count_cores(cpus, dir);
+    // siblings.
+    t.cores = count_cores(cpus, Faults::stand_in_from_env("cpu_topology").value_or("/sys/devices/system/cpu"));
     return t;
   }();
   return topology;
