@@ -28,7 +28,9 @@
 #elif defined(__AVX2__) || defined(PPTRAIN_CPU_AVX512)
 #error "PPTRAIN_TILE_GEMM_PLAIN: build without AVX2, so tile_gemm.h takes its plain path"
 #endif
+#include "backend/cpu/vector_math.h"
 #include "backend/cpu/isa_begin.h"  // last: see there
+#include "backend/cpu/simd.h"
 #include "backend/cpu/tile_gemm.h"
 
 namespace pptrain {

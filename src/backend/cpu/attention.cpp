@@ -28,12 +28,36 @@
 #include "backend/cpu/vector_math.h"
 #include "core/error.h"
 #include "backend/cpu/isa_begin.h"  // last: see there
-#include "backend/cpu/tile_gemm.h"  // after it: compiled for this file's ISA (see there)
-#include "backend/cpu/attention_common.h"  // after both (see there)
+#include "backend/cpu/simd.h"  // after it: compiled for this file's ISA (see there)
+#include "backend/cpu/tile_gemm.h"  // after simd.h
+#include "backend/cpu/attention_common.h"  // after these (see there)
 
 namespace pptrain::cpu::PPTRAIN_CPU_ISA {
 
 using namespace attention;
+
+namespace {
+
+// Row i of dS in place: ds[0..=i] holds dP and becomes dS = P ∘ (dP − Σ_j dP_j P_j);
+// ds[i+1..capacity) <- 0 (masked scores get no gradient: dK reads them). The scores past the
+// diagonal that the dP product computed are masked out of the sum, not multiplied by P's 0,
+// so an infinite one cannot make 0·inf.
+void score_gradient_row(float* ds, const float* p, int i, int capacity) {
+  using namespace simd;
+  const CausalRow cr(i);
+  Vec dots = zero(), ds_tail = zero(), p_tail = zero();
+  for (int v = 0; v < cr.full; ++v) dots = fma(load(ds + v * kWidth), load(p + v * kWidth), dots);
+  if (cr.rem) {
+    ds_tail = load(ds + cr.tail_at(), cr.tail);
+    p_tail = load(p + cr.tail_at(), cr.tail);
+    dots = fma(ds_tail, p_tail, dots);
+  }
+  const Vec dot = splat(reduce_add(dots));
+  for (int v = 0; v < cr.full; ++v) store(ds + v * kWidth, mul(load(p + v * kWidth), sub(load(ds + v * kWidth), dot)));
+  store_tail_and_zero_rest(ds, cr, mul(p_tail, sub(ds_tail, dot)), capacity);
+}
+
+}  // namespace
 
 void CpuOps::attention_forward(View outv, View probsv, ConstView qkvv, int b, int t, int nh, int hd) {
   fp32("attention_forward", outv, probsv, qkvv);
@@ -145,21 +169,7 @@ void CpuOps::gqa_attention_backward_input(View dqkvv, ConstView doutv, ConstView
         // dP[r:last, 0:cols] = dO[r:last] · v[0:cols]ᵀ
         tile::gemm(rows, causal_vector_length(last - 1, t), hd, 1.0f, rows_of(d_o + size_t(r) * hd, hd), vt, t, 0.0f,
                    ds + size_t(r) * t, t);
-        for (int i = r; i < last; ++i) {
-          float* ds_row = ds + size_t(i) * t;
-          const float* p_row = p + size_t(i) * t;
-          // Whole vectors as in the forward (pad_causal_row): P is 0 past the diagonal (the
-          // forward zeroed it), so the padded elements add 0 to the dot and get dS = 0; their
-          // dP is reset to 0 first so that an infinite one cannot make 0·inf.
-          const int n = causal_vector_length(i, t);
-          std::fill(ds_row + i + 1, ds_row + n, 0.0f);
-          float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-          for (int j = 0; j < n; ++j) dot += ds_row[j] * p_row[j];
-#pragma omp simd
-          for (int j = 0; j < n; ++j) ds_row[j] = p_row[j] * (ds_row[j] - dot);
-          std::fill(ds_row + n, ds_row + t, 0.0f);  // masked scores get no gradient (dK reads them)
-        }
+        for (int i = r; i < last; ++i) score_gradient_row(ds + size_t(i) * t, p + size_t(i) * t, i, t);
         // dQ[r:last] = dS[r:last, 0:last] · k[0:last] / √HD
         tile::gemm(rows, hd, last, score_scale, rows_of(ds + size_t(r) * t, t), k, hd, 0.0f, dq + size_t(r) * ld, ld);
       });

@@ -1,8 +1,8 @@
 // What the cpu attention's two paths share (attention.cpp: the plain one, which keeps the
 // probabilities; attention_flash.cpp: the fused one, which recomputes them): the views of a
 // head inside the packed tensors, the causal row's softmax, and how work spreads over the
-// threads. Include it after vector_math.h, isa_begin.h and tile_gemm.h: like them, it is compiled for the
-// including file's ISA and lives in that ISA's namespace (isa.h).
+// threads. Include it after vector_math.h, isa_begin.h, simd.h and tile_gemm.h: like them, it is
+// compiled for the including file's ISA and lives in that ISA's namespace (isa.h).
 #pragma once
 #include <omp.h>
 
@@ -46,22 +46,45 @@ inline void check_shape(const char* op, int b, int t, int nh, int nkv, int hd) {
                 " nh=", nh, " hd=", hd, " nkv=", nkv);
 }
 
-// The length a causal row's loops run to: row i has i + 1 scores, and the loops below would
-// finish its last (i + 1) mod width of them one at a time, the exp's branches included (on
-// T = 128 rows, as many scalar iterations as vector ones). Instead the row is padded with
-// −inf up to a whole number of 16-float vectors (AVX-512's width, a multiple of AVX2's),
-// within the row's `capacity` (its masked part, which is zeroed after anyway): −inf adds
-// nothing to a max, and exp_approx(−inf − max) is exactly 0, so the padded elements come out
-// as the masked ones must, 0, and the sum is unchanged.
+// How far the score products of a strip whose last row is i run: row i has i + 1 scores,
+// rounded up to whole 16-float vectors (AVX-512's width, a multiple of AVX2's) within the
+// row's `capacity`, so that a product's last column panel is a full one rather than a masked
+// remainder; the scores computed past a row's diagonal are never read (the row functions
+// below mask them) and are overwritten with 0.
 inline int causal_vector_length(int i, int capacity) {
   constexpr int kVector = 16;
   return std::min(capacity, (i + kVector) / kVector * kVector);
 }
 
-inline int pad_causal_row(float* row, int i, int capacity) {
-  const int padded = causal_vector_length(i, capacity);
-  std::fill(row + i + 1, row + padded, -INFINITY);
-  return padded;
+// Row i's scores [0, i] as the vectors the row functions below take: `full` whole ones, then
+// `rem` lanes of one more (none when rem is 0) read and written under `tail`, whose other
+// lanes are the masked scores. Every row loop runs on vectors: a row of T = 128 is 1 to 8 of
+// them, too few for `omp simd`'s prologue, scalar remainder and per-loop reductions (simd.h).
+struct CausalRow {
+  int full, rem;
+  simd::Mask tail;
+  explicit CausalRow(int i) : full((i + 1) / simd::kWidth), rem((i + 1) % simd::kWidth), tail(simd::first_lanes(rem)) {}
+  int tail_at() const { return full * simd::kWidth; }
+};
+
+// row[from, capacity) <- 0.
+inline void zero_row_from(float* row, int from, int capacity) {
+  using namespace simd;
+  int j = from;
+  for (; j + kWidth <= capacity; j += kWidth) store(row + j, zero());
+  if (j < capacity) store(row + j, zero(), first_lanes(capacity - j));
+}
+
+// Stores the tail vector of a row (its masked lanes 0) within the row's capacity, then zeroes
+// the rest of the row.
+inline void store_tail_and_zero_rest(float* row, const CausalRow& cr, simd::Vec tail_values, int capacity) {
+  using namespace simd;
+  int next = cr.tail_at();
+  if (cr.rem) {
+    store(row + next, select(cr.tail, tail_values, zero()), first_lanes(std::min(kWidth, capacity - next)));
+    next += kWidth;
+  }
+  zero_row_from(row, std::min(next, capacity), capacity);
 }
 
 // The max of a row's scores and the sum of their exps after it: what the flash path's
@@ -70,24 +93,35 @@ struct RowSums {
   float max, sum;
 };
 
-// In place: row[0..=i] <- softmax(row[0..=i]), row[i+1..capacity) <- 0.
+// In place: row[0..=i] <- softmax(row[0..=i]), row[i+1..capacity) <- 0. The masked lanes of
+// the tail vector are −inf going into the max and the exps (exp(−inf) is exactly 0), so they
+// add nothing to either. A NaN score makes the row NaN (a diverging run still shows).
 inline RowSums causal_softmax_row(float* row, int i, int capacity) {
-  const int n = pad_causal_row(row, i, capacity);
-  // From j = 0, not 1: n is a whole number of vectors, n − 1 is not (a scalar tail of 15).
-  float max_score = row[0];
-#pragma omp simd reduction(max : max_score)
-  for (int j = 0; j < n; ++j) max_score = row[j] > max_score ? row[j] : max_score;
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int j = 0; j < n; ++j) {
-    float e = exp_approx(row[j] - max_score);
-    row[j] = e;
-    sum += e;
+  using namespace simd;
+  const CausalRow cr(i);
+  const Vec minus_inf = splat(-INFINITY);
+  Vec most = minus_inf, last = minus_inf;
+  for (int v = 0; v < cr.full; ++v) most = max(most, load(row + v * kWidth));
+  if (cr.rem) {
+    last = select(cr.tail, load(row + cr.tail_at(), cr.tail), minus_inf);
+    most = max(most, last);
   }
-  const float inv_sum = 1.0f / sum;
-#pragma omp simd
-  for (int j = 0; j < n; ++j) row[j] *= inv_sum;
-  std::fill(row + n, row + capacity, 0.0f);
+  const float max_score = reduce_max(most);
+  const Vec shift = splat(max_score);
+  Vec sums = zero();
+  for (int v = 0; v < cr.full; ++v) {
+    const Vec e = exp(sub(load(row + v * kWidth), shift));
+    store(row + v * kWidth, e);
+    sums = add(sums, e);
+  }
+  if (cr.rem) {
+    last = exp(sub(last, shift));
+    sums = add(sums, last);
+  }
+  const float sum = reduce_add(sums);
+  const Vec inv_sum = splat(1.0f / sum);
+  for (int v = 0; v < cr.full; ++v) store(row + v * kWidth, mul(load(row + v * kWidth), inv_sum));
+  store_tail_and_zero_rest(row, cr, mul(last, inv_sum), capacity);
   return {max_score, sum};
 }
 

@@ -20,8 +20,9 @@
 #include "backend/cpu/vector_math.h"
 #include "core/error.h"
 #include "backend/cpu/isa_begin.h"  // last: see there
-#include "backend/cpu/tile_gemm.h"  // after it: compiled for this file's ISA (see there)
-#include "backend/cpu/attention_common.h"  // after both (see there)
+#include "backend/cpu/simd.h"  // after it: compiled for this file's ISA (see there)
+#include "backend/cpu/tile_gemm.h"  // after simd.h
+#include "backend/cpu/attention_common.h"  // after these (see there)
 
 namespace pptrain::cpu::PPTRAIN_CPU_ISA {
 
@@ -49,19 +50,25 @@ float dot(const float* a, const float* b, int n) {
 
 // Row i of a block: p[0..r1) holds the scores s_ij and becomes P_ij = exp(s_ij − lse_i);
 // ds[0..r1) holds dP_ij and becomes dS_ij = P_ij (dP_ij − delta_i); both are 0 for j > i
-// (masked scores have no probability and get no gradient).
-// Padded to whole vectors as the forward's rows are (pad_causal_row): a padded P is exactly 0,
-// and its dP is reset to 0 first so that an infinite one cannot make 0·inf.
+// (masked scores have no probability and get no gradient). The tail vector's masked lanes
+// are selected to 0, not computed from the products' values past the diagonal, so an
+// infinite one cannot make 0·inf.
 void probabilities_and_score_gradient_row(float* p, float* ds, int i, int r1, float lse, float delta) {
-  const int n = pad_causal_row(p, i, r1);
-  std::fill(ds + i + 1, ds + n, 0.0f);
-#pragma omp simd
-  for (int j = 0; j < n; ++j) {
-    p[j] = exp_approx(p[j] - lse);
-    ds[j] = p[j] * (ds[j] - delta);
+  using namespace simd;
+  const CausalRow cr(i);
+  const Vec shift = splat(lse), centre = splat(delta);
+  for (int v = 0; v < cr.full; ++v) {
+    const Vec pv = exp(sub(load(p + v * kWidth), shift));
+    store(p + v * kWidth, pv);
+    store(ds + v * kWidth, mul(pv, sub(load(ds + v * kWidth), centre)));
   }
-  std::fill(p + n, p + r1, 0.0f);
-  std::fill(ds + n, ds + r1, 0.0f);
+  Vec p_tail = zero(), ds_tail = zero();
+  if (cr.rem) {
+    p_tail = select(cr.tail, exp(sub(load(p + cr.tail_at(), cr.tail), shift)), zero());
+    ds_tail = mul(p_tail, sub(load(ds + cr.tail_at(), cr.tail), centre));
+  }
+  store_tail_and_zero_rest(p, cr, p_tail, r1);
+  store_tail_and_zero_rest(ds, cr, ds_tail, r1);
 }
 
 }  // namespace

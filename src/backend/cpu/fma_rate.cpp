@@ -17,8 +17,9 @@
 #include <chrono>
 
 #include "backend/cpu/isa.h"
+#include "backend/cpu/vector_math.h"
 #include "backend/cpu/isa_begin.h"  // last: see there
-#include "backend/cpu/tile_gemm.h"  // after it: its vectors are this file's ISA's
+#include "backend/cpu/simd.h"  // after it: its vectors are this file's ISA's
 
 namespace pptrain::cpu::PPTRAIN_CPU_ISA {
 
@@ -27,7 +28,7 @@ constexpr int kChains = 10;
 }
 
 double fma_gflops(long iterations, int reps) {
-  using namespace tile;
+  using namespace simd;
   const Vec a = splat(0.99999994f), b = splat(1.0e-7f);
   Vec acc[kChains];
   for (int c = 0; c < kChains; ++c) acc[c] = splat(1.0f + 0.001f * float(c));

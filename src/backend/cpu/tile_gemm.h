@@ -13,92 +13,15 @@
 // n mod kWidth columns), so results do not depend on how the matrix was cut into tiles or
 // over threads (tests/test_tile_gemm.cpp).
 //
-// Include this after isa_begin.h (and, on x86-64, <immintrin.h> before it): its functions are
-// compiled for the translation unit's ISA and live in that ISA's namespace (isa.h). The
-// vectors are AVX-512's in the AVX-512 copy, AVX2's where the build's ISA has AVX2 and FMA
-// (the default x86-64-v3), and plain arrays elsewhere.
+// Include this after simd.h, which is included after isa_begin.h (see there): its functions
+// are compiled for the translation unit's ISA and live in that ISA's namespace (isa.h). The
+// vectors are simd.h's: AVX-512's in the AVX-512 copy, AVX2's where the build's ISA has AVX2
+// and FMA (the default x86-64-v3), and plain arrays elsewhere.
 #pragma once
 
 namespace pptrain::cpu::PPTRAIN_CPU_ISA::tile {
 
-#if defined(PPTRAIN_CPU_AVX512)
-using Vec = __m512;
-constexpr int kWidth = 16;
-inline Vec load(const float* p) { return _mm512_loadu_ps(p); }
-inline void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
-inline Vec broadcast(const float* p) { return _mm512_set1_ps(*p); }
-inline Vec splat(float x) { return _mm512_set1_ps(x); }
-inline Vec zero() { return _mm512_setzero_ps(); }
-inline Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
-inline Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
-// The first `cols` lanes of a vector (0 < cols < kWidth): loads zero the others, stores leave
-// them; neither touches memory past them, so a tail may end at the end of a buffer.
-using Mask = __mmask16;
-inline Mask first_lanes(int cols) { return Mask((1u << cols) - 1u); }
-inline Mask no_lanes() { return 0; }
-inline Vec load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
-inline void store(float* p, Vec v, Mask m) { _mm512_mask_storeu_ps(p, m, v); }
-#elif defined(__AVX2__) && defined(__FMA__)
-using Vec = __m256;
-constexpr int kWidth = 8;
-inline Vec load(const float* p) { return _mm256_loadu_ps(p); }
-inline void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
-inline Vec broadcast(const float* p) { return _mm256_broadcast_ss(p); }
-inline Vec splat(float x) { return _mm256_set1_ps(x); }
-inline Vec zero() { return _mm256_setzero_ps(); }
-inline Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
-inline Vec mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
-using Mask = __m256i;  // lane i taken when its sign bit is set
-inline Mask first_lanes(int cols) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(cols), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-inline Mask no_lanes() { return _mm256_setzero_si256(); }
-inline Vec load(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
-inline void store(float* p, Vec v, Mask m) { _mm256_maskstore_ps(p, m, v); }
-#else
-// Builds for other CPUs (or an x86-64 baseline below v3): eight lanes in plain C++, the
-// same fused multiply-adds one lane at a time, so the results are the same bits.
-struct Vec {
-  float lane[8];
-};
-constexpr int kWidth = 8;
-inline Vec load(const float* p) {
-  Vec v;
-  for (int i = 0; i < kWidth; ++i) v.lane[i] = p[i];
-  return v;
-}
-inline void store(float* p, Vec v) {
-  for (int i = 0; i < kWidth; ++i) p[i] = v.lane[i];
-}
-inline Vec splat(float x) {
-  Vec v;
-  for (int i = 0; i < kWidth; ++i) v.lane[i] = x;
-  return v;
-}
-inline Vec broadcast(const float* p) { return splat(*p); }
-inline Vec zero() { return splat(0.0f); }
-inline Vec fma(Vec a, Vec b, Vec c) {
-  for (int i = 0; i < kWidth; ++i) c.lane[i] = __builtin_fmaf(a.lane[i], b.lane[i], c.lane[i]);
-  return c;
-}
-inline Vec mul(Vec a, Vec b) {
-  for (int i = 0; i < kWidth; ++i) a.lane[i] *= b.lane[i];
-  return a;
-}
-struct Mask {
-  int cols;
-};
-inline Mask first_lanes(int cols) { return {cols}; }
-inline Mask no_lanes() { return {0}; }
-inline Vec load(const float* p, Mask m) {
-  Vec v = zero();
-  for (int i = 0; i < m.cols; ++i) v.lane[i] = p[i];
-  return v;
-}
-inline void store(float* p, Vec v, Mask m) {
-  for (int i = 0; i < m.cols; ++i) p[i] = v.lane[i];
-}
-#endif
+using namespace simd;  // Vec, kWidth, Mask and their operations (simd.h)
 
 // The most rows a micro-tile holds. 6 rows × 2 vectors are 12 accumulators, plus 2 loaded B
 // vectors and a broadcast: 15 of AVX2's 16 registers. Per k the tile does 12 FMAs for 8 loads,
@@ -174,10 +97,14 @@ inline Strided packed(Strided a, int k, float* pack) {
   return {pack, 1, MR};
 }
 
+// Packed only when the rows are read for more than one column panel: with one (n up to two
+// vectors: HD = 32 under AVX-512) each k's line is touched once either way, and the packing
+// is a copy of every element for nothing (measured on a Zen 4 core, T = 128, HD = 32: dK and
+// dV 268 µs a call packed, 193 in place).
 template <int MR>
 inline void row_tile_packing(int n, int k, float alpha, Strided a, const float* b, ptrdiff_t ldb, float beta,
                              float* c, ptrdiff_t ldc, float* pack) {
-  if (pack && a.k_stride != 1) a = packed<MR>(a, k, pack);
+  if (pack && a.k_stride != 1 && n > 2 * kWidth) a = packed<MR>(a, k, pack);
   row_tile<MR>(n, k, alpha, a, b, ldb, beta, c, ldc);
 }
 

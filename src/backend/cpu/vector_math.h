@@ -14,24 +14,32 @@ namespace pptrain::cpu::PPTRAIN_CPU_ISA {
 // exp(x) with ~1 ulp error (Cephes expf). x = n·ln2 + r, |r| <= ln2/2, so
 // exp(x) = 2^n · exp(r), exp(r) from a degree-7 polynomial and 2^n built in the
 // exponent bits. Inputs below -87.34 give 0 (no denormals), above 88.38 give +inf,
-// NaN stays NaN, so a diverging loss still shows.
+// NaN stays NaN, so a diverging loss still shows. simd::exp (simd.h) takes the same steps on
+// explicit vectors.
+namespace exp_constants {
+constexpr float kHi = 88.3762626647949f, kLo = -87.3365447504f;
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;  // ln2 = hi + lo, hi exact
+constexpr float kRound = 12582912.0f;  // 1.5·2^23: v + kRound - kRound = rint(v)
+// exp(r) ≈ 1 + r + r²·(c0 r⁵ + c1 r⁴ + ... + c5), Horner from c0
+constexpr float kPoly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                            4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+}  // namespace exp_constants
+
 #pragma omp declare simd notinbranch
 inline float exp_approx(float x) {
-  constexpr float kHi = 88.3762626647949f, kLo = -87.3365447504f;
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;  // ln2 = hi + lo, hi exact
-  constexpr float kRound = 12582912.0f;  // 1.5·2^23: v + kRound - kRound = rint(v)
-  float xc = x > kLo ? x : kLo;          // NaN -> kLo, so the integer path stays defined
+  using namespace exp_constants;
+  float xc = x > kLo ? x : kLo;  // NaN -> kLo, so the integer path stays defined
   xc = xc < kHi ? xc : kHi;
   float n = (xc * kLog2e + kRound) - kRound;
   float r = xc - n * kLn2Hi;
   r = r - n * kLn2Lo;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
+  float p = kPoly[0];
+  p = p * r + kPoly[1];
+  p = p * r + kPoly[2];
+  p = p * r + kPoly[3];
+  p = p * r + kPoly[4];
+  p = p * r + kPoly[5];
   p = p * (r * r) + r + 1.0f;
   int32_t bits = (static_cast<int32_t>(n) + 127) << 23;  // 2^n, n in [-126, 127]
   float scale;
