@@ -1,8 +1,8 @@
 // The explicit vectors of the cpu backend's short-row loops (backend/cpu/simd.h) and the
 // causal row functions built on them (backend/cpu/attention_common.h), compiled here for the
 // build's baseline ISA (AVX2 in the default build):
-//  - simd::exp gives exp_approx's bits in every lane, specials included (−inf → 0, +inf, NaN,
-//    the clamps' edges, the underflow below −87.34);
+//  - simd::exp_nonpositive gives exp_approx's bits in every lane where that is a normal float,
+//    0 or the true value where it flushes to 0, exactly 0 below −88, −inf included; NaN stays NaN;
 //  - the horizontal max and sum, the lane masks and selects;
 //  - causal_softmax_row against a double-precision softmax at every row of capacities that are
 //    and are not whole vectors: masked scores come out exactly 0, nothing past the capacity is
@@ -39,15 +39,15 @@ namespace {
 using namespace cpu::PPTRAIN_CPU_ISA;
 using testing::random_floats;
 
+// What a softmax hands exp_nonpositive: x <= 0, −inf and NaN.
 std::vector<float> exp_inputs() {
-  const float inf = std::numeric_limits<float>::infinity();
-  std::vector<float> x = {0.0f, -0.0f, 1.0f, -1.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(),
-                          88.3762626647949f, std::nextafter(88.3762626647949f, 100.0f), 88.38f, 89.0f,
-                          -87.3365447504f, std::nextafter(-87.3365447504f, -100.0f), -87.33f, -100.0f,
-                          1e-30f, -1e-30f, std::numeric_limits<float>::denorm_min(), 0.34657359f, -0.34657359f};
-  for (float v = -90.0f; v <= 90.0f; v += 0.0137f) x.push_back(v);  // every n of the range, many r each
-  for (float v : random_floats(4000, 5, -20.0f, 20.0f)) x.push_back(v);
-  while (x.size() % simd::kWidth) x.push_back(0.5f);
+  std::vector<float> x = {0.0f, -0.0f, -1.0f, -INFINITY, std::numeric_limits<float>::quiet_NaN(),
+                          -std::numeric_limits<float>::quiet_NaN(), exp_constants::kLo,
+                          std::nextafter(exp_constants::kLo, -100.0f), -87.5f, -87.99f, -88.0f, -88.01f, -100.0f,
+                          -1e30f, -1e-30f, -std::numeric_limits<float>::denorm_min(), -0.34657359f};
+  for (float v = -90.0f; v <= 0.0f; v += 0.0137f) x.push_back(v);  // every n of the range, many r each
+  for (float v : random_floats(4000, 5, -20.0f, 0.0f)) x.push_back(v);
+  while (x.size() % simd::kWidth) x.push_back(-0.5f);
   return x;
 }
 
@@ -72,26 +72,35 @@ float exp_fused(float x) {
   return x == x ? y : x;
 }
 
-TEST(Simd, ExpTakesExpApproxsStepsInEveryLane) {
+TEST(Simd, ExpOfNonPositiveTakesExpApproxsSteps) {
   const std::vector<float> x = exp_inputs();
   std::vector<float> got(x.size());
-  for (size_t i = 0; i < x.size(); i += simd::kWidth) simd::store(got.data() + i, simd::exp(simd::load(x.data() + i)));
-  size_t differing = 0;
+  for (size_t i = 0; i < x.size(); i += simd::kWidth)
+    simd::store(got.data() + i, simd::exp_nonpositive(simd::load(x.data() + i)));
+  size_t differing = 0, checked = 0;
   for (size_t i = 0; i < x.size(); ++i) {
-    const float want = exp_fused(x[i]);
-    if (std::memcmp(&want, &got[i], sizeof want) != 0 && ++differing <= 5)
-      ADD_FAILURE() << "exp(" << x[i] << "): " << got[i] << ", exp_approx's steps " << want;
-    // Within 2 ulp of exp where the result is a normal float (Cephes' expf: about 1 ulp).
-    if (x[i] >= exp_constants::kLo && x[i] <= exp_constants::kHi) {
+    if (std::isnan(x[i])) {
+      ASSERT_TRUE(std::isnan(got[i])) << "exp(NaN): " << got[i];
+    } else if (x[i] >= exp_constants::kLo) {  // exp_approx's bits
+      const float want = exp_fused(x[i]);
+      if (std::memcmp(&want, &got[i], sizeof want) != 0 && ++differing <= 5)
+        ADD_FAILURE() << "exp(" << x[i] << "): " << got[i] << ", exp_approx's steps " << want;
+      // and within 2 ulp of exp (Cephes' expf: about 1 ulp)
       const double e = std::exp(double(x[i]));
       ASSERT_LE(std::fabs(got[i] - e), 2.0 * std::ldexp(1.0, std::ilogb(e) - 23)) << "exp(" << x[i] << ")";
+      ++checked;
+    } else if (x[i] > -88.0f) {  // below 2^-126: 0, or exp's value to the subnormals' spacing (2^-149)
+      if (got[i] != 0.0f) {
+        ASSERT_LE(std::fabs(got[i] - std::exp(double(x[i]))), std::ldexp(1.0, -148)) << "exp(" << x[i] << ")";
+      }
+    } else {
+      ASSERT_EQ(got[i], 0.0f) << "exp(" << x[i] << ")";  // −inf: masked scores drop out of a sum
     }
   }
   EXPECT_EQ(differing, 0u);
+  EXPECT_GT(checked, 4000u);
   float out[simd::kWidth];
-  simd::store(out, simd::exp(simd::splat(-INFINITY)));
-  EXPECT_EQ(out[0], 0.0f);  // what masked scores rely on
-  simd::store(out, simd::exp(simd::zero()));
+  simd::store(out, simd::exp_nonpositive(simd::zero()));
   EXPECT_EQ(out[0], 1.0f);
 }
 

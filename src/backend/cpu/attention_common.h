@@ -110,12 +110,12 @@ inline RowSums causal_softmax_row(float* row, int i, int capacity) {
   const Vec shift = splat(max_score);
   Vec sums = zero();
   for (int v = 0; v < cr.full; ++v) {
-    const Vec e = exp(sub(load(row + v * kWidth), shift));
+    const Vec e = exp_nonpositive(sub(load(row + v * kWidth), shift));
     store(row + v * kWidth, e);
     sums = add(sums, e);
   }
   if (cr.rem) {
-    last = exp(sub(last, shift));
+    last = exp_nonpositive(sub(last, shift));
     sums = add(sums, last);
   }
   const float sum = reduce_add(sums);

@@ -58,13 +58,13 @@ void probabilities_and_score_gradient_row(float* p, float* ds, int i, int r1, fl
   const CausalRow cr(i);
   const Vec shift = splat(lse), centre = splat(delta);
   for (int v = 0; v < cr.full; ++v) {
-    const Vec pv = exp(sub(load(p + v * kWidth), shift));
+    const Vec pv = exp_nonpositive(sub(load(p + v * kWidth), shift));
     store(p + v * kWidth, pv);
     store(ds + v * kWidth, mul(pv, sub(load(ds + v * kWidth), centre)));
   }
   Vec p_tail = zero(), ds_tail = zero();
   if (cr.rem) {
-    p_tail = select(cr.tail, exp(sub(load(p + cr.tail_at(), cr.tail), shift)), zero());
+    p_tail = select(cr.tail, exp_nonpositive(sub(load(p + cr.tail_at(), cr.tail), shift)), zero());
     ds_tail = mul(p_tail, sub(load(ds + cr.tail_at(), cr.tail), centre));
   }
   store_tail_and_zero_rest(p, cr, p_tail, r1);

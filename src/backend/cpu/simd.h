@@ -49,10 +49,8 @@ inline Vec fnma(Vec a, Vec b, Vec c) { return _mm512_fnmadd_ps(a, b, c); }  // c
 inline Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
 inline Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
 inline Vec sub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
-inline Vec div(Vec a, Vec b) { return _mm512_div_ps(a, b); }
-// max/min return b where a is NaN (the x86 instructions' rule, kept by the plain path).
+// max returns b where either is NaN (the x86 instruction's rule, kept by the plain path).
 inline Vec max(Vec a, Vec b) { return _mm512_mask_max_ps(a, kAll, a, b); }
-inline Vec min(Vec a, Vec b) { return _mm512_mask_min_ps(a, kAll, a, b); }
 // Lanes i and i + 8 first, then as AVX2's eight.
 inline __m256 half(Vec v, int which) {
   return which ? _mm512_mask_extractf32x8_ps(_mm256_setzero_ps(), 0xFF, v, 1)
@@ -68,10 +66,8 @@ inline Mask no_lanes() { return 0; }
 inline Vec load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
 inline void store(float* p, Vec v, Mask m) { _mm512_mask_storeu_ps(p, m, v); }
 inline Vec select(Mask m, Vec a, Vec b) { return _mm512_mask_blend_ps(m, b, a); }  // m ? a : b
-inline Mask greater(Vec a, Vec b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
-inline Mask less(Vec a, Vec b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
-inline Mask ordered(Vec a) { return _mm512_cmp_ps_mask(a, a, _CMP_ORD_Q); }  // not NaN
-// 2^n for integral n in [−126, 127], built in the exponent bits (n truncated, as a cast).
+// 2^n for integral n in [−127, 127], built in the exponent bits (n truncated, as a cast; n =
+// −127 gives 0).
 inline Vec exp2_integral(Vec n) {
   const __m512i zero_i = _mm512_setzero_si512();
   const __m512i n_i = _mm512_mask_cvttps_epi32(zero_i, kAll, n);
@@ -91,9 +87,7 @@ inline Vec fnma(Vec a, Vec b, Vec c) { return _mm256_fnmadd_ps(a, b, c); }
 inline Vec mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
 inline Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
 inline Vec sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
-inline Vec div(Vec a, Vec b) { return _mm256_div_ps(a, b); }
 inline Vec max(Vec a, Vec b) { return _mm256_max_ps(a, b); }
-inline Vec min(Vec a, Vec b) { return _mm256_min_ps(a, b); }
 inline float reduce_max(Vec v) { return reduce8_max(v); }
 inline float reduce_add(Vec v) { return reduce8_add(v); }
 using Mask = __m256i;  // lane i taken when its sign bit is set
@@ -104,9 +98,6 @@ inline Mask no_lanes() { return _mm256_setzero_si256(); }
 inline Vec load(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
 inline void store(float* p, Vec v, Mask m) { _mm256_maskstore_ps(p, m, v); }
 inline Vec select(Mask m, Vec a, Vec b) { return _mm256_blendv_ps(b, a, _mm256_castsi256_ps(m)); }
-inline Mask greater(Vec a, Vec b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_GT_OQ)); }
-inline Mask less(Vec a, Vec b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_LT_OQ)); }
-inline Mask ordered(Vec a) { return _mm256_castps_si256(_mm256_cmp_ps(a, a, _CMP_ORD_Q)); }
 inline Vec exp2_integral(Vec n) {
   const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_castsi256_ps(bits);
@@ -151,14 +142,8 @@ inline Vec add(Vec a, Vec b) {
 inline Vec sub(Vec a, Vec b) {
   return each([&](int i) { return a.lane[i] - b.lane[i]; });
 }
-inline Vec div(Vec a, Vec b) {
-  return each([&](int i) { return a.lane[i] / b.lane[i]; });
-}
 inline Vec max(Vec a, Vec b) {
-  return each([&](int i) { return a.lane[i] > b.lane[i] ? a.lane[i] : b.lane[i]; });
-}
-inline Vec min(Vec a, Vec b) {
-  return each([&](int i) { return a.lane[i] < b.lane[i] ? a.lane[i] : b.lane[i]; });
+  return each([&](int i) { return a.lane[i] > b.lane[i] ? a.lane[i] : b.lane[i]; });  // b where either is NaN
 }
 // AVX2's order: lanes i and i + 4, then the pairs 0/2 and 1/3, then 0 and 1.
 template <typename F>
@@ -192,21 +177,6 @@ inline void store(float* p, Vec v, Mask m) {
 inline Vec select(Mask m, Vec a, Vec b) {
   return each([&](int i) { return m.lane[i] ? a.lane[i] : b.lane[i]; });
 }
-template <typename F>
-inline Mask compare(Vec a, Vec b, F f) {
-  Mask m;
-  for (int i = 0; i < kWidth; ++i) m.lane[i] = f(a.lane[i], b.lane[i]);
-  return m;
-}
-inline Mask greater(Vec a, Vec b) {
-  return compare(a, b, [](float x, float y) { return x > y; });
-}
-inline Mask less(Vec a, Vec b) {
-  return compare(a, b, [](float x, float y) { return x < y; });
-}
-inline Mask ordered(Vec a) {
-  return compare(a, a, [](float x, float y) { return x == y; });
-}
 inline Vec exp2_integral(Vec n) {
   return each([&](int i) {
     const int32_t bits = (static_cast<int32_t>(n.lane[i]) + 127) << 23;
@@ -217,23 +187,26 @@ inline Vec exp2_integral(Vec n) {
 }
 #endif
 
-// exp_approx (vector_math.h) of every lane, its steps one by one, a·b + c fused where GCC
-// contracts the scalar code (at -O2 and above): within 2 ulp of exp, and the same specials
-// (tests/test_simd.cpp). −inf gives exactly 0, so masked scores drop out of a softmax's sum.
-inline Vec exp(Vec x) {
+// exp(x) of every lane for x <= 0, −inf and NaN: a score minus its row's max or log-sum-exp,
+// what a softmax takes. exp_approx's steps (vector_math.h), a·b + c fused where GCC contracts
+// the scalar code at -O2 and above, without its clamps and selects, which x <= 0 does not
+// need: the only clamp is x >= −88, where n = −127 makes 2^n's bits 0 and the result exactly
+// 0 (−inf included: masked scores drop out of the sum); NaN passes max() and the polynomial
+// as NaN. So for x in [−87.34, 0] the bits are exp_approx's; in (−88, −87.34), where
+// exp_approx flushes to 0, 0 or the true value (below 2^−126); below, 0 as there
+// (tests/test_simd.cpp).
+// The selects cost more than the rest: on a Zen 4 core, AVX-512, a T = 128 head's softmax
+// rows took 126 µs with exp_approx's three and 70 without (each compares into a mask register).
+inline Vec exp_nonpositive(Vec x) {
   using namespace exp_constants;
-  const Vec hi = splat(kHi), lo = splat(kLo);
-  const Vec xc = min(max(x, lo), hi);  // NaN -> kLo (max's rule), so the integer path stays defined
+  const Vec xc = max(splat(-88.0f), x);
   const Vec n = sub(fma(xc, splat(kLog2e), splat(kRound)), splat(kRound));
   Vec r = fnma(n, splat(kLn2Hi), xc);
   r = fnma(n, splat(kLn2Lo), r);
   Vec p = splat(kPoly[0]);
   for (int i = 1; i < 6; ++i) p = fma(p, r, splat(kPoly[i]));
   p = add(fma(p, mul(r, r), r), splat(1.0f));
-  Vec y = mul(p, exp2_integral(n));
-  y = select(greater(x, hi), splat(INFINITY), y);
-  y = select(less(x, lo), zero(), y);
-  return select(ordered(x), y, x);
+  return mul(p, exp2_integral(n));
 }
 
 }  // namespace pptrain::cpu::PPTRAIN_CPU_ISA::simd
