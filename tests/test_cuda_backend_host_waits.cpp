@@ -83,16 +83,19 @@ TEST_F(CudaBackendHostWaits, AStepWaitsAsOftenWhateverItsMicrobatchesAndStages) 
   EXPECT_GE(planted - base, 16) << "the planted wait after each action was not counted";
 }
 
-// pp 2 over the emulated NCCL (MPI underneath; the model's transfers of 1 KB complete at
-// their posting, so no send is waited for either). A host wait per received microbatch, as
-// the receives once had, would add (4 - 1) x 2 steps on each rank between 1 and 4
-// microbatches.
+// pp 2 over the emulated NCCL (MPI underneath). A host wait per received microbatch, as the
+// receives once had, would add (4 - 1) x 2 steps on each rank between 1 and 4 microbatches.
+// What may differ: at a step's end a rank waits for a send not yet complete (the last stage
+// sends its last input gradient between that microbatch's I and W, and the MPI transfer
+// under the emulated NCCL may need another progress call then, more often on a loaded
+// machine): at most one a rank and step, 2 x 2 here, fewer than the per-receive waits' 12.
 TEST_F(CudaBackendHostWaits, APipelineRankDoesNotWaitForItsReceives) {
   const std::string pp2 = "parallel.pp=2 parallel.schedule=1f1b";
   const long long base = waits_of_two_steps(pp2 + " parallel.microbatches=1", "", 2);
   EXPECT_GT(base, 0);
-  EXPECT_EQ(waits_of_two_steps(pp2 + " parallel.microbatches=4", "", 2), base)
-      << "the ranks' waits grew with the microbatches they receive";
+  const long long more = waits_of_two_steps(pp2 + " parallel.microbatches=4", "", 2) - base;
+  EXPECT_GE(more, -2 * 2) << "the step-end send waits are at most one a rank and step either way";
+  EXPECT_LE(more, 2 * 2) << "the ranks' waits grew with the microbatches they receive";
   // The trace still shows every receive, on the transfer track, ended when its completion
   // was seen, and no host wait for one: 2 steps x 3 microbatches a rank.
   const std::string trace = dir_.file("pp2_trace.json");
@@ -132,8 +135,9 @@ TEST_F(CudaBackendHostWaits, TheActionsDeviceTimesAreATimeline) {
     previous_end = ts + dur;
     ++slices;
   }
-  // 2 steps x 2 stages x 3 microbatches x (F, B)
-  EXPECT_EQ(slices, 2 * 2 * 3 * 2) << text.substr(0, 2000);
+  // 2 steps x 2 stages x 3 microbatches x (F, I, W): a B runs as its I and W (runtime_form,
+  // pipeline/transform.h)
+  EXPECT_EQ(slices, 2 * 2 * 3 * 3) << text.substr(0, 2000);
   EXPECT_NE(text.find("\"name\": \"the host's waits for receives\""), std::string::npos);
 }
 

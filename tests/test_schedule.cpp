@@ -135,6 +135,50 @@ TEST(ScheduleBubble, GPipeAnd1F1BMatchTheClosedForm) {
   }
 }
 
+// What `pptrain train` runs (runtime_form): a B as its I then W, the input gradient sent
+// between them, the same compute in the same order. The rank before no longer waits for the
+// W, which it does not need: never slower, faster wherever a stage sends to another rank,
+// and no more activations held.
+TEST(ScheduleBubble, TheRuntimeFormSendsAnInputGradientBeforeItsW) {
+  for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "dualpipev"})
+    for (int v : stage_counts(name))
+      for (int pp = 1; pp <= 4; ++pp)
+        for (int m : {1, 4, 8}) {
+          if (!expected_constraint(name, pp, m, v).empty()) continue;
+          SCOPED_TRACE(cat(name, " v=", v, " pp=", pp, " m=", m));
+          const Schedule as_generated = generate_schedule(name, pp, m, v);
+          const Schedule run = runtime_form(as_generated);
+          // Only the split: merged back, the program as lowered (DualPipeV's own I/W pairs
+          // would merge too).
+          if (!uses_split_backward(as_generated.program)) {
+            EXPECT_EQ(merge_backward(run).program, lower(as_generated).program);
+          }
+          const SimResult before = unit_sim(as_generated), after = unit_sim(run);
+          EXPECT_LE(after.makespan, before.makespan + 1e-9);
+          // At least one stage's W (w / v) sooner where a B's send ends the step's critical
+          // path: every schedule here but DualPipeV, whose last sends come from its split
+          // backwards.
+          if (pp > 1 && name != std::string("dualpipev")) {
+            EXPECT_LE(after.makespan, before.makespan - 1.0 / v + 1e-9);
+          }
+          EXPECT_EQ(after.peak_activations, before.peak_activations);
+          // Every SEND_B follows its I before any other compute (the W comes after).
+          for (const auto& actions : run.program) {
+            Action last_compute{Op::F, -1, -1};
+            for (const Action& a : actions) {
+              if (is_compute(a.op)) last_compute = a;
+              if (a.op == Op::SEND_B) {
+                EXPECT_EQ(last_compute, (Action{Op::I, a.stage, a.microbatch}));
+              }
+            }
+          }
+        }
+  // The 1F1B picture of `pptrain schedule --schedule 1f1b --pp 2 --microbatches 4`: 15 time
+  // units as generated, 14 as run (the first rank's last backward starts a W sooner).
+  EXPECT_DOUBLE_EQ(unit_sim(generate_schedule("1f1b", 2, 4, 1)).makespan, 15.0);
+  EXPECT_DOUBLE_EQ(unit_sim(runtime_form(generate_schedule("1f1b", 2, 4, 1))).makespan, 14.0);
+}
+
 TEST(ScheduleBubble, ZBH1IsAThirdOf1F1B) {
   // Bubble per rank (p-1)(T_F + T_I - T_W), for T_W = T_I and T_W = T_I / 2.
   for (double tw : {1.0, 0.5}) {

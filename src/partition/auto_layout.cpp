@@ -11,6 +11,7 @@
 #include "partition/recompute_choice.h"
 #include "pipeline/auto_schedule.h"
 #include "pipeline/registry.h"
+#include "pipeline/transform.h"
 
 namespace pptrain {
 namespace {
@@ -81,7 +82,8 @@ ResolvedLayout resolve_layout(const Config& cfg, MpiComm& world, const ProfileOp
       return p;
     }
     p.program = auto_schedule ? auto_program(prof, par.pp, par.microbatches, par.stages_per_rank, given, recompute)
-                              : pipeline::load_or_generate(par.schedule, par.pp, par.microbatches, par.stages_per_rank);
+                              : pipeline::runtime_form(pipeline::load_or_generate(par.schedule, par.pp, par.microbatches,
+                                                                                  par.stages_per_rank));
     if (auto_split) p.partition = partition_stages(prof, p.program, n_layer, limit, recompute);
     else require_split_fits(prof, p.program, given, recompute, limit);
     return p;
@@ -93,7 +95,8 @@ ResolvedLayout resolve_layout(const Config& cfg, MpiComm& world, const ProfileOp
       // (recompute changes costs and bytes, not which stage holds the most microbatches).
       const pipeline::Schedule first =
           auto_schedule ? auto_start_program(par.pp, par.microbatches, par.stages_per_rank)
-                        : pipeline::load_or_generate(par.schedule, par.pp, par.microbatches, par.stages_per_rank);
+                        : pipeline::runtime_form(
+                              pipeline::load_or_generate(par.schedule, par.pp, par.microbatches, par.stages_per_rank));
       planned = choose_recompute(plan, stages_by_microbatches_in_flight(first), prof.attention == "naive", limit);
     } else {
       planned = plan(stage_recompute(cfg));

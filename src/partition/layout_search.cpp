@@ -9,6 +9,7 @@
 #include "partition/recompute_choice.h"
 #include "pipeline/auto_schedule.h"
 #include "pipeline/registry.h"
+#include "pipeline/transform.h"
 
 namespace pptrain {
 namespace {
@@ -196,7 +197,8 @@ std::vector<LayoutChoice> search_layouts(const Config& cfg, const CostProfile& p
               planned = plan_auto_recompute(scaled, pp, micro, shape.stages_per_rank, m.n_layer,
                                             opts.memory_per_rank_bytes);
             } else {
-              planned.program = pipeline::generate_schedule(shape.name, pp, micro, shape.stages_per_rank);
+              planned.program =
+                  pipeline::runtime_form(pipeline::generate_schedule(shape.name, pp, micro, shape.stages_per_rank));
             }
           } catch (const Error&) {
             continue;  // a shape the schedule does not take (e.g. DualPipeV with m < 2p-1), or auto over the limit

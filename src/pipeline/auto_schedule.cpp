@@ -10,6 +10,7 @@
 #include "pipeline/auto_heuristic.h"
 #include "pipeline/generators.h"
 #include "pipeline/registry.h"
+#include "pipeline/transform.h"
 
 namespace pptrain::pipeline {
 
@@ -189,7 +190,7 @@ Schedule auto_schedule(int pp, int microbatches, int stages_per_rank, const Cost
   for (const std::string& name : schedule_names()) {
     Schedule fixed;
     try {
-      fixed = generate_schedule(name, pp, m, v);
+      fixed = runtime_form(generate_schedule(name, pp, m, v));
     } catch (const Error&) {
       continue;  // a shape it does not run
     }

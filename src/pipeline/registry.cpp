@@ -7,6 +7,7 @@
 #include "pipeline/csv.h"
 #include "pipeline/generators.h"
 #include "pipeline/lower.h"
+#include "pipeline/transform.h"
 #include "pipeline/validate.h"
 
 namespace pptrain::pipeline {
@@ -122,7 +123,7 @@ Schedule prepare_schedule(const std::string& spec, int pp, int microbatches, int
 Schedule prepare_schedule(const Config& cfg) {
   const auto& p = cfg.parallel;
   try {
-    return prepare_schedule(p.schedule, p.pp, p.microbatches, p.stages_per_rank);
+    return runtime_form(prepare_schedule(p.schedule, p.pp, p.microbatches, p.stages_per_rank));
   } catch (const Error& e) {
     fail(cfg.source, ": key 'parallel.schedule': ", e.what());
   }

@@ -56,7 +56,8 @@ Schedule prepare_schedule(const std::string& spec, int pp, int microbatches, int
                           const PrepareOptions& opts = {});
 
 // The schedule a training config asks for: prepare_schedule of parallel.schedule for its
-// (pp, microbatches, stages_per_rank). An error names the config file and key.
+// (pp, microbatches, stages_per_rank), in runtime_form (transform.h). An error names the
+// config file and key.
 Schedule prepare_schedule(const Config& cfg);
 
 // The placement under which every action of `program` sits on its rank: Loop if it fits,

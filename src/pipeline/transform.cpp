@@ -1,6 +1,9 @@
 #include "pipeline/transform.h"
 
 #include "core/error.h"
+#include "pipeline/lower.h"
+#include "pipeline/validate.h"
+
 
 namespace pptrain::pipeline {
 
@@ -32,12 +35,28 @@ Schedule split_backward(const Schedule& schedule) {
         continue;
       }
       actions.push_back({Op::I, a.stage, a.microbatch});
-      if (i + 1 < in.size() && in[i + 1] == Action{Op::SEND_B, a.stage, a.microbatch})
-        actions.push_back(in[++i]);
+      // Lowered: the communication after the B up to its own SEND_B (receives lowering posted
+      // there) goes before the W with it.
+      size_t send = i + 1;
+      while (send < in.size() && is_communication(in[send].op) && in[send] != Action{Op::SEND_B, a.stage, a.microbatch})
+        ++send;
+      if (send < in.size() && in[send] == Action{Op::SEND_B, a.stage, a.microbatch})
+        while (i < send) actions.push_back(in[++i]);
       actions.push_back({Op::W, a.stage, a.microbatch});
     }
   }
   return out;
+}
+
+Schedule runtime_form(const Schedule& schedule) {
+  const Schedule lowered = has_communication(schedule.program) ? schedule : lower(schedule);
+  Schedule run = split_backward(lowered);  // each SEND_B that followed its B now precedes the W
+  try {
+    validate(run, ValidateOptions{0, /*blocking_sends=*/true});
+  } catch (const Error&) {
+    return lowered;  // a send moved earlier could block a rank sooner: keep the program as lowered
+  }
+  return run;
 }
 
 Schedule merge_backward(const Schedule& schedule) {
