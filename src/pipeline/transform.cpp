@@ -4,7 +4,6 @@
 #include "pipeline/lower.h"
 #include "pipeline/validate.h"
 
-
 namespace pptrain::pipeline {
 
 BackwardForm parse_backward_form(const std::string& text) {
