@@ -25,8 +25,7 @@ Schedule split_backward(const Schedule& schedule);
 // B goes between its I and W. Nothing else moves (the receives stay where lowering put them),
 // so no action starts later; the compute and the peak memory are the same. Measured: pp 2
 // 1F1B, 8 microbatches, on a 2-core Zen 4 VM, 512.9 -> 489.0 ms a step (docs/PARALLELISM.md).
-// Where the earlier send would break the lowered program's promise to finish with blocking
-// sends, the program stays as lowered.
+// Each rank's communication keeps its order, so the program still finishes with blocking sends.
 Schedule runtime_form(const Schedule& schedule);
 
 // I(s, mb) whose next compute action on the rank is W(s, mb) -> B(s, mb) at the I's place
