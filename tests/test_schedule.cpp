@@ -154,6 +154,8 @@ TEST(ScheduleBubble, TheRuntimeFormSendsAnInputGradientBeforeItsW) {
             EXPECT_EQ(merge_backward(run).program, lower(as_generated).program);
           }
           const SimResult before = unit_sim(as_generated), after = unit_sim(run);
+          // 1e-9: makespans are sums of at most a few hundred durations of 1 or 1/v in double,
+          // whose rounding stays many orders below it on any machine.
           EXPECT_LE(after.makespan, before.makespan + 1e-9);
           // At least one stage's W (w / v) sooner where a B's send ends the step's critical
           // path: every schedule here but DualPipeV, whose last sends come from its split

@@ -91,7 +91,7 @@ TEST(Simd, ExpOfNonPositiveTakesExpApproxsSteps) {
     }
   }
   EXPECT_EQ(differing, 0u);
-  EXPECT_GT(checked, 4000u);
+  EXPECT_GT(checked, 4000u);  // the 4000 random inputs in [−20, 0] alone are in that range
   float out[simd::kWidth];
   simd::store(out, simd::exp_nonpositive(simd::zero()));
   EXPECT_EQ(out[0], 1.0f);

@@ -95,8 +95,7 @@ ResolvedLayout resolve_layout(const Config& cfg, MpiComm& world, const ProfileOp
       // (recompute changes costs and bytes, not which stage holds the most microbatches).
       const pipeline::Schedule first =
           auto_schedule ? auto_start_program(par.pp, par.microbatches, par.stages_per_rank)
-                        : pipeline::runtime_form(
-                              pipeline::load_or_generate(par.schedule, par.pp, par.microbatches, par.stages_per_rank));
+                        : pipeline::load_or_generate(par.schedule, par.pp, par.microbatches, par.stages_per_rank);
       planned = choose_recompute(plan, stages_by_microbatches_in_flight(first), prof.attention == "naive", limit);
     } else {
       planned = plan(stage_recompute(cfg));
