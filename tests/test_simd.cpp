@@ -3,7 +3,8 @@
 // build's baseline ISA (AVX2 in the default build):
 //  - simd::exp_nonpositive gives exp_approx's bits in every lane where that is a normal float,
 //    0 or the true value where it flushes to 0, exactly 0 below −88, −inf included; NaN stays NaN;
-//  - the horizontal max and sum, the lane masks and selects;
+//  - the horizontal max and sum, the lane masks and selects, the sign lanes, magnitude and
+//    division;
 //  - causal_softmax_row against a double-precision softmax at every row of capacities that are
 //    and are not whole vectors: masked scores come out exactly 0, nothing past the capacity is
 //    written, a NaN score makes the row NaN;
@@ -122,6 +123,33 @@ TEST(Simd, ReductionsMasksAndSelects) {
   }
 }
 
+// GELU's pieces (elementwise.cpp): the sign bit's lanes (−0 and a negative NaN among them),
+// the magnitude, and a division rounded as the scalar one.
+TEST(Simd, SignLanesAbsoluteAndDivide) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> x = {-2.5f, 0.0f, -0.0f, 3.0f, -INFINITY, INFINITY, nan, -nan, 1e-40f, -1e-40f, 7.0f, -7.0f};
+  std::vector<float> y = random_floats(x.size(), 11, 0.5f, 3.0f);
+  x.resize(simd::kWidth * ((x.size() + simd::kWidth - 1) / simd::kWidth), 1.0f);
+  y.resize(x.size(), 3.0f);
+  for (size_t at = 0; at < x.size(); at += simd::kWidth) {
+    const simd::Vec v = simd::load(x.data() + at);
+    std::vector<float> sign(simd::kWidth), magnitude(simd::kWidth), quotient(simd::kWidth);
+    simd::store(sign.data(), simd::select(simd::sign_lanes(v), simd::splat(1.0f), simd::splat(0.0f)));
+    simd::store(magnitude.data(), simd::absolute(v));
+    simd::store(quotient.data(), simd::divide(v, simd::load(y.data() + at)));
+    for (int i = 0; i < simd::kWidth; ++i) {
+      const float xi = x[at + i];
+      ASSERT_EQ(sign[i], std::signbit(xi) ? 1.0f : 0.0f) << xi;
+      const float expected_magnitude = std::fabs(xi), expected_quotient = xi / y[at + i];
+      ASSERT_EQ(std::memcmp(&magnitude[i], &expected_magnitude, sizeof(float)), 0) << xi;
+      if (std::isnan(xi))
+        ASSERT_TRUE(std::isnan(quotient[i]));
+      else
+        ASSERT_EQ(quotient[i], expected_quotient) << xi;
+    }
+  }
+}
+
 TEST(Simd, CausalSoftmaxRowsAgainstDouble) {
   // Row i: softmax of i + 1 scores in [−8, 8]; each output is an exp_approx (about 2 ulp) over a
   // sum of at most T terms rounded in fp32: well within (T + 8)·2⁻²⁴ relative, taken as the
@@ -175,7 +203,8 @@ TEST(Simd, ThePlainAndAvx512PathsPassTheseTestsToo) {
                                             " -lgtest_main -lgtest -lpthread && " + bin + " --gtest_brief=1",
                                         300);
     EXPECT_EQ(r.exit_code, 0) << name << ":\n" << r.output;
-    EXPECT_NE(r.output.find("[  PASSED  ] 4 tests."), std::string::npos) << name << ":\n" << r.output;
+    // Every test of this file but this one.
+    EXPECT_NE(r.output.find("[  PASSED  ] 5 tests."), std::string::npos) << name << ":\n" << r.output;
   }
 }
 #endif

@@ -49,6 +49,10 @@ inline Vec fnma(Vec a, Vec b, Vec c) { return _mm512_fnmadd_ps(a, b, c); }  // c
 inline Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
 inline Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
 inline Vec sub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
+inline Vec divide(Vec a, Vec b) { return _mm512_div_ps(a, b); }  // correctly rounded, as a scalar a / b
+inline Vec absolute(Vec a) {  // the sign bit cleared
+  return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x7FFFFFFF)));
+}
 // max returns b where either is NaN (the x86 instruction's rule, kept by the plain path).
 inline Vec max(Vec a, Vec b) { return _mm512_mask_max_ps(a, kAll, a, b); }
 // Lanes i and i + 8 first, then as AVX2's eight.
@@ -66,6 +70,7 @@ inline Mask no_lanes() { return 0; }
 inline Vec load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
 inline void store(float* p, Vec v, Mask m) { _mm512_mask_storeu_ps(p, m, v); }
 inline Vec select(Mask m, Vec a, Vec b) { return _mm512_mask_blend_ps(m, b, a); }  // m ? a : b
+inline Mask sign_lanes(Vec v) { return _mm512_movepi32_mask(_mm512_castps_si512(v)); }  // sign bit set (−0 too)
 // 2^n for integral n in [−127, 127], built in the exponent bits (n truncated, as a cast; n =
 // −127 gives 0).
 inline Vec exp2_integral(Vec n) {
@@ -87,6 +92,8 @@ inline Vec fnma(Vec a, Vec b, Vec c) { return _mm256_fnmadd_ps(a, b, c); }
 inline Vec mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
 inline Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
 inline Vec sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
+inline Vec divide(Vec a, Vec b) { return _mm256_div_ps(a, b); }
+inline Vec absolute(Vec a) { return _mm256_and_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))); }
 inline Vec max(Vec a, Vec b) { return _mm256_max_ps(a, b); }
 inline float reduce_max(Vec v) { return reduce8_max(v); }
 inline float reduce_add(Vec v) { return reduce8_add(v); }
@@ -98,6 +105,7 @@ inline Mask no_lanes() { return _mm256_setzero_si256(); }
 inline Vec load(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
 inline void store(float* p, Vec v, Mask m) { _mm256_maskstore_ps(p, m, v); }
 inline Vec select(Mask m, Vec a, Vec b) { return _mm256_blendv_ps(b, a, _mm256_castsi256_ps(m)); }
+inline Mask sign_lanes(Vec v) { return _mm256_castps_si256(v); }
 inline Vec exp2_integral(Vec n) {
   const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_castsi256_ps(bits);
@@ -142,6 +150,12 @@ inline Vec add(Vec a, Vec b) {
 inline Vec sub(Vec a, Vec b) {
   return each([&](int i) { return a.lane[i] - b.lane[i]; });
 }
+inline Vec divide(Vec a, Vec b) {
+  return each([&](int i) { return a.lane[i] / b.lane[i]; });
+}
+inline Vec absolute(Vec a) {
+  return each([&](int i) { return std::fabs(a.lane[i]); });
+}
 inline Vec max(Vec a, Vec b) {
   return each([&](int i) { return a.lane[i] > b.lane[i] ? a.lane[i] : b.lane[i]; });  // b where either is NaN
 }
@@ -176,6 +190,11 @@ inline void store(float* p, Vec v, Mask m) {
 }
 inline Vec select(Mask m, Vec a, Vec b) {
   return each([&](int i) { return m.lane[i] ? a.lane[i] : b.lane[i]; });
+}
+inline Mask sign_lanes(Vec v) {
+  Mask m;
+  for (int i = 0; i < kWidth; ++i) m.lane[i] = std::signbit(v.lane[i]);
+  return m;
 }
 inline Vec exp2_integral(Vec n) {
   return each([&](int i) {

@@ -1,7 +1,6 @@
-// Branch-free float exp and GELU pieces that GCC vectorises inside `#pragma omp simd`
-// loops. glibc's expf/tanhf only have vector variants under -ffast-math, and the
-// softmax of the cross-entropy (N·V exps per microbatch) and GELU would otherwise
-// run one element at a time.
+// Branch-free float exp that GCC vectorises inside `#pragma omp simd` loops, and GELU's
+// constants. glibc's expf only has vector variants under -ffast-math, and the softmax of the
+// cross-entropy (N·V exps per microbatch) would otherwise run one element at a time.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -50,28 +49,9 @@ inline float exp_approx(float x) {
   return x == x ? y : x;
 }
 
-// GELU, tanh approximation: gelu(x) = 0.5 x (1 + tanh(u)), u = √(2/π)(x + 0.044715 x³).
-// 0.5 (1 + tanh u) = sigmoid(2u), which keeps full relative accuracy for negative x
-// where 1 + tanh(u) would cancel.
+// GELU, tanh approximation: gelu(x) = 0.5 x (1 + tanh(u)), u = √(2/π)(x + 0.044715 x³)
+// (elementwise.cpp).
 constexpr float kGeluScale = 0.7978845608028654f;  // √(2/π)
 constexpr float kGeluCubic = 0.044715f;
-
-#pragma omp declare simd notinbranch
-inline float gelu_sigmoid(float x) {  // sigmoid(2u)
-  float u = kGeluScale * (x + kGeluCubic * x * x * x);
-  return 1.0f / (1.0f + exp_approx(-2.0f * u));
-}
-
-#pragma omp declare simd notinbranch
-inline float gelu_value(float x) { return x * gelu_sigmoid(x); }
-
-// gelu'(x) = s + x · 2 s (1 - s) · u',  s = sigmoid(2u),  u' = √(2/π)(1 + 3·0.044715 x²);
-// 2 s (1 - s) = 0.5 sech²(u).
-#pragma omp declare simd notinbranch
-inline float gelu_derivative(float x) {
-  float s = gelu_sigmoid(x);
-  float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-  return s + x * 2.0f * s * (1.0f - s) * du;
-}
 
 }  // namespace pptrain::cpu::PPTRAIN_CPU_ISA
