@@ -47,6 +47,10 @@ CXXFLAGS += $(FP_FLAGS) -std=c++20 -fopenmp -Wall -Wextra -Wno-unused-parameter 
 TEST_INCLUDES := -Itests
 # GLPK (the stage partitioner's integer programs) ships no pkg-config file.
 LDLIBS += $(PKG_LIBS) -lglpk -fopenmp -lpthread
+# Every binary takes the CPU check of src/core/cpu_guard.cpp: a constructor nothing refers to,
+# which the linker would otherwise leave in the archive. It names the build's -march.
+LDLIBS += -Wl,--undefined=pptrain_cpu_guard
+$(BUILD)/obj/src/core/cpu_guard.o: CXXFLAGS += -DPPTRAIN_BUILD_ARCH='"-march=$(ARCH)"'
 # Link with gold where binutils has it (Debian's does): a test binary links in 0.33 s
 # instead of BFD ld's 0.90, and a full build has about 200 links. Elsewhere the default
 # linker. (Looked up on the PATH, not by asking the compiler: nothing may run the compiler

@@ -242,12 +242,14 @@ std::string cpu_summary_line(bool measure) {
   const int threads = omp_get_max_threads();
   const char* vectors = cpu.avx512 ? "AVX-512" : cpu.avx2_fma ? "AVX2" : "no AVX2";
   const char* isa_var = std::getenv("PPTRAIN_CPU_ISA");
+  // The copy named avx2 is the build's baseline: on a CPU without AVX2 (a build for an older
+  // -march, or cpu_guard.cpp would have stopped the process) it is that baseline's code.
+  const char* loops = process_isa() == Isa::avx2 && !cpu_runs(Isa::avx2) ? "baseline" : isa_name(process_isa());
   const int cores = cores_for_threads(threads);
   // Threads on SMT siblings share their cores' FMA units: said, and the peak counts cores.
   const std::string smt = cores < threads ? cat(" on ", cores, cores == 1 ? " core" : " cores", " (SMT)") : "";
   std::string line = cat("cpu: ", cpu.model_name.empty() ? "unknown CPU" : cpu.model_name, ", ", threads,
-                         threads == 1 ? " thread" : " threads", smt, ", ", vectors, " | loops ",
-                         isa_name(process_isa()),
+                         threads == 1 ? " thread" : " threads", smt, ", ", vectors, " | loops ", loops,
                          isa_var && *isa_var ? cat(" (PPTRAIN_CPU_ISA=", isa_var, ")") : std::string(), " | ",
                          blas_version(), " ", blas.running, " (", blas.how, ")");
   if (!measure) return line;

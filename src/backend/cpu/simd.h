@@ -191,9 +191,15 @@ inline void store(float* p, Vec v, Mask m) {
 inline Vec select(Mask m, Vec a, Vec b) {
   return each([&](int i) { return m.lane[i] ? a.lane[i] : b.lane[i]; });
 }
+// The sign bit read as an integer: std::signbit here made GCC 12 fail with an internal error
+// (an unrecognizable V2SI shift) when it vectorised the loop for x86-64-v2 at -O3.
 inline Mask sign_lanes(Vec v) {
   Mask m;
-  for (int i = 0; i < kWidth; ++i) m.lane[i] = std::signbit(v.lane[i]);
+  for (int i = 0; i < kWidth; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &v.lane[i], sizeof bits);
+    m.lane[i] = (bits >> 31) != 0;
+  }
   return m;
 }
 inline Vec exp2_integral(Vec n) {
