@@ -47,6 +47,15 @@
 #if defined(__VAES__)
 #define PPTRAIN_NEEDS_VAES 1
 #endif
+#if defined(__VPCLMULQDQ__)
+#define PPTRAIN_NEEDS_VPCLMULQDQ 1
+#endif
+#if defined(__AVX512VPOPCNTDQ__)
+#define PPTRAIN_NEEDS_AVX512VPOPCNTDQ 1
+#endif
+#if defined(__AVX512BITALG__)
+#define PPTRAIN_NEEDS_AVX512BITALG 1
+#endif
 #endif
 
 #ifndef PPTRAIN_BUILD_ARCH
@@ -108,6 +117,15 @@ extern "C" __attribute__((constructor(101), used)) void pptrain_cpu_guard() {
 #endif
 #if defined(PPTRAIN_NEEDS_VAES)
   PPTRAIN_REQUIRE("vaes");
+#endif
+#if defined(PPTRAIN_NEEDS_VPCLMULQDQ)
+  PPTRAIN_REQUIRE("vpclmulqdq");
+#endif
+#if defined(PPTRAIN_NEEDS_AVX512VPOPCNTDQ)
+  PPTRAIN_REQUIRE("avx512vpopcntdq");
+#endif
+#if defined(PPTRAIN_NEEDS_AVX512BITALG)
+  PPTRAIN_REQUIRE("avx512bitalg");
 #endif
 #undef PPTRAIN_REQUIRE
   if (len == 0) return;
