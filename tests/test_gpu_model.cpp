@@ -271,9 +271,16 @@ TEST(GpuModelProfile, ACalibrationPredictsTheRunItCameFromAndFlagsWhatDiffers) {
   auto same = model_against(config, "", "--calibration " + cal + " --measured " + profile);
   ASSERT_EQ(same.exit_code, 0) << same.output;
   const std::string v = vs_profile(same.output);
-  // The ops' sum is the busy time: the cpu's step is > 90% busy (its ops are the step).
-  EXPECT_NE(v.find("\"step_within\": true, \"ops_within\": true, \"calls_agree\": true"), std::string::npos)
-      << same.output;
+  // The ops themselves are predicted as measured. The step is their sum (the ops are the
+  // step), which meets the measured step where the profiled run was busy through it, as a
+  // cpu run is alone (> 90%); with the suite's other binaries on the same 2 cores the process
+  // can lose time slices between ops (once: ops 1.12 ms of a 2.58 ms step), and then the step
+  // is not the model's to predict, so its verdict is checked only where the run was busy.
+  EXPECT_NE(v.find("\"ops_within\": true, \"calls_agree\": true"), std::string::npos) << same.output;
+  const double busy = json_number(v, "predicted_step_ms") / json_number(v, "measured_step_ms");
+  if (busy >= 0.9) {
+    EXPECT_NE(v.find("\"step_within\": true, \"ops_within\": true"), std::string::npos) << same.output;
+  }
   EXPECT_NE(same.output.find("# calibrated from " + profile), std::string::npos) << same.output;
 
   // The profile's largest op 30% slower in the measurement than in the calibration's. The
