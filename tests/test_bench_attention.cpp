@@ -2,7 +2,6 @@
 // with its times and peak fractions, and one line and exit 2 for a shape it cannot read. Tiny shapes and one repetition: the figures themselves are for `make bench`.
 #include <gtest/gtest.h>
 
-#include <sstream>
 #include <string>
 
 #include "support/test_util.h"
@@ -12,10 +11,8 @@ using namespace pptrain::testing;
 TEST(BenchAttention, PrintsOneLinePerShapeAndPath) {
   CommandResult r = run_command("OMP_NUM_THREADS=2 " + build_dir() + "/bench/bench_attention 1 2,33,3,5 1,70,2,16", 60);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  std::istringstream lines(r.output);
-  std::string line;
   int count = 0;
-  while (std::getline(lines, line)) {
+  for (const std::string& line : split_lines(r.output)) {
     if (line.rfind("{\"bench\": \"attention\"", 0) != 0) continue;
     ++count;
     EXPECT_NE(line.find(count % 2 ? "\"path\": \"naive\"" : "\"path\": \"flash\""), std::string::npos) << line;

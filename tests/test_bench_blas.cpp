@@ -4,7 +4,6 @@
 // choosing a library on their CPU.
 #include <gtest/gtest.h>
 
-#include <sstream>
 #include <string>
 
 #include "support/test_util.h"
@@ -12,15 +11,14 @@
 using namespace pptrain::testing;
 
 TEST(BenchBlas, ChecksAndTimesEveryProductOfEveryLibraryPresent) {
-  // D 24, no head: qkv, proj, fc, fc2 x forward, dgrad, wgrad; N 10 (no dimension a multiple
-  // of a kernel's tile).
+  // D 24, no head: qkv, proj, fc, fc2 x forward, dgrad, wgrad = 12 products a library; N 10
+  // (no dimension a multiple of a kernel's tile). 60 s: the run takes well under a second;
+  // the limit only turns a hang into a failure.
   CommandResult r = run_command("OMP_NUM_THREADS=2 " + build_dir() + "/bench/bench_blas 1 24,0,10", 60);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  std::istringstream lines(r.output);
-  std::string line;
   int openblas = 0, others = 0, libraries = 0;
   bool table = false;
-  while (std::getline(lines, line)) {
+  for (const std::string& line : split_lines(r.output)) {
     if (line.rfind("{\"bench\": \"blas\"", 0) == 0) {
       (line.find("\"library\": \"openblas\"") != std::string::npos ? openblas : others) += 1;
       EXPECT_NE(line.find("\"error_of_bound\": "), std::string::npos) << line;

@@ -20,15 +20,9 @@ bool have_qemu() { return run_command("command -v qemu-x86_64 >/dev/null 2>&1", 
 
 // The output without QEMU's own warnings (CPU features its emulator does not model).
 std::string without_qemu_warnings(const std::string& output) {
-  std::string kept, line;
-  for (char c : output + "\n") {
-    if (c != '\n') {
-      line += c;
-      continue;
-    }
+  std::string kept;
+  for (const std::string& line : testing::split_lines(output))
     if (!line.empty() && line.rfind("qemu-x86_64: warning", 0) != 0) kept += line + "\n";
-    line.clear();
-  }
   return kept;
 }
 

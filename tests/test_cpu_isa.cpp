@@ -115,7 +115,8 @@ TEST(CpuIsa, ElementwiseOpsAgreeBitForBitBetweenCopies) {
 TEST(CpuIsa, EveryCpuOpTestPassesOnTheOtherCopy) {
   if (!both_copies_run()) GTEST_SKIP() << "this CPU or build has one copy only";
   const std::string dir = testing::pptrain_bin().substr(0, testing::pptrain_bin().rfind('/')) + "/tests/";
-  for (const char* test : {"test_cpu_ops", "test_cpu_ops_adamw", "test_cpu_ops_llama", "test_cpu_flash_attention"}) {
+  for (const char* test : {"test_cpu_ops", "test_cpu_ops_elementwise", "test_cpu_ops_adamw", "test_cpu_ops_llama",
+                           "test_cpu_flash_attention"}) {
     auto r = run_command("PPTRAIN_CPU_ISA=avx2 " + dir + test + " --gtest_brief=1", 600);
     EXPECT_EQ(r.exit_code, 0) << test << " on the avx2 copy:\n" << r.output;
   }

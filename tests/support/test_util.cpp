@@ -62,6 +62,13 @@ std::vector<std::string> split_words(const std::string& text) {
   return words;
 }
 
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
 double max_of(const std::vector<double>& x) { return *std::max_element(x.begin(), x.end()); }
 
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b, double floor) {

@@ -61,6 +61,8 @@ void write_file(const std::string& path, const std::string& text);
 std::string read_file(const std::string& path);
 // The whitespace-separated words of `text` (command-line overrides written as one string).
 std::vector<std::string> split_words(const std::string& text);
+// The lines of `text` without their '\n' (a command's output, read line by line).
+std::vector<std::string> split_lines(const std::string& text);
 
 // Values of `key` in a JSON Lines text (the metrics file), for lines that have it.
 std::vector<double> json_values(const std::string& jsonl, const std::string& key);
