@@ -144,7 +144,9 @@ int main(int argc, char** argv) {
   pptrain::cpu::ensure_blas_core(argv);  // OpenBLAS's kernels as pptrain would run them
   const int reps = argc > 1 ? std::atoi(argv[1]) : 10;
   int d = 768, vocab = 50304, n = 256;
-  if (reps < 1 || (argc > 2 && (std::sscanf(argv[2], "%d,%d,%d", &d, &vocab, &n) != 3 || d < 1 || vocab < 0 || n < 1))) {
+  const bool shape_ok =
+      argc <= 2 || (std::sscanf(argv[2], "%d,%d,%d", &d, &vocab, &n) == 3 && d >= 1 && vocab >= 0 && n >= 1);
+  if (reps < 1 || !shape_ok) {
     std::fprintf(stderr, "bench_blas: usage: bench_blas [REPS >= 1] [D,V,N] (V = 0: no head)\n");
     return 2;
   }

@@ -82,8 +82,8 @@ ResolvedLayout resolve_layout(const Config& cfg, MpiComm& world, const ProfileOp
       return p;
     }
     p.program = auto_schedule ? auto_program(prof, par.pp, par.microbatches, par.stages_per_rank, given, recompute)
-                              : pipeline::runtime_form(
-                                    pipeline::load_or_generate(par.schedule, par.pp, par.microbatches, par.stages_per_rank));
+                              : pipeline::runtime_form(pipeline::load_or_generate(par.schedule, par.pp,
+                                                                                  par.microbatches, par.stages_per_rank));
     if (auto_split) p.partition = partition_stages(prof, p.program, n_layer, limit, recompute);
     else require_split_fits(prof, p.program, given, recompute, limit);
     return p;

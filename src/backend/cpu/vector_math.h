@@ -13,8 +13,8 @@ namespace pptrain::cpu::PPTRAIN_CPU_ISA {
 // exp(x) with ~1 ulp error (Cephes expf). x = n·ln2 + r, |r| <= ln2/2, so
 // exp(x) = 2^n · exp(r), exp(r) from a degree-7 polynomial and 2^n built in the
 // exponent bits. Inputs below -87.34 give 0 (no denormals), above 88.38 give +inf,
-// NaN stays NaN, so a diverging loss still shows. simd::exp (simd.h) takes the same steps on
-// explicit vectors.
+// NaN stays NaN, so a diverging loss still shows. simd::exp_nonpositive (simd.h) takes the
+// same steps on explicit vectors for x <= 0, without the clamps that range does not need.
 namespace exp_constants {
 constexpr float kHi = 88.3762626647949f, kLo = -87.3365447504f;
 constexpr float kLog2e = 1.44269504088896341f;
