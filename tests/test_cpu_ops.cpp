@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "backend/buffer.h"
@@ -254,6 +256,33 @@ TEST_F(CpuOpsTest, AttentionForwardMatchesReference) {
       for (int i = 0; i < s.t; ++i)
         for (int j = i + 1; j < s.t; ++j)
           ASSERT_EQ(probs[(size_t(bh) * s.t + i) * s.t + j], 0.0f) << "above the diagonal";
+  }
+}
+
+TEST_F(CpuOpsTest, AttentionProbabilitiesAreTheSameStreamedOrCopied) {
+  // The forward writes each strip of P with cache-bypassing stores where the strip is a whole
+  // number of vectors at an aligned address (T a multiple of 16 and P on a 64-byte boundary)
+  // and with a plain copy elsewhere: P one float off the boundary must give the same bits,
+  // and both the reference's values (T = 128: the pp benchmarks' length; 48: three vectors).
+  for (auto s : {AttentionShape{2, 128, 2, 8}, AttentionShape{1, 48, 3, 4}}) {
+    const int c = s.nh * s.hd;
+    const size_t n_probs = size_t(s.b) * s.nh * s.t * s.t;
+    auto qkv = random_floats(size_t(s.b) * s.t * 3 * c, 23, -2.0f, 2.0f);
+    std::vector<float> storage(n_probs + 32, NAN), out(size_t(s.b) * s.t * c, NAN), out_off(out.size(), NAN);
+    const size_t skip = (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64 / sizeof(float);
+    float* aligned = storage.data() + skip;  // float-aligned vectors start 4-byte aligned
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(aligned) % 64, 0u);
+    ops->attention_forward(out.data(), aligned, qkv.data(), s.b, s.t, s.nh, s.hd);
+    const std::vector<float> streamed(aligned, aligned + n_probs);
+    std::fill(storage.begin(), storage.end(), NAN);
+    ops->attention_forward(out_off.data(), aligned + 1, qkv.data(), s.b, s.t, s.nh, s.hd);
+    const std::vector<float> copied(aligned + 1, aligned + 1 + n_probs);
+    ASSERT_EQ(std::memcmp(streamed.data(), copied.data(), n_probs * sizeof(float)), 0) << s.t;
+    ASSERT_EQ(std::memcmp(out.data(), out_off.data(), out.size() * sizeof(float)), 0) << s.t;
+    std::vector<double> ref_out, ref_probs;
+    ref_attention(qkv, s.b, s.t, s.nh, s.hd, ref_out, ref_probs);
+    EXPECT_LT(normalized_error(streamed, ref_probs), kForwardTolerance) << s.t;
+    EXPECT_LT(normalized_error(out, ref_out), kForwardTolerance) << s.t;
   }
 }
 

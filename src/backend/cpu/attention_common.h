@@ -185,6 +185,18 @@ inline void prefetch_rows(const float* a, int rows, int cols, ptrdiff_t ld) {
     for (int d = 0; d < cols; d += kLine) __builtin_prefetch(a + j * ld + d, 0, 2);
 }
 
+// dst[0:rows·cols) <- src, with stores that bypass the caches where dst is aligned for them:
+// the probabilities a forward keeps are read again only by the backward, microbatches later.
+inline void stream_rows(float* dst, const float* src, int rows, int cols) {
+  using namespace simd;
+  const size_t n = size_t(rows) * cols;
+  if (reinterpret_cast<uintptr_t>(dst) % kStreamAlign != 0 || n % kWidth != 0) {
+    std::memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  for (size_t j = 0; j < n; j += kWidth) stream(dst + j, load(src + j));
+}
+
 inline tile::Strided rows_of(const float* a, ptrdiff_t ld) { return {a, ld, 1}; }       // A = a[r·ld + k]
 inline tile::Strided columns_of(const float* a, ptrdiff_t ld) { return {a, 1, ld}; }    // A = aᵀ: a[k·ld + r]
 

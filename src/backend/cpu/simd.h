@@ -41,6 +41,9 @@ constexpr int kWidth = 16;
 constexpr __mmask16 kAll = 0xFFFF;
 inline Vec load(const float* p) { return _mm512_loadu_ps(p); }
 inline void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+constexpr size_t kStreamAlign = 64;
+inline void stream(float* p, Vec v) { _mm512_stream_ps(p, v); }
+inline void store_fence() { _mm_sfence(); }
 inline Vec broadcast(const float* p) { return _mm512_set1_ps(*p); }
 inline Vec splat(float x) { return _mm512_set1_ps(x); }
 inline Vec zero() { return _mm512_setzero_ps(); }
@@ -84,6 +87,9 @@ using Vec = __m256;
 constexpr int kWidth = 8;
 inline Vec load(const float* p) { return _mm256_loadu_ps(p); }
 inline void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+constexpr size_t kStreamAlign = 32;
+inline void stream(float* p, Vec v) { _mm256_stream_ps(p, v); }
+inline void store_fence() { _mm_sfence(); }
 inline Vec broadcast(const float* p) { return _mm256_broadcast_ss(p); }
 inline Vec splat(float x) { return _mm256_set1_ps(x); }
 inline Vec zero() { return _mm256_setzero_ps(); }
@@ -130,6 +136,9 @@ inline Vec load(const float* p) {
 inline void store(float* p, Vec v) {
   for (int i = 0; i < kWidth; ++i) p[i] = v.lane[i];
 }
+constexpr size_t kStreamAlign = 1;
+inline void stream(float* p, Vec v) { store(p, v); }
+inline void store_fence() {}
 inline Vec splat(float x) {
   return each([&](int) { return x; });
 }
