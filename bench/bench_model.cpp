@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/cpu/blas_setup.h"
+#include "backend/cpu/gemm_library.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/ops.h"
 #include "core/communicator.h"
@@ -114,12 +115,12 @@ int main(int argc, char** argv) {
       "\"tokens_per_s\": %.1f, \"achieved_gflops\": %.2f, \"sgemm_gflops\": %.2f, \"sgemm_fraction\": %.3f, "
       "\"sgemm_fraction_best_step\": %.3f, \"peak_gflops_estimate\": %.1f, \"peak_fraction\": %.3f, "
       "\"sgemm_peak_fraction\": %.3f, \"blas\": \"%s\", \"blas_core\": \"%s\", \"blas_core_how\": \"%s\", "
-      "\"cpu_isa\": \"%s\", \"cpu\": \"%s\", \"loss\": %.4f}\n",
+      "\"gemm_library\": \"%s\", \"cpu_isa\": \"%s\", \"cpu\": \"%s\", \"loss\": %.4f}\n",
       omp_get_max_threads(), m.seq_len, batch, n_total, tokens_per_step, flops_per_token * tokens_per_step / 1e9,
       steps, mean_s, best_s,
       tokens_per_step / mean_s, achieved, sgemm, achieved / sgemm,
       flops_per_token * tokens_per_step / best_s / 1e9 / sgemm, peak, peak > 0 ? achieved / peak : 0.0,
       peak > 0 ? sgemm / peak : 0.0, cpu::blas_version().c_str(), blas.running.c_str(), blas.how.c_str(),
-      cpu::isa_name(cpu::process_isa()), cpu_info.model_name.c_str(), loss);
+      cpu::gemm_library_version(cpu::process_gemm_library()).c_str(), cpu::isa_name(cpu::process_isa()), cpu_info.model_name.c_str(), loss);
   return 0;
 }

@@ -14,5 +14,7 @@ $(BUILD)/tests/test_post_validation: | $(BUILD)/pptrain $(BUILD)/pptrain-emu $(B
 $(BUILD)/tests/test_op_profile: | $(BUILD)/pptrain $(BUILD)/pptrain-emu
 $(BUILD)/tests/test_cpu_isa: | $(BUILD)/pptrain $(BUILD)/tests/test_cpu_ops $(BUILD)/tests/test_cpu_ops_adamw \
   $(BUILD)/tests/test_cpu_ops_llama $(BUILD)/tests/test_cpu_flash_attention
+# test_gemm_library runs pptrain and the linear layers' op tests under each GEMM library.
+$(BUILD)/tests/test_gemm_library: | $(BUILD)/pptrain $(BUILD)/tests/test_cpu_ops $(BUILD)/tests/test_cpu_ops_grad
 # test_staged_comm runs pptrain (the cpu twin) and pptrain-emu (the staged transport).
 $(BUILD)/tests/test_staged_comm: | $(BUILD)/pptrain $(BUILD)/pptrain-emu

@@ -34,6 +34,7 @@ TEST_PACKAGES=(
   clang-14 libclang-rt-14-dev         # the libFuzzer targets (mk/fuzz.mk): clang, its sanitizers
   munge slurmctld slurmd slurm-client # a throwaway local Slurm cluster for the sbatch tests
   qemu-user                           # an older CPU (test_cpu_guard: the binaries refuse it in one line)
+  libdnnl2 libblis4-openmp            # the other GEMM libraries (PPTRAIN_CPU_GEMM; test_gemm_library)
 )
 check_only=0
 if [ "${1:-}" = "--check-or-install" ]; then check_only=1; shift; fi

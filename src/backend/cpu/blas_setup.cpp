@@ -22,6 +22,7 @@
 #include "backend/cpu/cpu_clock.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_topology.h"
+#include "backend/cpu/gemm_library.h"
 #include "core/error.h"
 #include "core/faults.h"
 
@@ -222,10 +223,7 @@ double peak_gflops_estimate(const CpuInfo& cpu, int threads) {
 
 double measure_sgemm_gflops(int n, int reps) {
   std::vector<float> a(size_t(n) * n, 1.0f), b(size_t(n) * n, 0.5f), c(size_t(n) * n);
-  auto run = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
-                c.data(), n);
-  };
+  auto run = [&] { sgemm({false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n}); };
   run();
   double best = 1e300;
   for (int r = 0; r < reps; ++r) {
@@ -252,6 +250,11 @@ std::string cpu_summary_line(bool measure) {
                          threads == 1 ? " thread" : " threads", smt, ", ", vectors, " | loops ", loops,
                          isa_var && *isa_var ? cat(" (PPTRAIN_CPU_ISA=", isa_var, ")") : std::string(), " | ",
                          blas_version(), " ", blas.running, " (", blas.how, ")");
+  // Another GEMM library under the linear layers (gemm_library.h): named, and the rate below is
+  // its.
+  const GemmLibrary gemm = process_gemm_library();
+  if (gemm != GemmLibrary::openblas)
+    line += cat(" | GEMM ", gemm_library_version(gemm), " (PPTRAIN_CPU_GEMM=", gemm_library_name(gemm), ")");
   if (!measure) return line;
   char rate[160];
   // One thread reaches its SGEMM rate at 512^3 (the product's blocks fill one core's caches)

@@ -92,8 +92,8 @@ double peak_gflops_estimate(const CpuInfo& cpu, int threads);
 // thread. measure = false leaves it out (for --version).
 std::string cpu_summary_line(bool measure);
 
-// Best of `reps` timed n x n x n SGEMMs (after one untimed) on the threads OpenMP gives
-// BLAS, in GFLOP/s.
+// Best of `reps` timed n x n x n SGEMMs (after one untimed) of the process's GEMM library
+// (gemm_library.h) on the threads OpenMP gives it, in GFLOP/s.
 double measure_sgemm_gflops(int n, int reps);
 
 }  // namespace pptrain::cpu

@@ -1,10 +1,10 @@
-// Linear layer Y = X Wᵀ + b: each pass is one sgemm over the whole microbatch, which
-// OpenBLAS spreads over all threads. Row-major throughout: X[N,I], W[O,I], Y[N,O].
-#include <cblas.h>
-
+// Linear layer Y = X Wᵀ + b: each pass is one sgemm over the whole microbatch, which the
+// GEMM library (OpenBLAS unless PPTRAIN_CPU_GEMM says otherwise: gemm_library.h) spreads
+// over all threads. Row-major throughout: X[N,I], W[O,I], Y[N,O].
 #include <algorithm>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/gemm_library.h"
 #include "backend/cpu/isa_begin.h"  // last: see there
 
 namespace pptrain::cpu::PPTRAIN_CPU_ISA {
@@ -42,8 +42,7 @@ void CpuOps::linear_forward(View yv, ConstView xv, ConstView wv, ConstView bv, i
     beta = 1.0f;
   }
   // y[N,O] = x[N,I] · w[O,I]ᵀ
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, beta, y,
-              out);
+  sgemm({false, true, n, out, in, 1.0f, x, in, w, in, beta, y, out});
 }
 
 void CpuOps::linear_forward_residual(View y, ConstView x, ConstView w, ConstView b, ConstView residual, int n,
@@ -52,7 +51,7 @@ void CpuOps::linear_forward_residual(View y, ConstView x, ConstView w, ConstView
     float* yp;
     const float *xp, *wp, *rp;
     std::tie(yp, xp, wp, rp) = fp32("linear_forward_residual", y, x, w, residual);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, xp, in, wp, in, 1.0f, yp, out);
+    sgemm({false, true, n, out, in, 1.0f, xp, in, wp, in, 1.0f, yp, out});
     if (b.data) add_bias(y, b, n, out);
     return;
   }
@@ -67,8 +66,7 @@ void CpuOps::linear_backward_input(View dxv, ConstView dyv, ConstView wv, int n,
   float *dx; const float *dy, *w;
   std::tie(dx, dy, w) = fp32("linear_backward_input", dxv, dyv, wv);
   // dx[N,I] (+)= dy[N,O] · w[O,I]
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w, in,
-              accumulate ? 1.0f : 0.0f, dx, in);
+  sgemm({false, false, n, in, out, 1.0f, dy, out, w, in, accumulate ? 1.0f : 0.0f, dx, in});
 }
 
 void CpuOps::linear_backward_weight(float* dw, float* db, ConstView dyv, ConstView xv, int n,
@@ -76,8 +74,7 @@ void CpuOps::linear_backward_weight(float* dw, float* db, ConstView dyv, ConstVi
   const float *dy, *x;
   std::tie(dy, x) = fp32("linear_backward_weight", dyv, xv);
   // dw[O,I] += dy[N,O]ᵀ · x[N,I]
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw,
-              in);
+  sgemm({true, false, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in});
   if (db) add_column_sums(db, dy, n, out);
 }
 
