@@ -56,7 +56,7 @@ TEST(Faults, BadEntriesAreOneLineErrors) {
             "sync_each_action, drop_microbatch, skip_weight_decay, repeat_update, refresh_bf16, resume_zero, checkpoint_write_fail, "
             "checkpoint_abandon_desync, nan_grad, "
             "fail_at, checkpoint_crash, spike_update, freeze, freeze_save, zero_keep_stale, uncounted_release, blas_detected, "
-            "cpu_topology, fma_rate)");
+            "cpu_topology, fma_rate, gemm_missing)");
   EXPECT_EQ(error_of("grad_scale:wte.weight"),
             "PPTRAIN_FAULTS: fault 'grad_scale:wte.weight' needs a value: grad_scale:TENSOR:VALUE");
   EXPECT_EQ(error_of("grad_scale:wte.weight:x"), "PPTRAIN_FAULTS: fault 'grad_scale:wte.weight:x': value 'x' is not a number");

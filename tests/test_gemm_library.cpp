@@ -154,6 +154,7 @@ TEST(GemmLibrary, TheLinearLayersOpTestsPassOnEachLibrary) {
                            300);
       EXPECT_EQ(r.exit_code, 0) << cpu::gemm_library_name(lib) << " " << test << "\n" << r.output;
       EXPECT_NE(r.output.find("PASSED"), std::string::npos) << r.output;
+      EXPECT_EQ(r.output.find("PASSED  ] 0 tests"), std::string::npos) << "the filter matched nothing";
     }
   }
 }

@@ -72,12 +72,12 @@ const FaultKind kFaultKinds[] = {
     {"cpu_topology", "DIR", false,
      "stands in for sysfs's CPU folder (/sys/devices/system/cpu) where the cpu backend counts the cores under its "
      "CPUs, e.g. a tree in which the CPUs are SMT siblings"},
-    {"gemm_missing", "LIBRARY", false,
-     "stands in for a GEMM library (onednn or blis) that does not load, as on a machine without it "
-     "(PPTRAIN_CPU_GEMM)"},
     {"fma_rate", "FACTOR", false,
      "scales the FMA rate the cpu backend measures for its peak estimate (e.g. 0.5: as a core with one FMA pipe "
      "of its widest vectors)"},
+    {"gemm_missing", "LIBRARY", false,
+     "stands in for a GEMM library (onednn or blis) that does not load, as on a machine without it "
+     "(PPTRAIN_CPU_GEMM)"},
 };
 
 const FaultKind* kind_of(const std::string& name) {

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -39,7 +41,6 @@ using BliSetThreads = void (*)(int64_t);
 using BliVersion = const char* (*)();
 
 struct Loaded {
-  bool tried = false;
   void* handle = nullptr;
   DnnlSgemm dnnl_sgemm = nullptr;
   DnnlVersionFn dnnl_version = nullptr;
@@ -47,22 +48,13 @@ struct Loaded {
   BliVersion bli_version = nullptr;
 };
 
-std::mutex load_mutex;
-Loaded loaded[3];
-
 const char* soname(GemmLibrary lib) { return lib == GemmLibrary::onednn ? "libdnnl.so.2" : "libblis.so.4"; }
 
-// Opens `lib` once. The handle stays open for the process's life: its functions are called
-// until exit.
-const Loaded& load(GemmLibrary lib) {
-  std::lock_guard<std::mutex> lock(load_mutex);
-  Loaded& l = loaded[int(lib)];
-  if (l.tried || lib == GemmLibrary::openblas) return l;
-  l.tried = true;
+void open_library(GemmLibrary lib, Loaded& l) {
   const std::optional<std::string> missing = Faults::stand_in_from_env("gemm_missing");
-  if (missing && *missing == gemm_library_name(lib)) return l;
+  if (missing && *missing == gemm_library_name(lib)) return;
   l.handle = dlopen(soname(lib), RTLD_NOW | RTLD_LOCAL);
-  if (!l.handle) return l;
+  if (!l.handle) return;
   if (lib == GemmLibrary::onednn) {
     l.dnnl_sgemm = reinterpret_cast<DnnlSgemm>(dlsym(l.handle, "dnnl_sgemm"));
     l.dnnl_version = reinterpret_cast<DnnlVersionFn>(dlsym(l.handle, "dnnl_version"));
@@ -73,6 +65,15 @@ const Loaded& load(GemmLibrary lib) {
     if (auto set = reinterpret_cast<BliSetThreads>(dlsym(l.handle, "bli_thread_set_num_threads")))
       set(omp_get_max_threads());
   }
+}
+
+// Opens `lib` on the first call (once, whichever threads ask; after that a flag's load). The
+// handle stays open for the process's life: its functions are called until exit.
+const Loaded& load(GemmLibrary lib) {
+  static Loaded loaded[std::size(kGemmLibraries)];
+  static std::once_flag opened[std::size(kGemmLibraries)];
+  Loaded& l = loaded[int(lib)];
+  if (lib != GemmLibrary::openblas) std::call_once(opened[int(lib)], open_library, lib, std::ref(l));
   return l;
 }
 
