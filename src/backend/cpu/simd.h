@@ -41,6 +41,8 @@ constexpr int kWidth = 16;
 constexpr __mmask16 kAll = 0xFFFF;
 inline Vec load(const float* p) { return _mm512_loadu_ps(p); }
 inline void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+// A store past the caches (p aligned to kStreamAlign), for data read again much later; such
+// stores are weakly ordered: store_fence() before another thread may read them.
 constexpr size_t kStreamAlign = 64;
 inline void stream(float* p, Vec v) { _mm512_stream_ps(p, v); }
 inline void store_fence() { _mm_sfence(); }
