@@ -31,8 +31,6 @@
 #include <string>
 #include <vector>
 
-#include <cblas.h>
-
 #include "backend/cpu/blas_setup.h"
 #include "backend/cpu/gemm_library.h"
 

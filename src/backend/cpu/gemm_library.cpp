@@ -41,34 +41,42 @@ using BliSetThreads = void (*)(int64_t);
 using BliVersion = const char* (*)();
 
 struct Loaded {
-  void* handle = nullptr;
   DnnlSgemm dnnl_sgemm = nullptr;
   DnnlVersionFn dnnl_version = nullptr;
   BliSgemm bli_sgemm = nullptr;
   BliVersion bli_version = nullptr;
 };
 
-const char* soname(GemmLibrary lib) { return lib == GemmLibrary::onednn ? "libdnnl.so.2" : "libblis.so.4"; }
+// Each library's PPTRAIN_CPU_GEMM value, Debian package and shared object, by GemmLibrary.
+struct Facts {
+  const char* name;
+  const char* package;
+  const char* soname;  // null: linked
+};
+constexpr Facts kFacts[] = {{"openblas", "libopenblas0-openmp", nullptr},
+                            {"onednn", "libdnnl2", "libdnnl.so.2"},
+                            {"blis", "libblis4-openmp", "libblis.so.4"}};
+static_assert(std::size(kFacts) == std::size(kGemmLibraries));
 
+// The handle stays open for the process's life: its functions are called until exit.
 void open_library(GemmLibrary lib, Loaded& l) {
   const std::optional<std::string> missing = Faults::stand_in_from_env("gemm_missing");
   if (missing && *missing == gemm_library_name(lib)) return;
-  l.handle = dlopen(soname(lib), RTLD_NOW | RTLD_LOCAL);
-  if (!l.handle) return;
+  void* handle = dlopen(kFacts[int(lib)].soname, RTLD_NOW | RTLD_LOCAL);
+  if (!handle) return;
   if (lib == GemmLibrary::onednn) {
-    l.dnnl_sgemm = reinterpret_cast<DnnlSgemm>(dlsym(l.handle, "dnnl_sgemm"));
-    l.dnnl_version = reinterpret_cast<DnnlVersionFn>(dlsym(l.handle, "dnnl_version"));
+    l.dnnl_sgemm = reinterpret_cast<DnnlSgemm>(dlsym(handle, "dnnl_sgemm"));
+    l.dnnl_version = reinterpret_cast<DnnlVersionFn>(dlsym(handle, "dnnl_version"));
   } else {
-    l.bli_sgemm = reinterpret_cast<BliSgemm>(dlsym(l.handle, "bli_sgemm"));
-    l.bli_version = reinterpret_cast<BliVersion>(dlsym(l.handle, "bli_info_get_version_str"));
+    l.bli_sgemm = reinterpret_cast<BliSgemm>(dlsym(handle, "bli_sgemm"));
+    l.bli_version = reinterpret_cast<BliVersion>(dlsym(handle, "bli_info_get_version_str"));
     // BLIS takes its thread count from BLIS_NUM_THREADS, not OpenMP's: the others' count.
-    if (auto set = reinterpret_cast<BliSetThreads>(dlsym(l.handle, "bli_thread_set_num_threads")))
+    if (auto set = reinterpret_cast<BliSetThreads>(dlsym(handle, "bli_thread_set_num_threads")))
       set(omp_get_max_threads());
   }
 }
 
-// Opens `lib` on the first call (once, whichever threads ask; after that a flag's load). The
-// handle stays open for the process's life: its functions are called until exit.
+// Opens `lib` on the first call (once, whichever threads ask; after that a flag's load).
 const Loaded& load(GemmLibrary lib) {
   static Loaded loaded[std::size(kGemmLibraries)];
   static std::once_flag opened[std::size(kGemmLibraries)];
@@ -83,7 +91,7 @@ GemmLibrary choose(const char* requested) {
   for (GemmLibrary lib : kGemmLibraries) {
     if (value != gemm_library_name(lib)) continue;
     if (!gemm_library_available(lib))
-      fail("PPTRAIN_CPU_GEMM=", value, ": ", soname(lib), " does not load on this machine (install ",
+      fail("PPTRAIN_CPU_GEMM=", value, ": ", kFacts[int(lib)].soname, " does not load on this machine (install ",
            gemm_library_package(lib), ", or unset PPTRAIN_CPU_GEMM for OpenBLAS)");
     return lib;
   }
@@ -92,23 +100,9 @@ GemmLibrary choose(const char* requested) {
 
 }  // namespace
 
-const char* gemm_library_name(GemmLibrary lib) {
-  switch (lib) {
-    case GemmLibrary::openblas: return "openblas";
-    case GemmLibrary::onednn: return "onednn";
-    case GemmLibrary::blis: return "blis";
-  }
-  return "?";
-}
+const char* gemm_library_name(GemmLibrary lib) { return kFacts[int(lib)].name; }
 
-const char* gemm_library_package(GemmLibrary lib) {
-  switch (lib) {
-    case GemmLibrary::openblas: return "libopenblas0-openmp";
-    case GemmLibrary::onednn: return "libdnnl2";
-    case GemmLibrary::blis: return "libblis4-openmp";
-  }
-  return "?";
-}
+const char* gemm_library_package(GemmLibrary lib) { return kFacts[int(lib)].package; }
 
 bool gemm_library_available(GemmLibrary lib) {
   if (lib == GemmLibrary::openblas) return true;
