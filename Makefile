@@ -92,7 +92,8 @@ LIB_OBJS := $(LIB_SRCS:%.cpp=$(BUILD)/obj/%.o)
 # runs the CPU's widest vectors. The files compiled once: cpu_isa.cpp, blas_setup.cpp,
 # cpu_clock.cpp, cpu_topology.cpp and host_arena.cpp.
 CPU_ONCE_SRCS := src/backend/cpu/cpu_isa.cpp src/backend/cpu/blas_setup.cpp src/backend/cpu/cpu_clock.cpp \
-  src/backend/cpu/cpu_topology.cpp src/backend/cpu/host_arena.cpp src/backend/cpu/gemm_library.cpp
+  src/backend/cpu/cpu_topology.cpp src/backend/cpu/host_arena.cpp src/backend/cpu/gemm_library.cpp \
+  src/backend/cpu/packed_weights.cpp
 CPU_ISA_SRCS := $(filter-out $(CPU_ONCE_SRCS),$(sort $(wildcard src/backend/cpu/*.cpp)))
 # (The machine's, not the compiler's: make reads this before `make deps` installed mpicxx.)
 ifeq ($(shell uname -m),x86_64)

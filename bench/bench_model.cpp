@@ -6,7 +6,8 @@
 // fallback core lowers both the step and the SGEMM, so only the peak fraction shows it.
 // FLOPs per token: training_flops_per_token of model_flops.h. Prints one JSON line naming
 // the BLAS, its core and the cpu backend's instruction set.
-//   bench_model [STEPS=3] [SEQ=256] [BATCH=4]
+//   bench_model [STEPS=3] [SEQ=256] [BATCH=4] [MICROBATCHES=1] (BATCH sequences each; with two
+//   or more the linear layers pack their weights once a step where they can: packed_weights.h)
 #include <cblas.h>
 #include <omp.h>
 
@@ -19,6 +20,7 @@
 
 #include "backend/cpu/blas_setup.h"
 #include "backend/cpu/gemm_library.h"
+#include "backend/cpu/packed_weights.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/ops.h"
 #include "core/communicator.h"
@@ -56,7 +58,7 @@ int main(int argc, char** argv) {
   ModelConfig m;
   m.n_layer = 12; m.n_head = 12; m.d_model = 768; m.vocab_size = 50304;
   m.seq_len = argc > 2 ? std::atoi(argv[2]) : 256;
-  const int batch = argc > 3 ? std::atoi(argv[3]) : 4, microbatches = 1;
+  const int batch = argc > 3 ? std::atoi(argv[3]) : 4, microbatches = argc > 4 ? std::atoi(argv[4]) : 1;
   if (steps < 1 || m.seq_len < 1 || batch < 1) {
     std::fprintf(stderr, "usage: bench_model [STEPS >= 1] [SEQ >= 1] [BATCH >= 1]\n");
     return 2;
@@ -88,15 +90,18 @@ int main(int argc, char** argv) {
   for (int step = 0; step <= steps; ++step) {  // step 0 warms up (page faults, pools)
     auto t0 = Clock::now();
     params.zero_grads();
-    for (int mb = 0; mb < microbatches; ++mb) {
-      for (auto& x : tok) x = int32_t(gen() % m.vocab_size);
-      for (auto& x : tgt) x = int32_t(gen() % m.vocab_size);
-      tokens.upload(tok.data());
-      targets.upload(tgt.data());
-      model.forward(mb, {tokens.data(), targets.data()});
-      loss = model.loss_sum(mb) / tokens_per_step;
-      model.backward_input(mb);
-      model.backward_weight(mb);
+    {
+      WeightsHeld held(*ops, microbatches);  // as a training step holds them: constant until the update
+      for (int mb = 0; mb < microbatches; ++mb) {
+        for (auto& x : tok) x = int32_t(gen() % m.vocab_size);
+        for (auto& x : tgt) x = int32_t(gen() % m.vocab_size);
+        tokens.upload(tok.data());
+        targets.upload(tgt.data());
+        model.forward(mb, {tokens.data(), targets.data()});
+        loss = model.loss_sum(mb) / tokens_per_step;
+        model.backward_input(mb);
+        model.backward_weight(mb);
+      }
     }
     adamw.step(1e-4, step + 1);
     double s = seconds_since(t0);
@@ -107,6 +112,9 @@ int main(int argc, char** argv) {
   double mean_s = total_s / steps;
   double achieved = flops_per_token * tokens_per_step / mean_s / 1e9;
   const cpu::CpuInfo cpu_info = cpu::read_cpu_info();
+  const std::string linear_weights = cpu::PackedWeights::why_not().empty()
+                                         ? "packed: " + cpu::PackedWeights::description()
+                                         : "plain: " + cpu::PackedWeights::why_not();
   const double peak = cpu::peak_gflops_estimate(cpu_info, omp_get_max_threads());
   std::printf(
       "{\"bench\": \"train_gpt2_small_cpu\", \"threads\": %d, \"seq\": %d, \"batch\": %d, \"params\": %zu, "
@@ -115,12 +123,13 @@ int main(int argc, char** argv) {
       "\"tokens_per_s\": %.1f, \"achieved_gflops\": %.2f, \"sgemm_gflops\": %.2f, \"sgemm_fraction\": %.3f, "
       "\"sgemm_fraction_best_step\": %.3f, \"peak_gflops_estimate\": %.1f, \"peak_fraction\": %.3f, "
       "\"sgemm_peak_fraction\": %.3f, \"blas\": \"%s\", \"blas_core\": \"%s\", \"blas_core_how\": \"%s\", "
-      "\"gemm_library\": \"%s\", \"cpu_isa\": \"%s\", \"cpu\": \"%s\", \"loss\": %.4f}\n",
+      "\"gemm_library\": \"%s\", \"linear_weights\": \"%s\", \"cpu_isa\": \"%s\", \"cpu\": \"%s\", "
+      "\"loss\": %.4f}\n",
       omp_get_max_threads(), m.seq_len, batch, n_total, tokens_per_step, flops_per_token * tokens_per_step / 1e9,
       steps, mean_s, best_s,
       tokens_per_step / mean_s, achieved, sgemm, achieved / sgemm,
       flops_per_token * tokens_per_step / best_s / 1e9 / sgemm, peak, peak > 0 ? achieved / peak : 0.0,
       peak > 0 ? sgemm / peak : 0.0, cpu::blas_version().c_str(), blas.running.c_str(), blas.how.c_str(),
-      cpu::gemm_library_version(cpu::process_gemm_library()).c_str(), cpu::isa_name(cpu::process_isa()), cpu_info.model_name.c_str(), loss);
+      cpu::gemm_library_version(cpu::process_gemm_library()).c_str(), linear_weights.c_str(), cpu::isa_name(cpu::process_isa()), cpu_info.model_name.c_str(), loss);
   return 0;
 }

@@ -18,3 +18,5 @@ $(BUILD)/tests/test_cpu_isa: | $(BUILD)/pptrain $(BUILD)/tests/test_cpu_ops $(BU
 $(BUILD)/tests/test_gemm_library: | $(BUILD)/pptrain $(BUILD)/tests/test_cpu_ops $(BUILD)/tests/test_cpu_ops_grad
 # test_staged_comm runs pptrain (the cpu twin) and pptrain-emu (the staged transport).
 $(BUILD)/tests/test_staged_comm: | $(BUILD)/pptrain $(BUILD)/pptrain-emu
+# test_packed_weights trains with pptrain, packed and on OpenBLAS alone.
+$(BUILD)/tests/test_packed_weights: | $(BUILD)/pptrain

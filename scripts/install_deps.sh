@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs pptrain's dependencies from Debian packages (apt-get as root, sudo otherwise).
 #   install_deps.sh [--check-or-install] [run|test]
-#     run    what `make run` needs: the compiler, MPI, parallel HDF5, yaml-cpp, OpenBLAS, GLPK and
-#            the demo's text corpus
+#     run    what `make run` needs: the compiler, MPI, parallel HDF5, yaml-cpp, OpenBLAS, oneDNN,
+#            GLPK and the demo's text corpus
 #     test   (default) all of it, plus what the tests need: GoogleTest, the HDF5 tools, clang
 #            with libFuzzer (the fuzz targets) and a throwaway local Slurm cluster
 #   --check-or-install: print nothing when nothing is missing
@@ -25,6 +25,7 @@ RUN_PACKAGES=(
   libyaml-cpp-dev                     # experiment configs
   libglpk-dev                         # the stage partitioner's integer programs
   libopenblas-openmp-dev              # sgemm; the OpenMP build so it shares our thread pool
+  libdnnl-dev                         # oneDNN's header: the linear layers' weights packed for its matmul
   fortunes-min fortune-mod            # a small text corpus for the demo
 )
 TEST_PACKAGES=(

@@ -410,8 +410,29 @@ class Ops {
   virtual MemoryStats memory_stats() const = 0;
   virtual void reset_peak_memory() = 0;
 
+  // hold_weights(m), m > 0, opens a window that runs m microbatches and in which the caller
+  // promises that every weight the linear ops read (their w) is constant from its first use
+  // on: the passes of a training step or an evaluation. hold_weights(0) closes it. A backend
+  // may meanwhile keep weights in a layout of its own (cpu: packed for oneDNN's matmul where
+  // m makes it pay, backend/cpu/packed_weights.h) and must take them anew in the next window.
+  // The default keeps nothing.
+  virtual void hold_weights(int microbatches) { (void)microbatches; }
+
   // ---- the ops of PPTRAIN_OPS ------------------------------------------------------
   PPTRAIN_EACH_OP(PPTRAIN_OP_PURE)
+};
+
+// hold_weights(microbatches) for a scope, and hold_weights(0) when it ends, also by an
+// exception.
+class WeightsHeld {
+ public:
+  WeightsHeld(Ops& ops, int microbatches) : ops_(ops) { ops_.hold_weights(microbatches); }
+  ~WeightsHeld() { ops_.hold_weights(0); }
+  WeightsHeld(const WeightsHeld&) = delete;
+  WeightsHeld& operator=(const WeightsHeld&) = delete;
+
+ private:
+  Ops& ops_;
 };
 
 // The reference backend (backend/cpu). `faults`: the planted faults acting on this rank

@@ -62,6 +62,7 @@ class ProfiledOps final : public Ops {
   void synchronize() override { inner_->synchronize(); }
   MemoryStats memory_stats() const override { return inner_->memory_stats(); }
   void reset_peak_memory() override { inner_->reset_peak_memory(); }
+  void hold_weights(int microbatches) override { inner_->hold_weights(microbatches); }
 
 #define PPTRAIN_PROFILED_OP(ret, name, params, args)       \
   ret name params override {                               \

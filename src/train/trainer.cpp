@@ -263,7 +263,11 @@ double Trainer::run_pipeline(double start_us) {
   job_.params().zero_grads();
   refresh_working_weights();
   const double busy_before = timeline_.busy_us();
-  last_local_loss_ = train_exec_->run(microbatches_, timeline_);
+  {
+    // The weights stay as they are until the update: the backend may keep packed copies.
+    WeightsHeld held(ops_, int(microbatches_.size()));
+    last_local_loss_ = train_exec_->run(microbatches_, timeline_);
+  }
   const double span_us = timeline_.now_us() - start_us;
   return span_us > 0 ? 1.0 - (timeline_.busy_us() - busy_before) / span_us : 0.0;
 }
@@ -459,7 +463,11 @@ double Trainer::evaluate() {
   refresh_working_weights();
   for (int b = 0; b < cfg_.training.eval_batches; ++b) {
     if (val_data_) load_microbatches(*val_data_, uint64_t(b));
-    double local = eval_exec_->run(microbatches_, scratch);
+    double local;
+    {
+      WeightsHeld held(ops_, int(microbatches_.size()));
+      local = eval_exec_->run(microbatches_, scratch);
+    }
     eval_exec_->discard(cfg_.parallel.microbatches);
     total += mean_loss(local);
     tick();

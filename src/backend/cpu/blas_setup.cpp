@@ -23,6 +23,7 @@
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_topology.h"
 #include "backend/cpu/gemm_library.h"
+#include "backend/cpu/packed_weights.h"
 #include "core/error.h"
 #include "core/faults.h"
 
@@ -255,6 +256,10 @@ std::string cpu_summary_line(bool measure) {
   const GemmLibrary gemm = process_gemm_library();
   if (gemm != GemmLibrary::openblas)
     line += cat(" | GEMM ", gemm_library_version(gemm), " (PPTRAIN_CPU_GEMM=", gemm_library_name(gemm), ")");
+  // The linear layers' weights packed for oneDNN's matmul (packed_weights.h), or why not.
+  line += PackedWeights::why_not().empty()
+              ? cat(" | weights packed from ", PackedWeights::kMinRows, " rows a step: ", PackedWeights::description())
+              : cat(" | weights not packed: ", PackedWeights::why_not());
   if (!measure) return line;
   char rate[160];
   // One thread reaches its SGEMM rate at 512^3 (the product's blocks fill one core's caches)

@@ -21,6 +21,7 @@
 
 #include "backend/cpu/host_arena.h"
 #include "backend/cpu/isa.h"
+#include "backend/cpu/packed_weights.h"
 #include "backend/ops.h"
 #include "core/error.h"
 
@@ -61,6 +62,10 @@ class CpuOps final : public Ops {
   // the scratch arrays below are not counted.
   MemoryStats memory_stats() const override;
   void reset_peak_memory() override { peak_bytes_ = bytes_in_use_; }
+  // Opens or closes a window of constant weights: inside one that runs enough rows through
+  // a weight (linear.cpp), the linear layers' products with it run on its packed copy where
+  // oneDNN's matmul can (packed_weights.h).
+  void hold_weights(int microbatches) override;
 
   // The ops, one file per family: linear.cpp, layernorm.cpp, rmsnorm.cpp, elementwise.cpp
   // (GELU too), swiglu.cpp, rotary.cpp, embedding.cpp, attention.cpp and attention_flash.cpp
@@ -81,6 +86,14 @@ class CpuOps final : public Ops {
   // Released blocks by rounded size, handed out again before the C library is asked.
   std::unordered_map<size_t, std::vector<void*>> cached_;
   size_t bytes_cached_ = 0;
+  // The packed path, made at the first window (null where it does not run here).
+  std::unique_ptr<PackedWeights> packed_;
+  bool packed_tried_ = false;
+  int held_microbatches_ = 0;  // of the open window, 0 outside one
+  // c[n, cols] (+)= a[n, k] · op(w) (+ b) on the packed weights inside a window, else the
+  // GEMM library (linear.cpp).
+  void weight_product(PackedWeights::Use use, float* c, const float* a, const float* w, const float* b, int n, int k,
+                      int cols, bool accumulate);
   bool uncounted_release_;  // planted fault (tests of the tests): the next release is not subtracted
   void reserve_thread_scratch(size_t floats_per_thread);
 };

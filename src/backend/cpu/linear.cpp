@@ -1,6 +1,9 @@
-// Linear layer Y = X Wᵀ + b: each pass is one sgemm over the whole microbatch, which the
-// GEMM library (OpenBLAS unless PPTRAIN_CPU_GEMM says otherwise: gemm_library.h) spreads
-// over all threads. Row-major throughout: X[N,I], W[O,I], Y[N,O].
+// Linear layer Y = X Wᵀ + b: each pass is one product over the whole microbatch, spread over
+// all threads. Inside a window of constant weights (Ops::hold_weights) the two products with
+// a weight (forward X·Wᵀ, dgrad dY·W) run on oneDNN's matmul and the weight's packed copy
+// where this CPU has it (packed_weights.h); everything else runs on the GEMM library
+// (OpenBLAS unless PPTRAIN_CPU_GEMM says otherwise: gemm_library.h). Row-major throughout:
+// X[N,I], W[O,I], Y[N,O].
 #include <algorithm>
 
 #include "backend/cpu/cpu_ops.h"
@@ -29,20 +32,39 @@ static void add_column_sums(float* db, const float* dy, int n, int out) {
   }
 }
 
+void CpuOps::hold_weights(int microbatches) {
+  if (microbatches > 0 && !packed_tried_) {
+    packed_ = PackedWeights::make();
+    packed_tried_ = true;
+  }
+  held_microbatches_ = microbatches;
+  if (packed_) packed_->hold(microbatches > 0);
+}
+
+void CpuOps::weight_product(PackedWeights::Use use, float* c, const float* a, const float* w, const float* b, int n,
+                            int k, int cols, bool accumulate) {
+  if (packed_ && packed_->held() && size_t(n) * held_microbatches_ >= PackedWeights::kMinRows)
+    return packed_->run(use, c, a, w, b, n, k, cols, accumulate);
+  // With a bias, c starts as b broadcast over rows and the product is added (beta = 1): one
+  // pass over c instead of a second pass after the product.
+  float beta = accumulate ? 1.0f : 0.0f;
+  if (b) {
+    PPTRAIN_CHECK(!accumulate, "weight_product: a bias and accumulate");
+#pragma omp parallel for schedule(static) if (size_t(n) * cols >= kParallelMinElements)
+    for (int row = 0; row < n; ++row) std::copy(b, b + cols, c + size_t(row) * cols);
+    beta = 1.0f;
+  }
+  const bool forward = use == PackedWeights::Use::forward;
+  // forward: c[N,O] = a[N,I] · w[O,I]ᵀ;  dgrad: c[N,I] = a[N,O] · w[O,I]
+  sgemm({false, forward, n, cols, k, 1.0f, a, k, w, forward ? k : cols, beta, c, cols});
+}
+
 void CpuOps::linear_forward(View yv, ConstView xv, ConstView wv, ConstView bv, int n, int in,
                             int out) {
   float *y; const float *x, *w, *b;
   std::tie(y, x, w, b) = fp32("linear_forward", yv, xv, wv, bv);
-  // With a bias, y starts as b broadcast over rows and the sgemm adds X Wᵀ (beta = 1):
-  // one pass over y instead of a second pass after the product.
-  float beta = 0.0f;
-  if (b) {
-#pragma omp parallel for schedule(static) if (size_t(n) * out >= kParallelMinElements)
-    for (int row = 0; row < n; ++row) std::copy(b, b + out, y + size_t(row) * out);
-    beta = 1.0f;
-  }
-  // y[N,O] = x[N,I] · w[O,I]ᵀ
-  sgemm({false, true, n, out, in, 1.0f, x, in, w, in, beta, y, out});
+  // y[N,O] = x[N,I] · w[O,I]ᵀ + b
+  weight_product(PackedWeights::Use::forward, y, x, w, b, n, in, out, false);
 }
 
 void CpuOps::linear_forward_residual(View y, ConstView x, ConstView w, ConstView b, ConstView residual, int n,
@@ -51,7 +73,7 @@ void CpuOps::linear_forward_residual(View y, ConstView x, ConstView w, ConstView
     float* yp;
     const float *xp, *wp, *rp;
     std::tie(yp, xp, wp, rp) = fp32("linear_forward_residual", y, x, w, residual);
-    sgemm({false, true, n, out, in, 1.0f, xp, in, wp, in, 1.0f, yp, out});
+    weight_product(PackedWeights::Use::forward, yp, xp, wp, nullptr, n, in, out, true);
     if (b.data) add_bias(y, b, n, out);
     return;
   }
@@ -66,7 +88,7 @@ void CpuOps::linear_backward_input(View dxv, ConstView dyv, ConstView wv, int n,
   float *dx; const float *dy, *w;
   std::tie(dx, dy, w) = fp32("linear_backward_input", dxv, dyv, wv);
   // dx[N,I] (+)= dy[N,O] · w[O,I]
-  sgemm({false, false, n, in, out, 1.0f, dy, out, w, in, accumulate ? 1.0f : 0.0f, dx, in});
+  weight_product(PackedWeights::Use::dgrad, dx, dy, w, nullptr, n, out, in, accumulate);
 }
 
 void CpuOps::linear_backward_weight(float* dw, float* db, ConstView dyv, ConstView xv, int n,

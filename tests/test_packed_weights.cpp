@@ -1,0 +1,221 @@
+// The linear layers' products on oneDNN's matmul with packed weights
+// (backend/cpu/packed_weights.h): forward (a·wᵀ, with a bias or added onto c) and dgrad (a·w,
+// written or added) within a float sum's rounding bound of a double product, on a shape whose
+// weight fills the kernel's blocks exactly (copied by packed_weights.cpp) and one that does not
+// (oneDNN's reorder, padded); each window packs the weights anew and frees those it did not
+// use; nothing runs outside a window; the cpu backend takes the packed path only in a window
+// of enough rows; and a training run on packed weights follows the same losses as one on
+// OpenBLAS alone. Where oneDNN's matmul has no brgemm kernel (no AVX-512) or libdnnl2 is
+// missing, the packed path does not run and these tests say so and skip.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/packed_weights.h"
+#include "backend/ops.h"
+#include "support/test_util.h"
+
+namespace pptrain {
+namespace {
+
+using cpu::PackedWeights;
+using Use = PackedWeights::Use;
+
+std::vector<float> random_values(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& e : v) e = u(gen);
+  return v;
+}
+
+struct Product {
+  Use use;
+  int n, k, cols;
+  const float* a;   // [n, k]
+  const float* w;   // forward: [cols, k]; dgrad: [k, cols]
+  const float* b;   // [cols] or null
+  const float* c0;  // c before, where the product is added; null where it is written
+};
+
+// Largest |c − ref| over its bound, ref = a·op(w) (+ b) (+ c0) in double: a length-k float sum
+// rounds at most k times (γ_k ≈ k·u, u = 2⁻²⁴, of Σ|a·w|), a blocked order (the kernel adds
+// panels' partial sums) at most doubles that, and the bias and c0 are a rounding each more:
+// 2(k + 2)·u·(Σ|a·w| + |b| + |c0|).
+double worst_error(const Product& p, const std::vector<float>& c) {
+  double worst = 0;
+  for (int i = 0; i < p.n; ++i)
+    for (int j = 0; j < p.cols; ++j) {
+      double ref = 0, magnitude = 0;
+      for (int q = 0; q < p.k; ++q) {
+        const float wv = p.use == Use::forward ? p.w[size_t(j) * p.k + q] : p.w[size_t(q) * p.cols + j];
+        const double prod = double(p.a[size_t(i) * p.k + q]) * wv;
+        ref += prod;
+        magnitude += std::fabs(prod);
+      }
+      if (p.b) ref += p.b[j], magnitude += std::fabs(p.b[j]);
+      if (p.c0) ref += p.c0[size_t(i) * p.cols + j], magnitude += std::fabs(p.c0[size_t(i) * p.cols + j]);
+      const double bound = 2.0 * (p.k + 2) * std::ldexp(1.0, -24) * magnitude + 1e-30;
+      const double got = c[size_t(i) * p.cols + j];
+      worst = std::max(worst, std::isfinite(got) ? std::fabs(got - ref) / bound : INFINITY);
+    }
+  return worst;
+}
+
+std::vector<float> run(PackedWeights& packed, const Product& p) {
+  std::vector<float> c = p.c0 ? std::vector<float>(p.c0, p.c0 + size_t(p.n) * p.cols)
+                              : std::vector<float>(size_t(p.n) * p.cols, NAN);  // written, never read
+  packed.run(p.use, c.data(), p.a, p.w, p.b, p.n, p.k, p.cols, p.c0 != nullptr);
+  return c;
+}
+
+#define SKIP_WITHOUT_PACKED_WEIGHTS()                                                            \
+  if (!PackedWeights::why_not().empty())                                                         \
+    GTEST_SKIP() << "weights are not packed on this machine: " << PackedWeights::why_not();
+
+TEST(PackedWeights, ProductsMatchADoubleReference) {
+  SKIP_WITHOUT_PACKED_WEIGHTS();
+  auto packed = PackedWeights::make();
+  ASSERT_TRUE(packed);
+  // k = 64, cols = 128: whole blocks of the brgemm layouts (16 × 64 on AVX-512), copied by
+  // packed_weights.cpp; k = 70, cols = 29: padded, oneDNN's reorder.
+  struct Shape {
+    int n, k, cols;
+  };
+  for (const Shape s : {Shape{37, 64, 128}, Shape{29, 70, 29}}) {
+    const std::vector<float> a = random_values(size_t(s.n) * s.k, 1), w = random_values(size_t(s.k) * s.cols, 2),
+                             b = random_values(s.cols, 3), c0 = random_values(size_t(s.n) * s.cols, 4);
+    packed->hold(true);
+    for (const Use use : {Use::forward, Use::dgrad}) {
+      const char* name = use == Use::forward ? "forward" : "dgrad";
+      for (const bool bias : {false, true})
+        for (const bool add : {false, true}) {
+          if (bias && add) continue;  // the linear layers add a bias to a written c only
+          const Product p{use, s.n, s.k, s.cols, a.data(), w.data(), bias ? b.data() : nullptr,
+                          add ? c0.data() : nullptr};
+          EXPECT_LE(worst_error(p, run(*packed, p)), 1.0)
+              << name << " n=" << s.n << " k=" << s.k << " cols=" << s.cols << " bias " << bias << " add " << add;
+        }
+      // The check can fail: the weight read the other way round (its k·cols floats as [k, cols]
+      // for forward, [cols, k] for dgrad) gives unrelated sums, off by about their magnitude
+      // Σ|a·w| while the bound is 2(k + 2)·u of it (~1e-5): near 1e5 of the bound; 100 leaves
+      // room for an unlucky entry.
+      Product p{use, s.n, s.k, s.cols, a.data(), w.data(), nullptr, nullptr};
+      const std::vector<float> c = run(*packed, p);
+      p.use = use == Use::forward ? Use::dgrad : Use::forward;
+      EXPECT_GT(worst_error(p, c), 100.0) << name << " read as the other";
+    }
+    packed->hold(false);
+  }
+}
+
+TEST(PackedWeights, EachWindowPacksTheWeightsAnewAndFreesThoseItDidNotUse) {
+  SKIP_WITHOUT_PACKED_WEIGHTS();
+  auto packed = PackedWeights::make();
+  ASSERT_TRUE(packed);
+  const int n = 16, k = 64, cols = 128;
+  const std::vector<float> a = random_values(size_t(n) * k, 1);
+  std::vector<float> w = random_values(size_t(k) * cols, 2), other = random_values(size_t(k) * cols, 5);
+  Product p{Use::forward, n, k, cols, a.data(), w.data(), nullptr, nullptr};
+  packed->hold(true);
+  EXPECT_LE(worst_error(p, run(*packed, p)), 1.0);
+  Product q = p;
+  q.w = other.data();
+  EXPECT_LE(worst_error(q, run(*packed, q)), 1.0);
+  packed->hold(false);
+  const size_t both = packed->packed_bytes();
+  EXPECT_GE(both, 2 * size_t(k) * cols * sizeof(float));
+  // An update between windows, as AdamW's: the next window reads the new values.
+  for (float& e : w) e = -0.5f * e + 0.25f;
+  packed->hold(true);
+  EXPECT_LE(worst_error(p, run(*packed, p)), 1.0) << "a stale packed copy";
+  packed->hold(false);
+  // `other` was not used in that window: its copy went.
+  EXPECT_EQ(packed->packed_bytes(), both / 2);
+  EXPECT_THROW(run(*packed, p), std::logic_error) << "outside a window";
+}
+
+TEST(PackedWeights, TheCpuBackendPacksOnlyInAWindowOfEnoughRows) {
+  SKIP_WITHOUT_PACKED_WEIGHTS();
+  auto ops = make_cpu_ops();
+  const int n = 256, in = 64, out = 128;
+  const std::vector<float> x = random_values(size_t(n) * in, 1), b = random_values(out, 3);
+  std::vector<float> w = random_values(size_t(out) * in, 2);
+  const std::vector<float> w0 = w;
+  auto forward = [&] {
+    std::vector<float> y(size_t(n) * out);
+    ops->linear_forward(y.data(), x.data(), w.data(), b.data(), n, in, out);
+    return y;
+  };
+  const Product p{Use::forward, n, in, out, x.data(), w.data(), b.data(), nullptr};
+  // Which path ran shows by breaking the window's promise: the weight changed after its first
+  // use is seen by the plain path and not by a packed copy.
+  auto first_and_after_a_change = [&](int microbatches) {
+    w = w0;
+    WeightsHeld held(*ops, microbatches);
+    std::vector<float> first = forward();
+    EXPECT_LE(worst_error(p, first), 1.0) << microbatches << " microbatches";
+    for (float& e : w) e = -e;
+    return std::make_pair(first, forward());
+  };
+  // 256 rows × 4 microbatches: below PackedWeights::kMinRows, plain.
+  static_assert(256 * 4 < PackedWeights::kMinRows && 256 * 8 >= PackedWeights::kMinRows);
+  auto [first4, changed4] = first_and_after_a_change(4);
+  EXPECT_NE(first4, changed4) << "4 microbatches of 256 rows: packed";
+  // × 8: packed, so the change is not seen in the window.
+  auto [first8, changed8] = first_and_after_a_change(8);
+  EXPECT_EQ(first8, changed8) << "8 microbatches of 256 rows: not packed";
+  // The next window packs the changed weight: its product is the negated one (b kept).
+  {
+    WeightsHeld held(*ops, 8);
+    const std::vector<float> y = forward();
+    EXPECT_LE(worst_error(p, y), 1.0) << "a stale copy in the next window";
+  }
+  // Outside a window: plain again.
+  w = w0;
+  EXPECT_LE(worst_error(p, forward()), 1.0);
+}
+
+// A training run whose step runs 8 microbatches of 256 rows through every weight (packed)
+// against the same run with PPTRAIN_CPU_GEMM=openblas (nothing packed): the same losses up to
+// the different summation order's rounding, ~1e-6 of the loss a step. 1e-4 leaves that room
+// over 4 steps and still catches stale weights: at lr 1e-2 one step's update moves this
+// model's loss by ~1e-2, so a step run on the last step's packed copies is far outside it.
+TEST(PackedWeights, ATrainingRunFollowsTheLossesOfOneOnOpenBlasAlone) {
+  SKIP_WITHOUT_PACKED_WEIGHTS();
+  testing::TempDir dir;
+  auto data = testing::prepare_markov_corpus(dir.file("data"), 64, 40000, 7);
+  ASSERT_EQ(data.exit_code, 0) << data.output;
+  testing::write_file(dir.file("model.yaml"),
+                      "model: {n_layer: 2, n_head: 2, d_model: 64, seq_len: 128, vocab_size: 64}\n"
+                      "parallel: {microbatches: 8}\n"
+                      "training: {steps: 4, micro_batch_size: 2, lr: 1.0e-2, warmup_steps: 0, eval_every: 0}\n"
+                      "data: {train: \"" + dir.file("data") + "/train_*.bin\"}\n"
+                      "logging: {every: 1, sample_tokens: 0}\n");
+  auto train = [&](const std::string& env, const std::string& name) {
+    // 4 steps of a 2-layer model: seconds; 300 s only turns a hang into a failure.
+    auto r = testing::run_command(env + " OMP_NUM_THREADS=1 " + testing::pptrain_bin() + " train " +
+                                      dir.file("model.yaml") + " logging.metrics=" + dir.file(name) + " 2>&1",
+                                  300);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r;
+  };
+  auto packed_run = train("env -u PPTRAIN_CPU_GEMM", "packed.jsonl");
+  EXPECT_NE(packed_run.output.find("| weights packed from"), std::string::npos) << packed_run.output;
+  auto plain_run = train("PPTRAIN_CPU_GEMM=openblas", "plain.jsonl");
+  EXPECT_NE(plain_run.output.find("| weights not packed: PPTRAIN_CPU_GEMM=openblas"), std::string::npos)
+      << plain_run.output;
+  const std::vector<double> packed = testing::json_values(testing::read_file(dir.file("packed.jsonl")), "loss");
+  const std::vector<double> plain = testing::json_values(testing::read_file(dir.file("plain.jsonl")), "loss");
+  ASSERT_EQ(packed.size(), 4u);
+  ASSERT_EQ(plain.size(), 4u);
+  for (size_t i = 0; i < packed.size(); ++i)
+    EXPECT_NEAR(packed[i], plain[i], 1e-4 * std::fabs(plain[i])) << "step " << i + 1;
+}
+
+}  // namespace
+}  // namespace pptrain
