@@ -5,7 +5,7 @@
 // (oneDNN's reorder, padded); each window packs the weights anew and frees those it did not
 // use; nothing runs outside a window; the cpu backend takes the packed path only in a window
 // of enough rows; and a training run on packed weights follows the same losses as one on
-// OpenBLAS alone. Where oneDNN's matmul has no brgemm kernel (no AVX-512) or libdnnl2 is
+// OpenBLAS alone, and on two pipeline stages those of one process. Where oneDNN's matmul has no brgemm kernel (no AVX-512) or libdnnl2 is
 // missing, the packed path does not run and these tests say so and skip.
 #include <gtest/gtest.h>
 
@@ -185,7 +185,8 @@ TEST(PackedWeights, TheCpuBackendPacksOnlyInAWindowOfEnoughRows) {
 // the different summation order's rounding, ~1e-6 of the loss a step. 1e-4 leaves that room
 // over 4 steps and still catches stale weights: at lr 1e-2 one step's update moves this
 // model's loss by ~1e-2, so a step run on the last step's packed copies is far outside it.
-TEST(PackedWeights, ATrainingRunFollowsTheLossesOfOneOnOpenBlasAlone) {
+// And the same run on two pipeline stages (one layer each, a window per rank).
+TEST(PackedWeights, ATrainingRunFollowsTheLossesOfOneOnOpenBlasAloneAndTwoStagesThoseOfOneProcess) {
   SKIP_WITHOUT_PACKED_WEIGHTS();
   testing::TempDir dir;
   auto data = testing::prepare_markov_corpus(dir.file("data"), 64, 40000, 7);
@@ -196,25 +197,35 @@ TEST(PackedWeights, ATrainingRunFollowsTheLossesOfOneOnOpenBlasAlone) {
                       "training: {steps: 4, micro_batch_size: 2, lr: 1.0e-2, warmup_steps: 0, eval_every: 0}\n"
                       "data: {train: \"" + dir.file("data") + "/train_*.bin\"}\n"
                       "logging: {every: 1, sample_tokens: 0}\n");
-  auto train = [&](const std::string& env, const std::string& name) {
+  auto train = [&](const std::string& launch, const std::string& name, const std::string& overrides = "") {
     // 4 steps of a 2-layer model: seconds; 300 s only turns a hang into a failure.
-    auto r = testing::run_command(env + " OMP_NUM_THREADS=1 " + testing::pptrain_bin() + " train " +
-                                      dir.file("model.yaml") + " logging.metrics=" + dir.file(name) + " 2>&1",
+    auto r = testing::run_command(launch + testing::pptrain_bin() + " train " + dir.file("model.yaml") +
+                                      " logging.metrics=" + dir.file(name) + overrides + " 2>&1",
                                   300);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return r;
   };
-  auto packed_run = train("env -u PPTRAIN_CPU_GEMM", "packed.jsonl");
+  auto packed_run = train("env -u PPTRAIN_CPU_GEMM OMP_NUM_THREADS=1 ", "packed.jsonl");
   EXPECT_NE(packed_run.output.find("| weights packed from"), std::string::npos) << packed_run.output;
-  auto plain_run = train("PPTRAIN_CPU_GEMM=openblas", "plain.jsonl");
+  auto plain_run = train("PPTRAIN_CPU_GEMM=openblas OMP_NUM_THREADS=1 ", "plain.jsonl");
   EXPECT_NE(plain_run.output.find("| weights not packed: PPTRAIN_CPU_GEMM=openblas"), std::string::npos)
       << plain_run.output;
-  const std::vector<double> packed = testing::json_values(testing::read_file(dir.file("packed.jsonl")), "loss");
-  const std::vector<double> plain = testing::json_values(testing::read_file(dir.file("plain.jsonl")), "loss");
+  train("env -u PPTRAIN_CPU_GEMM " + testing::mpirun(2), "pp2.jsonl",
+        " parallel.pp=2 parallel.schedule=1f1b parallel.layers_per_stage=[1,1]");
+  auto losses = [&](const std::string& name) {
+    return testing::json_values(testing::read_file(dir.file(name)), "loss");
+  };
+  const std::vector<double> packed = losses("packed.jsonl"), plain = losses("plain.jsonl"), pp2 = losses("pp2.jsonl");
   ASSERT_EQ(packed.size(), 4u);
   ASSERT_EQ(plain.size(), 4u);
-  for (size_t i = 0; i < packed.size(); ++i)
+  ASSERT_EQ(pp2.size(), 4u);
+  for (size_t i = 0; i < packed.size(); ++i) {
     EXPECT_NEAR(packed[i], plain[i], 1e-4 * std::fabs(plain[i])) << "step " << i + 1;
+    // Two stages run each layer's products on the same packed copies with the same rows as
+    // the one process does (bitwise equal here); 1e-6 leaves room for rounding elsewhere and
+    // is far below what a stale or misplaced copy moves.
+    EXPECT_NEAR(pp2[i], packed[i], 1e-6 * std::fabs(packed[i])) << "pp 2, step " << i + 1;
+  }
 }
 
 }  // namespace
