@@ -119,24 +119,32 @@ TEST(PackedWeights, EachWindowPacksTheWeightsAnewAndFreesThoseItDidNotUse) {
   ASSERT_TRUE(packed);
   const int n = 16, k = 64, cols = 128;
   const std::vector<float> a = random_values(size_t(n) * k, 1);
-  std::vector<float> w = random_values(size_t(k) * cols, 2), other = random_values(size_t(k) * cols, 5);
-  Product p{Use::forward, n, k, cols, a.data(), w.data(), nullptr, nullptr};
-  packed->hold(true);
-  EXPECT_LE(worst_error(p, run(*packed, p)), 1.0);
-  Product q = p;
-  q.w = other.data();
-  EXPECT_LE(worst_error(q, run(*packed, q)), 1.0);
-  packed->hold(false);
-  const size_t both = packed->packed_bytes();
-  EXPECT_GE(both, 2 * size_t(k) * cols * sizeof(float));
-  // An update between windows, as AdamW's: the next window reads the new values.
+  std::vector<float> w = random_values(size_t(k) * cols, 2), other = random_values(size_t(k) * cols, 5),
+                     third = random_values(size_t(k) * cols, 6);
+  auto product = [&](const std::vector<float>& weight) {
+    return Product{Use::forward, n, k, cols, a.data(), weight.data(), nullptr, nullptr};
+  };
+  // A window that uses the given weights, each product checked; the bytes held after it.
+  auto window = [&](std::initializer_list<const std::vector<float>*> weights) {
+    packed->hold(true);
+    for (const std::vector<float>* weight : weights)
+      EXPECT_LE(worst_error(product(*weight), run(*packed, product(*weight))), 1.0) << "a stale packed copy";
+    packed->hold(false);
+    return packed->packed_bytes();
+  };
+  const size_t one = window({&w});
+  EXPECT_GE(one, size_t(k) * cols * sizeof(float));
+  EXPECT_EQ(window({&w, &other}), 2 * one);
+  // An update between windows, as AdamW's: the next window reads the new values. `other`,
+  // unused, gives its storage to the spares...
   for (float& e : w) e = -0.5f * e + 0.25f;
-  packed->hold(true);
-  EXPECT_LE(worst_error(p, run(*packed, p)), 1.0) << "a stale packed copy";
-  packed->hold(false);
-  // `other` was not used in that window: its copy went.
-  EXPECT_EQ(packed->packed_bytes(), both / 2);
-  EXPECT_THROW(run(*packed, p), std::logic_error) << "outside a window";
+  EXPECT_EQ(window({&w}), 2 * one);
+  // ... which `third` takes: nothing more is held.
+  EXPECT_EQ(window({&w, &third}), 2 * one);
+  // Unused for a window, `third`'s copy is a spare; unused for another, it is freed.
+  EXPECT_EQ(window({&w}), 2 * one);
+  EXPECT_EQ(window({&w}), one);
+  EXPECT_THROW(run(*packed, product(w)), std::logic_error) << "outside a window";
 }
 
 TEST(PackedWeights, TheCpuBackendPacksOnlyInAWindowOfEnoughRows) {
@@ -185,7 +193,9 @@ TEST(PackedWeights, TheCpuBackendPacksOnlyInAWindowOfEnoughRows) {
 // the different summation order's rounding, ~1e-6 of the loss a step. 1e-4 leaves that room
 // over 4 steps and still catches stale weights: at lr 1e-2 one step's update moves this
 // model's loss by ~1e-2, so a step run on the last step's packed copies is far outside it.
-// And the same run on two pipeline stages (one layer each, a window per rank).
+// And the same run on two pipeline stages (one layer each, a window per rank). Each run
+// evaluates twice (the forward layouts packed in an evaluation's window, the dgrad ones kept
+// as spares for the next step).
 TEST(PackedWeights, ATrainingRunFollowsTheLossesOfOneOnOpenBlasAloneAndTwoStagesThoseOfOneProcess) {
   SKIP_WITHOUT_PACKED_WEIGHTS();
   testing::TempDir dir;
@@ -194,8 +204,10 @@ TEST(PackedWeights, ATrainingRunFollowsTheLossesOfOneOnOpenBlasAloneAndTwoStages
   testing::write_file(dir.file("model.yaml"),
                       "model: {n_layer: 2, n_head: 2, d_model: 64, seq_len: 128, vocab_size: 64}\n"
                       "parallel: {microbatches: 8}\n"
-                      "training: {steps: 4, micro_batch_size: 2, lr: 1.0e-2, warmup_steps: 0, eval_every: 0}\n"
-                      "data: {train: \"" + dir.file("data") + "/train_*.bin\"}\n"
+                      "training: {steps: 4, micro_batch_size: 2, lr: 1.0e-2, warmup_steps: 0, eval_every: 2,\n"
+                      "           eval_batches: 2}\n"
+                      "data: {train: \"" + dir.file("data") + "/train_*.bin\", val: \"" + dir.file("data") +
+                          "/val_*.bin\"}\n"
                       "logging: {every: 1, sample_tokens: 0}\n");
   auto train = [&](const std::string& launch, const std::string& name, const std::string& overrides = "") {
     // 4 steps of a 2-layer model: seconds; 300 s only turns a hang into a failure.
@@ -212,19 +224,23 @@ TEST(PackedWeights, ATrainingRunFollowsTheLossesOfOneOnOpenBlasAloneAndTwoStages
       << plain_run.output;
   train("env -u PPTRAIN_CPU_GEMM " + testing::mpirun(2), "pp2.jsonl",
         " parallel.pp=2 parallel.schedule=1f1b parallel.layers_per_stage=[1,1]");
+  // The training losses, then the evaluations' (steps 2 and 4: a window of 2 batches each).
   auto losses = [&](const std::string& name) {
-    return testing::json_values(testing::read_file(dir.file(name)), "loss");
+    const std::string log = testing::read_file(dir.file(name));
+    std::vector<double> all = testing::json_values(log, "loss");
+    for (double v : testing::json_values(log, "val_loss")) all.push_back(v);
+    return all;
   };
   const std::vector<double> packed = losses("packed.jsonl"), plain = losses("plain.jsonl"), pp2 = losses("pp2.jsonl");
-  ASSERT_EQ(packed.size(), 4u);
-  ASSERT_EQ(plain.size(), 4u);
-  ASSERT_EQ(pp2.size(), 4u);
+  ASSERT_EQ(packed.size(), 6u);
+  ASSERT_EQ(plain.size(), 6u);
+  ASSERT_EQ(pp2.size(), 6u);
   for (size_t i = 0; i < packed.size(); ++i) {
-    EXPECT_NEAR(packed[i], plain[i], 1e-4 * std::fabs(plain[i])) << "step " << i + 1;
+    EXPECT_NEAR(packed[i], plain[i], 1e-4 * std::fabs(plain[i])) << "loss " << i;
     // Two stages run each layer's products on the same packed copies with the same rows as
     // the one process does (bitwise equal here); 1e-6 leaves room for rounding elsewhere and
     // is far below what a stale or misplaced copy moves.
-    EXPECT_NEAR(pp2[i], packed[i], 1e-6 * std::fabs(packed[i])) << "pp 2, step " << i + 1;
+    EXPECT_NEAR(pp2[i], packed[i], 1e-6 * std::fabs(packed[i])) << "pp 2, loss " << i;
   }
 }
 

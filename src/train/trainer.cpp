@@ -461,13 +461,11 @@ double Trainer::evaluate() {
   double total = 0;
   Timeline scratch;
   refresh_working_weights();
+  // The weights stay as they are through every batch: the backend may keep packed copies.
+  WeightsHeld held(ops_, int(microbatches_.size()) * cfg_.training.eval_batches);
   for (int b = 0; b < cfg_.training.eval_batches; ++b) {
     if (val_data_) load_microbatches(*val_data_, uint64_t(b));
-    double local;
-    {
-      WeightsHeld held(ops_, int(microbatches_.size()));
-      local = eval_exec_->run(microbatches_, scratch);
-    }
+    const double local = eval_exec_->run(microbatches_, scratch);
     eval_exec_->discard(cfg_.parallel.microbatches);
     total += mean_loss(local);
     tick();

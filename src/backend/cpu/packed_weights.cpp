@@ -159,12 +159,13 @@ struct PackedWeights::State {
 
   // A weight's packed copy: the layout, the bytes, the window it was packed in, and the
   // reorder from the plain layout.
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  using Storage = std::unique_ptr<void, Free>;
   struct Packed {
     dnnl_memory_desc_t layout;
-    struct Free {
-      void operator()(void* p) const { std::free(p); }
-    };
-    std::unique_ptr<void, Free> data;
+    Storage data;
     size_t bytes = 0;
     uint64_t window = 0;
     Primitive reorder;
@@ -176,7 +177,23 @@ struct PackedWeights::State {
   std::map<std::tuple<int, int, int, int, bool, bool>, Matmul> matmuls;
   // (weight, use)
   std::map<std::pair<const float*, int>, Packed> packed;
+  // The storage of copies the last window did not use, by size, for the next one to take:
+  // an evaluation between two steps uses no dgrad layouts, an arena swapped in between steps
+  // (training.post_validation) has other addresses; neither allocates again (and pays the
+  // page faults of fresh memory) when the next window needs the same sizes.
+  std::multimap<size_t, Storage> spare;
   uint64_t window = 0;
+
+  Storage storage(size_t bytes, int k, int cols) {
+    if (auto it = spare.find(bytes); it != spare.end()) {
+      Storage taken = std::move(it->second);
+      spare.erase(it);
+      return taken;
+    }
+    Storage fresh{std::aligned_alloc(64, (bytes + 63) / 64 * 64)};
+    if (!fresh) fail("out of memory packing a ", k, " x ", cols, " weight (", bytes, " bytes)");
+    return fresh;
+  }
 
   State() {
     const Api& a = api();
@@ -245,8 +262,8 @@ struct PackedWeights::State {
       p.layout = layout;
       const size_t bytes = a.dnnl_memory_desc_get_size(&layout);
       if (bytes != p.bytes || !p.data) {
-        p.data.reset(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
-        if (!p.data) fail("out of memory packing a ", k, " x ", cols, " weight (", bytes, " bytes)");
+        if (p.data) spare.emplace(p.bytes, std::move(p.data));
+        p.data = storage(bytes, k, cols);
         p.bytes = bytes;
       }
       p.reorder = {};
@@ -361,10 +378,18 @@ void PackedWeights::hold(bool held) {
   if (held) {
     ++state_->window;
   } else {
-    // The copies of weights this window did not use go (an arena swapped out, a finished
-    // evaluation's shapes): what stays is what the next window repacks in place.
-    for (auto it = state_->packed.begin(); it != state_->packed.end();)
-      it = it->second.window == state_->window ? std::next(it) : state_->packed.erase(it);
+    // What stays is what the next window repacks in place. The copies this window did not use
+    // give their storage to the spares, and the spares no window took since the last close
+    // are freed: at most one window's worth is ever held unused.
+    state_->spare.clear();
+    for (auto it = state_->packed.begin(); it != state_->packed.end();) {
+      if (it->second.window == state_->window) {
+        ++it;
+        continue;
+      }
+      state_->spare.emplace(it->second.bytes, std::move(it->second.data));
+      it = state_->packed.erase(it);
+    }
   }
   held_ = held;
 }
@@ -394,6 +419,7 @@ void PackedWeights::run(Use use, float* c, const float* a, const float* w, const
 size_t PackedWeights::packed_bytes() const {
   size_t bytes = 0;
   for (const auto& [key, p] : state_->packed) bytes += p.bytes;
+  for (const auto& [size, storage] : state_->spare) bytes += size;
   return bytes;
 }
 

@@ -14,9 +14,9 @@
 // promises every weight is constant from its first use on (a training step's or an
 // evaluation's passes). Each window packs a weight again at its first use, so an update, a
 // load or an all-gather between windows is always seen; outside a window nothing is packed and
-// the linear layers run on the GEMM library. Packed copies of weights not used in a window are
-// freed at its end; the others are kept for the next window's repacking (a weight's two
-// layouts: twice the bytes of the weights a rank holds, outside the backend's allocator).
+// the linear layers run on the GEMM library. The copies are kept for the next window's
+// repacking (a weight's two layouts: twice the bytes of the weights a rank holds, outside the
+// backend's allocator); those a window did not use are freed after one more.
 //
 // Where: oneDNN 2.x is loaded with dlopen (libdnnl.so.2; the build reads its header from
 // libdnnl-dev, and a build without that header leaves this out). The packed path is the
@@ -67,7 +67,7 @@ class PackedWeights {
   // success from oneDNN fails in one line naming the shape.
   void run(Use use, float* c, const float* a, const float* w, const float* b, int n, int k, int cols, bool accumulate);
 
-  // The bytes the packed copies hold now.
+  // The bytes the packed copies and their spare storage hold now.
   size_t packed_bytes() const;
 
   struct State;  // oneDNN's engine, stream, primitives and the packed copies (packed_weights.cpp)
