@@ -4,12 +4,13 @@
 // weight fills the kernel's blocks exactly (copied by packed_weights.cpp) and one that does not
 // (oneDNN's reorder, padded); each window packs the weights anew and frees those it did not
 // use; nothing runs outside a window; the cpu backend takes the packed path only in a window
-// of enough rows; and a training run on packed weights follows the same losses as one on
+// of enough rows (below them its dgrad runs on oneDNN's sgemm); and a training run on packed weights follows the same losses as one on
 // OpenBLAS alone, and on two pipeline stages those of one process. Where oneDNN's matmul has no brgemm kernel (no AVX-512) or libdnnl2 is
 // missing, the packed path does not run and these tests say so and skip.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -186,6 +187,18 @@ TEST(PackedWeights, TheCpuBackendPacksOnlyInAWindowOfEnoughRows) {
   // Outside a window: plain again.
   w = w0;
   EXPECT_LE(worst_error(p, forward()), 1.0);
+  // The dgrad, written and added, outside a window (OpenBLAS), below the rows to pack
+  // (oneDNN's sgemm) and above (packed): dx[n, in] (+)= dy[n, out] · w[out, in].
+  const std::vector<float> dy = random_values(size_t(n) * out, 7), dx0 = random_values(size_t(n) * in, 8);
+  for (const int microbatches : {0, 4, 8})
+    for (const bool add : {false, true}) {
+      std::optional<WeightsHeld> held;
+      if (microbatches) held.emplace(*ops, microbatches);
+      std::vector<float> dx = add ? dx0 : std::vector<float>(dx0.size(), NAN);
+      ops->linear_backward_input(dx.data(), dy.data(), w.data(), n, in, out, add);
+      const Product d{Use::dgrad, n, out, in, dy.data(), w.data(), nullptr, add ? dx0.data() : nullptr};
+      EXPECT_LE(worst_error(d, dx), 1.0) << "dgrad, " << microbatches << " microbatches, add " << add;
+    }
 }
 
 // A training run whose step runs 8 microbatches of 256 rows through every weight (packed)

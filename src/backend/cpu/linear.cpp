@@ -1,9 +1,10 @@
 // Linear layer Y = X Wᵀ + b: each pass is one product over the whole microbatch, spread over
 // all threads. Inside a window of constant weights (Ops::hold_weights) the two products with
 // a weight (forward X·Wᵀ, dgrad dY·W) run on oneDNN's matmul and the weight's packed copy
-// where this CPU has it (packed_weights.h); everything else runs on the GEMM library
-// (OpenBLAS unless PPTRAIN_CPU_GEMM says otherwise: gemm_library.h). Row-major throughout:
-// X[N,I], W[O,I], Y[N,O].
+// where this CPU has it (packed_weights.h) and the window runs enough rows; with fewer, the
+// dgrad runs on oneDNN's sgemm there. Everything else runs on the GEMM library (OpenBLAS
+// unless PPTRAIN_CPU_GEMM says otherwise: gemm_library.h). Row-major throughout: X[N,I],
+// W[O,I], Y[N,O].
 #include <algorithm>
 
 #include "backend/cpu/cpu_ops.h"
@@ -43,7 +44,8 @@ void CpuOps::hold_weights(int microbatches) {
 
 void CpuOps::weight_product(PackedWeights::Use use, float* c, const float* a, const float* w, const float* b, int n,
                             int k, int cols, bool accumulate) {
-  if (packed_ && packed_->held() && size_t(n) * held_microbatches_ >= PackedWeights::kMinRows)
+  const bool held = packed_ && packed_->held();
+  if (held && size_t(n) * held_microbatches_ >= PackedWeights::kMinRows)
     return packed_->run(use, c, a, w, b, n, k, cols, accumulate);
   // With a bias, c starts as b broadcast over rows and the product is added (beta = 1): one
   // pass over c instead of a second pass after the product.
@@ -56,7 +58,14 @@ void CpuOps::weight_product(PackedWeights::Use use, float* c, const float* a, co
   }
   const bool forward = use == PackedWeights::Use::forward;
   // forward: c[N,O] = a[N,I] · w[O,I]ᵀ;  dgrad: c[N,I] = a[N,O] · w[O,I]
-  sgemm({false, forward, n, cols, k, 1.0f, a, k, w, forward ? k : cols, beta, c, cols});
+  const Gemm g{false, forward, n, cols, k, 1.0f, a, k, w, forward ? k : cols, beta, c, cols};
+  // The dgrad in a window of too few rows to pack, on a CPU where the packed path runs:
+  // oneDNN's own sgemm, which packs per call as OpenBLAS does, beat OpenBLAS's Haswell kernels
+  // there (a Zen 4 VM, GPT-2 124M's products at 256 rows, 2 threads, warm: 128-134 ms against
+  // 152-154 for the dgrads; a step at B = 4, T = 256, alternated: 3.84-3.87 s against
+  // 4.02-4.03). Its forward ran even with OpenBLAS's (142-143 ms both), which keeps it.
+  if (held && !forward) run_gemm(GemmLibrary::onednn, g);
+  else sgemm(g);
 }
 
 void CpuOps::linear_forward(View yv, ConstView xv, ConstView wv, ConstView bv, int n, int in,

@@ -22,7 +22,8 @@
 // libdnnl-dev, and a build without that header leaves this out). The packed path is the
 // default wherever oneDNN's matmul picks its brgemm kernel (AVX-512 CPUs); elsewhere it would
 // run the same packing GEMM as dnnl_sgemm, no faster, so the linear layers stay on the GEMM
-// library. PPTRAIN_CPU_GEMM set to a library runs everything on that library alone.
+// library. PPTRAIN_CPU_GEMM set to a library runs everything on that library alone. (In a
+// window of too few rows, the cpu backend's dgrad still runs on oneDNN, its sgemm: linear.cpp.)
 //
 // Compiled once, for the baseline ISA: oneDNN dispatches on the CPU itself.
 #pragma once
