@@ -112,9 +112,15 @@ int main(int argc, char** argv) {
   double mean_s = total_s / steps;
   double achieved = flops_per_token * tokens_per_step / mean_s / 1e9;
   const cpu::CpuInfo cpu_info = cpu::read_cpu_info();
-  const std::string linear_weights = cpu::PackedWeights::why_not().empty()
-                                         ? "packed: " + cpu::PackedWeights::description()
-                                         : "plain: " + cpu::PackedWeights::why_not();
+  // What the products with a weight ran on (cpu/linear.cpp): packed from kMinRows rows a step,
+  // below that the dgrad on oneDNN's sgemm, wherever the packed path runs.
+  const size_t rows = size_t(batch) * m.seq_len * microbatches;
+  const std::string linear_weights =
+      !cpu::PackedWeights::why_not().empty() ? "plain: " + cpu::PackedWeights::why_not()
+      : rows >= cpu::PackedWeights::kMinRows
+          ? "packed: " + cpu::PackedWeights::description()
+          : "plain: " + std::to_string(rows) + " rows a step, below " + std::to_string(cpu::PackedWeights::kMinRows) +
+                " (dgrad on oneDNN's sgemm)";
   const double peak = cpu::peak_gflops_estimate(cpu_info, omp_get_max_threads());
   std::printf(
       "{\"bench\": \"train_gpt2_small_cpu\", \"threads\": %d, \"seq\": %d, \"batch\": %d, \"params\": %zu, "

@@ -4,7 +4,8 @@
 # batch and sequence length. Prints one JSON line per sequence length:
 #   {"bench": "cpu_vs_torch", "seq", "batch", "threads", "pptrain_step_s", "torch_step_s",
 #    "speedup" (torch / pptrain: > 1 means pptrain is faster), "blas_core", "gemm_library"
-#    (OpenBLAS unless PPTRAIN_CPU_GEMM names another), "cpu_isa", "torch",
+#    (OpenBLAS unless PPTRAIN_CPU_GEMM names another), "linear_weights" (bench_model's: packed
+#    for oneDNN's matmul, or plain and why), "cpu_isa", "torch",
 #    "gflop_per_step", "peak_gflops_estimate" (bench_model's), "peak_bound_step_s" (the step's
 #    FLOPs at that peak), "peak_bound_speedup" (torch over it: the most any fp32 trainer doing
 #    these FLOPs could beat PyTorch by here), "pptrain_peak_fraction", ...}
@@ -54,12 +55,12 @@ sys.exit(1)' "$@"
 # shared machine's noise moves least. Over the rounds, each side's median of those.
 status=0
 for seq in $SEQS; do
-  pp_s=() torch_s=() blas_core="" gemm_library="" cpu_isa="" torch_version="" gflop=0 peak=0
+  pp_s=() torch_s=() blas_core="" gemm_library="" linear_weights="" cpu_isa="" torch_version="" gflop=0 peak=0
   for ((round = 1; round <= ROUNDS; round++)); do
     # A: pptrain (OpenMP threads; OpenBLAS follows OMP_NUM_THREADS in its OpenMP build).
     if out=$(OMP_NUM_THREADS=$THREADS "$BENCH_MODEL" "$STEPS" "$seq" "$BATCH") &&
-       fields=$(json_fields step_s_best blas_core gemm_library cpu_isa gflop_per_step peak_gflops_estimate <<<"$out"); then
-      IFS=$'\t' read -r best blas_core gemm_library cpu_isa gflop peak <<<"$fields"
+       fields=$(json_fields step_s_best blas_core gemm_library linear_weights cpu_isa gflop_per_step peak_gflops_estimate <<<"$out"); then
+      IFS=$'\t' read -r best blas_core gemm_library linear_weights cpu_isa gflop peak <<<"$fields"
       pp_s+=("$best")
     else
       echo "bench_cpu_vs_torch: bench_model failed (seq $seq, round $round)" >&2
@@ -83,7 +84,7 @@ for seq in $SEQS; do
   fi
   python3 -c '
 import json, statistics, sys
-seq, batch, threads, steps, rounds, blas_core, gemm_library, cpu_isa, torch_version, gflop, peak, pp, tr = sys.argv[1:]
+seq, batch, threads, steps, rounds, blas_core, gemm_library, linear_weights, cpu_isa, torch_version, gflop, peak, pp, tr = sys.argv[1:]
 pp_s = statistics.median(float(x) for x in pp.split())
 torch_s = statistics.median(float(x) for x in tr.split())
 gflop, peak = float(gflop), float(peak)
@@ -99,9 +100,9 @@ print(json.dumps({
     "peak_bound_step_s": round(peak_bound_s, 4) if peak_bound_s else None,
     "peak_bound_speedup": round(torch_s / peak_bound_s, 3) if peak_bound_s else None,
     "pptrain_peak_fraction": round(peak_bound_s / pp_s, 3) if peak_bound_s and pp_s > 0 else None,
-    "blas_core": blas_core, "gemm_library": gemm_library, "cpu_isa": cpu_isa, "torch": torch_version,
+    "blas_core": blas_core, "gemm_library": gemm_library, "linear_weights": linear_weights, "cpu_isa": cpu_isa, "torch": torch_version,
     "statistic": "median over rounds of each run best step", "steps": int(steps), "rounds": int(rounds)}))
-' "$seq" "$BATCH" "$THREADS" "$STEPS" "$ROUNDS" "$blas_core" "$gemm_library" "$cpu_isa" "$torch_version" "$gflop" "$peak" "${pp_s[*]}" "${torch_s[*]}" ||
+' "$seq" "$BATCH" "$THREADS" "$STEPS" "$ROUNDS" "$blas_core" "$gemm_library" "$linear_weights" "$cpu_isa" "$torch_version" "$gflop" "$peak" "${pp_s[*]}" "${torch_s[*]}" ||
     status=1
 done
 exit $status
