@@ -59,8 +59,8 @@ int main(int argc, char** argv) {
   m.n_layer = 12; m.n_head = 12; m.d_model = 768; m.vocab_size = 50304;
   m.seq_len = argc > 2 ? std::atoi(argv[2]) : 256;
   const int batch = argc > 3 ? std::atoi(argv[3]) : 4, microbatches = argc > 4 ? std::atoi(argv[4]) : 1;
-  if (steps < 1 || m.seq_len < 1 || batch < 1) {
-    std::fprintf(stderr, "usage: bench_model [STEPS >= 1] [SEQ >= 1] [BATCH >= 1]\n");
+  if (steps < 1 || m.seq_len < 1 || batch < 1 || microbatches < 1) {
+    std::fprintf(stderr, "usage: bench_model [STEPS >= 1] [SEQ >= 1] [BATCH >= 1] [MICROBATCHES >= 1]\n");
     return 2;
   }
   auto ops = make_cpu_ops();

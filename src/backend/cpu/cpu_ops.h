@@ -88,7 +88,6 @@ class CpuOps final : public Ops {
   size_t bytes_cached_ = 0;
   // The packed path, made at the first window (null where it does not run here).
   std::unique_ptr<PackedWeights> packed_;
-  bool packed_tried_ = false;
   int held_microbatches_ = 0;  // of the open window, 0 outside one
   // c[n, cols] (+)= a[n, k] · op(w) (+ b) on the packed weights inside a window, else the
   // GEMM library (linear.cpp).

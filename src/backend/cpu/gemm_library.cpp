@@ -41,6 +41,7 @@ using BliSetThreads = void (*)(int64_t);
 using BliVersion = const char* (*)();
 
 struct Loaded {
+  void* handle = nullptr;  // dlopen's, where the library's entry points were found
   DnnlSgemm dnnl_sgemm = nullptr;
   DnnlVersionFn dnnl_version = nullptr;
   BliSgemm bli_sgemm = nullptr;
@@ -64,6 +65,7 @@ void open_library(GemmLibrary lib, Loaded& l) {
   if (missing && *missing == gemm_library_name(lib)) return;
   void* handle = dlopen(kFacts[int(lib)].soname, RTLD_NOW | RTLD_LOCAL);
   if (!handle) return;
+  l.handle = handle;
   if (lib == GemmLibrary::onednn) {
     l.dnnl_sgemm = reinterpret_cast<DnnlSgemm>(dlsym(handle, "dnnl_sgemm"));
     l.dnnl_version = reinterpret_cast<DnnlVersionFn>(dlsym(handle, "dnnl_version"));
@@ -108,6 +110,10 @@ bool gemm_library_available(GemmLibrary lib) {
   if (lib == GemmLibrary::openblas) return true;
   const Loaded& l = load(lib);
   return lib == GemmLibrary::onednn ? l.dnnl_sgemm != nullptr : l.bli_sgemm != nullptr;
+}
+
+void* gemm_library_handle(GemmLibrary lib) {
+  return lib != GemmLibrary::openblas && gemm_library_available(lib) ? load(lib).handle : nullptr;
 }
 
 std::string gemm_library_version(GemmLibrary lib) {

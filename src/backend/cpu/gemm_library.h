@@ -36,6 +36,9 @@ const char* gemm_library_name(GemmLibrary lib);
 // Loads the library on the first call; false where it is not installed (or stood in for as
 // missing by the planted fault gemm_missing:NAME). OpenBLAS: always true.
 bool gemm_library_available(GemmLibrary lib);
+// The loaded library's dlopen handle, for more of its entry points (packed_weights.cpp finds
+// oneDNN's matmul there); null where it is not available, and for OpenBLAS (linked).
+void* gemm_library_handle(GemmLibrary lib);
 // The shared library to install where one is missing: "libdnnl2", "libblis4-openmp".
 const char* gemm_library_package(GemmLibrary lib);
 // "OpenBLAS 0.3.21", "oneDNN 2.6.3", "BLIS 0.9.0" (the library must be available).

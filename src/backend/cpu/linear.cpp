@@ -34,10 +34,8 @@ static void add_column_sums(float* db, const float* dy, int n, int out) {
 }
 
 void CpuOps::hold_weights(int microbatches) {
-  if (microbatches > 0 && !packed_tried_) {
-    packed_ = PackedWeights::make();
-    packed_tried_ = true;
-  }
+  // make() decides once per process; where the path does not run it is null every time.
+  if (microbatches > 0 && !packed_) packed_ = PackedWeights::make();
   held_microbatches_ = microbatches;
   if (packed_) packed_->hold(microbatches > 0);
 }

@@ -1,14 +1,13 @@
 // oneDNN's matmul on weights packed once a window (packed_weights.h).
 #include "backend/cpu/packed_weights.h"
 
-#include <dlfcn.h>
+#include <dlfcn.h>  // dlsym
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <algorithm>
 #include <map>
 #include <optional>
-#include <mutex>
 #include <tuple>
 #include <utility>
 
@@ -273,8 +272,8 @@ struct PackedWeights::State {
       p.window = window;
       return p.data.get();
     }
+    const dnnl_memory_desc_t plain = plain_weights(use, k, cols);
     if (!p.reorder.get()) {
-      const dnnl_memory_desc_t plain = plain_weights(use, k, cols);
       dnnl_primitive_desc_t pd = nullptr;
       check(a.dnnl_reorder_primitive_desc_create(&pd, &plain, engine.get(), &layout, engine.get(), nullptr),
             "reorder primitive_desc_create", 0, k, cols);
@@ -283,7 +282,6 @@ struct PackedWeights::State {
       check(a.dnnl_primitive_create(&r, pd), "reorder primitive_create", 0, k, cols);
       p.reorder = {r, a.dnnl_primitive_destroy};
     }
-    const dnnl_memory_desc_t plain = plain_weights(use, k, cols);
     Memory from = memory(plain, 0, k, cols), to = memory(layout, 0, k, cols);
     check(a.dnnl_memory_set_data_handle(from.get(), const_cast<float*>(w)), "memory_set_data_handle", 0, k, cols);
     check(a.dnnl_memory_set_data_handle(to.get(), p.data.get()), "memory_set_data_handle", 0, k, cols);
@@ -303,14 +301,10 @@ Availability decide() {
     out.why_not = cat("PPTRAIN_CPU_GEMM=", lib, " runs every product on that library");
     return out;
   }
-  if (!gemm_library_available(GemmLibrary::onednn)) {
-    out.why_not = "libdnnl.so.2 does not load (install libdnnl2)";
-    return out;
-  }
-  // The library gemm_library_available opened: dlopen hands out the same handle.
-  void* handle = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
+  // The library PPTRAIN_CPU_GEMM=onednn would run (gemm_library.cpp opens it once).
+  void* handle = gemm_library_handle(GemmLibrary::onednn);
   if (!handle) {
-    out.why_not = "libdnnl.so.2 does not load (install libdnnl2)";
+    out.why_not = cat("libdnnl.so.2 does not load (install ", gemm_library_package(GemmLibrary::onednn), ")");
     return out;
   }
 #define PPTRAIN_DNNL_FIND(name)                                                              \
@@ -359,8 +353,7 @@ const std::string& probe() {
 }  // namespace
 
 const std::string& PackedWeights::why_not() {
-  static std::once_flag once;
-  std::call_once(once, [] { probe(); });
+  probe();  // once (a static's initialisation): it may add the reason
   return availability().why_not;
 }
 
