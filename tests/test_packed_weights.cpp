@@ -145,6 +145,14 @@ TEST(PackedWeights, EachWindowPacksTheWeightsAnewAndFreesThoseItDidNotUse) {
   // Unused for a window, `third`'s copy is a spare; unused for another, it is freed.
   EXPECT_EQ(window({&w}), 2 * one);
   EXPECT_EQ(window({&w}), one);
+  // Weights that move between windows (the masters' two arenas under post-validation) take
+  // the storage of the copies of those not used since: still one copy's bytes, each window.
+  for (int step = 0; step < 3; ++step) {
+    EXPECT_EQ(window({&other}), one) << "step " << step;
+    EXPECT_EQ(window({&w}), one) << "step " << step;
+  }
+  // A weight whose copy was taken earlier in the same window is packed again, right.
+  EXPECT_EQ(window({&third, &w}), 2 * one);
   EXPECT_THROW(run(*packed, product(w)), std::logic_error) << "outside a window";
 }
 

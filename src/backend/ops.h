@@ -337,13 +337,15 @@ struct AdamwTensor {
 
 // What a backend's allocator holds, in bytes (Ops::memory_stats): what Ops::allocate handed
 // out (and on cuda cuDNN's per-call workspace, taken from the same allocator). A backend's
-// own scratch (the cpu backend's per-thread attention tiles, the cuda backend's GEMM and
-// reduction workspaces, cuBLASLt's) is not in these figures.
+// own scratch (the cpu backend's per-thread attention tiles and packed weight copies, the
+// cuda backend's GEMM and reduction workspaces, cuBLASLt's) is not in the first three
+// figures: it is `outside`, apart.
 struct MemoryStats {
   size_t in_use = 0;    // allocated and not yet released
   size_t peak = 0;      // the most in_use since construction or the last reset_peak_memory()
   size_t reserved = 0;  // held from the system: in_use with the allocator's rounding, and for
                         // cuda the released blocks its cache keeps from the driver
+  size_t outside = 0;   // the backend's own scratch, held now outside the allocator
 };
 
 // Both kinds alike, and the two declarations every backend needs.

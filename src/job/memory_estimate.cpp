@@ -3,9 +3,11 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <utility>
 
+#include "backend/cpu/packed_weights.h"
 #include "core/error.h"
 #include "model/layer.h"
 #include "model/param.h"
@@ -17,6 +19,7 @@ namespace {
 
 constexpr double kFp32 = 4, kBf16 = 2, kInt32 = 4;
 constexpr double kCpuFlashBlock = 64;            // rows per flash tile (backend/cpu/attention_flash.cpp)
+constexpr double kCpuRows = 6;                   // rows per micro-tile (backend/cpu/tile_gemm.h)
 constexpr double kCublasLtWorkspace = 32 << 20;  // backend/cuda/cuda_lt_gemm.h
 
 // N = B·T rows of a microbatch, without ModelDims::rows()'s int overflow for absurd batches.
@@ -133,12 +136,50 @@ LivePeaks pool_sizes(const Config& cfg, const pipeline::Schedule& schedule, int 
   return peak;
 }
 
-double workspace_bytes(const Config& cfg) {
+// The bytes of the cpu backend's packed copies of the linear layers' weights
+// (backend/cpu/packed_weights.h), where this process packs them and a window runs enough rows
+// through a weight (the trainer's: a step's microbatches, an evaluation's batches of them):
+// each weight [out, in] in its forward and its dgrad layout. oneDNN's blocked layouts pad
+// both dimensions to their blocks (at most 64 elements: BA16a64b and the like), so
+// 4·⌈out⌉₆₄·⌈in⌉₆₄ bytes per layout bound each copy (the test of MemPeakOfTheFirstStep
+// checks the copies held after a step against it).
+double packed_weight_bytes(const Config& cfg, const std::vector<StageSpec>& mine, const ModelDims& d) {
+  if (cfg.device != "cpu" || !cpu::PackedWeights::why_not().empty()) return 0;
+  const double window_rows = rows(d) * cfg.parallel.microbatches;
+  const bool evaluates = cfg.training.eval_every > 0 && !cfg.data.val.empty();
+  const double eval_rows = evaluates ? window_rows * cfg.training.eval_batches : 0;
+  if (std::max(window_rows, eval_rows) < double(cpu::PackedWeights::kMinRows)) return 0;
+  auto padded = [](double n) { return std::ceil(n / 64) * 64; };
+  double bytes = 0;
+  auto weight = [&](double out, double in) { bytes += 2 * kFp32 * padded(out) * padded(in); };
+  const double c = d.d_model, tp = d.tp, cl = d.local_channels();
+  for (const StageSpec& spec : mine) {
+    for (int b = 0; b < spec.num_blocks; ++b) {
+      if (d.llama) {
+        const double f = double(cfg.model.mlp_hidden()) / tp;
+        weight((double(cfg.model.n_head) + 2 * cfg.model.kv_heads()) * d.head_dim() / tp, c);  // qkv
+        weight(c, cl);                                                                     // proj
+        weight(f, c), weight(f, c), weight(c, f);                                          // gate, up, down
+      } else {
+        weight(3 * c / tp, c), weight(c, cl), weight(4 * c / tp, c), weight(c, 4 * c / tp);  // qkv, proj, fc, fc2
+      }
+    }
+    if (spec.has_head) weight(d.local_vocab(), c);  // the logits' product, tied or not
+  }
+  return bytes;
+}
+
+// cpu: each OpenMP thread's attention scratch, as large as the backward's (the larger pass):
+// the plain path's vᵀ, k, q, dO [T,HD] and dS [T,T], then a packed panel [T,kRows]; the flash
+// path's kᵀ, vᵀ, k, q, dO and the dK, dV sums [T,HD], P and dS [64,T] and a panel [64,kRows]
+// (backend/cpu/attention.cpp, attention_flash.cpp); and the packed weight copies.
+double workspace_bytes(const Config& cfg, const std::vector<StageSpec>& mine, const ModelDims& d) {
   if (cfg.device == "cuda") return kCublasLtWorkspace;
-  const double t = cfg.model.seq_len;
+  const double t = cfg.model.seq_len, hd = d.head_dim();
   const bool fused = cfg.model.attention == "flash" || cfg.model.attention == "cudnn";
-  const double per_thread = fused ? 2 * kCpuFlashBlock * t : t * t;
-  return double(omp_get_max_threads()) * per_thread * kFp32;
+  const double per_thread = fused ? 7 * hd * t + 2 * kCpuFlashBlock * t + kCpuRows * kCpuFlashBlock
+                                  : 4 * hd * t + t * t + kCpuRows * t;
+  return double(omp_get_max_threads()) * per_thread * kFp32 + packed_weight_bytes(cfg, mine, d);
 }
 
 }  // namespace
@@ -339,7 +380,7 @@ MemoryEstimate estimate_rank_memory(const Config& cfg, const pipeline::Schedule&
   // writes them (runtime/executor.h), on the rank of the last stage.
   const bool last = std::any_of(mine.begin(), mine.end(), [](const StageSpec& s) { return s.has_head; });
   if (last) e.items.push_back({"microbatch losses (training and evaluation)", 2 * 8.0 * cfg.parallel.microbatches});
-  e.items.push_back({"workspace", workspace_bytes(cfg)});
+  e.items.push_back({"workspace", workspace_bytes(cfg, mine, dims)});
   return e;
 }
 

@@ -23,8 +23,11 @@
 //   logits            the head's [N,VL] dlogits, part of the head's slot, listed apart
 //                     because it is often the largest single consumer
 //   token buffers     tokens and targets [B·T] int32 for each of the m microbatches
-//   workspace         cpu: one attention scratch per OpenMP thread ([T,T] fp32 for naive
-//                     attention, [2·64,T] for flash); cuda: the cuBLASLt workspace (32 MiB)
+//   workspace         cpu: one attention scratch per OpenMP thread (the backward's: [T,T] +
+//                     4·[T,HD] fp32 for naive attention, [2·64,T] + 7·[T,HD] for flash) and,
+//                     where the process packs the linear layers' weights (a window of at
+//                     least PackedWeights::kMinRows rows), their two packed layouts (about
+//                     8 bytes per weight element); cuda: the cuBLASLt workspace (32 MiB)
 //   pending sends     the executor frees a microbatch's io buffers only once its sends
 //                     completed (polled, never blocking): one more io slot for each stage
 //                     that sends to another rank, an upper bound when sends complete before

@@ -41,7 +41,8 @@ std::string format_memory_report(const MemoryReport& r) {
   line += cat(" | total ", mib(r.total()));
   if (r.allocator)
     line += cat(" | allocator: in use ", mib(double(r.allocator->in_use)), ", peak ", mib(double(r.allocator->peak)),
-                ", reserved ", mib(double(r.allocator->reserved)));
+                ", reserved ", mib(double(r.allocator->reserved)), "; outside it ",
+                mib(double(r.allocator->outside)));
   return line;
 }
 

@@ -68,7 +68,7 @@ void log_memory_reports(Job& job, AdamW& optimizer) {
   const int per_stage = 7, stages = job.config().parallel.stages_per_rank;
   // [kFixed + 7·stages_per_rank] per rank (every rank holds stages_per_rank stages):
   // coordinates, categories, the allocator's figures, then per stage its activations.
-  constexpr int kFixed = 15;
+  constexpr int kFixed = 16;
   std::vector<double> packed = {double(mine.pp_rank),
                                 double(mine.tp_rank),
                                 double(job.parallel().dp_rank),
@@ -83,7 +83,8 @@ void log_memory_reports(Job& job, AdamW& optimizer) {
                                 mine.pending_sends,
                                 double(mine.allocator->in_use),
                                 double(mine.allocator->peak),
-                                double(mine.allocator->reserved)};
+                                double(mine.allocator->reserved),
+                                double(mine.allocator->outside)};
   PPTRAIN_CHECK(int(packed.size()) == kFixed && int(mine.stages.size()) == stages, "memory report of ",
                 mine.stages.size(), " stages");
   for (const StageActivations& s : mine.stages)
@@ -109,7 +110,7 @@ void log_memory_reports(Job& job, AdamW& optimizer) {
     r.logits = v[9];
     r.buffers = v[10];
     r.pending_sends = v[11];
-    r.allocator = MemoryStats{size_t(v[12]), size_t(v[13]), size_t(v[14])};
+    r.allocator = MemoryStats{size_t(v[12]), size_t(v[13]), size_t(v[14]), size_t(v[15])};
     for (int s = 0; s < stages; ++s) {
       const double* st = v + kFixed + per_stage * s;
       r.stages.push_back({int(st[0]), recompute_name(Recompute(int(st[6]))), st[1], int(st[2]), st[3], int(st[4]),

@@ -33,6 +33,8 @@ inline namespace PPTRAIN_CPU_ISA {
 class ScratchArray {
  public:
   float* reserve(size_t n);  // at least n floats; contents unspecified
+  size_t bytes() const { return capacity_ * sizeof(float); }
+
  private:
   struct Free {
     void operator()(float* p) const { std::free(p); }

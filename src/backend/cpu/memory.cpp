@@ -78,7 +78,12 @@ void CpuOps::release(void* p) {
   bytes_cached_ += rounded;
 }
 
-MemoryStats CpuOps::memory_stats() const { return {bytes_in_use_, peak_bytes_, bytes_reserved_ + bytes_cached_}; }
+MemoryStats CpuOps::memory_stats() const {
+  // Outside the allocator: the per-thread attention tiles and the packed weight copies.
+  size_t outside = packed_ ? packed_->packed_bytes() : 0;
+  for (const ScratchArray& scratch : thread_scratch_) outside += scratch.bytes();
+  return {bytes_in_use_, peak_bytes_, bytes_reserved_ + bytes_cached_, outside};
+}
 
 void CpuOps::copy_to_device(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);

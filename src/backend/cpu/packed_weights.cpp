@@ -177,16 +177,30 @@ struct PackedWeights::State {
   // (weight, use)
   std::map<std::pair<const float*, int>, Packed> packed;
   // The storage of copies the last window did not use, by size, for the next one to take:
-  // an evaluation between two steps uses no dgrad layouts, an arena swapped in between steps
-  // (training.post_validation) has other addresses; neither allocates again (and pays the
-  // page faults of fresh memory) when the next window needs the same sizes.
+  // an evaluation between two steps uses no dgrad layouts; neither it nor the step after it
+  // allocates again (and pays the page faults of fresh memory) when the next window needs the
+  // same sizes.
   std::multimap<size_t, Storage> spare;
   uint64_t window = 0;
 
-  Storage storage(size_t bytes, int k, int cols) {
+  // Storage of `bytes` for a copy packed in this window (`for_copy`'s): a spare's, else that
+  // of a copy of another weight not yet used in this window, else fresh. Taking an unused
+  // copy keeps the bytes held at the weights' two layouts when the weights move: under
+  // training.post_validation the masters alternate between two arenas every step
+  // (train/update_backup.h), and each window would otherwise pack into new storage while
+  // the other arena's copies waited a window to be freed, twice the bytes for good. A copy
+  // taken from a weight that is still to be used in this window is only packed again then.
+  Storage storage(size_t bytes, int k, int cols, const Packed* for_copy) {
     if (auto it = spare.find(bytes); it != spare.end()) {
       Storage taken = std::move(it->second);
       spare.erase(it);
+      return taken;
+    }
+    for (auto it = packed.begin(); it != packed.end(); ++it) {
+      Packed& other = it->second;
+      if (&other == for_copy || other.window == window || other.bytes != bytes || !other.data) continue;
+      Storage taken = std::move(other.data);
+      packed.erase(it);
       return taken;
     }
     Storage fresh{std::aligned_alloc(64, (bytes + 63) / 64 * 64)};
@@ -262,7 +276,7 @@ struct PackedWeights::State {
       const size_t bytes = a.dnnl_memory_desc_get_size(&layout);
       if (bytes != p.bytes || !p.data) {
         if (p.data) spare.emplace(p.bytes, std::move(p.data));
-        p.data = storage(bytes, k, cols);
+        p.data = storage(bytes, k, cols, &p);
         p.bytes = bytes;
       }
       p.reorder = {};

@@ -16,7 +16,8 @@
 // load or an all-gather between windows is always seen; outside a window nothing is packed and
 // the linear layers run on the GEMM library. The copies are kept for the next window's
 // repacking (a weight's two layouts: twice the bytes of the weights a rank holds, outside the
-// backend's allocator); those a window did not use are freed after one more.
+// backend's allocator, counted as its scratch: Ops::memory_stats, job/memory_estimate.h);
+// those a window did not use serve a weight new to the next (one that moved) or are freed.
 //
 // Where: oneDNN 2.x is loaded with dlopen (libdnnl.so.2; the build reads its header from
 // libdnnl-dev, and a build without that header leaves this out). The packed path is the

@@ -106,6 +106,7 @@ class Workspace {
   Workspace(const Workspace&) = delete;
   Workspace& operator=(const Workspace&) = delete;
   void* reserve(size_t bytes);
+  size_t capacity() const { return capacity_; }
 
  private:
   void* data_ = nullptr;

@@ -72,6 +72,7 @@ class LtGemm {
                         float beta, void* d, const void* aux = nullptr, const void* c = nullptr);
 
   long long heuristic_calls() const { return heuristic_calls_; }  // plans built so far
+  size_t workspace_bytes() const { return workspace_.capacity(); }  // the workspace held now
   size_t plans() const { return plans_.size(); }  // including the cached "not supported" answers
 
  private:

@@ -45,7 +45,9 @@ void CudaOps::zero(void* p, size_t bytes) {
   PPTRAIN_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_.get()));
 }
 MemoryStats CudaOps::memory_stats() const {
-  return {allocator_.bytes_in_use(), allocator_.peak_bytes_in_use(), allocator_.bytes_reserved()};
+  const size_t outside = column_workspace_.capacity() + attention_workspace_.capacity() +
+                         rotary_workspace_.capacity() + reduce_workspace_.capacity() + lt_.workspace_bytes();
+  return {allocator_.bytes_in_use(), allocator_.peak_bytes_in_use(), allocator_.bytes_reserved(), outside};
 }
 
 void CudaOps::synchronize() { PPTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_.get())); }

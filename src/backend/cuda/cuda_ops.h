@@ -99,7 +99,7 @@ class CudaOps final : public Ops {
   void synchronize() override;
   // The caching allocator's figures, in its bucket sizes (in_use and peak count a request
   // rounded up to its bucket); reserved adds its cache. The workspaces below and cuBLASLt's
-  // are not counted; cuDNN's per-call workspace comes from the allocator and is.
+  // are `outside`; cuDNN's per-call workspace comes from the allocator and is in the others.
   MemoryStats memory_stats() const override;
   void reset_peak_memory() override { allocator_.reset_peak(); }
 
