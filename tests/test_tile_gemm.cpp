@@ -8,10 +8,11 @@
 //    masked, so how attention cuts its causal strips cannot change a result;
 //  - a masked tail reads and writes only its own columns: C's neighbours stay as they were,
 //    and B ends exactly at its last column (a read past it would be past the allocation).
-// The same cases run in the AVX-512 copy through attention's op tests on AVX-512 CPUs
-// (test_cpu_isa runs them on both copies), and on the plain 8-lane arrays of builds for
-// other CPUs: the last test compiles this file for the x86-64 baseline without AVX2
-// (PPTRAIN_TILE_GEMM_PLAIN) and runs it.
+//  - the transposing copy of K and V, against its definition.
+// The same cases run on the plain 8-lane arrays of builds for other CPUs and, on AVX-512
+// CPUs, in the AVX-512 copy: the last two tests compile this file for the x86-64 baseline
+// without AVX2 (PPTRAIN_TILE_GEMM_PLAIN) and with PPTRAIN_CPU_AVX512 and run it (and
+// attention's op tests run in both copies of the backend: test_cpu_isa).
 #include <gtest/gtest.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -23,10 +24,17 @@
 #include <vector>
 
 #include "support/cpu_ops_util.h"
-#if !defined(PPTRAIN_TILE_GEMM_PLAIN)
-#include "support/test_util.h"
-#elif defined(__AVX2__) || defined(PPTRAIN_CPU_AVX512)
+#if defined(PPTRAIN_TILE_GEMM_PLAIN)
+#if defined(__AVX2__) || defined(PPTRAIN_CPU_AVX512)
 #error "PPTRAIN_TILE_GEMM_PLAIN: build without AVX2, so tile_gemm.h takes its plain path"
+#endif
+#elif defined(PPTRAIN_TILE_GEMM_AVX512)
+#if !defined(PPTRAIN_CPU_AVX512)
+#error "PPTRAIN_TILE_GEMM_AVX512: build with PPTRAIN_CPU_AVX512, so tile_gemm.h takes its AVX-512 path"
+#endif
+#else
+#include "support/test_util.h"
+#define PPTRAIN_TILE_GEMM_MAIN
 #endif
 #include "backend/cpu/vector_math.h"
 #include "backend/cpu/isa_begin.h"  // last: see there
@@ -127,7 +135,37 @@ TEST(TileGemm, AMaskedTailTouchesOnlyItsOwnColumns) {
   }
 }
 
-#if !defined(PPTRAIN_TILE_GEMM_PLAIN)
+// The transposing copy attention makes of a head's K and V (tile::transpose: whole blocks
+// of one vector's width in registers, the edges one float at a time), and its plain copy of
+// rows (tile::copy_rows, the last vector of a row masked), against the definitions, on shapes with and without edges in either dimension and a source row stride
+// wider than its rows; the destination's every element is written.
+TEST(TileGemm, TransposeAndCopyRowsPutEveryElementInItsPlace) {
+  const int w = tile::kWidth;
+  int checked = 0;
+  for (int rows : {1, w - 1, w, w + 3, 2 * w, 8 * w + 5})
+    for (int cols : {1, w - 1, w, 2 * w, 2 * w + 7, 4 * w}) {
+      const ptrdiff_t ld = 3 * cols + 5;
+      const auto src = random_floats(size_t(rows) * ld, uint32_t(rows * 131 + cols));
+      std::vector<float> dst(size_t(rows) * cols, std::numeric_limits<float>::quiet_NaN());
+      tile::transpose(dst.data(), src.data(), rows, cols, ld);
+      for (int d = 0; d < cols; ++d)
+        for (int j = 0; j < rows; ++j)
+          ASSERT_EQ(dst[size_t(d) * rows + j], src[size_t(j) * ld + d])
+              << "rows " << rows << " cols " << cols << " at (" << d << ", " << j << ")";
+      // And the plain copy of the same rows (tile::copy_rows), which ends exactly at `cols`.
+      std::vector<float> rows_copy(size_t(rows) * cols + 1, std::numeric_limits<float>::quiet_NaN());
+      tile::copy_rows(rows_copy.data(), src.data(), rows, cols, ld);
+      for (int j = 0; j < rows; ++j)
+        for (int d = 0; d < cols; ++d)
+          ASSERT_EQ(rows_copy[size_t(j) * cols + d], src[size_t(j) * ld + d])
+              << "copy_rows: rows " << rows << " cols " << cols << " at (" << j << ", " << d << ")";
+      EXPECT_TRUE(std::isnan(rows_copy.back())) << "copy_rows wrote past its last row";
+      ++checked;
+    }
+  EXPECT_EQ(checked, 36);
+}
+
+#if defined(PPTRAIN_TILE_GEMM_MAIN)
 // The plain path (struct Vec of 8 floats, lanes masked by count) is what non-x86 builds
 // run; nothing else in `make` compiles it.
 TEST(TileGemm, ThePlainPathPassesTheseTestsToo) {
@@ -140,7 +178,24 @@ TEST(TileGemm, ThePlainPathPassesTheseTestsToo) {
           " -lgtest_main -lgtest -lpthread && " + bin + " --gtest_brief=1",
       300);
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("[  PASSED  ] 3 tests."), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[  PASSED  ] 4 tests."), std::string::npos) << r.output;
+}
+
+// The AVX-512 copy (16-lane vectors, mask registers, the 16 x 16 register transpose), as
+// cpu/attention*.cpp compile it, where the CPU can run it.
+TEST(TileGemm, TheAvx512PathPassesTheseTestsToo) {
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+      !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512vl"))
+    GTEST_SKIP() << "this CPU has no AVX-512";
+  testing::TempDir dir;
+  const std::string bin = dir.file("test_tile_gemm_avx512");
+  // 300 s: as above.
+  const auto r = testing::run_command(
+      "g++ -std=c++20 -O1 -march=x86-64-v3 -DPPTRAIN_TILE_GEMM_AVX512 -DPPTRAIN_CPU_AVX512 -Isrc -Itests "
+      "tests/test_tile_gemm.cpp -o " + bin + " -lgtest_main -lgtest -lpthread && " + bin + " --gtest_brief=1",
+      300);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[  PASSED  ] 4 tests."), std::string::npos) << r.output;
 }
 #endif
 
