@@ -173,8 +173,35 @@ double packed_weight_bytes(const Config& cfg, const std::vector<StageSpec>& mine
 // the plain path's vᵀ, k, q, dO [T,HD] and dS [T,T], then a packed panel [T,kRows]; the flash
 // path's kᵀ, vᵀ, k, q, dO and the dK, dV sums [T,HD], P and dS [64,T] and a panel [64,kRows]
 // (backend/cpu/attention.cpp, attention_flash.cpp); and the packed weight copies.
+// cuda: the cuda backend's workspaces, each grown to its largest use and kept
+// (backend/cuda/cuda_ops.h): cuBLASLt's (at most 32 MiB); under model.attention: naive, the
+// attention backward's head-major q, dO, dQ [B,NH,T,HD], k, v, dK, dV [B,NKV,T,HD] and score
+// gradients [B,NH,T,T] in the storage type, each padded to 256 bytes (cuda_gemm.cpp; the
+// forward takes less); the column sums' partials, 2 x ⌈N/64⌉ x the widest row summed (a
+// layernorm's C, a bias's width; kernels/column_sum.cuh), or the embedding gradient's sort
+// in the same buffer, (⌈VL/32⌉·⌈N/256⌉ + 1 + 2N) int32 (kernels/embedding.cu); the rotary
+// table, T·HD fp32; the reductions' result and partials, 256 bytes + 1,024 doubles at most
+// (kernels/sum_squares.cu). The emulated backend's test checks a run's workspaces against it
+// (test_memory_accounting).
+double cuda_workspace_bytes(const Config& cfg, const ModelDims& d) {
+  const double n = rows(d), t = d.seq_len, hd = d.head_dim(), storage = storage_bytes(cfg.precision());
+  auto padded = [&](double elems) { return std::ceil(elems * storage / 256) * 256; };
+  double attention = 0;
+  if (cfg.model.attention == "naive") {
+    const double q = padded(d.batch * d.local_heads() * t * hd), kv = padded(d.batch * d.local_kv_heads() * t * hd);
+    attention = 3 * q + 4 * kv + padded(d.batch * d.local_heads() * t * t);
+  }
+  double widest = d.llama ? d.d_model : 2.0 * d.d_model;  // RMSNorm's one sum a column, layernorm's two
+  if (!d.llama) widest = std::max(widest, 4.0 * d.d_model / d.tp);  // GPT-2's biases: qkv 3C/tp, fc 4C/tp
+  if (d.qkv_bias) widest = std::max(widest, double(d.local_qkv()));
+  const double column_sums = std::ceil(n / 64) * widest * kFp32;
+  const double embedding_sort = (std::ceil(double(d.local_vocab()) / 32) * std::ceil(n / 256) + 1 + 2 * n) * kInt32;
+  const double rotary = d.llama ? t * hd * kFp32 : 0;
+  return kCublasLtWorkspace + attention + std::max(column_sums, embedding_sort) + rotary + 256 + 1024 * 8;
+}
+
 double workspace_bytes(const Config& cfg, const std::vector<StageSpec>& mine, const ModelDims& d) {
-  if (cfg.device == "cuda") return kCublasLtWorkspace;
+  if (cfg.device == "cuda") return cuda_workspace_bytes(cfg, d);
   const double t = cfg.model.seq_len, hd = d.head_dim();
   const bool fused = cfg.model.attention == "flash" || cfg.model.attention == "cudnn";
   const double per_thread = fused ? 7 * hd * t + 2 * kCpuFlashBlock * t + kCpuRows * kCpuFlashBlock

@@ -27,7 +27,9 @@
 //                     4·[T,HD] fp32 for naive attention, [2·64,T] + 7·[T,HD] for flash) and,
 //                     where the process packs the linear layers' weights (a window of at
 //                     least PackedWeights::kMinRows rows), their two packed layouts (about
-//                     8 bytes per weight element); cuda: the cuBLASLt workspace (32 MiB)
+//                     8 bytes per weight element); cuda: the cuBLASLt workspace (32 MiB),
+//                     naive attention's head-major copies and score gradients ([B,NH,T,T]),
+//                     the column sums' partials, the rotary table
 //   pending sends     the executor frees a microbatch's io buffers only once its sends
 //                     completed (polled, never blocking): one more io slot for each stage
 //                     that sends to another rank, an upper bound when sends complete before
