@@ -57,8 +57,13 @@ MemoryReport measure_memory_report(Job& job, AdamW& optimizer) {
     r.logits += logits * slot_live;
     r.pending_sends += io * live.sends[spec.index];
   }
-  // The trainer's tokens and targets [B·T] int32 of every microbatch.
-  r.buffers += r.pending_sends + 2.0 * sizeof(int32_t) * double(cfg.parallel.microbatches) * dims.rows();
+  // The trainer's tokens and targets [B·T] int32 of every microbatch, and on the rank of the
+  // last stage its two executors' (training, evaluation) summed loss per microbatch
+  // (runtime/executor.h, the trainer's, whose objects this report does not reach).
+  const bool last = std::any_of(job.stages().begin(), job.stages().end(),
+                                [](const auto& stage) { return stage->spec().has_head; });
+  r.buffers += r.pending_sends + 2.0 * sizeof(int32_t) * double(cfg.parallel.microbatches) * dims.rows() +
+               (last ? 2.0 * sizeof(double) * cfg.parallel.microbatches : 0.0);
   r.allocator = job.ops().memory_stats();
   return r;
 }

@@ -4,10 +4,10 @@
 // from the Stage (transfer_bytes, activation_bytes_per_microbatch, layer_slot_bytes) times
 // the most microbatches the executed program keeps live (job/memory_estimate.h's replay of
 // the lowered program), the token buffers from the microbatch count, and the backend's own
-// figures (Ops::memory_stats). Two categories no object exposes follow the prediction's
-// rules: the post-validation backup (a copy of the masters' and gradients' arenas and of
-// the moments, train/update_backup.h)
-// and the io buffers of microbatches whose sends are pending (an upper bound).
+// figures (Ops::memory_stats). Three categories no object it reaches exposes follow the
+// prediction's rules: the post-validation backup (a copy of the masters' and gradients'
+// arenas and of the moments, train/update_backup.h), the io buffers of microbatches whose
+// sends are pending (an upper bound), and the executors' per-microbatch losses.
 #pragma once
 #include "job/job.h"
 #include "job/memory_report.h"
