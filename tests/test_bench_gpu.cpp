@@ -229,7 +229,18 @@ TEST(BenchGpu, VsTorchOnTheEmulatedBackendWithoutTorch) {
   EXPECT_NE(r.output.find("\"model\": {\"device\": \"h100\", \"calibrated_from\": null, \"vs_profile\": {"),
             std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("\"calls_agree\": true, \"work_agrees\": true}}}"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"calls_agree\": true, \"work_agrees\": true}}, \"memory\": {"), std::string::npos) << r.output;
+  // The memory prediction beside the run: --dry-run's total and workspace against the first
+  // step's mem_peak and the scratch outside the allocator, within the bounds stated at the
+  // top of vs_torch.sh (checked there: "ok").
+  std::smatch mem;
+  ASSERT_TRUE(std::regex_search(r.output, mem, std::regex("\"memory\": (\\{[^}]*\\})"))) << r.output;
+  const std::string m = mem[1];
+  EXPECT_NE(m.find("\"ok\": true"), std::string::npos) << m;
+  const double counted = json_number(m, "predicted_mib") - json_number(m, "workspace_mib");
+  EXPECT_GT(counted, 0) << m;
+  EXPECT_GE(json_number(m, "mem_peak_mib"), counted - json_number(m, "pending_mib") - 0.002) << m;
+  EXPECT_GT(json_number(m, "outside_mib"), 0) << m;
   EXPECT_TRUE(fs::exists(dir.file("w/calibration.json")));
   const std::string second = r.output.substr(r.output.find('\n') + 1);
   EXPECT_NE(second.find("\"calibrated_from\": \"tiny\", \"vs_profile\": {"), std::string::npos) << second;

@@ -5,7 +5,15 @@
 #    "pptrain": {"tokens_per_s", "step_ms", "mfu", "busy_fraction"},
 #    "torch_eager": {"tokens_per_s", "step_ms", "mfu"} | null, "torch_compile": ... | null,
 #    "vs_eager", "vs_compile",           (vs_*: pptrain's tokens/s over torch's; > 1: faster)
-#    "model": {"device", "calibrated_from", "vs_profile": {...}} | null}
+#    "model": {"device", "calibrated_from", "vs_profile": {...}} | null,
+#    "memory": {"predicted_mib", "workspace_mib", "pending_mib", "mem_peak_mib", "outside_mib", "ok"} | null}
+# "memory" is `pptrain train --dry-run`'s prediction for the shape (what the preflight
+# checks: total, its workspace and pending sends) beside the run's first logged step: mem_peak
+# (the allocator's peak, the step's allocations included: cuDNN's workspace among them) and
+# what the backend held outside its allocator (the log's memory report). ok: the peak within
+# [total - workspace - pending, 1.25 x (total - workspace) + 1 MiB] (the caching allocator
+# rounds a request up by at most a quarter, 512 bytes at least: test_memory_accounting) and
+# the scratch outside at most the workspace.
 # "model" is build/bench/gpu_model's prediction of the shape beside pptrain's op profile of
 # it (op by op: each op of >= 1% of the step within 15%, the step within 10%, the same calls
 # with the same FLOPs and bytes; the whole table in WORKDIR/SHAPE.model.txt). The first shape
@@ -98,6 +106,28 @@ shape() {
   esac
 }
 
+# The memory prediction against the run (see the top): sets MEM (a JSON object, null where
+# either side is missing). $1: the run's log, $2: its metrics.
+memory_vs_prediction() {
+  local log=$1 metrics=$2 dry total workspace pending peak outside
+  MEM=null
+  dry=$("$PPTRAIN" train "$CONFIG" "${OVERRIDES[@]}" training.eval_every=0 checkpoint.dir= data.val= \
+    data.train="$WORKDIR/none_*.bin" --dry-run 2>&1) || return 0
+  local line
+  line=$(grep -m1 '^  pp 0 tp 0: ' <<<"$dry")
+  total=$(sed -n 's/.*| total \([0-9.]*\) MiB.*/\1/p' <<<"$line")
+  workspace=$(sed -n 's/.*| workspace \([0-9.]*\) MiB.*/\1/p' <<<"$line")
+  pending=$(sed -n 's/.*(pending sends \([0-9.]*\) MiB).*/\1/p' <<<"$line")
+  peak=$(json_number mem_peak_mb "$(grep -m1 '"mem_peak_mb"' "$metrics" 2>/dev/null)")
+  outside=$(sed -n 's/.*; outside it \([0-9.]*\) MiB.*/\1/p' "$log" | head -1)
+  [ -n "$total" ] && [ -n "$workspace" ] && [ -n "$pending" ] && [ -n "$peak" ] && [ -n "$outside" ] || return 0
+  local ok
+  ok=$(awk -v t="$total" -v w="$workspace" -v s="$pending" -v p="$peak" -v o="$outside" 'BEGIN {
+    c = t - w; print (p >= c - s - 0.002 && p <= 1.25 * c + 1 && o <= w + 0.002) ? "true" : "false" }')
+  MEM=$(printf '{"predicted_mib": %s, "workspace_mib": %s, "pending_mib": %s, "mem_peak_mib": %s, "outside_mib": %s, "ok": %s}' \
+    "$total" "$workspace" "$pending" "$peak" "$outside" "$ok")
+}
+
 # pptrain: sets PP (a JSON object) and PP_RATE (tokens/s; empty on failure).
 run_pptrain() {
   local name=$1 log=$WORKDIR/$1.log metrics=$WORKDIR/$1.metrics.jsonl profile=$WORKDIR/$1.op_profile.json
@@ -146,6 +176,7 @@ run_pptrain() {
   [ -n "$peak" ] && mfu=$(awk -v r="$PP_RATE" -v f="$FLOPS_PER_TOKEN" -v p="$peak" 'BEGIN { printf "%.4g", r * f / p }')
   PP=$(printf '{"tokens_per_s": %s, "step_ms": %.3f, "mfu": %s, "busy_fraction": %s}' "$PP_RATE" "$stats" "$mfu" \
     "${busy:-null}")
+  memory_vs_prediction "$log" "$metrics"
 }
 
 # torch_reference: prints its JSON object (null where torch is missing or the run failed).
@@ -207,6 +238,7 @@ for name in ${BENCH_SHAPES:-gpt2_b16 gpt2_b32 llama1b_t8192}; do
   TOKENS_PER_STEP=$(json_number tokens_per_step "$flops")
   # shellcheck disable=SC2206  # BENCH_OVERRIDES is a list of words
   OVERRIDES+=(${BENCH_OVERRIDES:-})
+  MEM=null
   run_pptrain "$name" || status=1
   model_vs_profile "$name"
   eager=null
@@ -215,7 +247,8 @@ for name in ${BENCH_SHAPES:-gpt2_b16 gpt2_b32 llama1b_t8192}; do
   [ $COMPILE = 1 ] && [ "$eager" != null ] && compiled=$(run_torch --compile)
   printf '{"bench": "gpu_vs_torch", "shape": "%s", "device": %s, "tokens_per_step": %s, "pptrain": %s, ' \
     "$name" "$(json_string "$DEVICE_NAME")" "$TOKENS_PER_STEP" "$PP"
-  printf '"torch_eager": %s, "torch_compile": %s, "vs_eager": %s, "vs_compile": %s, "model": %s}\n' "$eager" \
-    "$compiled" "$(ratio "$PP_RATE" "$eager")" "$(ratio "$PP_RATE" "$compiled")" "$MODEL"
+  printf '"torch_eager": %s, "torch_compile": %s, "vs_eager": %s, "vs_compile": %s, "model": %s, "memory": %s}\n' \
+    "$eager" "$compiled" "$(ratio "$PP_RATE" "$eager")" "$(ratio "$PP_RATE" "$compiled")" "$MODEL" "$MEM"
+  [ "$MEM" = null ] || grep -q '"ok": true' <<<"$MEM" || status=1
 done
 exit $status
