@@ -137,12 +137,12 @@ TEST(PackedWeights, EachWindowPacksTheWeightsAnewAndFreesThoseItDidNotUse) {
   EXPECT_GE(one, size_t(k) * cols * sizeof(float));
   EXPECT_EQ(window({&w, &other}), 2 * one);
   // An update between windows, as AdamW's: the next window reads the new values. `other`,
-  // unused, gives its storage to the spares...
+  // unused for a window, stays...
   for (float& e : w) e = -0.5f * e + 0.25f;
   EXPECT_EQ(window({&w}), 2 * one);
-  // ... which `third` takes: nothing more is held.
+  // ... and `third` takes its storage: nothing more is held.
   EXPECT_EQ(window({&w, &third}), 2 * one);
-  // Unused for a window, `third`'s copy is a spare; unused for another, it is freed.
+  // Unused for a window, `third`'s copy stays; unused for another, it is freed.
   EXPECT_EQ(window({&w}), 2 * one);
   EXPECT_EQ(window({&w}), one);
   // Weights that move between windows (the masters' two arenas under post-validation) take
@@ -216,7 +216,7 @@ TEST(PackedWeights, TheCpuBackendPacksOnlyInAWindowOfEnoughRows) {
 // model's loss by ~1e-2, so a step run on the last step's packed copies is far outside it.
 // And the same run on two pipeline stages (one layer each, a window per rank). Each run
 // evaluates twice (the forward layouts packed in an evaluation's window, the dgrad ones kept
-// as spares for the next step).
+// for the next step).
 TEST(PackedWeights, ATrainingRunFollowsTheLossesOfOneOnOpenBlasAloneAndTwoStagesThoseOfOneProcess) {
   SKIP_WITHOUT_PACKED_WEIGHTS();
   testing::TempDir dir;

@@ -174,28 +174,20 @@ struct PackedWeights::State {
   Handle<dnnl_stream_t> stream;
   // (use, n, k, cols, bias, accumulate)
   std::map<std::tuple<int, int, int, int, bool, bool>, Matmul> matmuls;
-  // (weight, use)
+  // (weight, use). A copy stays while a window or the one before it used it: an evaluation
+  // between two steps uses no dgrad layouts, and the step after it repacks them in place
+  // instead of allocating again (and paying the page faults of fresh memory).
   std::map<std::pair<const float*, int>, Packed> packed;
-  // The storage of copies the last window did not use, by size, for the next one to take:
-  // an evaluation between two steps uses no dgrad layouts; neither it nor the step after it
-  // allocates again (and pays the page faults of fresh memory) when the next window needs the
-  // same sizes.
-  std::multimap<size_t, Storage> spare;
   uint64_t window = 0;
 
-  // Storage of `bytes` for a copy packed in this window (`for_copy`'s): a spare's, else that
-  // of a copy of another weight not yet used in this window, else fresh. Taking an unused
-  // copy keeps the bytes held at the weights' two layouts when the weights move: under
+  // Storage of `bytes` for a copy packed in this window (`for_copy`'s): that of a copy of
+  // another weight not yet used in this window, else fresh. Taking an unused copy keeps the
+  // bytes held at the weights' two layouts when the weights move: under
   // training.post_validation the masters alternate between two arenas every step
   // (train/update_backup.h), and each window would otherwise pack into new storage while
-  // the other arena's copies waited a window to be freed, twice the bytes for good. A copy
-  // taken from a weight that is still to be used in this window is only packed again then.
+  // the other arena's copies waited to be freed, twice the bytes for good. A copy taken from
+  // a weight that is still to be used in this window is only packed again then.
   Storage storage(size_t bytes, int k, int cols, const Packed* for_copy) {
-    if (auto it = spare.find(bytes); it != spare.end()) {
-      Storage taken = std::move(it->second);
-      spare.erase(it);
-      return taken;
-    }
     for (auto it = packed.begin(); it != packed.end(); ++it) {
       Packed& other = it->second;
       if (&other == for_copy || other.window == window || other.bytes != bytes || !other.data) continue;
@@ -275,7 +267,7 @@ struct PackedWeights::State {
       p.layout = layout;
       const size_t bytes = a.dnnl_memory_desc_get_size(&layout);
       if (bytes != p.bytes || !p.data) {
-        if (p.data) spare.emplace(p.bytes, std::move(p.data));
+        p.data.reset();
         p.data = storage(bytes, k, cols, &p);
         p.bytes = bytes;
       }
@@ -385,18 +377,10 @@ void PackedWeights::hold(bool held) {
   if (held) {
     ++state_->window;
   } else {
-    // What stays is what the next window repacks in place. The copies this window did not use
-    // give their storage to the spares, and the spares no window took since the last close
-    // are freed: at most one window's worth is ever held unused.
-    state_->spare.clear();
-    for (auto it = state_->packed.begin(); it != state_->packed.end();) {
-      if (it->second.window == state_->window) {
-        ++it;
-        continue;
-      }
-      state_->spare.emplace(it->second.bytes, std::move(it->second.data));
-      it = state_->packed.erase(it);
-    }
+    // What stays is what the next window repacks in place (or takes the storage of): the
+    // copies this window or the one before it used. The others are freed, so at most one
+    // window's worth is ever held unused.
+    std::erase_if(state_->packed, [&](const auto& entry) { return entry.second.window + 1 < state_->window; });
   }
   held_ = held;
 }
@@ -426,7 +410,6 @@ void PackedWeights::run(Use use, float* c, const float* a, const float* w, const
 size_t PackedWeights::packed_bytes() const {
   size_t bytes = 0;
   for (const auto& [key, p] : state_->packed) bytes += p.bytes;
-  for (const auto& [size, storage] : state_->spare) bytes += size;
   return bytes;
 }
 

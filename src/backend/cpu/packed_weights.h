@@ -69,7 +69,7 @@ class PackedWeights {
   // success from oneDNN fails in one line naming the shape.
   void run(Use use, float* c, const float* a, const float* w, const float* b, int n, int k, int cols, bool accumulate);
 
-  // The bytes the packed copies and their spare storage hold now.
+  // The bytes the packed copies hold now.
   size_t packed_bytes() const;
 
   struct State;  // oneDNN's engine, stream, primitives and the packed copies (packed_weights.cpp)
