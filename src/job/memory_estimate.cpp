@@ -25,6 +25,30 @@ constexpr double kCublasLtWorkspace = 32 << 20;  // backend/cuda/cuda_lt_gemm.h
 // N = B·T rows of a microbatch, without ModelDims::rows()'s int overflow for absurd batches.
 double rows(const ModelDims& d) { return double(d.batch) * d.seq_len; }
 
+// One parameter tensor of a block on one tp rank: [rows, cols] (a vector: rows 1), and
+// whether it is a linear layer's weight [out, in].
+struct BlockTensor {
+  size_t rows, cols;
+  bool linear_weight;
+};
+// A block's tensors in the order the block creates them (block_parameter_count below says
+// what each is).
+std::vector<BlockTensor> block_tensors(const Config& cfg, const ModelDims& d) {
+  const size_t c = size_t(d.d_model), tp = size_t(d.tp), cl = size_t(d.local_channels());
+  auto vec = [](size_t n) { return BlockTensor{1, n, false}; };
+  auto weight = [](size_t out, size_t in) { return BlockTensor{out, in, true}; };
+  if (!d.llama)
+    return {vec(c), vec(c), weight(3 * c / tp, c), vec(3 * c / tp), weight(c, cl), vec(c), vec(c), vec(c),
+            weight(4 * c / tp, c), vec(4 * c / tp), weight(c, 4 * c / tp), vec(c)};
+  const size_t qkv_rows = (size_t(cfg.model.n_head) + 2 * size_t(cfg.model.kv_heads())) * size_t(d.head_dim()) / tp;
+  const size_t f = size_t(cfg.model.mlp_hidden()) / tp;
+  std::vector<BlockTensor> t = {vec(c), weight(qkv_rows, c)};
+  if (d.qkv_bias) t.push_back(vec(qkv_rows));
+  for (int norm = 0; norm < (d.qk_norm ? 2 : 0); ++norm) t.push_back(vec(size_t(d.head_dim())));  // q, k
+  for (const BlockTensor& rest : {weight(c, cl), vec(c), weight(f, c), weight(f, c), weight(c, f)}) t.push_back(rest);
+  return t;
+}
+
 // Elements of one block's parameters on one tp rank. GPT-2 (C = d_model, tp divides C, 4C
 // and the heads): ln_1, ln_2 (weight, bias) replicated; qkv [3C/tp, C] + bias [3C/tp];
 // attention proj [C, C/tp] + replicated bias [C]; fc [4C/tp, C] + bias [4C/tp]; mlp proj
@@ -150,22 +174,13 @@ double packed_weight_bytes(const Config& cfg, const std::vector<StageSpec>& mine
   const double eval_rows = evaluates ? window_rows * cfg.training.eval_batches : 0;
   if (std::max(window_rows, eval_rows) < double(cpu::PackedWeights::kMinRows)) return 0;
   auto padded = [](double n) { return std::ceil(n / 64) * 64; };
+  auto copies = [&](double out, double in) { return 2 * kFp32 * padded(out) * padded(in); };
+  double block = 0;
+  for (const BlockTensor& t : block_tensors(cfg, d))
+    if (t.linear_weight) block += copies(double(t.rows), double(t.cols));
   double bytes = 0;
-  auto weight = [&](double out, double in) { bytes += 2 * kFp32 * padded(out) * padded(in); };
-  const double c = d.d_model, tp = d.tp, cl = d.local_channels();
-  for (const StageSpec& spec : mine) {
-    for (int b = 0; b < spec.num_blocks; ++b) {
-      if (d.llama) {
-        const double f = double(cfg.model.mlp_hidden()) / tp;
-        weight((double(cfg.model.n_head) + 2 * cfg.model.kv_heads()) * d.head_dim() / tp, c);  // qkv
-        weight(c, cl);                                                                     // proj
-        weight(f, c), weight(f, c), weight(c, f);                                          // gate, up, down
-      } else {
-        weight(3 * c / tp, c), weight(c, cl), weight(4 * c / tp, c), weight(c, 4 * c / tp);  // qkv, proj, fc, fc2
-      }
-    }
-    if (spec.has_head) weight(d.local_vocab(), c);  // the logits' product, tied or not
-  }
+  for (const StageSpec& spec : mine)
+    bytes += spec.num_blocks * block + (spec.has_head ? copies(d.local_vocab(), d.d_model) : 0);  // the logits' product, tied or not
   return bytes;
 }
 
@@ -258,25 +273,15 @@ bool tied_embedding_shared(const Config& cfg) { return cfg.model.tie_embeddings 
 
 FlatLayout rank_flat_layout(const Config& cfg, const std::vector<StageSpec>& my_stages, int tp_rank) {
   const ModelDims d = ModelDims::from(cfg.model, cfg.training.micro_batch_size, cfg.parallel.tp, tp_rank);
-  const size_t c = size_t(d.d_model), tp = size_t(d.tp), vocab = size_t(d.local_vocab());
+  const size_t c = size_t(d.d_model), vocab = size_t(d.local_vocab());
+  const std::vector<BlockTensor> block = block_tensors(cfg, d);
   std::vector<std::vector<size_t>> buckets;  // one per stage, then the shared one
   std::vector<int> stages;
   bool has_wte = false;
   for (const StageSpec& spec : my_stages) {
     std::vector<size_t> n;
-    for (int b = 0; b < spec.num_blocks; ++b) {
-      if (d.llama) {  // the order LlamaBlock creates them in
-        const size_t qkv_rows = (size_t(cfg.model.n_head) + 2 * size_t(cfg.model.kv_heads())) * size_t(d.head_dim());
-        const size_t f = size_t(cfg.model.mlp_hidden()), cl = size_t(d.local_channels());
-        n.insert(n.end(), {c, qkv_rows / tp * c});
-        if (d.qkv_bias) n.push_back(qkv_rows / tp);
-        if (d.qk_norm) n.insert(n.end(), {size_t(d.head_dim()), size_t(d.head_dim())});
-        n.insert(n.end(), {c * cl, c, f / tp * c, f / tp * c, c * (f / tp)});
-      } else {
-        n.insert(n.end(), {c, c, 3 * c / tp * c, 3 * c / tp, c * (c / tp), c, c, c, 4 * c / tp * c, 4 * c / tp,
-                           c * (4 * c / tp), c});
-      }
-    }
+    for (int b = 0; b < spec.num_blocks; ++b)
+      for (const BlockTensor& t : block) n.push_back(t.rows * t.cols);
     if (spec.has_embedding && !d.llama) n.push_back(size_t(d.seq_len) * c);  // wpe
     if (spec.has_head) n.insert(n.end(), d.llama ? 1 : 2, c);                 // ln_f
     if (spec.has_head && !d.tie_embeddings) n.push_back(vocab * c);          // lm_head
