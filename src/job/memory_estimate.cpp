@@ -25,6 +25,12 @@ constexpr double kCublasLtWorkspace = 32 << 20;  // backend/cuda/cuda_lt_gemm.h
 // N = B·T rows of a microbatch, without ModelDims::rows()'s int overflow for absurd batches.
 double rows(const ModelDims& d) { return double(d.batch) * d.seq_len; }
 
+// Whether the run evaluates (the trainer's rule), and so builds the evaluation's program
+// and windows.
+bool evaluates(const Config& cfg) {
+  return cfg.training.eval_every > 0 && cfg.training.eval_batches > 0 && !cfg.data.val.empty();
+}
+
 // One parameter tensor of a block on one tp rank: [rows, cols] (a vector: rows 1), and
 // whether it is a linear layer's weight [out, in].
 struct BlockTensor {
@@ -149,8 +155,7 @@ std::vector<StageSpec> stages_of(const Config& cfg, const pipeline::Schedule& sc
 // The per-stage peaks of live microbatches, the larger of training and evaluation.
 LivePeaks pool_sizes(const Config& cfg, const pipeline::Schedule& schedule, int pp_rank) {
   LivePeaks peak = peak_live_microbatches(schedule, pp_rank);
-  const bool evaluates = cfg.training.eval_every > 0 && cfg.training.eval_batches > 0 && !cfg.data.val.empty();
-  if (evaluates) {
+  if (evaluates(cfg)) {
     const LivePeaks eval = peak_live_microbatches(pipeline::make_forward_only(schedule), pp_rank);
     for (size_t s = 0; s < peak.io.size(); ++s) {  // (sends: evaluation's are a subset)
       peak.io[s] = std::max(peak.io[s], eval.io[s]);
@@ -170,8 +175,7 @@ LivePeaks pool_sizes(const Config& cfg, const pipeline::Schedule& schedule, int 
 double packed_weight_bytes(const Config& cfg, const std::vector<StageSpec>& mine, const ModelDims& d) {
   if (cfg.device != "cpu" || !cpu::PackedWeights::why_not().empty()) return 0;
   const double window_rows = rows(d) * cfg.parallel.microbatches;
-  const bool evaluates = cfg.training.eval_every > 0 && !cfg.data.val.empty();
-  const double eval_rows = evaluates ? window_rows * cfg.training.eval_batches : 0;
+  const double eval_rows = evaluates(cfg) ? window_rows * cfg.training.eval_batches : 0;
   if (std::max(window_rows, eval_rows) < double(cpu::PackedWeights::kMinRows)) return 0;
   auto padded = [](double n) { return std::ceil(n / 64) * 64; };
   auto copies = [&](double out, double in) { return 2 * kFp32 * padded(out) * padded(in); };
