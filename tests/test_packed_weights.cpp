@@ -14,6 +14,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cpu/packed_weights.h"
@@ -156,6 +157,45 @@ TEST(PackedWeights, EachWindowPacksTheWeightsAnewAndFreesThoseItDidNotUse) {
   EXPECT_THROW(run(*packed, product(w)), std::logic_error) << "outside a window";
 }
 
+// A copy made ahead (prepare, which the pipeline calls while it waits) serves the window's
+// products of the same shape in every form (a bias, added onto c, written): none of them packs
+// again, and each is right. On a weight that fills the kernel's blocks (the register
+// transposes of the forward layout) and one that does not (oneDNN's reorder). A weight
+// changed between windows is packed anew by the next window's prepare.
+TEST(PackedWeights, PreparedCopiesServeTheProducts) {
+  SKIP_WITHOUT_PACKED_WEIGHTS();
+  auto packed = PackedWeights::make();
+  ASSERT_TRUE(packed);
+  for (const auto& [n, k, cols] : {std::tuple{24, 64, 128}, std::tuple{24, 70, 29}}) {
+    const std::vector<float> a_fwd = random_values(size_t(n) * k, 1), a_dgrad = random_values(size_t(n) * cols, 2);
+    std::vector<float> w = random_values(size_t(k) * cols, 3);  // [cols, k] forward, [k, cols] as dgrad's
+    const std::vector<float> b = random_values(cols, 4), c_fwd = random_values(size_t(n) * cols, 5),
+                             c_dgrad = random_values(size_t(n) * k, 6);
+    for (int window = 0; window < 2; ++window) {
+      const std::string at = "n " + std::to_string(n) + " k " + std::to_string(k) + " cols " + std::to_string(cols) +
+                             ", window " + std::to_string(window);
+      packed->hold(true);
+      const uint64_t before = packed->packings();
+      packed->prepare(Use::forward, w.data(), n, k, cols);
+      // The dgrad reads the same storage as a [cols, k] matrix: its k is the forward's cols.
+      packed->prepare(Use::dgrad, w.data(), n, cols, k);
+      EXPECT_EQ(packed->packings(), before + 2) << at;
+      packed->prepare(Use::forward, w.data(), n, k, cols);  // made already: nothing
+      EXPECT_EQ(packed->packings(), before + 2) << at;
+      for (const Product& p : {Product{Use::forward, n, k, cols, a_fwd.data(), w.data(), b.data(), nullptr},
+                               Product{Use::forward, n, k, cols, a_fwd.data(), w.data(), nullptr, c_fwd.data()},
+                               Product{Use::forward, n, k, cols, a_fwd.data(), w.data(), nullptr, nullptr},
+                               Product{Use::dgrad, n, cols, k, a_dgrad.data(), w.data(), nullptr, c_dgrad.data()},
+                               Product{Use::dgrad, n, cols, k, a_dgrad.data(), w.data(), nullptr, nullptr}})
+        EXPECT_LE(worst_error(p, run(*packed, p)), 1.0) << at << ", use " << int(p.use) << ", bias " << !!p.b;
+      EXPECT_EQ(packed->packings(), before + 2) << at << ": a product packed again";
+      packed->hold(false);
+      for (float& e : w) e = 0.5f * e - 0.125f;  // an update between windows
+    }
+    EXPECT_THROW(packed->prepare(Use::forward, w.data(), n, k, cols), std::logic_error) << "outside a window";
+  }
+}
+
 TEST(PackedWeights, TheCpuBackendPacksOnlyInAWindowOfEnoughRows) {
   SKIP_WITHOUT_PACKED_WEIGHTS();
   auto ops = make_cpu_ops();
@@ -263,6 +303,48 @@ TEST(PackedWeights, ATrainingRunFollowsTheLossesOfOneOnOpenBlasAloneAndTwoStages
     // is far below what a stale or misplaced copy moves.
     EXPECT_NEAR(pp2[i], packed[i], 1e-6 * std::fabs(packed[i])) << "pp 2, loss " << i;
   }
+}
+
+// While a pipeline rank waits for a receive it packs the weights its stages will read
+// (runtime/executor.h): here pp 2 × dp 2 under ZB-V, where each rank holds two stages and
+// waits for its first input before its second stage's first F. Under ZeRO-1 a stage's weights
+// are gathered over the dp group only before that stage's first F, so a copy made ahead of it
+// would be of the last step's weights: the losses and gradient norms of every step equal those
+// of zero: 0 bit for bit (printed to 1e-6; the same products on the same copies), and the
+// trace shows the packing done while waiting.
+TEST(PackedWeights, PipelineRanksPackWhileTheyWaitAndAfterZeroOnesGather) {
+  SKIP_WITHOUT_PACKED_WEIGHTS();
+  testing::TempDir dir;
+  auto data = testing::prepare_markov_corpus(dir.file("data"), 64, 40000, 7);
+  ASSERT_EQ(data.exit_code, 0) << data.output;
+  // 8 microbatches of 2 × 128 rows: 2,048 rows a window, packed (PackedWeights::kMinRows).
+  testing::write_file(dir.file("model.yaml"),
+                      "model: {n_layer: 4, n_head: 2, d_model: 64, seq_len: 128, vocab_size: 64}\n"
+                      "parallel: {pp: 2, dp: 2, microbatches: 8, schedule: zbv, stages_per_rank: 2}\n"
+                      "training: {steps: 4, micro_batch_size: 2, lr: 1.0e-2, warmup_steps: 0, eval_every: 0}\n"
+                      "data: {train: \"" + dir.file("data") + "/train_*.bin\"}\n"
+                      "logging: {every: 1, sample_tokens: 0}\n");
+  auto steps = [&](int zero) {
+    const std::string name = "zero" + std::to_string(zero);
+    // 4 steps of a 4-layer model on 4 ranks: seconds; 300 s only turns a hang into a failure.
+    auto r = testing::run_command("env -u PPTRAIN_CPU_GEMM OMP_NUM_THREADS=1 " + testing::mpirun(4) +
+                                      testing::pptrain_bin() + " train " + dir.file("model.yaml") +
+                                      " parallel.zero=" + std::to_string(zero) + " logging.metrics=" +
+                                      dir.file(name + ".jsonl") + " logging.trace=" + dir.file(name + ".json") +
+                                      " 2>&1",
+                                  300);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("| weights packed from"), std::string::npos) << r.output;
+    const std::string log = testing::read_file(dir.file(name + ".jsonl"));
+    std::vector<double> out = testing::json_values(log, "loss");
+    for (double v : testing::json_values(log, "grad_norm")) out.push_back(v);
+    return out;
+  };
+  const std::vector<double> full = steps(0), sharded = steps(1);
+  ASSERT_EQ(full.size(), 8u);
+  EXPECT_EQ(sharded, full) << "zero 1 (losses, then gradient norms) against zero 0";
+  EXPECT_NE(testing::read_file(dir.file("zero1.json")).find("\"name\": \"prepare\""), std::string::npos)
+      << "no rank packed while it waited";
 }
 
 }  // namespace

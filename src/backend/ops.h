@@ -419,6 +419,16 @@ class Ops {
   // m makes it pay, backend/cpu/packed_weights.h) and must take them anew in the next window.
   // The default keeps nothing.
   virtual void hold_weights(int microbatches) { (void)microbatches; }
+  // Inside a window: a linear op of it will read w [out, in] (its forward x·wᵀ, or with
+  // `dgrad` its dy·w) over `rows` rows a call. A backend that keeps weights in a layout of its
+  // own may make w's copy now instead of at that op (the same copy, the same results): the
+  // pipeline asks while it waits for a transfer (runtime/executor.h), so the work leaves the
+  // path the other ranks wait on. False where this window keeps no such copies (then none of
+  // its weights needs asking for): the default.
+  virtual bool prepare_linear_weight(ConstView w, int rows, int in, int out, bool dgrad) {
+    (void)w, (void)rows, (void)in, (void)out, (void)dgrad;
+    return false;
+  }
 
   // ---- the ops of PPTRAIN_OPS ------------------------------------------------------
   PPTRAIN_EACH_OP(PPTRAIN_OP_PURE)

@@ -35,7 +35,7 @@ const char* const kOpNames[] = {
     PPTRAIN_EACH_OP(PPTRAIN_OP_NAME)
 #undef PPTRAIN_OP_NAME
         "copy_to_device",
-    "copy_to_host", "copy", "zero"};
+    "copy_to_host", "copy", "zero", "prepare_linear_weight"};
 static_assert(std::size(kOpNames) == size_t(OpId::count));
 
 }  // namespace
@@ -82,6 +82,12 @@ void ProfiledOps::copy(void* d, const void* s, size_t n) {
 void ProfiledOps::zero(void* p, size_t n) {
   Timed timed(*this, OpId::zero, {0, double(n)});
   inner_->zero(p, n);
+}
+
+bool ProfiledOps::prepare_linear_weight(ConstView w, int rows, int in, int out, bool dgrad) {
+  // Its bytes: the weight read and its copy written (where the backend makes one).
+  Timed timed(*this, OpId::prepare_linear_weight, {0, 2.0 * double(in) * out * dtype_size(w.dtype)});
+  return inner_->prepare_linear_weight(w, rows, in, out, dgrad);
 }
 
 void ProfiledOps::begin_step() {

@@ -30,6 +30,7 @@ enum class OpId : int {
   copy_to_host,
   copy,
   zero,
+  prepare_linear_weight,
   count
 };
 const char* op_name(OpId id);
@@ -63,6 +64,7 @@ class ProfiledOps final : public Ops {
   MemoryStats memory_stats() const override { return inner_->memory_stats(); }
   void reset_peak_memory() override { inner_->reset_peak_memory(); }
   void hold_weights(int microbatches) override { inner_->hold_weights(microbatches); }
+  bool prepare_linear_weight(ConstView w, int rows, int in, int out, bool dgrad) override;
 
 #define PPTRAIN_PROFILED_OP(ret, name, params, args)       \
   ret name params override {                               \

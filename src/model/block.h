@@ -57,6 +57,10 @@ class Block final : public SlottedBlock<T, Gpt2BlockBuffers<T>> {
   // in SlottedBlock; tests only). `share_scratch_with`: as SlottedBlock's.
   Block(ParamStore& params, const ModelDims& dims, int layer_index, Communicator& tp, const Faults& faults = {},
         const Block* share_scratch_with = nullptr);
+  std::vector<const Param*> linear_weights(bool dgrad) const override {
+    if (dgrad) return {&fc2_w_, &fc_w_, &proj_w_, &qkv_w_};
+    return {&qkv_w_, &proj_w_, &fc_w_, &fc2_w_};
+  }
 
  private:
   using Base = SlottedBlock<T, Gpt2BlockBuffers<T>>;

@@ -33,6 +33,7 @@ class Head final : public Layer<T> {
   void backward_weight(int mb) override;
   void discard(int mb) override { slots_.release(mb); }
   size_t slot_bytes() const override;
+  std::vector<const Param*> linear_weights(bool) const override { return {&out_}; }
   // Σ over the microbatch's tokens of -log p(target), read after forward (a host wait on a
   // GPU; MicrobatchData::loss_sum is the way without one).
   double loss_sum(int mb);

@@ -16,6 +16,7 @@
 #include "backend/ops.h"
 #include "core/error.h"
 #include "model/dims.h"
+#include "model/param.h"
 
 namespace pptrain {
 
@@ -50,6 +51,11 @@ class Layer {
   // Bytes held once, whatever the microbatches in flight: the scratch the blocks of a stage
   // share under recompute (every block reports the one copy they share).
   virtual size_t scratch_bytes() const { return 0; }
+  // The weights its linear ops read in its forward (with `dgrad`: its input gradient), each
+  // [out, in] = [local_rows, local_cols] (x·wᵀ forward, dy·w dgrad), in the order the pass
+  // reads them: what Stage::prepare_weights asks the backend to prepare. None by default (the
+  // embedding gathers rows).
+  virtual std::vector<const Param*> linear_weights(bool dgrad) const { return {}; }
 };
 
 // A block's buffers fall in four parts by what reads them after F; training.recompute

@@ -83,6 +83,10 @@ class LlamaBlock final : public SlottedBlock<T, LlamaBlockBuffers<T>> {
   // handles; tests only). `share_scratch_with`: as SlottedBlock's.
   LlamaBlock(ParamStore& params, const ModelDims& dims, int layer_index, Communicator& tp,
              const Faults& faults = {}, const LlamaBlock* share_scratch_with = nullptr);
+  std::vector<const Param*> linear_weights(bool dgrad) const override {
+    if (dgrad) return {&down_w_, &gate_w_, &up_w_, &proj_w_, &qkv_w_};  // dx from gate's, then up's added
+    return {&qkv_w_, &proj_w_, &gate_w_, &up_w_, &down_w_};
+  }
 
  private:
   using Base = SlottedBlock<T, LlamaBlockBuffers<T>>;

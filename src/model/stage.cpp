@@ -122,6 +122,19 @@ class TypedStage final : public Stage {
   }
   size_t live_microbatches() const override { return slots_.live(); }
 
+  int prepare_weights(bool dgrad, int from, const std::function<bool()>& keep_going) override {
+    std::vector<const Param*> order;  // I runs the layers backwards
+    for (size_t l = 0; l < layers_.size(); ++l)
+      for (const Param* w : layers_[dgrad ? layers_.size() - 1 - l : l]->linear_weights(dgrad)) order.push_back(w);
+    for (int i = std::max(from, 0); i < int(order.size()); ++i) {
+      if (!keep_going()) return i;
+      const Param& w = *order[i];
+      if (!ops_.prepare_linear_weight(weights<T>(w), dims_.rows(), int(w.local_cols), int(w.local_rows), dgrad))
+        return -1;
+    }
+    return -1;
+  }
+
  private:
   struct Slot {
     std::vector<Buffer<T>> acts, grads;  // L+1 each; unused ends left empty

@@ -7,6 +7,7 @@
 // Their storage type is the model's precision (fp32, or bf16 with fp32 master weights), so
 // the executor sees them as transfer_bytes() of untyped backend memory: it only moves them.
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -69,6 +70,14 @@ class Stage {
   // Bytes held once, not per microbatch: the blocks' shared recompute scratch.
   virtual size_t scratch_bytes() const = 0;
   virtual size_t live_microbatches() const = 0;
+
+  // Asks the backend to prepare, now, the weights this stage's forward (with `dgrad`: its
+  // input gradient) will read in the open window (Ops::prepare_linear_weight: where the cpu
+  // backend packs them), one weight at a time in the order the pass reads them, from the
+  // `from`-th on, while keep_going() says there is time. Returns the index to go on from when
+  // keep_going() stopped it, -1 once every weight was asked (or the backend keeps no such
+  // copies in this window).
+  virtual int prepare_weights(bool dgrad, int from, const std::function<bool()>& keep_going) = 0;
 };
 
 // The stage of `spec` with activations and compute weights of `precision` (bf16 needs a

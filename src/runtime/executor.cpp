@@ -1,5 +1,7 @@
 #include "runtime/executor.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace pptrain {
@@ -38,6 +40,11 @@ PipelineExecutor::PipelineExecutor(Ops& ops, std::map<int, Stage*> stages,
     const pipeline::Action& a = actions[pos];
     if (a.op == Op::SEND_F || a.op == Op::SEND_B) last_send_[{a.stage, a.microbatch}] = pos;
     if (a.op == Op::F) first_forward_.emplace(a.stage, pos);  // keeps the first
+    if (a.op == Op::F || a.op == Op::I || a.op == Op::B) {
+      const std::pair<int, bool> need{a.stage, a.op != Op::F};
+      if (std::find(prepare_order_.begin(), prepare_order_.end(), need) == prepare_order_.end())
+        prepare_order_.push_back(need);
+    }
     if (a.op == Op::W || a.op == Op::B) last_backward_[a.stage] = pos;
     if (a.op == Op::F && local(a.stage) && stages_.at(a.stage)->spec().has_head) ++losses;
   }
@@ -90,6 +97,7 @@ void PipelineExecutor::wait_recv(const Key& key, Timeline& timeline) {
     report_wait(a, cat(stage, fwd ? "RECV_F" : "RECV_B", mb, " from pp rank ", rank_of(fwd ? stage - 1 : stage + 1),
                        " tag ", tag(dir, stage, mb)));
   }
+  if (!it->second.request->on_device()) prepare_ahead(*it->second.request);
   double t0 = timeline.now_us();
   it->second.request->wait();
   tick();
@@ -155,9 +163,28 @@ void PipelineExecutor::poll_unreleased(bool wait_all) {
   }
 }
 
-void PipelineExecutor::begin_compute(const pipeline::Action& a) {
-  computed_.push_back({pipeline::to_string(a), marks_, marks_ + 1});
+void PipelineExecutor::begin_compute(const pipeline::Action& a) { begin_compute(pipeline::to_string(a)); }
+
+void PipelineExecutor::begin_compute(std::string name) {
+  computed_.push_back({std::move(name), marks_, marks_ + 1});
   clock_->mark(marks_++);
+}
+
+void PipelineExecutor::prepare_ahead(Request& pending) {
+  const auto keep_going = [&pending] { return !pending.test(); };
+  bool began = false;
+  while (next_prepare_ < prepare_order_.size() && keep_going()) {
+    const auto [s, dgrad] = prepare_order_[next_prepare_];
+    // Before its first F a stage's weights may still be arriving (ZeRO-1's gather).
+    if (first_forward_.count(s) == 0 || first_forward_.at(s) > position_) break;
+    if (!began) begin_compute("prepare");
+    began = true;
+    next_weight_ = stages_.at(s)->prepare_weights(dgrad, next_weight_, keep_going);
+    if (next_weight_ >= 0) break;  // the receive is here: the next wait goes on from there
+    next_weight_ = 0;
+    ++next_prepare_;
+  }
+  if (began) end_compute();
 }
 
 void PipelineExecutor::end_compute() {
@@ -185,6 +212,8 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
   if (!clock_) clock_ = ops_.make_op_clock();
   computed_.clear();
   marks_ = loss_count_ = 0;
+  next_prepare_ = 0;
+  next_weight_ = 0;
   const auto& actions = schedule_.program.at(pp_rank_);
   for (size_t pos = 0; pos < actions.size(); ++pos) {
     position_ = pos;

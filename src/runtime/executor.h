@@ -20,6 +20,14 @@
 // poll, never an early one. A receive whose wait only orders the device (NCCL: the compute
 // stream waits for it, the host goes on) stays pending, polled between actions like a send
 // and listed to the watchdog, until its completion is seen.
+// While the host would wait for a receive that has not arrived, it asks its stages to
+// prepare the weights their passes of the step read (Stage::prepare_weights: where the cpu
+// backend packs them, work each pass's first microbatch did before), in the order the program
+// first needs them, one weight at a time until the receive is there: in a schedule's warm-up
+// the later ranks wait a forward or more for their first input, and that wait now takes the
+// packing off the path every rank waits on. A stage is prepared only from its first F on, where
+// ZeRO-1 has gathered its weights (the hook below). The time is a "prepare" slice among the
+// compute actions.
 // Stage hooks (set_stage_hooks) let the caller act where a stage's part of the step begins
 // and ends on this rank: before its first F (ZeRO-1 waits there for that stage's weights)
 // and after its last W or B (its gradients are complete: ZeRO-1 starts their
@@ -82,6 +90,7 @@ class PipelineExecutor {
   // Around a compute action: marks on the op clock, resolved into timeline events by
   // finish_compute() once the program has been issued.
   void begin_compute(const pipeline::Action& a);
+  void begin_compute(std::string name);
   void end_compute();
   void finish_compute(Timeline& timeline);
   // After a microbatch's W (or B) its stage tensors are freed once every send that reads
@@ -93,6 +102,8 @@ class PipelineExecutor {
   // waits for and every transfer still pending (peer pp ranks and tags).
   void report_wait(const pipeline::Action& a, const std::string& what);
   void tick() { if (progress_) progress_->tick(); }
+  // Prepares stages' weights (prepare_order_ from next_prepare_ on) while `pending` is not complete.
+  void prepare_ahead(Request& pending);
 
   Ops& ops_;
   std::map<int, Stage*> stages_;
@@ -131,6 +142,11 @@ class PipelineExecutor {
   int dropped_microbatch_ = -1;                      // planted fault drop_microbatch: its W is skipped
   bool sync_each_action_ = false;                    // planted fault sync_each_action
   std::map<int, size_t> first_forward_, last_backward_;  // stage -> position of its first F, last W or B
+  // (stage, dgrad) in the order the program first runs the stage's forward (false) and input
+  // gradient (true, by an I or a B); those before next_prepare_ are prepared in this run.
+  std::vector<std::pair<int, bool>> prepare_order_;
+  size_t next_prepare_ = 0;
+  int next_weight_ = 0;  // of prepare_order_[next_prepare_], the next to ask for
   StageHooks hooks_;
   Progress* progress_ = nullptr;
 };

@@ -68,6 +68,8 @@ class CpuOps final : public Ops {
   // a weight (linear.cpp), the linear layers' products with it run on its packed copy where
   // oneDNN's matmul can (packed_weights.h).
   void hold_weights(int microbatches) override;
+  // Packs w now where the window would pack it at the op (linear.cpp).
+  bool prepare_linear_weight(ConstView w, int rows, int in, int out, bool dgrad) override;
 
   // The ops, one file per family: linear.cpp, layernorm.cpp, rmsnorm.cpp, elementwise.cpp
   // (GELU too), swiglu.cpp, rotary.cpp, embedding.cpp, attention.cpp and attention_flash.cpp
@@ -95,6 +97,8 @@ class CpuOps final : public Ops {
   // GEMM library (linear.cpp).
   void weight_product(PackedWeights::Use use, float* c, const float* a, const float* w, const float* b, int n, int k,
                       int cols, bool accumulate);
+  // Whether this window's products of n rows run on packed weights.
+  bool packs(int n) const;
   bool uncounted_release_;  // planted fault (tests of the tests): the next release is not subtracted
   void reserve_thread_scratch(size_t floats_per_thread);
 };

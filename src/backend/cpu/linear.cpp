@@ -40,11 +40,23 @@ void CpuOps::hold_weights(int microbatches) {
   if (packed_) packed_->hold(microbatches > 0);
 }
 
+bool CpuOps::packs(int n) const {
+  return packed_ && packed_->held() && size_t(n) * held_microbatches_ >= PackedWeights::kMinRows;
+}
+
+bool CpuOps::prepare_linear_weight(ConstView wv, int rows, int in, int out, bool dgrad) {
+  if (wv.dtype != DType::f32 || !packs(rows)) return false;  // the op will not pack it either
+  const float* w = static_cast<const float*>(wv.data);
+  // As weight_product below takes it: forward w [out, in] read as wᵀ (k = in), dgrad as w (k = out).
+  if (dgrad) packed_->prepare(PackedWeights::Use::dgrad, w, rows, out, in);
+  else packed_->prepare(PackedWeights::Use::forward, w, rows, in, out);
+  return true;
+}
+
 void CpuOps::weight_product(PackedWeights::Use use, float* c, const float* a, const float* w, const float* b, int n,
                             int k, int cols, bool accumulate) {
   const bool held = packed_ && packed_->held();
-  if (held && size_t(n) * held_microbatches_ >= PackedWeights::kMinRows)
-    return packed_->run(use, c, a, w, b, n, k, cols, accumulate);
+  if (packs(n)) return packed_->run(use, c, a, w, b, n, k, cols, accumulate);
   // With a bias, c starts as b broadcast over rows and the product is added (beta = 1): one
   // pass over c instead of a second pass after the product.
   float beta = accumulate ? 1.0f : 0.0f;

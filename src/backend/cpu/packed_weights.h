@@ -29,6 +29,7 @@
 // Compiled once, for the baseline ISA: oneDNN dispatches on the CPU itself.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -68,6 +69,13 @@ class PackedWeights {
   // only inside a window. Row-major and dense: a's row stride k, c's cols. A status other than
   // success from oneDNN fails in one line naming the shape.
   void run(Use use, float* c, const float* a, const float* w, const float* b, int n, int k, int cols, bool accumulate);
+
+  // Makes w's copy for `use` in this window now, as run() of n rows would at the product, if
+  // the window has not made it yet: work taken ahead into time its caller would otherwise
+  // spend waiting (Ops::prepare_linear_weight). Only inside a window.
+  void prepare(Use use, const float* w, int n, int k, int cols);
+  // The copies made so far (each a weight packed in one layout for one window).
+  uint64_t packings() const;
 
   // The bytes the packed copies hold now.
   size_t packed_bytes() const;
