@@ -311,7 +311,9 @@ TEST(PackedWeights, ATrainingRunFollowsTheLossesOfOneOnOpenBlasAloneAndTwoStages
 // are gathered over the dp group only before that stage's first F, so a copy made ahead of it
 // would be of the last step's weights: the losses and gradient norms of every step equal those
 // of zero: 0 bit for bit (printed to 1e-6; the same products on the same copies), and the
-// trace shows the packing done while waiting.
+// trace shows the packing done while waiting. (Here the gathers of so small a model are done
+// long before; that no stage is prepared before its gather is pinned exactly, on stand-ins, by
+// test_executor_prepare.)
 TEST(PackedWeights, PipelineRanksPackWhileTheyWaitAndAfterZeroOnesGather) {
   SKIP_WITHOUT_PACKED_WEIGHTS();
   testing::TempDir dir;
