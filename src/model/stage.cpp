@@ -130,9 +130,9 @@ class TypedStage final : public Stage {
       if (!keep_going()) return i;
       const Param& w = *order[i];
       if (!ops_.prepare_linear_weight(weights<T>(w), dims_.rows(), int(w.local_cols), int(w.local_rows), dgrad))
-        return -1;
+        return kNothingKept;
     }
-    return -1;
+    return kAllAsked;
   }
 
  private:

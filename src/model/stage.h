@@ -75,8 +75,9 @@ class Stage {
   // input gradient) will read in the open window (Ops::prepare_linear_weight: where the cpu
   // backend packs them), one weight at a time in the order the pass reads them, from the
   // `from`-th on, while keep_going() says there is time. Returns the index to go on from when
-  // keep_going() stopped it, -1 once every weight was asked (or the backend keeps no such
-  // copies in this window).
+  // keep_going() stopped it, kAllAsked once every weight was asked, kNothingKept where the
+  // backend keeps no such copies in this window (nothing to prepare).
+  static constexpr int kAllAsked = -1, kNothingKept = -2;
   virtual int prepare_weights(bool dgrad, int from, const std::function<bool()>& keep_going) = 0;
 };
 

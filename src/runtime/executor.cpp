@@ -180,6 +180,12 @@ void PipelineExecutor::prepare_ahead(Request& pending) {
     if (!began) begin_compute("prepare");
     began = true;
     next_weight_ = stages_.at(s)->prepare_weights(dgrad, next_weight_, keep_going);
+    if (next_weight_ == Stage::kNothingKept) {  // a backend without copies (cuda): no slice, no more asking
+      computed_.pop_back();
+      --marks_;
+      next_prepare_ = prepare_order_.size();
+      return;
+    }
     if (next_weight_ >= 0) break;  // the receive is here: the next wait goes on from there
     next_weight_ = 0;
     ++next_prepare_;
