@@ -20,6 +20,7 @@
 #include "backend/ops.h"
 #include "core/communicator.h"
 #include "model/stage.h"
+#include "support/forwarding_ops.h"
 #include "support/single_rank_model.h"
 #include "pipeline/registry.h"
 #include "runtime/executor.h"
@@ -211,32 +212,36 @@ TEST(ExecutorPrepare, ThePreparingShowsOnTheTimelineAsCompute) {
   EXPECT_LE(prepare->end_us, first_f->start_us);
 }
 
-// A backend that forwards everything to the cpu backend and logs the weights the linear ops
-// read ("F w rows in out", "I w ...", in call order) and those it is asked to prepare.
-class LinearLog final : public Ops {
+// The cpu backend, logging the weights the linear ops read ("F w rows in out", "I w ...", in
+// call order) and those it is asked to prepare.
+class LinearLog final : public testing::ForwardingOps {
  public:
-  LinearLog() : inner_(make_cpu_ops()) {}
-  std::string name() const override { return inner_->name(); }
-  void* allocate(size_t bytes) override { return inner_->allocate(bytes); }
-  void release(void* p) override { inner_->release(p); }
-  void copy_to_device(void* d, const void* s, size_t n) override { inner_->copy_to_device(d, s, n); }
-  void copy_to_host(void* d, const void* s, size_t n) override { inner_->copy_to_host(d, s, n); }
-  void copy(void* d, const void* s, size_t n) override { inner_->copy(d, s, n); }
-  void zero(void* p, size_t n) override { inner_->zero(p, n); }
-  void synchronize() override { inner_->synchronize(); }
-  MemoryStats memory_stats() const override { return inner_->memory_stats(); }
-  void reset_peak_memory() override { inner_->reset_peak_memory(); }
   bool prepare_linear_weight(ConstView w, int rows, int in, int out, bool dgrad) override {
     prepared.push_back(entry(dgrad ? "I" : "F", w, rows, in, out));
     return true;  // a backend that keeps copies: the stage asks for every weight
   }
-#define PPTRAIN_LOG_LINEAR(ret, name, params, args) \
-  ret name params override {                        \
-    note_##name args;                               \
-    return inner_->name args;                       \
+  void linear_forward(View y, ConstView x, ConstView w, ConstView b, int n, int in, int out) override {
+    used.push_back(entry("F", w, n, in, out));
+    ForwardingOps::linear_forward(y, x, w, b, n, in, out);
   }
-  PPTRAIN_EACH_OP(PPTRAIN_LOG_LINEAR)
-#undef PPTRAIN_LOG_LINEAR
+  void linear_forward_residual(View y, ConstView x, ConstView w, ConstView b, ConstView residual, int n, int in,
+                               int out) override {
+    used.push_back(entry("F", w, n, in, out));
+    ForwardingOps::linear_forward_residual(y, x, w, b, residual, n, in, out);
+  }
+  void linear_gelu_forward(View y, View pre, ConstView x, ConstView w, ConstView b, int n, int in, int out) override {
+    used.push_back(entry("F", w, n, in, out));
+    ForwardingOps::linear_gelu_forward(y, pre, x, w, b, n, in, out);
+  }
+  void linear_backward_input(View dx, ConstView dy, ConstView w, int n, int in, int out, bool accumulate) override {
+    used.push_back(entry("I", w, n, in, out));
+    ForwardingOps::linear_backward_input(dx, dy, w, n, in, out, accumulate);
+  }
+  void linear_backward_input_dgelu(View dpre, ConstView dy, ConstView w, ConstView pre, int n, int in,
+                                   int out) override {
+    used.push_back(entry("I", w, n, in, out));
+    ForwardingOps::linear_backward_input_dgelu(dpre, dy, w, pre, n, in, out);
+  }
 
   std::vector<std::string> prepared, used;
 
@@ -245,29 +250,6 @@ class LinearLog final : public Ops {
     return std::string(pass) + " " + std::to_string(reinterpret_cast<uintptr_t>(w.data)) + " " +
            std::to_string(rows) + " " + std::to_string(in) + " " + std::to_string(out);
   }
-  // Each op's note: those of the linear ops with a weight (the overloads below, preferred to
-  // the template) log it; every other does nothing.
-#define PPTRAIN_NO_NOTE(ret, name, params, args) \
-  template <typename... A>                       \
-  void note_##name(A&&...) {}
-  PPTRAIN_EACH_OP(PPTRAIN_NO_NOTE)
-#undef PPTRAIN_NO_NOTE
-  void note_linear_forward(View, ConstView, ConstView w, ConstView, int n, int in, int out) {
-    used.push_back(entry("F", w, n, in, out));
-  }
-  void note_linear_forward_residual(View, ConstView, ConstView w, ConstView, ConstView, int n, int in, int out) {
-    used.push_back(entry("F", w, n, in, out));
-  }
-  void note_linear_gelu_forward(View, View, ConstView, ConstView w, ConstView, int n, int in, int out) {
-    used.push_back(entry("F", w, n, in, out));
-  }
-  void note_linear_backward_input(View, ConstView, ConstView w, int n, int in, int out, bool) {
-    used.push_back(entry("I", w, n, in, out));
-  }
-  void note_linear_backward_input_dgelu(View, ConstView, ConstView w, ConstView, int n, int in, int out) {
-    used.push_back(entry("I", w, n, in, out));
-  }
-  std::unique_ptr<Ops> inner_;
 };
 
 TEST(ExecutorPrepare, AStageAsksForTheWeightsItsPassesRead) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/profiled_ops.h"
+#include "support/forwarding_ops.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "support/cpu_ops_util.h"
@@ -76,26 +77,13 @@ class ScriptedClock final : public OpClock {
   size_t marked_ = 0;
 };
 
-class ScriptedOps final : public Ops {
+class ScriptedOps final : public testing::ForwardingOps {
  public:
-  explicit ScriptedOps(std::vector<double> times) : inner_(make_cpu_ops()), times_(std::move(times)) {}
+  explicit ScriptedOps(std::vector<double> times) : times_(std::move(times)) {}
   std::string name() const override { return "scripted"; }
   std::unique_ptr<OpClock> make_op_clock() override { return std::make_unique<ScriptedClock>(times_); }
-  void* allocate(size_t bytes) override { return inner_->allocate(bytes); }
-  void release(void* p) override { inner_->release(p); }
-  void copy_to_device(void* d, const void* s, size_t n) override { inner_->copy_to_device(d, s, n); }
-  void copy_to_host(void* d, const void* s, size_t n) override { inner_->copy_to_host(d, s, n); }
-  void copy(void* d, const void* s, size_t n) override { inner_->copy(d, s, n); }
-  void zero(void* p, size_t n) override { inner_->zero(p, n); }
-  void synchronize() override {}
-  MemoryStats memory_stats() const override { return inner_->memory_stats(); }
-  void reset_peak_memory() override {}
-#define PPTRAIN_FORWARD_OP(ret, name, params, args) \
-  ret name params override { return inner_->name args; }
-  PPTRAIN_EACH_OP(PPTRAIN_FORWARD_OP)
-#undef PPTRAIN_FORWARD_OP
+
  private:
-  std::unique_ptr<Ops> inner_;
   std::vector<double> times_;
 };
 

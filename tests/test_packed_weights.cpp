@@ -75,6 +75,25 @@ std::vector<float> run(PackedWeights& packed, const Product& p) {
   return c;
 }
 
+// DIR/data, a Markov corpus of 64 tokens, and DIR/model.yaml: `layers` blocks of d_model 64,
+// seq_len 128, 4 steps of `microbatches` of 2 sequences at lr 1e-2, with the given parallel
+// keys and the training's evaluation keys (and the validation shards where `val`). Each
+// microbatch runs 256 rows through every weight, so 8 of them a window pack
+// (PackedWeights::kMinRows).
+void write_model(const testing::TempDir& dir, int layers, const std::string& parallel, const std::string& evaluation,
+                 bool val) {
+  auto data = testing::prepare_markov_corpus(dir.file("data"), 64, 40000, 7);
+  ASSERT_EQ(data.exit_code, 0) << data.output;
+  testing::write_file(
+      dir.file("model.yaml"),
+      "model: {n_layer: " + std::to_string(layers) + ", n_head: 2, d_model: 64, seq_len: 128, vocab_size: 64}\n" +
+          "parallel: {" + parallel + "}\n" +
+          "training: {steps: 4, micro_batch_size: 2, lr: 1.0e-2, warmup_steps: 0, " + evaluation + "}\n" +
+          "data: {train: \"" + dir.file("data") + "/train_*.bin\"" +
+          (val ? ", val: \"" + dir.file("data") + "/val_*.bin\"" : std::string()) + "}\n" +
+          "logging: {every: 1, sample_tokens: 0}\n");
+}
+
 #define SKIP_WITHOUT_PACKED_WEIGHTS()                                                            \
   if (!PackedWeights::why_not().empty())                                                         \
     GTEST_SKIP() << "weights are not packed on this machine: " << PackedWeights::why_not();
@@ -260,16 +279,7 @@ TEST(PackedWeights, TheCpuBackendPacksOnlyInAWindowOfEnoughRows) {
 TEST(PackedWeights, ATrainingRunFollowsTheLossesOfOneOnOpenBlasAloneAndTwoStagesThoseOfOneProcess) {
   SKIP_WITHOUT_PACKED_WEIGHTS();
   testing::TempDir dir;
-  auto data = testing::prepare_markov_corpus(dir.file("data"), 64, 40000, 7);
-  ASSERT_EQ(data.exit_code, 0) << data.output;
-  testing::write_file(dir.file("model.yaml"),
-                      "model: {n_layer: 2, n_head: 2, d_model: 64, seq_len: 128, vocab_size: 64}\n"
-                      "parallel: {microbatches: 8}\n"
-                      "training: {steps: 4, micro_batch_size: 2, lr: 1.0e-2, warmup_steps: 0, eval_every: 2,\n"
-                      "           eval_batches: 2}\n"
-                      "data: {train: \"" + dir.file("data") + "/train_*.bin\", val: \"" + dir.file("data") +
-                          "/val_*.bin\"}\n"
-                      "logging: {every: 1, sample_tokens: 0}\n");
+  write_model(dir, 2, "microbatches: 8", "eval_every: 2, eval_batches: 2", true);
   auto train = [&](const std::string& launch, const std::string& name, const std::string& overrides = "") {
     // 4 steps of a 2-layer model: seconds; 300 s only turns a hang into a failure.
     auto r = testing::run_command(launch + testing::pptrain_bin() + " train " + dir.file("model.yaml") +
@@ -317,15 +327,7 @@ TEST(PackedWeights, ATrainingRunFollowsTheLossesOfOneOnOpenBlasAloneAndTwoStages
 TEST(PackedWeights, PipelineRanksPackWhileTheyWaitAndAfterZeroOnesGather) {
   SKIP_WITHOUT_PACKED_WEIGHTS();
   testing::TempDir dir;
-  auto data = testing::prepare_markov_corpus(dir.file("data"), 64, 40000, 7);
-  ASSERT_EQ(data.exit_code, 0) << data.output;
-  // 8 microbatches of 2 × 128 rows: 2,048 rows a window, packed (PackedWeights::kMinRows).
-  testing::write_file(dir.file("model.yaml"),
-                      "model: {n_layer: 4, n_head: 2, d_model: 64, seq_len: 128, vocab_size: 64}\n"
-                      "parallel: {pp: 2, dp: 2, microbatches: 8, schedule: zbv, stages_per_rank: 2}\n"
-                      "training: {steps: 4, micro_batch_size: 2, lr: 1.0e-2, warmup_steps: 0, eval_every: 0}\n"
-                      "data: {train: \"" + dir.file("data") + "/train_*.bin\"}\n"
-                      "logging: {every: 1, sample_tokens: 0}\n");
+  write_model(dir, 4, "pp: 2, dp: 2, microbatches: 8, schedule: zbv, stages_per_rank: 2", "eval_every: 0", false);
   auto steps = [&](int zero) {
     const std::string name = "zero" + std::to_string(zero);
     // 4 steps of a 4-layer model on 4 ranks: seconds; 300 s only turns a hang into a failure.

@@ -14,16 +14,16 @@
 #include <utility>
 
 #include "backend/ops.h"
+#include "support/forwarding_ops.h"
 
 namespace pptrain::testing {
 
-class CountingOps final : public Ops {
+class CountingOps final : public ForwardingOps {
  public:
-  explicit CountingOps(std::unique_ptr<Ops> inner) : inner_(std::move(inner)) {}
-  std::string name() const override { return inner_->name(); }
+  explicit CountingOps(std::unique_ptr<Ops> inner) : ForwardingOps(std::move(inner)) {}
 
   void* allocate(size_t bytes) override {
-    void* p = inner_->allocate(bytes);
+    void* p = ForwardingOps::allocate(bytes);
     sizes_[p] = bytes;
     live_ += bytes;
     peak_ = std::max(peak_, live_);
@@ -35,33 +35,22 @@ class CountingOps final : public Ops {
       live_ -= it->second;
       sizes_.erase(it);
     }
-    inner_->release(p);
+    ForwardingOps::release(p);
   }
-  void copy_to_device(void* d, const void* s, size_t n) override { inner_->copy_to_device(d, s, n); }
-  void copy_to_host(void* d, const void* s, size_t n) override { inner_->copy_to_host(d, s, n); }
   void copy(void* d, const void* s, size_t n) override {
     copied_ += n;
-    inner_->copy(d, s, n);
+    ForwardingOps::copy(d, s, n);
   }
-  void zero(void* p, size_t n) override { inner_->zero(p, n); }
-  void synchronize() override { inner_->synchronize(); }
-  MemoryStats memory_stats() const override { return inner_->memory_stats(); }
   void reset_peak_memory() override {
-    inner_->reset_peak_memory();
+    ForwardingOps::reset_peak_memory();
     peak_ = live_;
   }
-
-#define PPTRAIN_FORWARD_OP(ret, name, params, args) \
-  ret name params override { return inner_->name args; }
-  PPTRAIN_EACH_OP(PPTRAIN_FORWARD_OP)
-#undef PPTRAIN_FORWARD_OP
 
   size_t live_bytes() const { return live_; }
   size_t peak_bytes() const { return peak_; }
   size_t copied_bytes() const { return copied_; }  // by Ops::copy since construction
 
  private:
-  std::unique_ptr<Ops> inner_;
   std::unordered_map<void*, size_t> sizes_;
   size_t live_ = 0, peak_ = 0, copied_ = 0;
 };
