@@ -14,7 +14,8 @@
 #    "peak_bound_ms" (the step's model FLOPs, BUILD/bench/model_flops, shared evenly by the ranks
 #    and done at the peak estimate of pptrain's start-up line for a rank's threads: no
 #    trainer doing these FLOPs on these ranks is faster), "peak_bound_speedup" (torch over
-#    it), ...}
+#    it), "cpu_isa", "blas", "linear_weights" (the fields of pptrain's start-up line: its
+#    loops' instruction set, the BLAS and its core, whether the weights were packed), ...}
 # Without torch it prints one line saying so and exits 0 (CI has no torch).
 #
 # Usage: scripts/bench_pp_vs_torch.sh [BUILD=build]     (from the repository root)
@@ -87,7 +88,20 @@ if [ -x "$BUILD/bench/model_flops" ]; then
   flop_per_step=$("$BUILD/bench/model_flops" "$work/model.yaml" |
     python3 -c 'import json, sys; d = json.loads(sys.stdin.read()); print(d["flops_per_token"] * d["tokens_per_step"])')
 fi
-status=0 table="" peak=""
+# The start-up line's fields as JSON members: "cpu_isa" (after "loops"), "blas" (the field
+# naming the BLAS and its core), "linear_weights" (after "weights"); null where one is missing.
+startup_fields() {
+  python3 - "$1" <<'PY'
+import json, sys
+line = next((l.strip() for l in open(sys.argv[1]) if l.startswith("cpu: ")), "")
+fields = [f.strip() for f in line.split(" | ")]
+def after(prefix):
+    return next((f[len(prefix):] for f in fields if f.startswith(prefix)), None)
+blas = next((f for f in fields if f.startswith(("OpenBLAS", "BLIS", "oneDNN"))), None)
+print(json.dumps({"cpu_isa": after("loops "), "blas": blas, "linear_weights": after("weights ")})[1:-1])
+PY
+}
+status=0 table="" peak="" startup=""
 for sched in $SCHEDULES; do
   case $sched in
     1f1b) v=1 even="[4, 4]" tname=1f1b ;;
@@ -97,9 +111,11 @@ for sched in $SCHEDULES; do
   for ((round = 1; round <= ROUNDS; round++)); do
     common=(parallel.schedule=$sched parallel.stages_per_rank=$v)
     t=$(run_pptrain "even_$sched" "${common[@]}" "parallel.layers_per_stage=$even") && even_ms+=("$t") || status=1
-    # A rank's peak estimate (GFLOP/s), from the start-up line of the run just made.
+    # A rank's peak estimate (GFLOP/s) and the machine's fields, from the start-up line of the
+    # run just made.
     p=$(grep -Eo 'of the peak estimate [0-9.]+' "$work/last.log" | head -1 | awk '{print $5}')
     [ -n "$p" ] && peak=$p
+    [ -z "$startup" ] && startup=$(startup_fields "$work/last.log")
     t=$(run_pptrain "auto_$sched" "${common[@]}") && auto_ms+=("$t") || status=1
     t=$(run_torch "$tname") && torch_ms+=("$t") || status=1
   done
@@ -118,7 +134,7 @@ for sched in $SCHEDULES; do
     "\"micro_batch\": $MB, \"threads_per_rank\": $THREADS, \"rounds\": $ROUNDS," \
     "\"pptrain_even_ms\": $(printf %.1f "$e"), \"pptrain_auto_ms\": $(printf %.1f "$a")," \
     "\"torch_ms\": $(printf %.1f "$t"), \"speedup_even\": $se, \"speedup_auto\": $sa," \
-    "\"peak_bound_ms\": $bound, \"peak_bound_speedup\": $bound_speedup," \
+    "\"peak_bound_ms\": $bound, \"peak_bound_speedup\": $bound_speedup, ${startup:-\"cpu_isa\": null}," \
     "\"pptrain_even_runs\": [$(IFS=,; echo "${even_ms[*]}")], \"torch_runs\": [$(IFS=,; echo "${torch_ms[*]}")]}"
   table+=$(printf '%-5s %10.1f %10.1f %10.1f %7.2fx %7.2fx %10s %8s' "$sched" "$e" "$a" "$t" "$se" "$sa" \
     "$bound" "$bound_speedup")$'\n'

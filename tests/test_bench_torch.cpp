@@ -3,12 +3,15 @@
 // torch cannot be imported, as on CI: a stand-in torch package that raises ImportError
 // shadows any installed one, and each script prints its one "skipped" JSON line and exits 0,
 // so `make bench` goes on. The peers themselves print the same line (bench/*.py). A
-// schedule the pp script does not know is one line and a non-zero exit. Runs from the
-// repository root.
+// schedule the pp script does not know is one line and a non-zero exit. Where torch is
+// installed, the pp script's JSON line names the machine as pptrain's start-up line does (its
+// loops' ISA, the BLAS and its core, the packed weights), so a figure from another CPU says
+// what ran. Runs from the repository root.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <regex>
 #include <string>
 
 #include "support/test_util.h"
@@ -47,4 +50,20 @@ TEST(BenchTorch, AnUnknownScheduleIsOneLineAndANonZeroExit) {
   CommandResult r = run_command("BENCH_SCHEDULES=gpipe scripts/bench_pp_vs_torch.sh " + build_dir() + " 2>&1", 120);
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("bench_pp_vs_torch: unknown schedule 'gpipe' (1f1b or zbv)"), std::string::npos) << r.output;
+}
+
+TEST(BenchTorch, ThePipelineComparisonNamesTheMachine) {
+  if (run_command("python3 -c 'import torch.distributed.pipelining' 2>&1", 60).exit_code != 0)
+    GTEST_SKIP() << "torch (with torch.distributed.pipelining) is not installed";
+  // One round of one step, 2 microbatches: ~15 s (120 s only turns a hang into a failure).
+  CommandResult r = run_command("env -u PPTRAIN_CPU_GEMM BENCH_SCHEDULES=1f1b BENCH_ROUNDS=1 BENCH_STEPS=1 "
+                                "BENCH_MICROBATCHES=2 scripts/bench_pp_vs_torch.sh " +
+                                    build_dir() + " 2>&1",
+                                120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("\"cpu_isa\": \"(avx2|avx512)\""))) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("\"blas\": \"OpenBLAS [0-9.]+ \\w+ \\("))) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("\"linear_weights\": \"(packed from|not packed)")))
+      << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("\"speedup_even\": [0-9.]+,"))) << r.output;
 }
