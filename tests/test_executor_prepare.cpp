@@ -20,11 +20,11 @@
 #include "backend/ops.h"
 #include "core/communicator.h"
 #include "model/stage.h"
-#include "support/forwarding_ops.h"
-#include "support/single_rank_model.h"
 #include "pipeline/registry.h"
 #include "runtime/executor.h"
 #include "runtime/timeline.h"
+#include "support/forwarding_ops.h"
+#include "support/single_rank_model.h"
 
 namespace pptrain {
 namespace {
