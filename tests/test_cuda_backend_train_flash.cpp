@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/error.h"
 #include "support/dump_compare.h"
 #include "support/test_util.h"
 
@@ -95,7 +96,7 @@ TEST_F(CudaFlashTrain, PipelineAndTensorParallelFlashEqualTheSingleProcessFlashR
   const std::pair<std::string, std::string> layouts[] = {
       {"zbv", "parallel.pp=2 parallel.schedule=zbv parallel.stages_per_rank=2"}, {"tp2", "parallel.tp=2"}};
   for (const auto& [name, layout] : layouts) {
-    const std::string overrides = std::string(kFlash) + " " + layout;
+    const std::string overrides = cat(kFlash, " ", layout);
     const Config cfg = config(overrides);
     expect_equal(run(2, name, overrides), single, cfg, fp32_step_bounds(cfg), "cuda flash " + name + " against single");
   }

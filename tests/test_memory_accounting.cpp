@@ -229,9 +229,10 @@ TEST_F(MemoryAccounting, MemPeakOfTheFirstStepAgreesWithTheDryRun) {
       EXPECT_NEAR(m.total, counted, kPrintedMiB) << where << "\n" << real.output;
       ASSERT_GE(m.outside, 0) << real.output;
       EXPECT_LE(m.outside, p.workspace + kPrintedMiB) << where << ": more outside the allocator than predicted";
-      if (packs)
+      if (packs) {
         EXPECT_GT(m.outside, predicted_unpacked.at(coords).workspace + kPrintedMiB)
             << where << ": the packed weight copies are not counted\n" << real.output;
+      }
     }
   }
 }

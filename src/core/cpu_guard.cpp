@@ -63,8 +63,10 @@
 #endif
 
 #if defined(__x86_64__)
+#if !defined(__clang__)  // clang builds (the fuzzers) set no -march: baseline already
 #pragma GCC push_options
 #pragma GCC target("arch=x86-64")
+#endif
 
 namespace {
 
@@ -142,7 +144,9 @@ extern "C" __attribute__((constructor(101), used)) void pptrain_cpu_guard() {
   _exit(1);
 }
 
+#if !defined(__clang__)
 #pragma GCC pop_options
+#endif
 #else
 // Other architectures: their builds' baselines are the distribution's; nothing to check.
 extern "C" void pptrain_cpu_guard() {}

@@ -10,7 +10,7 @@
 namespace pptrain::cpu {
 
 // The instructions of a dependent chain: each one reads the previous one's result.
-//   add:  64-bit integer add, latency 1 cycle on every x86-64 core;
+//   add:  64-bit integer add of a register, latency 1 cycle on every x86-64 core;
 //   imul: 64-bit integer multiply, latency 3 cycles (Intel since Nehalem, AMD since Zen).
 enum class ChainOp { add, imul };
 

@@ -252,26 +252,27 @@ inline void transpose_block(float* dst, ptrdiff_t ldd, const float* src, ptrdiff
 #if defined(PPTRAIN_CPU_AVX512)
   // Four rounds of two-input shuffles (floats within 128-bit lanes, then pairs of them, then
   // 128-bit lanes across registers twice): row r's element d ends in register d, lane r.
+  // The masked forms with every lane set, as kAll says why.
   __m512 r[16], t[16];
   for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
   for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    t[i] = _mm512_mask_unpacklo_ps(r[i], kAll, r[i], r[i + 1]);
+    t[i + 1] = _mm512_mask_unpackhi_ps(r[i], kAll, r[i], r[i + 1]);
   }
   for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
-    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    r[i] = _mm512_mask_shuffle_ps(t[i], kAll, t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm512_mask_shuffle_ps(t[i], kAll, t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm512_mask_shuffle_ps(t[i + 1], kAll, t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm512_mask_shuffle_ps(t[i + 1], kAll, t[i + 1], t[i + 3], 0xEE);
   }
   for (int h = 0; h < 16; h += 8)
     for (int i = 0; i < 4; ++i) {
-      t[h + i] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0x88);
-      t[h + i + 4] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0xDD);
+      t[h + i] = _mm512_mask_shuffle_f32x4(r[h + i], kAll, r[h + i], r[h + i + 4], 0x88);
+      t[h + i + 4] = _mm512_mask_shuffle_f32x4(r[h + i], kAll, r[h + i], r[h + i + 4], 0xDD);
     }
   for (int i = 0; i < 8; ++i) {
-    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+    r[i] = _mm512_mask_shuffle_f32x4(t[i], kAll, t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_mask_shuffle_f32x4(t[i], kAll, t[i], t[i + 8], 0xDD);
   }
   for (int i = 0; i < 16; ++i) _mm512_storeu_ps(dst + i * ldd, r[i]);
 #elif defined(__AVX2__) && defined(__FMA__)
