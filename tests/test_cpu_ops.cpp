@@ -4,11 +4,13 @@
 // elementwise ops: tests/test_cpu_ops_elementwise.cpp.
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "backend/buffer.h"
 #include "backend/ops.h"
@@ -147,6 +149,29 @@ TEST_F(CpuOpsTest, CopiesAndZero) {
   EXPECT_TRUE(std::all_of(host.begin(), host.begin() + 500, [](float v) { return v == 0.0f; }));
   EXPECT_TRUE(std::equal(host.begin() + 500, host.end(), src.begin() + 500));
   ops->synchronize();
+}
+
+// Past kParallelMinElements floats the threads zero 64 KiB chunks from the first 64-byte
+// boundary on and memset the edges; past half the last level cache the chunks take
+// streaming stores (memory.cpp). Each size starts 3 bytes past a boundary and ends off one,
+// with guard bytes on both sides: every byte inside zero, every guard untouched.
+TEST_F(CpuOpsTest, ZeroReachesEveryByteOfMisalignedBuffersAndNoOther) {
+  long cache = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (cache <= 0) cache = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  std::vector<size_t> sizes = {1, 100, (size_t(1) << 17) - 1, (size_t(1) << 17) + 4099, (size_t(3) << 20) + 77};
+  if (cache > 0 && cache <= (long(1) << 31)) sizes.push_back(size_t(cache) / 2 + 65536 * 3 + 61);  // streaming
+  constexpr size_t kGuard = 128, kOffset = 3;
+  for (size_t bytes : sizes) {
+    std::vector<unsigned char> buf(bytes + 2 * kGuard + 64, 0xAB);
+    unsigned char* base = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
+    unsigned char* p = base + kGuard + kOffset;
+    ops->zero(p, bytes);
+    EXPECT_EQ(std::find_if(p, p + bytes, [](unsigned char c) { return c != 0; }), p + bytes)
+        << bytes << " bytes: not all zero";
+    EXPECT_TRUE(std::all_of(buf.data(), p, [](unsigned char c) { return c == 0xAB; })) << bytes << ": before";
+    EXPECT_TRUE(std::all_of(p + bytes, buf.data() + buf.size(), [](unsigned char c) { return c == 0xAB; }))
+        << bytes << ": after";
+  }
 }
 
 // ---- linear ---------------------------------------------------------------------------
