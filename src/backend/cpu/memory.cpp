@@ -102,6 +102,7 @@ void CpuOps::copy_to_host(void* dst, const void* src, size_t bytes) {
 void CpuOps::copy(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);
 }
+
 namespace {
 // The last level cache's bytes as the C library reports them (L3, else L2; 0 if neither).
 size_t last_level_cache_bytes() {
