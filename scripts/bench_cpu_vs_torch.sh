@@ -8,7 +8,9 @@
 #    for oneDNN's matmul, or plain and why), "cpu_isa", "torch",
 #    "gflop_per_step", "peak_gflops_estimate" (bench_model's), "peak_bound_step_s" (the step's
 #    FLOPs at that peak), "peak_bound_speedup" (torch over it: the most any fp32 trainer doing
-#    these FLOPs could beat PyTorch by here), "pptrain_peak_fraction", ...}
+#    these FLOPs could beat PyTorch by here), "pptrain_peak_fraction", "sgemm_gflops" (bench_model's
+#    large SGEMM in that run), "sgemm_bound_step_s" and "sgemm_bound_speedup" (the same at that
+#    rate: the most a trainer on this BLAS could beat PyTorch by), ...}
 # Without torch it prints one line saying so and exits 0 (CI has no torch).
 #
 # Usage: scripts/bench_cpu_vs_torch.sh [BUILD=build]     (from the repository root)
@@ -55,12 +57,12 @@ sys.exit(1)' "$@"
 # shared machine's noise moves least. Over the rounds, each side's median of those.
 status=0
 for seq in $SEQS; do
-  pp_s=() torch_s=() blas_core="" gemm_library="" linear_weights="" cpu_isa="" torch_version="" gflop=0 peak=0
+  pp_s=() torch_s=() blas_core="" gemm_library="" linear_weights="" cpu_isa="" torch_version="" gflop=0 peak=0 sgemm=0
   for ((round = 1; round <= ROUNDS; round++)); do
     # A: pptrain (OpenMP threads; OpenBLAS follows OMP_NUM_THREADS in its OpenMP build).
     if out=$(OMP_NUM_THREADS=$THREADS "$BENCH_MODEL" "$STEPS" "$seq" "$BATCH") &&
-       fields=$(json_fields step_s_best blas_core gemm_library linear_weights cpu_isa gflop_per_step peak_gflops_estimate <<<"$out"); then
-      IFS=$'\t' read -r best blas_core gemm_library linear_weights cpu_isa gflop peak <<<"$fields"
+       fields=$(json_fields step_s_best blas_core gemm_library linear_weights cpu_isa gflop_per_step peak_gflops_estimate sgemm_gflops <<<"$out"); then
+      IFS=$'\t' read -r best blas_core gemm_library linear_weights cpu_isa gflop peak sgemm <<<"$fields"
       pp_s+=("$best")
     else
       echo "bench_cpu_vs_torch: bench_model failed (seq $seq, round $round)" >&2
@@ -84,14 +86,20 @@ for seq in $SEQS; do
   fi
   python3 -c '
 import json, statistics, sys
-seq, batch, threads, steps, rounds, blas_core, gemm_library, linear_weights, cpu_isa, torch_version, gflop, peak, pp, tr = sys.argv[1:]
+seq, batch, threads, steps, rounds, blas_core, gemm_library, linear_weights, cpu_isa, torch_version, gflop, peak, sgemm, pp, tr = sys.argv[1:]
 pp_s = statistics.median(float(x) for x in pp.split())
 torch_s = statistics.median(float(x) for x in tr.split())
 gflop, peak = float(gflop), float(peak)
+sgemm = float(sgemm) if sgemm not in ("", "None") else 0.0
 # The model FLOPs of a step at the FMA peak of the CPU (the estimate of bench_model, clock
 # measured): no trainer doing these FLOPs in fp32 is faster than that, so torch_s over
 # peak_bound_s is the largest speedup over PyTorch this machine allows.
 peak_bound_s = gflop / peak if peak > 0 else None
+# The same FLOPs at the rate of the large SGEMM of bench_model, measured in that run with the BLAS
+# it chose: a step whose every FLOP ran as fast as the BLAS of this machine runs a large square
+# product, and nothing else took time. A trainer on this BLAS gets near it only if its products
+# do; torch_s over it is the most such a trainer could beat PyTorch by.
+sgemm_bound_s = gflop / sgemm if sgemm > 0 else None
 print(json.dumps({
     "bench": "cpu_vs_torch", "seq": int(seq), "batch": int(batch), "threads": int(threads),
     "pptrain_step_s": round(pp_s, 4), "torch_step_s": round(torch_s, 4),
@@ -100,9 +108,11 @@ print(json.dumps({
     "peak_bound_step_s": round(peak_bound_s, 4) if peak_bound_s else None,
     "peak_bound_speedup": round(torch_s / peak_bound_s, 3) if peak_bound_s else None,
     "pptrain_peak_fraction": round(peak_bound_s / pp_s, 3) if peak_bound_s and pp_s > 0 else None,
+    "sgemm_gflops": round(sgemm, 1), "sgemm_bound_step_s": round(sgemm_bound_s, 4) if sgemm_bound_s else None,
+    "sgemm_bound_speedup": round(torch_s / sgemm_bound_s, 3) if sgemm_bound_s else None,
     "blas_core": blas_core, "gemm_library": gemm_library, "linear_weights": linear_weights, "cpu_isa": cpu_isa, "torch": torch_version,
     "statistic": "median over rounds of each run best step", "steps": int(steps), "rounds": int(rounds)}))
-' "$seq" "$BATCH" "$THREADS" "$STEPS" "$ROUNDS" "$blas_core" "$gemm_library" "$linear_weights" "$cpu_isa" "$torch_version" "$gflop" "$peak" "${pp_s[*]}" "${torch_s[*]}" ||
+' "$seq" "$BATCH" "$THREADS" "$STEPS" "$ROUNDS" "$blas_core" "$gemm_library" "$linear_weights" "$cpu_isa" "$torch_version" "$gflop" "$peak" "$sgemm" "${pp_s[*]}" "${torch_s[*]}" ||
     status=1
 done
 exit $status

@@ -6,7 +6,9 @@
 // schedule the pp script does not know is one line and a non-zero exit. Where torch is
 // installed, the pp script's JSON line names the machine as pptrain's start-up line does (its
 // loops' ISA, the BLAS and its core, the packed weights), so a figure from another CPU says
-// what ran. Runs from the repository root.
+// what ran, and the GPT-2 script's line carries both of its bounds (the step's FLOPs at the
+// CPU's peak estimate and at the SGEMM rate measured in the same run). Runs from the
+// repository root.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -66,4 +68,35 @@ TEST(BenchTorch, ThePipelineComparisonNamesTheMachine) {
   EXPECT_TRUE(std::regex_search(r.output, std::regex("\"linear_weights\": \"(packed from|not packed)")))
       << r.output;
   EXPECT_TRUE(std::regex_search(r.output, std::regex("\"speedup_even\": [0-9.]+,"))) << r.output;
+}
+
+// The largest speedup over PyTorch a trainer could reach here, two ways: the step's FLOPs at
+// the FMA peak estimate, and at the rate of bench_model's large SGEMM (what this machine's BLAS
+// reaches): each line carries both, each bound the FLOPs over its rate.
+TEST(BenchTorch, TheModelComparisonCarriesBothBounds) {
+  if (run_command("python3 -c 'import torch' 2>&1", 60).exit_code != 0)
+    GTEST_SKIP() << "torch is not installed";
+  // GPT-2 124M at T=16, B=1, one round of one step: ~21 s (120 s only turns a hang into a failure).
+  CommandResult r = run_command("env -u PPTRAIN_CPU_GEMM BENCH_SEQS=16 BENCH_BATCH=1 BENCH_STEPS=1 BENCH_ROUNDS=1 "
+                                "scripts/bench_cpu_vs_torch.sh " +
+                                    build_dir() + " 2>&1",
+                                120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto number = [&](const std::string& key) {
+    std::smatch m;
+    if (!std::regex_search(r.output, m, std::regex("\"" + key + "\": ([0-9.eE+-]+)"))) return -1.0;
+    return std::stod(m[1].str());
+  };
+  const double gflop = number("gflop_per_step"), peak = number("peak_gflops_estimate"), sgemm = number("sgemm_gflops");
+  ASSERT_GT(gflop, 0) << r.output;
+  ASSERT_GT(peak, 0) << r.output;
+  ASSERT_GT(sgemm, 0) << r.output;
+  // Each figure is printed rounded: GFLOP and GFLOP/s to 0.1 (half of it relative to each),
+  // the bound to 1e-4 s. The bound computed from the printed figures is off from the printed
+  // bound by at most the sum of those.
+  auto within = [&](double rate) { return gflop / rate * (0.05 / gflop + 0.05 / rate) + 0.5e-4 + 1e-9; };
+  EXPECT_NEAR(number("peak_bound_step_s"), gflop / peak, within(peak)) << r.output;
+  EXPECT_NEAR(number("sgemm_bound_step_s"), gflop / sgemm, within(sgemm)) << r.output;
+  EXPECT_GT(number("sgemm_bound_speedup"), 0) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("\"cpu_isa\": \"(avx2|avx512)\""))) << r.output;
 }
