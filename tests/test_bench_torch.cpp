@@ -29,6 +29,16 @@ std::string without_torch(const TempDir& dir) {
   return "PYTHONPATH=" + dir.file("shadow") + " ";
 }
 
+bool importable(const std::string& module) {
+  return run_command("python3 -c 'import " + module + "' 2>&1", 60).exit_code == 0;
+}
+
+// A benchmark script on this build's binaries with the library choice left to pptrain and the
+// settings ENV (120 s only turns a hang into a failure).
+CommandResult run_bench(const std::string& env, const std::string& script) {
+  return run_command("env -u PPTRAIN_CPU_GEMM " + env + " " + script + " " + build_dir() + " 2>&1", 120);
+}
+
 }  // namespace
 
 TEST(BenchTorch, EachComparisonSkipsInOneLineWithoutTorch) {
@@ -55,13 +65,11 @@ TEST(BenchTorch, AnUnknownScheduleIsOneLineAndANonZeroExit) {
 }
 
 TEST(BenchTorch, ThePipelineComparisonNamesTheMachine) {
-  if (run_command("python3 -c 'import torch.distributed.pipelining' 2>&1", 60).exit_code != 0)
+  if (!importable("torch.distributed.pipelining"))
     GTEST_SKIP() << "torch (with torch.distributed.pipelining) is not installed";
-  // One round of one step, 2 microbatches: ~15 s (120 s only turns a hang into a failure).
-  CommandResult r = run_command("env -u PPTRAIN_CPU_GEMM BENCH_SCHEDULES=1f1b BENCH_ROUNDS=1 BENCH_STEPS=1 "
-                                "BENCH_MICROBATCHES=2 scripts/bench_pp_vs_torch.sh " +
-                                    build_dir() + " 2>&1",
-                                120);
+  // One round of one step, 2 microbatches: ~15 s.
+  CommandResult r = run_bench("BENCH_SCHEDULES=1f1b BENCH_ROUNDS=1 BENCH_STEPS=1 BENCH_MICROBATCHES=2",
+                              "scripts/bench_pp_vs_torch.sh");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(std::regex_search(r.output, std::regex("\"cpu_isa\": \"(avx2|avx512)\""))) << r.output;
   EXPECT_TRUE(std::regex_search(r.output, std::regex("\"blas\": \"OpenBLAS [0-9.]+ \\w+ \\("))) << r.output;
@@ -74,13 +82,9 @@ TEST(BenchTorch, ThePipelineComparisonNamesTheMachine) {
 // the FMA peak estimate, and at the rate of bench_model's large SGEMM (what this machine's BLAS
 // reaches): each line carries both, each bound the FLOPs over its rate.
 TEST(BenchTorch, TheModelComparisonCarriesBothBounds) {
-  if (run_command("python3 -c 'import torch' 2>&1", 60).exit_code != 0)
-    GTEST_SKIP() << "torch is not installed";
-  // GPT-2 124M at T=16, B=1, one round of one step: ~21 s (120 s only turns a hang into a failure).
-  CommandResult r = run_command("env -u PPTRAIN_CPU_GEMM BENCH_SEQS=16 BENCH_BATCH=1 BENCH_STEPS=1 BENCH_ROUNDS=1 "
-                                "scripts/bench_cpu_vs_torch.sh " +
-                                    build_dir() + " 2>&1",
-                                120);
+  if (!importable("torch")) GTEST_SKIP() << "torch is not installed";
+  // GPT-2 124M at T=16, B=1, one round of one step: ~21 s.
+  CommandResult r = run_bench("BENCH_SEQS=16 BENCH_BATCH=1 BENCH_STEPS=1 BENCH_ROUNDS=1", "scripts/bench_cpu_vs_torch.sh");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto number = [&](const std::string& key) {
     std::smatch m;
