@@ -25,13 +25,7 @@ using testing::run_command;
 using testing::TempDir;
 
 using testing::build_dir;
-
-// The number after "key": in a one-line JSON object, or NaN.
-double json_number(const std::string& json, const std::string& key) {
-  std::smatch m;
-  if (!std::regex_search(json, m, std::regex("\"" + key + "\": *([-+0-9.eE]+)"))) return std::nan("");
-  return std::stod(m[1]);
-}
+using testing::json_number;
 
 // A stand-in nvidia-smi in its own directory (first on PATH): prints `listing`, exits `rc`.
 std::string fake_nvidia_smi(const TempDir& dir, const std::string& listing, int rc) {

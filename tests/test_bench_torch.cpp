@@ -86,11 +86,7 @@ TEST(BenchTorch, TheModelComparisonCarriesBothBounds) {
   // GPT-2 124M at T=16, B=1, one round of one step: ~21 s.
   CommandResult r = run_bench("BENCH_SEQS=16 BENCH_BATCH=1 BENCH_STEPS=1 BENCH_ROUNDS=1", "scripts/bench_cpu_vs_torch.sh");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto number = [&](const std::string& key) {
-    std::smatch m;
-    if (!std::regex_search(r.output, m, std::regex("\"" + key + "\": ([0-9.eE+-]+)"))) return -1.0;
-    return std::stod(m[1].str());
-  };
+  auto number = [&](const std::string& key) { return json_number(r.output, key); };
   const double gflop = number("gflop_per_step"), peak = number("peak_gflops_estimate"), sgemm = number("sgemm_gflops");
   ASSERT_GT(gflop, 0) << r.output;
   ASSERT_GT(peak, 0) << r.output;

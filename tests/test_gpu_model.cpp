@@ -29,15 +29,10 @@ namespace fs = std::filesystem;
 using bench::Fractions;
 using bench::predict_step;
 using testing::run_command;
+using testing::json_number;
 using testing::TempDir;
 
 std::string gpu_model_bin() { return (fs::path(testing::pptrain_bin()).parent_path() / "bench/gpu_model").string(); }
-
-double json_number(const std::string& json, const std::string& key) {
-  std::smatch m;
-  if (!std::regex_search(json, m, std::regex("\"" + key + "\": *([-+0-9.eE]+)"))) return std::nan("");
-  return std::stod(m[1]);
-}
 
 Config config_of(const std::string& path, const std::vector<std::string>& overrides = {}) {
   return load_config(path, overrides);

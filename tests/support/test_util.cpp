@@ -93,4 +93,10 @@ std::vector<double> json_values(const std::string& jsonl, const std::string& key
   return out;
 }
 
+double json_number(const std::string& json, const std::string& key) {
+  std::smatch m;
+  if (!std::regex_search(json, m, std::regex("\"" + key + "\": *([-+0-9.eE]+)"))) return std::nan("");
+  return std::stod(m[1]);
+}
+
 }  // namespace pptrain::testing

@@ -66,6 +66,8 @@ std::vector<std::string> split_lines(const std::string& text);
 
 // Values of `key` in a JSON Lines text (the metrics file), for lines that have it.
 std::vector<double> json_values(const std::string& jsonl, const std::string& key);
+// The first number after "key": in `json` (a benchmark's one-line JSON object), or NaN.
+double json_number(const std::string& json, const std::string& key);
 
 // Max over i of |a-b| / max(|b|, floor).
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b, double floor = 1e-6);
