@@ -110,6 +110,19 @@ TEST(CpuIsa, ElementwiseOpsAgreeBitForBitBetweenCopies) {
   EXPECT_EQ(differing(o), 0u);
 }
 
+// The gradient norm's sum of squares puts element i of a block in lane i mod 16 at either
+// width and adds the lanes in order, so both copies give the same bits. The size covers
+// groups of 4 blocks of 2^14, blocks left after the groups, a short last block and a
+// remainder after the last 16 lanes.
+TEST(CpuIsa, SumSquaresAgreesBitForBitBetweenCopies) {
+  if (!both_copies_run()) GTEST_SKIP() << "this CPU or build has one copy only";
+  const std::vector<float> x = random_floats(size_t(4 * 3 + 2) * (1 << 14) + 1007, 4, -3.0f, 3.0f);
+  double sums[2];
+  int i = 0;
+  for (Isa isa : {Isa::avx2, Isa::avx512}) sums[i++] = cpu::make_ops(isa)->sum_squares(x.data(), x.size());
+  EXPECT_EQ(std::memcmp(&sums[0], &sums[1], sizeof(double)), 0) << sums[0] << " vs " << sums[1];
+}
+
 // Every cpu op test (fp64 references, derived bounds, finite differences, planted bugs)
 // passes on the copy this process does not take by default too.
 TEST(CpuIsa, EveryCpuOpTestPassesOnTheOtherCopy) {

@@ -42,22 +42,49 @@ void CpuOps::adamw_multi(const std::vector<AdamwTensor>& tensors, float grad_sca
     adamw(x.p_out, x.m_out, x.v_out, x.p_working, x.p, x.g, x.m, x.v, x.n, grad_scale, lr, b1, b2, eps, x.wd, t);
 }
 
+namespace {
+
+constexpr size_t kBlock = size_t(1) << 14;  // elements per partial sum
+constexpr int kLanes = 16;                   // double accumulators per block
+constexpr int kGroup = 4;                    // blocks one thread sums side by side
+
+// out[b] = Σ x[b·kBlock + i]² over i < len, for the G blocks starting at x. Lane j of a
+// block takes elements j, j + kLanes, j + 2·kLanes, ... and the lanes are added in order,
+// so a block's sum has the same bits whatever G is, however many threads run and whichever
+// ISA copy this is (the lane loop is the same operations at any vector width). Summing G
+// blocks side by side gives the memory system G read streams per thread instead of one:
+// on a 2-core Emerald Rapids VM, 124M elements took 20 ms instead of 29 (25 GB/s, not 17).
+template <int G>
+void sum_blocks(const float* x, size_t len, double* out) {
+  double acc[G][kLanes] = {};
+  const size_t vec_end = len / kLanes * kLanes;
+  for (size_t i = 0; i < vec_end; i += kLanes)
+    for (int b = 0; b < G; ++b) {
+      const float* xb = x + size_t(b) * kBlock + i;
+#pragma omp simd
+      for (int j = 0; j < kLanes; ++j) acc[b][j] += double(xb[j]) * double(xb[j]);
+    }
+  for (int b = 0; b < G; ++b) {
+    const float* xb = x + size_t(b) * kBlock;
+    for (size_t i = vec_end; i < len; ++i) acc[b][i - vec_end] += double(xb[i]) * double(xb[i]);
+    double sum = 0.0;
+    for (int j = 0; j < kLanes; ++j) sum += acc[b][j];
+    out[b] = sum;
+  }
+}
+
+}  // namespace
+
 double CpuOps::sum_squares(const float* x, size_t n) {
-  // Partial sums over fixed blocks of kBlock elements, then a serial sum of the
-  // partials: the same bits for any thread count.
-  constexpr size_t kBlock = size_t(1) << 14;
-  const size_t blocks = (n + kBlock - 1) / kBlock;
+  // Partial sums over fixed blocks of kBlock elements, then a serial sum of the partials.
+  const size_t blocks = (n + kBlock - 1) / kBlock, groups = (n / kBlock) / kGroup;
   if (block_sums_.size() < blocks) block_sums_.resize(blocks);
   double* partial = block_sums_.data();
 #pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
-  for (Index blk = 0; blk < Index(blocks); ++blk) {
-    const float* xb = x + size_t(blk) * kBlock;
-    const Index len = Index(std::min(kBlock, n - size_t(blk) * kBlock));
-    double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-    for (Index i = 0; i < len; ++i) sum += double(xb[i]) * double(xb[i]);
-    partial[blk] = sum;
-  }
+  for (Index g = 0; g < Index(groups); ++g)
+    sum_blocks<kGroup>(x + size_t(g) * kGroup * kBlock, kBlock, partial + size_t(g) * kGroup);
+  for (size_t blk = groups * kGroup; blk < blocks; ++blk)  // < kGroup blocks left, the last maybe short
+    sum_blocks<1>(x + blk * kBlock, std::min(kBlock, n - blk * kBlock), partial + blk);
   double total = 0.0;
   for (size_t blk = 0; blk < blocks; ++blk) total += partial[blk];
   return total;
