@@ -5,12 +5,14 @@
 // CPU's features allow, and a user's OPENBLAS_CORETYPE is kept; the peak estimate's clock is
 // measured in cycles; ranks that share CPUs divide them among their OpenMP threads unless
 // the user set OMP_NUM_THREADS.
+#include <elf.h>
 #include <gtest/gtest.h>
 #include <sched.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -353,6 +355,54 @@ TEST(BlasCore, EveryRankOfAnMpiJobReexecutesAndTrainsTheSame) {
   };
   EXPECT_EQ(losses(fixed), losses(plain));
   EXPECT_FALSE(losses(plain).empty()) << plain;
+}
+
+// The program interpreter (PT_INTERP) a dynamically linked ELF file names, "" if none.
+std::string elf_interpreter(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  Elf64_Ehdr eh{};
+  if (!in.read(reinterpret_cast<char*>(&eh), sizeof eh) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) return "";
+  for (int i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph{};
+    in.seekg(std::streamoff(eh.e_phoff + size_t(i) * eh.e_phentsize));
+    if (!in.read(reinterpret_cast<char*>(&ph), sizeof ph)) return "";
+    if (ph.p_type != PT_INTERP) continue;
+    std::string interp(ph.p_filesz, '\0');
+    in.seekg(std::streamoff(ph.p_offset));
+    if (!in.read(interp.data(), std::streamsize(interp.size()))) return "";
+    return interp.substr(0, interp.find('\0'));
+  }
+  return "";
+}
+
+// Started through the dynamic loader (`ld-linux-x86-64.so.2 pptrain train ...`, as some
+// module and conda set-ups do), /proc/self/exe is the loader: the re-execution runs the
+// loader with the whole original command line, not with main's argv (which would ask the
+// loader to run `train`), and trains as a plain start does.
+TEST(BlasCore, AProcessStartedThroughTheLoaderReexecutesTheSameWay) {
+  const std::string best = cpu::best_blas_core(cpu::read_cpu_info());
+  if (best.empty()) GTEST_SKIP() << "a CPU without AVX2";
+  const std::string loader = elf_interpreter(testing::pptrain_bin());
+  if (loader.empty()) GTEST_SKIP() << "pptrain names no program interpreter";
+  testing::TempDir dir;
+  auto data = testing::write_markov_model(dir, tiny_pp_model("pp: 1", 2), "c.yaml");
+  ASSERT_EQ(data.exit_code, 0) << data.output;
+  auto train = [&](const std::string& prefix) {
+    auto r = run_command("PPTRAIN_FAULTS=blas_detected:Prescott " + prefix + testing::pptrain_bin() + " train " +
+                             dir.file("c.yaml") + " 2>&1",
+                         120);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(" " + best + " (chosen by the CPU's features; OpenBLAS detected Prescott)"),
+              std::string::npos)
+        << r.output;
+    std::string l;
+    for (size_t at = r.output.find("| loss "); at != std::string::npos; at = r.output.find("| loss ", at + 1))
+      l += r.output.substr(at, r.output.find(" |", at + 2) - at) + ";";
+    return l;
+  };
+  const std::string through_loader = train(loader + " "), plain = train("");
+  EXPECT_EQ(through_loader, plain);
+  EXPECT_FALSE(plain.empty());
 }
 
 TEST(BlasCore, TheLineNamesTheCopyAndTheRequestedOne) {

@@ -114,6 +114,20 @@ BlasChoice decide() {
   return c;
 }
 
+// The command line the process was started with, from /proc/self/cmdline; argv where that
+// cannot be read. Not simply argv: started through the dynamic loader
+// (`/lib64/ld-linux-x86-64.so.2 [--library-path DIR] pptrain train ...`, as some module and
+// conda set-ups do), /proc/self/exe is the loader and main's argv has lost the loader's
+// arguments, so re-executing /proc/self/exe with argv would ask the loader to run `train`.
+std::vector<std::string> original_command_line(char** argv) {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> args;
+  for (std::string arg; std::getline(in, arg, '\0');) args.push_back(arg);
+  if (args.empty())
+    for (char** a = argv; *a; ++a) args.emplace_back(*a);
+  return args;
+}
+
 }  // namespace
 
 const CpuInfo& read_cpu_info() {
@@ -194,8 +208,12 @@ const BlasChoice& ensure_blas_core(char** argv) {
     const std::string best = best_blas_core(read_cpu_info());
     setenv("OPENBLAS_CORETYPE", best.c_str(), 1);
     setenv(kChosenVar, cat(best, ":", choice.detected).c_str(), 1);
+    std::vector<std::string> args = original_command_line(argv);
+    std::vector<char*> exec_argv;
+    for (std::string& a : args) exec_argv.push_back(a.data());
+    exec_argv.push_back(nullptr);
     std::fflush(nullptr);
-    execv("/proc/self/exe", argv);
+    execv("/proc/self/exe", exec_argv.data());
     // Only on failure: go on with what OpenBLAS took, and say so.
     std::fprintf(stderr, "pptrain: warning: cannot re-execute with OPENBLAS_CORETYPE=%s (%s); running %s\n",
                  best.c_str(), std::strerror(errno), choice.running.c_str());

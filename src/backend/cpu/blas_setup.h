@@ -65,7 +65,7 @@ struct BlasChoice {
 const BlasChoice& blas_choice();
 // Before MPI or any BLAS call, on every rank: when OpenBLAS detected a core of another
 // level than best_blas_core() and neither the user nor an earlier pass set OPENBLAS_CORETYPE,
-// re-executes this process (/proc/self/exe, same argv and pid) with it set, and does not
+// re-executes this process (/proc/self/exe, the same command line and pid) with it set, and does not
 // return. The planted fault blas_detected:CORE (PPTRAIN_FAULTS) stands in for what
 // OpenBLAS detected, for the tests. Returns what it found otherwise.
 const BlasChoice& ensure_blas_core(char** argv);
