@@ -4,9 +4,12 @@
 // a double product, and with β = 0 never reads C; PPTRAIN_CPU_GEMM chooses the process's
 // library, named on the start-up line, and a bad value or a library that does not load is one
 // line and exit 1; the cpu op tests of the linear layers pass on each library.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -147,6 +150,40 @@ TEST(GemmLibrary, TheEnvironmentChoosesAndTheStartUpLineSaysSo) {
   EXPECT_EQ(missing.output,
             "error: PPTRAIN_CPU_GEMM=onednn: libdnnl.so.2 does not load on this machine (install libdnnl2, or "
             "unset PPTRAIN_CPU_GEMM for OpenBLAS)\n");
+}
+
+// Where the loader finds a libdnnl.so.2 that is not one (first on LD_LIBRARY_PATH), the line
+// says which file and what the loader said, or which entry point the file lacks.
+TEST(GemmLibrary, ALibraryThatFailsToLoadIsNamedWithTheLoadersReason) {
+  testing::TempDir dir;
+  auto run = [&] {
+    return run_command("LD_LIBRARY_PATH=" + dir.path() + " PPTRAIN_CPU_GEMM=onednn " + testing::pptrain_bin() +
+                           " --version 2>&1",
+                       60);
+  };
+  {
+    std::ofstream(dir.file("libdnnl.so.2")) << "not a shared object\n";
+  }
+  auto garbage = run();
+  EXPECT_EQ(garbage.exit_code, 1);
+  EXPECT_EQ(garbage.output.rfind("error: PPTRAIN_CPU_GEMM=onednn: libdnnl.so.2 does not load on this machine (" +
+                                     dir.file("libdnnl.so.2") + ": ",
+                                 0),
+            0u)
+      << garbage.output;
+  EXPECT_NE(garbage.output.find("; install libdnnl2, or unset PPTRAIN_CPU_GEMM for OpenBLAS)"), std::string::npos)
+      << garbage.output;
+  // A real shared object without oneDNN's entry points: the C math library, wherever it is.
+  Dl_info info{};
+  ASSERT_NE(dladdr(reinterpret_cast<void*>(static_cast<double (*)(double)>(&::cos)), &info), 0);
+  ASSERT_NE(info.dli_fname, nullptr);
+  std::filesystem::copy_file(info.dli_fname, dir.file("libdnnl.so.2"),
+                             std::filesystem::copy_options::overwrite_existing);
+  auto no_entry = run();
+  EXPECT_EQ(no_entry.exit_code, 1);
+  EXPECT_EQ(no_entry.output,
+            "error: PPTRAIN_CPU_GEMM=onednn: libdnnl.so.2 does not load on this machine (libdnnl.so.2 has no "
+            "dnnl_sgemm; install libdnnl2, or unset PPTRAIN_CPU_GEMM for OpenBLAS)\n");
 }
 
 TEST(GemmLibrary, TheLinearLayersOpTestsPassOnEachLibrary) {

@@ -46,6 +46,7 @@ struct Loaded {
   DnnlVersionFn dnnl_version = nullptr;
   BliSgemm bli_sgemm = nullptr;
   BliVersion bli_version = nullptr;
+  std::string error;  // why it is not available: dlerror()'s text or the missing entry point
 };
 
 // Each library's PPTRAIN_CPU_GEMM value, Debian package and shared object, by GemmLibrary.
@@ -64,7 +65,11 @@ void open_library(GemmLibrary lib, Loaded& l) {
   const std::optional<std::string> missing = Faults::stand_in_from_env("gemm_missing");
   if (missing && *missing == gemm_library_name(lib)) return;
   void* handle = dlopen(kFacts[int(lib)].soname, RTLD_NOW | RTLD_LOCAL);
-  if (!handle) return;
+  if (!handle) {
+    const char* why = dlerror();  // the file the loader found and what is wrong with it, or that none was found
+    l.error = why ? why : "";
+    return;
+  }
   l.handle = handle;
   if (lib == GemmLibrary::onednn) {
     l.dnnl_sgemm = reinterpret_cast<DnnlSgemm>(dlsym(handle, "dnnl_sgemm"));
@@ -76,6 +81,8 @@ void open_library(GemmLibrary lib, Loaded& l) {
     if (auto set = reinterpret_cast<BliSetThreads>(dlsym(handle, "bli_thread_set_num_threads")))
       set(omp_get_max_threads());
   }
+  if (!l.dnnl_sgemm && !l.bli_sgemm)
+    l.error = cat(kFacts[int(lib)].soname, " has no ", lib == GemmLibrary::onednn ? "dnnl_sgemm" : "bli_sgemm");
 }
 
 // Opens `lib` on the first call (once, whichever threads ask; after that a flag's load).
@@ -87,14 +94,20 @@ const Loaded& load(GemmLibrary lib) {
   return l;
 }
 
+// "WHY; " where the loader said why `lib` is not available, else "".
+std::string load_error_then(GemmLibrary lib) {
+  const std::string why = gemm_library_load_error(lib);
+  return why.empty() ? "" : why + "; ";
+}
+
 GemmLibrary choose(const char* requested) {
   const std::string value = requested ? requested : "";
   if (value.empty() || value == "openblas") return GemmLibrary::openblas;
   for (GemmLibrary lib : kGemmLibraries) {
     if (value != gemm_library_name(lib)) continue;
     if (!gemm_library_available(lib))
-      fail("PPTRAIN_CPU_GEMM=", value, ": ", kFacts[int(lib)].soname, " does not load on this machine (install ",
-           gemm_library_package(lib), ", or unset PPTRAIN_CPU_GEMM for OpenBLAS)");
+      fail("PPTRAIN_CPU_GEMM=", value, ": ", kFacts[int(lib)].soname, " does not load on this machine (",
+           load_error_then(lib), "install ", gemm_library_package(lib), ", or unset PPTRAIN_CPU_GEMM for OpenBLAS)");
     return lib;
   }
   fail("PPTRAIN_CPU_GEMM=", value, ": expected openblas, onednn or blis");
@@ -110,6 +123,10 @@ bool gemm_library_available(GemmLibrary lib) {
   if (lib == GemmLibrary::openblas) return true;
   const Loaded& l = load(lib);
   return lib == GemmLibrary::onednn ? l.dnnl_sgemm != nullptr : l.bli_sgemm != nullptr;
+}
+
+std::string gemm_library_load_error(GemmLibrary lib) {
+  return lib == GemmLibrary::openblas ? "" : load(lib).error;
 }
 
 void* gemm_library_handle(GemmLibrary lib) {

@@ -215,7 +215,10 @@ inline Mask sign_lanes(Vec v) {
 }
 inline Vec exp2_integral(Vec n) {
   return each([&](int i) {
-    const int32_t bits = (static_cast<int32_t>(n.lane[i]) + 127) << 23;
+    // NaN (a NaN score: max() passes it) to int is undefined: taken as -127, a scale of 0,
+    // and the polynomial's NaN times 0 is still NaN.
+    const float v = n.lane[i] >= -127.0f ? n.lane[i] : -127.0f;
+    const int32_t bits = (static_cast<int32_t>(v) + 127) << 23;
     float scale;
     std::memcpy(&scale, &bits, sizeof scale);
     return scale;
