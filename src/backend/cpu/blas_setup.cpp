@@ -138,9 +138,11 @@ const CpuInfo& read_cpu_info() {
     cpu.amd = cpuinfo_value("vendor_id") == "AuthenticAMD";
     cpu.family = std::atoi(cpuinfo_value("cpu family").c_str());
     cpu.model = std::atoi(cpuinfo_value("model").c_str());
+#if defined(__x86_64__)
+    // Not on other CPUs: there cpu_runs says the one copy runs, not that the CPU has AVX2 (no
+    // OpenBLAS x86 core to choose, no x86 FLOPs per cycle).
     cpu.avx2_fma = cpu_runs(Isa::avx2);
     cpu.avx512 = cpu_runs(Isa::avx512);
-#if defined(__x86_64__)
     cpu.avx512_bf16 = cpu.avx512 && __builtin_cpu_supports("avx512bf16");
 #endif
     cpu.ghz = max_clock_ghz();
@@ -174,24 +176,33 @@ int fp32_flops_per_cycle(const CpuInfo& cpu) {
   return 8;
 }
 
+int flops_per_cycle_from_probe(int table, bool probe_has_table_vectors, double ghz, double gflops) {
+  if (!probe_has_table_vectors || ghz <= 0 || gflops <= 0) return table;
+  return gflops / ghz < 0.6 * table ? table / 2 : table;
+}
+
 int peak_flops_per_cycle() {
   static const int per_cycle = [] {
     const CpuInfo& cpu = read_cpu_info();
     const int table = fp32_flops_per_cycle(cpu);
     if (!cpu.avx2_fma) return table;  // no copy of the loops has vectors to measure with
+    // The widest copy this binary holds and this CPU runs. A narrower one than the CPU's
+    // widest vectors (a build without the AVX-512 copy on an AVX-512 CPU) measures two
+    // 256-bit pipes where a Xeon has one or two 512-bit ones: it cannot tell, and the table stands.
+    const Isa probed = choose_isa(nullptr);
+    const bool table_vectors = !cpu.avx512 || probed == Isa::avx512;
+    if (!table_vectors) return table;
     // ~1 ms a run at 3 GHz: 200,000 x 8 chained adds; 300,000 x 10 FMAs at one or two a
-    // cycle, on the widest copy this CPU runs. Best of 5: a run another process interrupts
-    // is left out.
+    // cycle. Best of 5: a run another process interrupts is left out.
     const double ghz = chain_clock_ghz(ChainOp::add, 200000, 5);
-    double gflops = fma_gflops(choose_isa(nullptr), 300000, 5);
+    double gflops = fma_gflops(probed, 300000, 5);
     if (const std::optional<std::string> factor = Faults::stand_in_from_env("fma_rate")) {
       try {
         gflops *= std::stod(*factor);
       } catch (const std::exception&) {  // not a number: the stand-in acts nowhere
       }
     }
-    if (ghz <= 0 || gflops <= 0) return table;
-    return gflops / ghz < 0.6 * table ? table / 2 : table;
+    return flops_per_cycle_from_probe(table, table_vectors, ghz, gflops);
   }();
   return per_cycle;
 }
@@ -260,8 +271,11 @@ std::string cpu_summary_line(bool measure) {
   const char* vectors = cpu.avx512 ? "AVX-512" : cpu.avx2_fma ? "AVX2" : "no AVX2";
   const char* isa_var = std::getenv("PPTRAIN_CPU_ISA");
   // The copy named avx2 is the build's baseline: on a CPU without AVX2 (a build for an older
-  // -march, or cpu_guard.cpp would have stopped the process) it is that baseline's code.
-  const char* loops = process_isa() == Isa::avx2 && !cpu_runs(Isa::avx2) ? "baseline" : isa_name(process_isa());
+  // -march, or cpu_guard.cpp would have stopped the process), or in a build for an -march
+  // below AVX2 and FMA, it is that baseline's code.
+  const char* loops = process_isa() == Isa::avx2 && (!cpu_runs(Isa::avx2) || !baseline_copy_is_avx2())
+                          ? "baseline"
+                          : isa_name(process_isa());
   const int cores = cores_for_threads(threads);
   // Threads on SMT siblings share their cores' FMA units: said, and the peak counts cores.
   const std::string smt = cores < threads ? cat(" on ", cores, cores == 1 ? " core" : " cores", " (SMT)") : "";

@@ -43,7 +43,8 @@ std::string best_blas_core(const CpuInfo& cpu);
 // pipes: 32; AVX2: 32; SSE: 8).
 int fp32_flops_per_cycle(const CpuInfo& cpu);
 // The FLOPs per cycle and core of this CPU's peak estimate: fp32_flops_per_cycle's, unless one
-// thread's FMA rate on the CPU's widest vectors (cpu_isa.h: fma_gflops) over its clock
+// thread's FMA rate on the CPU's widest vectors (cpu_isa.h: fma_gflops; a build without a copy
+// for them, or whose copy has no FMA instruction, keeps the table) over its clock
 // (cpu_clock.h) comes out below 0.6 of it, then half: one FMA pipe of those vectors (Xeons
 // with one AVX-512 unit; Zen and Zen+, whose 256-bit FMAs take both 128-bit halves). 0.6
 // sits between the two: a core with both pipes measures 0.7 to 1.0 of the table (an Intel
@@ -51,6 +52,9 @@ int fp32_flops_per_cycle(const CpuInfo& cpu);
 // one with a single pipe 0.35 to 0.5. Measured once (~10 ms); the table where nothing can be
 // measured. The planted fault fma_rate:FACTOR scales the measured rate (a test's stand-in).
 int peak_flops_per_cycle();
+// Its decision: `table` unless the probe ran on the table's vectors and measured a rate
+// (`gflops`, one thread) under 0.6 x table x `ghz`, then table / 2.
+int flops_per_cycle_from_probe(int table, bool probe_has_table_vectors, double ghz, double gflops);
 
 // What ensure_blas_core found and did; kept for the start-up line.
 struct BlasChoice {

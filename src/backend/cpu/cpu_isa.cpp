@@ -36,6 +36,14 @@ bool cpu_runs(Isa isa) {
 #endif
 }
 
+bool baseline_copy_is_avx2() {
+#if defined(__AVX2__) && defined(__FMA__)
+  return true;
+#else
+  return false;  // a build for an older -march (ARCH=x86-64-v2) or another CPU family
+#endif
+}
+
 std::vector<Isa> compiled_isas() {
 #if defined(PPTRAIN_WITH_AVX512_COPY)
   return {Isa::avx2, Isa::avx512};

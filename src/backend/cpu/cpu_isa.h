@@ -14,6 +14,9 @@ enum class Isa { avx2, avx512 };
 const char* isa_name(Isa isa);  // "avx2", "avx512"
 // Whether this CPU, with its operating system's saved register state, runs `isa`'s code.
 bool cpu_runs(Isa isa);
+// Whether the baseline copy (the one named avx2) was compiled for AVX2 and FMA: false in a
+// build for an older -march, whose baseline copy is plainer code.
+bool baseline_copy_is_avx2();
 // The copies this binary holds (avx512 is left out of builds for other compilers).
 std::vector<Isa> compiled_isas();
 // The copy `requested` names ("avx2", "avx512"; "auto", empty or null: the widest the CPU
@@ -25,7 +28,7 @@ Isa process_isa();
 // A backend of the copy `isa` (make_cpu_ops of ops.h: the process's).
 std::unique_ptr<Ops> make_ops(Isa isa, const Faults& faults = {});
 // One thread's FMA throughput on the copy `isa`'s vectors, GFLOP/s: the best of `reps` runs
-// of `iterations` x 10 independent FMAs (fma_rate.cpp).
+// of `iterations` x 10 independent FMAs (fma_rate.cpp); 0 where the copy has no FMA instruction.
 double fma_gflops(Isa isa, long iterations, int reps);
 
 }  // namespace pptrain::cpu
