@@ -152,19 +152,19 @@ TEST_F(CpuOpsTest, CopiesAndZero) {
 }
 
 // Past kParallelMinElements floats the threads zero 64 KiB chunks from the first 64-byte
-// boundary on and memset the edges; past half the last level cache the chunks take
+// boundary on and memset the edges; past a quarter of the last level cache the chunks take
 // streaming stores (memory.cpp). Each size starts 3 bytes past a boundary and ends off one,
 // with guard bytes on both sides: every byte inside zero, every guard untouched.
 TEST_F(CpuOpsTest, ZeroReachesEveryByteOfMisalignedBuffersAndNoOther) {
-  // The last level cache as memory.cpp reads it: its half is where streaming starts.
+  // The last level cache as memory.cpp reads it: its quarter is where streaming starts.
   long cache = sysconf(_SC_LEVEL3_CACHE_SIZE);
   if (cache <= 0) cache = sysconf(_SC_LEVEL2_CACHE_SIZE);
   // 2^17 bytes is kParallelMinElements (2^15) floats, the first size the threads share; the
   // sizes past it leave a partial 64 KiB chunk (4099, 77 and 61 bytes over whole ones) for the
-  // edges' memset. The streaming size is skipped where half the cache would take over 1 GiB
+  // edges' memset. The streaming size is skipped where a quarter of the cache would take over 1 GiB
   // of this test's memory (no machine it has run on: 32 to 260 MiB).
   std::vector<size_t> sizes = {1, 100, (size_t(1) << 17) - 1, (size_t(1) << 17) + 4099, (size_t(3) << 20) + 77};
-  if (cache > 0 && cache <= (long(1) << 31)) sizes.push_back(size_t(cache) / 2 + 65536 * 3 + 61);  // streaming
+  if (cache > 0 && cache <= (long(1) << 32)) sizes.push_back(size_t(cache) / 4 + 65536 * 3 + 61);  // streaming
   // 3 bytes past a 64-byte boundary (none of the vector stores is aligned at the start); the
   // guards are two cache lines, more than any store can reach past the edges.
   constexpr size_t kGuard = 128, kOffset = 3;

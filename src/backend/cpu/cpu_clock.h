@@ -21,8 +21,9 @@ double chain_clock_ghz(ChainOp op, long iterations, int reps);
 
 // The clock of `threads` cores at once (the all-core clock the SGEMM and the training run
 // at): each OpenMP thread times its own add chain at the same time, best of 3 runs of about
-// 3 ms each; the mean over threads. Measured on the first call, kept after; 0 where
-// chain_clock_ghz is.
+// 3 ms each; the mean over threads. Measured on the first call and kept for later calls
+// with the same count (another count measures again, and is kept instead); 0 where
+// chain_clock_ghz is. Called outside parallel regions: inside one, OpenMP gives one thread.
 double measured_clock_ghz(int threads);
 
 }  // namespace pptrain::cpu

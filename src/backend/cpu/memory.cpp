@@ -117,18 +117,22 @@ size_t last_level_cache_bytes() {
 
 // The gradients are zeroed once a step, all of them at once (GPT-2 124M: 472 MiB). One
 // thread's memset wrote that at 9.9 GB/s (`logging.op_profile`, an Emerald Rapids VM):
-// 5.7% of the step. The threads each zero a share. Past half the last level cache, where
-// the lines would be pushed out long before a weight gradient reads them, they zero with
-// streaming stores, which skip reading each line before writing it. Measured there, both
-// threads: a plain memset 52-54 GB/s up to 64 MiB (in cache) and 17.6-21 GB/s at 128 and
-// 472 MiB, streaming stores 46-47 GB/s at every size (L3: 260 MiB).
+// 5.7% of the step. The threads each zero a share. Past a quarter of the last level cache,
+// where the lines would be pushed out long before a weight gradient reads them, they zero
+// with streaming stores, which skip reading each line before writing it. Measured there,
+// both threads, L3 260 MiB: a plain memset 52-54 GB/s up to 64 MiB when it zeroes the same
+// lines again (in cache) and 17.6-21 GB/s at 128 and 472 MiB, streaming stores 46-47 GB/s.
+// With the buffer written first and other memory swept in between, as in a step, memset
+// and streaming stores ran even at 64 MiB with no other traffic (22.5 and 23.6 GB/s) and at
+// 32 MiB with 256 MiB of it (25.3 and 28.7), and streaming won from 96 MiB on (29.6-39.3
+// against 18.4-18.5): a quarter of the cache, 65 MiB here, sits at the first crossover.
 void CpuOps::zero(void* p, size_t bytes) {
   if (bytes < kParallelMinElements * sizeof(float)) {
     if (bytes) std::memset(p, 0, bytes);
     return;
   }
   const size_t cache = last_level_cache_bytes();
-  const bool stream = cache > 0 && bytes >= cache / 2;
+  const bool stream = cache > 0 && bytes >= cache / 4;
   auto* begin = static_cast<char*>(p);
   // Whole chunks of 64 KiB from the first 64-byte boundary on (a streaming store needs an
   // aligned vector); the edges go to memset.
