@@ -51,7 +51,8 @@ constexpr int kGroup = 4;                    // blocks one thread sums side by s
 // out[b] = Σ x[b·kBlock + i]² over i < len, for the G blocks starting at x. Lane j of a
 // block takes elements j, j + kLanes, j + 2·kLanes, ... and the lanes are added in order,
 // so a block's sum has the same bits whatever G is, however many threads run and whichever
-// ISA copy this is (the lane loop is the same operations at any vector width). Summing G
+// ISA copy this is (the lane loop is the same operations at any vector width, and a float's
+// square is exact in double, so an FMA gives the bits of a multiply and an add). Summing G
 // blocks side by side gives the memory system G read streams per thread instead of one:
 // on a 2-core Emerald Rapids VM, 124M elements took 20 ms instead of 29 (25 GB/s, not 17).
 template <int G>
