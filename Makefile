@@ -17,10 +17,14 @@ PKGS := hdf5-openmpi yaml-cpp openblas
 # and the numbers the tests compare do not change with the build host. ARCH=native opts in
 # to the build host's full ISA. OpenBLAS picks its kernels at run time either way.
 ARCH ?= x86-64-v3
+# -g1: function names and line tables, what a crash's or a hang's backtrace (gdb, perf, the
+# tests' hang reports) and a profile need; not the local variables and types of full -g,
+# which took 1.4x the compile time (six of the library's larger files at -O3: 35.0 s against
+# 25.3, 2-core Emerald Rapids VM). For a debugger's locals: make CXXFLAGS='-O3 -march=x86-64-v3 -g -gz'.
 # -gz: debug sections compressed (objects and linked binaries; gdb and perf read them as
 # they are). Uncompressed they were 95% of each binary and 3.5 GB of a full build folder,
 # enough to fill a nearly full disk on the way.
-CXXFLAGS ?= -O3 -march=$(ARCH) -g -gz
+CXXFLAGS ?= -O3 -march=$(ARCH) -g1 -gz
 # Floating-point code may be evaluated speculatively: without this GCC keeps every branch of
 # a loop whose arms hold float operations that could raise an FP exception flag, and so
 # vectorises none of the cpu backend's branch-free exp/GELU/softmax loops (the select of
@@ -137,9 +141,10 @@ $(BUILD)/obj/%.o: %.cpp $(CODEGEN_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 # Test code adds tests/ to the path (so do the object trees of mk/cuda.mk and mk/gpu_tests.mk).
-# Its debug information is line tables only (-g1, after -g, wins): a failure's file and line
-# and a debugger's backtrace stay, the test's local variables go. The tests' objects are a
-# third of the build and compile about 30% faster so (a checkpoint test: 13.6 s -> 9.3 s).
+# Its debug information is line tables only (-g1, also where CXXFLAGS asks for -g): a
+# failure's file and line and a debugger's backtrace stay, the test's local variables go.
+# The tests' objects are a third of the build and compile about 30% faster so (a checkpoint
+# test: 13.6 s -> 9.3 s).
 # -O1 (after -O3, wins): test code is assertions and small references; what it tests, the
 # library, keeps -O3. Another 31% off the tests' objects (all 109: 418 -> 286 s of CPU time,
 # a minute of a 2-core build), and the suite takes no longer (336 s against 349).
