@@ -17,14 +17,16 @@ PKGS := hdf5-openmpi yaml-cpp openblas
 # and the numbers the tests compare do not change with the build host. ARCH=native opts in
 # to the build host's full ISA. OpenBLAS picks its kernels at run time either way.
 ARCH ?= x86-64-v3
-# -g1: function names and line tables, what a crash's or a hang's backtrace (gdb, perf, the
-# tests' hang reports) and a profile need; not the local variables and types of full -g,
-# which took 1.4x the compile time (six of the library's larger files at -O3: 35.0 s against
-# 25.3, 2-core Emerald Rapids VM). For a debugger's locals: make CXXFLAGS='-O3 -march=x86-64-v3 -g -gz'.
+# -fno-var-tracking-assignments: full debug information (types, scopes, the qualified names
+# of inlined frames that a hang's or a crash's backtrace shows) without GCC's tracking of
+# where each local lives through the optimised code, which made -O3 -g compiles 1.25x as
+# long (six of the library's larger files: 35.0 s against 28.0, 2-core Emerald Rapids VM;
+# -g1 took 25.3 but names an inlined pptrain::MpiRequest::wait "wait"). A debugger then shows
+# more locals as optimised out; for them: make CXXFLAGS='-O3 -march=x86-64-v3 -g -gz'.
 # -gz: debug sections compressed (objects and linked binaries; gdb and perf read them as
 # they are). Uncompressed they were 95% of each binary and 3.5 GB of a full build folder,
 # enough to fill a nearly full disk on the way.
-CXXFLAGS ?= -O3 -march=$(ARCH) -g1 -gz
+CXXFLAGS ?= -O3 -march=$(ARCH) -g -gz -fno-var-tracking-assignments
 # Floating-point code may be evaluated speculatively: without this GCC keeps every branch of
 # a loop whose arms hold float operations that could raise an FP exception flag, and so
 # vectorises none of the cpu backend's branch-free exp/GELU/softmax loops (the select of
@@ -141,7 +143,7 @@ $(BUILD)/obj/%.o: %.cpp $(CODEGEN_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 # Test code adds tests/ to the path (so do the object trees of mk/cuda.mk and mk/gpu_tests.mk).
-# Its debug information is line tables only (-g1, also where CXXFLAGS asks for -g): a
+# Its debug information is line tables only (-g1, after -g, wins): a
 # failure's file and line and a debugger's backtrace stay, the test's local variables go.
 # The tests' objects are a third of the build and compile about 30% faster so (a checkpoint
 # test: 13.6 s -> 9.3 s).
