@@ -235,7 +235,7 @@ BUILD_FAILED_MARK := $(BUILD)/build-failed
 test:
 	@echo "== make test [1/3] deps: packages of the build and the tests (first time: a minute or so)"
 	@scripts/install_deps.sh test || echo "deps: failed; building and testing what can be"
-	@echo "== make test [2/3] build: every binary, $(ON_CORES) (first time: about 6 minutes on 2 cores)"
+	@echo "== make test [2/3] build: every binary, $(ON_CORES) (first time: 6 to 8 minutes on 2 cores)"
 	@rm -f $(BUILD_FAILED_MARK); $(MAKE) --no-print-directory -k $(JOBS) binaries || { \
 	  echo "build: failed (errors above); what it could not build counts as failed"; \
 	  mkdir -p $(BUILD) && touch $(BUILD_FAILED_MARK); \
