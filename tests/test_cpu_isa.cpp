@@ -329,6 +329,14 @@ testing::MarkovModel tiny_pp_model(const std::string& parallel, int steps) {
   return m;
 }
 
+// Every step's "| loss X" of a training's output, in order, ';'-separated.
+std::string losses(const std::string& out) {
+  std::string l;
+  for (size_t at = out.find("| loss "); at != std::string::npos; at = out.find("| loss ", at + 1))
+    l += out.substr(at, out.find(" |", at + 2) - at) + ";";
+  return l;
+}
+
 // Under mpirun each rank re-executes itself before MPI starts (same pid, so the job does
 // not notice), and trains as it would have: the same losses as a run with nothing to fix.
 TEST(BlasCore, EveryRankOfAnMpiJobReexecutesAndTrainsTheSame) {
@@ -347,12 +355,6 @@ TEST(BlasCore, EveryRankOfAnMpiJobReexecutesAndTrainsTheSame) {
   const std::string fixed = train("PPTRAIN_FAULTS=blas_detected:Prescott"), plain = train("PPTRAIN_FAULTS=");
   EXPECT_NE(fixed.find(" " + best + " (chosen by the CPU's features; OpenBLAS detected Prescott)"), std::string::npos)
       << fixed;
-  auto losses = [](const std::string& out) {
-    std::string l;
-    for (size_t at = out.find("| loss "); at != std::string::npos; at = out.find("| loss ", at + 1))
-      l += out.substr(at, out.find(" |", at + 2) - at) + ";";
-    return l;
-  };
   EXPECT_EQ(losses(fixed), losses(plain));
   EXPECT_FALSE(losses(plain).empty()) << plain;
 }
@@ -395,10 +397,7 @@ TEST(BlasCore, AProcessStartedThroughTheLoaderReexecutesTheSameWay) {
     EXPECT_NE(r.output.find(" " + best + " (chosen by the CPU's features; OpenBLAS detected Prescott)"),
               std::string::npos)
         << r.output;
-    std::string l;
-    for (size_t at = r.output.find("| loss "); at != std::string::npos; at = r.output.find("| loss ", at + 1))
-      l += r.output.substr(at, r.output.find(" |", at + 2) - at) + ";";
-    return l;
+    return losses(r.output);
   };
   const std::string through_loader = train(loader + " "), plain = train("");
   EXPECT_EQ(through_loader, plain);
