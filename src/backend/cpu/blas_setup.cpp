@@ -191,15 +191,17 @@ int peak_flops_per_cycle() {
     // 256-bit pipes where a Xeon has one or two 512-bit ones: it cannot tell, and the table stands.
     const Isa probed = choose_isa(nullptr);
     const bool table_vectors = !cpu.avx512 || probed == Isa::avx512;
-    if (!table_vectors) return table;
-    // ~1 ms a run at 3 GHz: 200,000 x 8 chained adds; 300,000 x 10 FMAs at one or two a
-    // cycle. Best of 5: a run another process interrupts is left out.
-    const double ghz = chain_clock_ghz(ChainOp::add, 200000, 5);
-    double gflops = fma_gflops(probed, 300000, 5);
-    if (const std::optional<std::string> factor = Faults::stand_in_from_env("fma_rate")) {
-      try {
-        gflops *= std::stod(*factor);
-      } catch (const std::exception&) {  // not a number: the stand-in acts nowhere
+    double ghz = 0, gflops = 0;  // not measured where they could not change the table
+    if (table_vectors) {
+      // ~1 ms a run at 3 GHz: 200,000 x 8 chained adds; 300,000 x 10 FMAs at one or two a
+      // cycle. Best of 5: a run another process interrupts is left out.
+      ghz = chain_clock_ghz(ChainOp::add, 200000, 5);
+      gflops = fma_gflops(probed, 300000, 5);
+      if (const std::optional<std::string> factor = Faults::stand_in_from_env("fma_rate")) {
+        try {
+          gflops *= std::stod(*factor);
+        } catch (const std::exception&) {  // not a number: the stand-in acts nowhere
+        }
       }
     }
     return flops_per_cycle_from_probe(table, table_vectors, ghz, gflops);

@@ -94,12 +94,6 @@ const Loaded& load(GemmLibrary lib) {
   return l;
 }
 
-// "WHY; " where the loader said why `lib` is not available, else "".
-std::string load_error_then(GemmLibrary lib) {
-  const std::string why = gemm_library_load_error(lib);
-  return why.empty() ? "" : why + "; ";
-}
-
 GemmLibrary choose(const char* requested) {
   const std::string value = requested ? requested : "";
   if (value.empty() || value == "openblas") return GemmLibrary::openblas;
@@ -107,7 +101,7 @@ GemmLibrary choose(const char* requested) {
     if (value != gemm_library_name(lib)) continue;
     if (!gemm_library_available(lib))
       fail("PPTRAIN_CPU_GEMM=", value, ": ", kFacts[int(lib)].soname, " does not load on this machine (",
-           load_error_then(lib), "install ", gemm_library_package(lib), ", or unset PPTRAIN_CPU_GEMM for OpenBLAS)");
+           gemm_library_missing_hint(lib), ", or unset PPTRAIN_CPU_GEMM for OpenBLAS)");
     return lib;
   }
   fail("PPTRAIN_CPU_GEMM=", value, ": expected openblas, onednn or blis");
@@ -125,8 +119,9 @@ bool gemm_library_available(GemmLibrary lib) {
   return lib == GemmLibrary::onednn ? l.dnnl_sgemm != nullptr : l.bli_sgemm != nullptr;
 }
 
-std::string gemm_library_load_error(GemmLibrary lib) {
-  return lib == GemmLibrary::openblas ? "" : load(lib).error;
+std::string gemm_library_missing_hint(GemmLibrary lib) {
+  const std::string why = lib == GemmLibrary::openblas ? "" : load(lib).error;
+  return cat(why, why.empty() ? "" : "; ", "install ", gemm_library_package(lib));
 }
 
 void* gemm_library_handle(GemmLibrary lib) {

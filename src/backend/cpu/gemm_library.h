@@ -36,10 +36,11 @@ const char* gemm_library_name(GemmLibrary lib);
 // Loads the library on the first call; false where it is not installed (or stood in for as
 // missing by the planted fault gemm_missing:NAME). OpenBLAS: always true.
 bool gemm_library_available(GemmLibrary lib);
-// Why `lib` is not available, as the dynamic loader said it ("/x/libdnnl.so.2: invalid ELF
-// header", or that no such file was found) or the entry point it lacks; "" where it loaded
-// or a planted fault stood in for it.
-std::string gemm_library_load_error(GemmLibrary lib);
+// What to tell a user of `lib` where it is not available: why, as the dynamic loader said it
+// ("/x/libdnnl.so.2: invalid ELF header", or that no such file was found) or the entry point
+// it lacks (left out where a planted fault stood in for it), then the package to install:
+// "WHY; install libdnnl2".
+std::string gemm_library_missing_hint(GemmLibrary lib);
 // The loaded library's dlopen handle, for more of its entry points (packed_weights.cpp finds
 // oneDNN's matmul there); null where it is not available, and for OpenBLAS (linked).
 void* gemm_library_handle(GemmLibrary lib);

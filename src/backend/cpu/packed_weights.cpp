@@ -354,9 +354,7 @@ Availability decide() {
   // The library PPTRAIN_CPU_GEMM=onednn would run (gemm_library.cpp opens it once).
   void* handle = gemm_library_handle(GemmLibrary::onednn);
   if (!handle) {
-    const std::string why = gemm_library_load_error(GemmLibrary::onednn);
-    out.why_not = cat("libdnnl.so.2 does not load (", why.empty() ? "" : why + "; ", "install ",
-                      gemm_library_package(GemmLibrary::onednn), ")");
+    out.why_not = cat("libdnnl.so.2 does not load (", gemm_library_missing_hint(GemmLibrary::onednn), ")");
     return out;
   }
 #define PPTRAIN_DNNL_FIND(name)                                                              \
