@@ -11,14 +11,17 @@
 # use, whatever OMP_NUM_THREADS says). Many binaries spend much of their time waiting
 # (mpirun's start-up, processes started and stopped, compilers writing files, deadlines):
 # with as many at once as cores the cores were busy only about two thirds of the time
-# (user + system time over wall time, 2 cores), so half as many again fill them. The longest start first, so the last
-# one to finish is a short one: by the times of the previous run (BUILD/test-logs/
-# durations), else by tests/test_durations (seconds from a reference run, side by side: the
-# order and the sharding below depend on it). A binary known to take longer than TEST_SHARD_SECONDS (default 60) runs as
-# several GoogleTest shards (GTEST_TOTAL_SHARDS, GTEST_SHARD_INDEX: each test in exactly one
-# shard), up to 4, so that no one binary holds the last core to the end. A binary whose test
-# measures time against a bound derived for an idle machine is listed in SOLO and runs
-# alone, with nothing beside it, in one piece.
+# (user + system time over wall time, 2 cores), so half as many again fill them. The
+# longest start first, so the last one to finish is a short one: by the times of the
+# previous run (BUILD/test-logs/durations), else by tests/test_durations (seconds from a
+# reference run, side by side: the order and the sharding below depend on it). A binary
+# that would still end last (longer than 3/4 of each slot's share of the whole, see below,
+# and than TEST_SHARD_SECONDS, default 60) runs as several GoogleTest shards
+# (GTEST_TOTAL_SHARDS, GTEST_SHARD_INDEX: each test in exactly one shard), up to 4. A binary
+# whose test measures time against a bound derived for an idle machine is listed in SOLO
+# and runs alone, with nothing beside it, in one piece. Each binary's line gives its wall
+# and CPU seconds (the CPU time of everything it ran); the CPU-heaviest are listed at the
+# end, all of them in BUILD/test-logs/cpu-seconds.
 set -u
 BUILD=${1:-build}; shift || true
 names=("$@")
@@ -69,19 +72,35 @@ mapfile -t names < <(for n in "${names[@]}"; do echo "${seconds[$n]:-100000} $n"
 
 shard_seconds=${TEST_SHARD_SECONDS:-60}
 [[ "$shard_seconds" =~ ^[1-9][0-9]*$ ]] || { echo "run_tests: TEST_SHARD_SECONDS=$shard_seconds: expected seconds >= 1"; exit 2; }
+# A shard repeats its binary's set-up (a test suite's reference runs, a bundle packed), and
+# shards side by side slow each other: cut in 4, the equivalence suite took 139 CPU-seconds
+# against 77 alone, and all binaries 997 against 859 uncut (2-core VM). So a binary is cut
+# only where it would otherwise end last: when it takes longer than 3/4 of what each of the
+# TEST_JOBS slots has to run (the sum of the binaries' times over TEST_JOBS), and longer
+# than TEST_SHARD_SECONDS.
+known_total=0
+for n in "${names[@]}"; do known_total=$(( known_total + ${seconds[$n]:-0} )); done
+piece_seconds=$(( 3 * known_total / (4 * jobs_max) ))
+[ "$piece_seconds" -lt "$shard_seconds" ] && piece_seconds=$shard_seconds
 
 passed=0; failed=0; failed_names=(); missing=0
 # A job is a binary, or one shard of it: "NAME" or "NAME K/N" (its log NAME.K.log).
 declare -A running=() start_of=()  # running: job -> the file its exit status goes to
-declare -A took_of=()              # binary -> seconds, its shards' summed
+declare -A took_of=() cpu_of=()    # binary -> wall and CPU seconds, its shards' summed
 start_all=$(date +%s)
+
+# "1m2.500s 0m0.750s" (the children's line of bash's `times`) -> 63, user + system rounded.
+cpu_seconds() {
+  awk '{ t = 0; for (i = 1; i <= 2; ++i) { split($i, a, "m"); t += a[1] * 60 + a[2] } printf "%d\n", t + 0.5 }' <<<"$1"
+}
 
 log_of() { local k=${1#* }; [ "$k" = "$1" ] && echo "$LOGDIR/$1.log" || echo "$LOGDIR/${1%% *}.${k%/*}.log"; }
 
 # One job's result, from its log and exit status: its line, counts and failures.
 finish() {
-  local name=$1 rc=$2 took=$3 log p f status=""
+  local name=$1 rc=$2 took=$3 log p f status="" cpu
   log=$(log_of "$name")
+  cpu=$(cat "${log%.log}.cpu" 2>/dev/null); rm -f "${log%.log}.cpu"; [[ "$cpu" =~ ^[0-9]+$ ]] || cpu=0
   p=$(grep -Eo '^\[  PASSED  \] [0-9]+' "$log" | grep -Eo '[0-9]+$' || echo 0)
   f=$(grep -Eo '^\[  FAILED  \] [0-9]+ test' "$log" | grep -Eo '[0-9]+' || echo 0)
   [ -z "$p" ] && p=0; [ -z "$f" ] && f=0
@@ -92,8 +111,9 @@ finish() {
   [ "$rc" -eq 124 ] && status="  (timed out in $(grep -E '^\[ RUN      \]' "$log" | tail -1 | sed 's/^\[ RUN      \] //'))"
   [ "$rc" -eq 137 ] && status="  (killed: timed out, or out of memory)"
   [ "$rc" -gt 128 ] && [ "$rc" -ne 137 ] && status="  (died of signal $((rc - 128)))"
-  printf '%-36s %4d passed %3d failed  %4ds%s\n' "$name" "$p" "$f" "$took" "$status"
+  printf '%-36s %4d passed %3d failed  %4ds  cpu %4ds%s\n' "$name" "$p" "$f" "$took" "$cpu" "$status"
   took_of[${name%% *}]=$(( ${took_of[${name%% *}]:-0} + took ))
+  cpu_of[${name%% *}]=$(( ${cpu_of[${name%% *}]:-0} + cpu ))
   if [ "$f" -gt 0 ]; then
     failed_names+=("$name")
     grep -E '^\[  FAILED  \]|Failure|error:' "$log" | head -20 | sed 's/^/    /'
@@ -129,7 +149,7 @@ for name in "${names[@]}"; do
   solo=0; [[ "$SOLO" == *" $name "* ]] && solo=1
   shards=1
   if [ $solo = 0 ] && [ "$jobs_max" -gt 1 ] && [ -n "${seconds[$name]:-}" ]; then
-    shards=$(( (seconds[$name] + shard_seconds - 1) / shard_seconds ))
+    shards=$(( (seconds[$name] + piece_seconds - 1) / piece_seconds ))
     [ $shards -gt 4 ] && shards=4; [ $shards -lt 1 ] && shards=1
   fi
   for (( k = 0; k < shards; ++k )); do
@@ -148,7 +168,14 @@ for name in "${names[@]}"; do
         export OMPI_MCA_orte_tmpdir_base="$mpi_tmp_root/$job_no"; mkdir -p "$OMPI_MCA_orte_tmpdir_base"
       fi
       timeout -k 10 "${TEST_TIMEOUT:-600}" "$bin" --gtest_color=no >"$log" 2>&1
-      echo $? >"${running[$job]}.tmp" && mv "${running[$job]}.tmp" "${running[$job]}"; } 2>>"$log" &
+      rc=$?
+      # The CPU time of everything the binary started and waited for (ranks, compilers,
+      # trainings): what it costs the suite, whatever ran beside it.
+      # (`times` itself in this shell: in a pipe or $(...) it would report a subshell's.)
+      times >"${running[$job]%.status}.times"
+      cpu_seconds "$(tail -1 "${running[$job]%.status}.times")" >"${running[$job]%.status}.cpu"
+      rm -f "${running[$job]%.status}.times"
+      echo $rc >"${running[$job]}.tmp" && mv "${running[$job]}.tmp" "${running[$job]}"; } 2>>"$log" &
     if [ $solo = 1 ]; then reap; fi
   done
 done
@@ -164,6 +191,9 @@ if [ ${#took_of[@]} -gt 0 ]; then
   for n in "${!seconds[@]}"; do echo "$n ${seconds[$n]}"; done | sort -k2,2nr -k1 >"$LOGDIR/durations"
   echo "slowest: $(for n in "${!took_of[@]}"; do echo "$n ${took_of[$n]}"; done | sort -k2,2nr | head -8 |
                    awk '{printf "%s%s %ss", (NR > 1 ? ", " : ""), $1, $2}')"
+  for n in "${!cpu_of[@]}"; do echo "$n ${cpu_of[$n]}"; done | sort -k2,2nr -k1 >"$LOGDIR/cpu-seconds"
+  echo "most CPU: $(head -8 "$LOGDIR/cpu-seconds" | awk '{printf "%s%s %ss", (NR > 1 ? ", " : ""), $1, $2}');" \
+       "all binaries $(awk '{ t += $2 } END { print t + 0 }' "$LOGDIR/cpu-seconds") CPU-s"
 fi
 echo "total time $(( $(date +%s) - start_all ))s, $jobs_max at once; logs in $LOGDIR"
 [ ${#failed_names[@]} -gt 0 ] && echo "failing binaries: ${failed_names[*]}"
