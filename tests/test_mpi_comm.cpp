@@ -1,11 +1,14 @@
 // MpiComm under mpirun: runs the programs of tests/mpi/ (comm_collectives, comm_p2p,
-// comm_errors) on 2 and 4 ranks, each under a timeout so a hang fails, and checks their
-// output and exit status.
+// comm_errors, and comm_wait: how a rank waits) on 2 and 4 ranks, each under a timeout so
+// a hang fails, and checks their output and exit status.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <chrono>
 #include <filesystem>
 #include <regex>
+#include <string>
+#include <vector>
 
 #include "support/mpi_programs.h"
 #include "support/test_util.h"
@@ -145,4 +148,86 @@ TEST(MpiComm, ErrorOnOneRankEndsTheJobQuickly) {
       << r.output;
   EXPECT_EQ(count(r.output, "error: "), 1) << "only rank 1 failed:\n" << r.output;
   EXPECT_LT(seconds, 15.0) << r.output;
+}
+
+namespace {
+
+// How a rank waits for MPI (mpi_comm.h: MpiWait), through tests/mpi/comm_wait: rank 1 waits
+// for a receive, a reduce-scatter and a gather that rank 0 starts `delay_ms` late. Returns
+// its lines "wait MODE WHAT cpu_ms C wall_ms W" as {mode, what, cpu, wall}.
+struct WaitCost {
+  std::string mode, what;
+  double cpu_ms, wall_ms;
+};
+std::vector<WaitCost> wait_costs(const std::string& output) {
+  std::vector<WaitCost> costs;
+  const std::regex line(R"(wait (poll|sleep) (\w+) cpu_ms ([0-9.e+-]+) wall_ms ([0-9.e+-]+))");
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), line); it != std::sregex_iterator(); ++it)
+    costs.push_back({(*it)[1], (*it)[2], std::stod((*it)[3]), std::stod((*it)[4])});
+  return costs;
+}
+
+// The CPUs this process may run on (mpirun --bind-to none gives its ranks the same).
+int cpus_here() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+}
+
+std::string mpirun_with_threads(int threads, int ranks) {
+  return "OMP_NUM_THREADS=" + std::to_string(threads) +
+         " OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to none -np " +
+         std::to_string(ranks) + " ";
+}
+
+}  // namespace
+
+TEST(MpiWait, ASleepingRankWaitsWithoutTakingItsCpu) {
+  const std::string path = mpi_test_program("comm_wait");
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  CommandResult r = run_command("PPTRAIN_MPI_WAIT=sleep " + mpirun(2) + path + " 300", 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<WaitCost> costs = wait_costs(r.output);
+  ASSERT_EQ(costs.size(), 3u) << r.output;
+  for (const WaitCost& c : costs) {
+    EXPECT_EQ(c.mode, "sleep") << r.output;
+    // Rank 1 waited for most of rank 0's 300 ms (their starts differ by far less).
+    EXPECT_GT(c.wall_ms, 100.0) << c.what << "\n" << r.output;
+    // A sleeping wait of W ms polls flat out for 50 µs, then wakes about W / 1 ms + 6 times
+    // (sleeps of 20, 40, ... 640 µs, then 1 ms). Each wake-up is an MPI_Test and a sleep
+    // call, a few µs; at 50 µs each (a slow VM) that is 5% of the wall time. Polling
+    // takes all of it while it has a CPU, and on a machine loaded by 3 test binaries
+    // still well over a quarter. The bound, a quarter, is 5x the slow estimate.
+    EXPECT_LT(c.cpu_ms, 0.25 * c.wall_ms) << c.what << ": the waiting rank took its CPU\n" << r.output;
+  }
+}
+
+TEST(MpiWait, RanksSleepOnlyWhereTheirThreadsOutnumberTheCpus) {
+  const std::string path = mpi_test_program("comm_wait");
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  const int cpus = cpus_here();
+  // 2 ranks of `threads` threads each on these CPUs: sleeping where 2 · threads > cpus.
+  for (int threads : {1, cpus}) {
+    CommandResult r = run_command(mpirun_with_threads(threads, 2) + path + " 20", 60);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::vector<WaitCost> costs = wait_costs(r.output);
+    ASSERT_EQ(costs.size(), 3u) << r.output;
+    EXPECT_EQ(costs[0].mode, 2 * threads > cpus ? "sleep" : "poll") << threads << " threads, " << cpus << " CPUs\n"
+                                                                     << r.output;
+  }
+  // The user's choice wins either way.
+  CommandResult r = run_command("PPTRAIN_MPI_WAIT=poll " + mpirun_with_threads(cpus, 2) + path + " 20", 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(wait_costs(r.output).size(), 3u) << r.output;
+  EXPECT_EQ(wait_costs(r.output)[0].mode, "poll") << r.output;
+}
+
+TEST(MpiWait, ABadSettingIsOneLineOnEveryRankAndAFailedJob) {
+  const std::string path = mpi_test_program("comm_wait");
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  CommandResult r = run_command("PPTRAIN_MPI_WAIT=fast " + mpirun(2) + path + " 20", 60);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, 124) << r.output;
+  EXPECT_EQ(count(r.output, "error: PPTRAIN_MPI_WAIT=fast: expected poll or sleep"), 2) << r.output;
+  EXPECT_TRUE(wait_costs(r.output).empty()) << r.output;
 }

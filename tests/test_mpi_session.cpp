@@ -1,4 +1,5 @@
-// MpiSession's start: a singleton pptrain (no launcher) keeps a preloaded library (a
+// MpiSession's start: a singleton pptrain (no launcher) is an isolated Open MPI singleton,
+// which starts no daemon; where a user asks for the daemon, it keeps a preloaded library (a
 // profiler's injection library) to itself, out of the daemon Open MPI's singleton MPI_Init
 // forks; started by mpirun, the ranks keep their environment as given.
 #include <gtest/gtest.h>
@@ -43,12 +44,28 @@ std::string read(const std::string& path) {
 
 }  // namespace
 
+// Without a launcher's variables: what a user's shell starts.
+const char* const kNoLauncher = "env -u OMPI_COMM_WORLD_SIZE -u PMIX_RANK -u PMIX_NAMESPACE -u PMI_RANK -u PMI_SIZE ";
+
+TEST(MpiSession, ASingletonStartsNoMpiDaemon) {
+  if (run_command("command -v strace", 10).exit_code != 0) GTEST_SKIP() << "strace is not installed";
+  TempDir dir;
+  CommandResult r = run_command(std::string(kNoLauncher) + "strace -f -qq -e trace=execve -o " + dir.file("trace") +
+                                    " " + pptrain_bin() + " --version",
+                                60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string trace = read(dir.file("trace"));
+  EXPECT_NE(trace.find("execve("), std::string::npos) << "strace saw nothing:\n" << trace;
+  EXPECT_EQ(trace.find("orted"), std::string::npos) << "MPI_Init started Open MPI's daemon:\n" << trace;
+}
+
 TEST(MpiSession, ASingletonKeepsItsPreloadOutOfTheMpiDaemon) {
   TempDir dir;
   const std::string probe = build_probe(dir);
   const std::string log = dir.file("loads.txt");
-  CommandResult r = run_command("env -u OMPI_COMM_WORLD_SIZE -u PMIX_RANK -u PMIX_NAMESPACE -u PMI_RANK -u PMI_SIZE "
-                                "PRELOAD_PROBE_LOG=" + log + " LD_PRELOAD=" + probe + " " + pptrain_bin() + " --version",
+  // The daemon asked for (not isolated): Open MPI 4's singleton forks orted.
+  CommandResult r = run_command(std::string(kNoLauncher) + "OMPI_MCA_ess_singleton_isolated=0 PRELOAD_PROBE_LOG=" + log +
+                                    " LD_PRELOAD=" + probe + " " + pptrain_bin() + " --version",
                                 60);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string loads = read(log);

@@ -17,6 +17,19 @@
 
 namespace pptrain {
 
+// How a rank waits for MPI when it has nothing else to do (the wait() of MpiComm's
+// requests and gathers). Poll: MPI_Test flat out, the lowest latency, right for a rank
+// with a CPU to itself. Sleep: for ranks that share their CPUs with more threads than the
+// CPUs hold (several ranks on a laptop or a CI runner, `mpirun --oversubscribe`): a rank
+// that polls there takes the CPU from the rank whose data it waits for. A sleeping wait
+// polls flat out for its first 50 µs (a message on its way lands within them), then
+// sleeps between polls, 20 µs doubling to at most 1 ms. Process-wide: MpiSession sets it
+// once at start-up from the node's ranks and CPUs (PPTRAIN_MPI_WAIT=poll|sleep decides
+// instead); Poll until then.
+enum class MpiWait { Poll, Sleep };
+void set_mpi_wait(MpiWait wait);
+MpiWait mpi_wait();
+
 // A pending MPI_Iallgather of doubles (MpiComm::iallgather). It owns both buffers, which
 // MPI reads and writes until the gather completes, so nothing can free them early.
 class PendingAllgather {

@@ -4,6 +4,8 @@
 // OpenMP region or BLAS call.
 #pragma once
 
+#include <string>
+
 namespace pptrain {
 
 // How many OpenMP threads a rank takes when the user did not say (OMP_NUM_THREADS unset):
@@ -33,6 +35,10 @@ class MpiSession {
   // in which case it only warns when the node's ranks ask for more threads than its CPUs.
   // Collective over MPI_COMM_WORLD (a shared-memory split and an all-gather of masks).
   void share_cpus();
+  // Sets how this rank waits for MPI (mpi_comm.h: MpiWait): PPTRAIN_MPI_WAIT=poll|sleep
+  // where given (anything else ends the job with one line), else Sleep when `oversubscribed`.
+  // Returns what the threads line adds ("" or "; a rank waiting ... sleeps between polls").
+  std::string choose_mpi_wait(bool oversubscribed);
 
   int rank_ = 0;
   int world_ = 1;
