@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <regex>
 #include <set>
@@ -278,7 +279,26 @@ TEST(GpuCheck, ReportsEveryCheckAsOneJsonLineOnTheEmulatedBackend) {
                                 "\"transfer_slices\": 96, \"comm\": \"comm nccl\""),
             std::string::npos)
       << r.output;
-  EXPECT_NE(lines["bf16_learning"].find("\"ok\": true"), std::string::npos) << r.output;
+  // bf16 on the emulated cuda backend learns the Markov source as fp32 on the cpu backend
+  // does (the check's 80 steps of a 1-layer model; only here, not again in
+  // test_cuda_backend_train_bf16): both within 10% of the source's entropy (the best any
+  // model can do; ln 16 = 2.77 at the start), bf16 within 2% of fp32. These are statements
+  // about the outcome of training, not rounding bounds: after 80 AdamW steps two
+  // trajectories differ by far more than rounding, yet both approach the same minimum, where
+  // the validation loss is first-order flat in the parameters, so rounding anywhere (another
+  // CPU, bf16 itself) moves it by far less than the margins.
+  {
+    const std::string& learning = lines["bf16_learning"];
+    EXPECT_NE(learning.find("\"ok\": true"), std::string::npos) << r.output;
+    const double bf16 = testing::json_number(learning, "val_loss_bf16_cuda"),
+                 fp32 = testing::json_number(learning, "val_loss_fp32_cpu"),
+                 entropy = testing::json_number(learning, "entropy");
+    ASSERT_GT(entropy, 0) << learning;
+    EXPECT_LT(fp32, 1.10 * entropy) << learning;
+    EXPECT_LT(bf16, 1.10 * entropy) << learning;
+    EXPECT_NEAR(bf16, fp32, 0.02 * fp32) << learning;
+    std::cout << "val loss fp32 " << fp32 << ", bf16 " << bf16 << ", entropy " << entropy << "\n";
+  }
   EXPECT_NE(lines["nccl"].find("\"ok\": true, \"ranks\": 2"), std::string::npos) << r.output;
   EXPECT_NE(lines["nccl"].find("comm nccl"), std::string::npos) << r.output;
   EXPECT_NE(lines["bench"].find("\"skipped\": "), std::string::npos) << r.output;
