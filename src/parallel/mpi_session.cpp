@@ -35,17 +35,18 @@ bool started_by_a_launcher() {
 
 MpiSession::MpiSession(int* argc, char*** argv) {
   int provided = 0;
-  // An Open MPI singleton forks and executes a daemon (orted) from MPI_Init, with this
-  // process's environment. A library preloaded into pptrain (a profiler's injection library:
-  // CUPTI activity tracers, nsys) would be loaded into that daemon too, where it has no CUDA
-  // process to attach to and can keep the daemon from starting, leaving pptrain waiting in
-  // MPI_Init. The preload is already in this process, so it is held back from the daemon
-  // only: unset around MPI_Init (still single-threaded here), then restored.
-  // A singleton needs its daemon only to start processes later (MPI_Comm_spawn), which
-  // pptrain never does: Open MPI's isolated singleton starts none. That is 0.1 s of every
-  // start-up of one process (`pptrain --version` 0.39 -> 0.29 s, 2-core VM) and one process
-  // less to go wrong. A user's own setting stands.
+  // An Open MPI 4 singleton (no launcher) forks and executes a daemon (orted) from MPI_Init,
+  // which it needs only to start processes later (MPI_Comm_spawn); pptrain never does, so
+  // it asks for the isolated singleton, which starts none: 0.1 s of every start-up of one
+  // process (`pptrain --version` 0.39 -> 0.29 s, 2-core VM) and one process less to go
+  // wrong. A user's own setting stands.
   if (!started_by_a_launcher()) setenv("OMPI_MCA_ess_singleton_isolated", "1", /*overwrite=*/0);
+  // Where the daemon is started all the same (the user's setting, another MPI), it gets
+  // this process's environment. A library preloaded into pptrain (a profiler's injection
+  // library: CUPTI activity tracers, nsys) would be loaded into that daemon too, where it
+  // has no CUDA process to attach to and can keep the daemon from starting, leaving pptrain
+  // waiting in MPI_Init. The preload is already in this process, so it is held back from
+  // the daemon only: unset around MPI_Init (still single-threaded here), then restored.
   std::string preload;
   const bool hold_back = !started_by_a_launcher() && std::getenv("LD_PRELOAD");
   if (hold_back) {
