@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_topology.h"
+#include "parallel/mpi_session.h"
 #include "support/markov_model.h"
 #include "support/test_util.h"
 
@@ -60,6 +62,37 @@ TEST(CpuTopology, ThisProcessHasAtMostOneCorePerCpu) {
   EXPECT_LE(t.cores, t.cpus);
   EXPECT_EQ(cpu::cores_for_threads(1), 1);
   EXPECT_EQ(cpu::cores_for_threads(t.cpus * 4), t.cores);
+}
+
+// The mask read at any size gives what glibc's fixed 1,024-CPU set gives on a machine with
+// fewer CPUs (the only kind at hand: the larger sizes are taken where the kernel refuses
+// that one, with EINVAL).
+TEST(CpuTopology, TheAffinityMaskReadAtAnySizeListsTheSameCpus) {
+  cpu_set_t mask;
+  ASSERT_EQ(sched_getaffinity(0, sizeof mask, &mask), 0);
+  std::vector<int> fixed;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &mask)) fixed.push_back(cpu);
+  EXPECT_EQ(cpu::affinity_cpus(), fixed);
+  EXPECT_EQ(cpu::process_topology().ids, fixed);
+}
+
+// The ranks of a node compare masks as 64-bit words of any length: CPUs past glibc's 1,024
+// (a cpu_set_t would drop them, and these ranks would seem to share nothing).
+TEST(CpuTopology, RanksSharingCpusPastTheFirst1024AreCounted) {
+  const int words = 2048 / 64;
+  const std::vector<uint64_t> mine = cpu_words({1500, 1501}, words);
+  ASSERT_EQ(mine.size(), size_t(words));
+  EXPECT_EQ(mine[1500 / 64], (uint64_t(1) << (1500 % 64)) | (uint64_t(1) << (1501 % 64)));
+  std::vector<uint64_t> node;  // 4 ranks: itself, CPUs 0-1, CPU 1501, CPU 2047
+  for (const std::vector<int>& cpus : std::vector<std::vector<int>>{{1500, 1501}, {0, 1}, {1501}, {2047}}) {
+    const std::vector<uint64_t> w = cpu_words(cpus, words);
+    node.insert(node.end(), w.begin(), w.end());
+  }
+  EXPECT_EQ(ranks_sharing(mine, node), 2);
+  EXPECT_EQ(ranks_sharing(cpu_words({2047}, words), node), 1);
+  // A CPU beyond the words given is left out, never written past them.
+  EXPECT_EQ(cpu_words({64}, 1), std::vector<uint64_t>{0});
 }
 
 // The CPUs of this process's affinity mask (0 if it cannot be read).

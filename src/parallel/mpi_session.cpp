@@ -2,10 +2,10 @@
 
 #include <mpi.h>
 #include <omp.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -19,6 +19,25 @@
 namespace pptrain {
 
 int threads_for_share(int cpus, int sharing) { return std::max(1, cpus / std::max(1, sharing)); }
+
+std::vector<uint64_t> cpu_words(const std::vector<int>& cpus, int words) {
+  std::vector<uint64_t> mask(size_t(std::max(words, 0)), 0);
+  for (int cpu : cpus)
+    if (cpu >= 0 && size_t(cpu / 64) < mask.size()) mask[size_t(cpu / 64)] |= uint64_t(1) << (cpu % 64);
+  return mask;
+}
+
+int ranks_sharing(const std::vector<uint64_t>& mine, const std::vector<uint64_t>& masks) {
+  const size_t words = mine.size();
+  if (words == 0) return 0;
+  int sharing = 0;
+  for (size_t at = 0; at + words <= masks.size(); at += words) {
+    bool overlap = false;
+    for (size_t w = 0; w < words; ++w) overlap = overlap || (mine[w] & masks[at + w]) != 0;
+    sharing += overlap;
+  }
+  return sharing;
+}
 
 namespace {
 
@@ -82,13 +101,12 @@ void MpiSession::share_cpus() {
     }
     return;
   }
-  cpu_set_t mine;
-  CPU_ZERO(&mine);
-  // Every rank takes part in the split and the gather below, even one without a mask (an
-  // early return there would leave the others waiting in the collective): its empty mask
-  // overlaps no other, and it keeps OpenMP's default.
-  const bool have_mask = sched_getaffinity(0, sizeof mine, &mine) == 0;
-  if (!have_mask) CPU_ZERO(&mine);
+  // Every rank takes part in the split and the collectives below, even one without a mask
+  // (an early return there would leave the others waiting in them): its empty mask
+  // overlaps no other, and it keeps OpenMP's default. The mask is the one the topology was
+  // counted on (this process's, any number of CPUs).
+  const std::vector<int>& ids = topology.ids;
+  const bool have_mask = !ids.empty();
   // The ranks of this node (a shared-memory split of the world) and their masks.
   MPI_Comm node = MPI_COMM_NULL;
   if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node) != MPI_SUCCESS) {
@@ -97,22 +115,21 @@ void MpiSession::share_cpus() {
   }
   int local = 1;
   MPI_Comm_size(node, &local);
-  std::vector<cpu_set_t> masks;
-  masks.resize(size_t(local));
-  const int gathered = MPI_Allgather(&mine, int(sizeof mine), MPI_BYTE, masks.data(), int(sizeof mine), MPI_BYTE, node);
+  // Each mask as 64-bit words, as many on every rank as the node's highest CPU needs.
+  int words = have_mask ? ids.back() / 64 + 1 : 1;
+  const int agreed = MPI_Allreduce(MPI_IN_PLACE, &words, 1, MPI_INT, MPI_MAX, node);
+  const std::vector<uint64_t> mine = cpu_words(ids, words);
+  std::vector<uint64_t> masks(size_t(local) * size_t(words));  // [local · words]
+  const int gathered = agreed != MPI_SUCCESS ? agreed
+                                             : MPI_Allgather(mine.data(), words, MPI_UINT64_T, masks.data(), words,
+                                                             MPI_UINT64_T, node);
   MPI_Comm_free(&node);
   if (gathered != MPI_SUCCESS || !have_mask) {
     choose_mpi_wait(false);
     return;
   }
-  int sharing = 0;
-  for (const cpu_set_t& other : masks) {
-    cpu_set_t both;
-    CPU_AND(&both, &mine, &other);
-    sharing += CPU_COUNT(&both) > 0;
-  }
-  const int cpus = CPU_COUNT(&mine);
-  // The mask read here is the one the topology was counted on (this process's).
+  const int sharing = ranks_sharing(mine, masks);
+  const int cpus = int(ids.size());
   const int cores = smt ? topology.cores : cpus;
   const std::string siblings = smt ? cat(" (SMT siblings of ", cores, cores == 1 ? " core)" : " cores)") : "";
   const std::string shared = cat(cpus, cpus == 1 ? " CPU" : " CPUs", siblings);

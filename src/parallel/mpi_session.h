@@ -4,7 +4,9 @@
 // OpenMP region or BLAS call.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace pptrain {
 
@@ -17,6 +19,14 @@ namespace pptrain {
 // every rank's OpenMP barrier would wait for descheduled threads: about 9x slower a step,
 // measured); ranks bound to a core each take one; one rank takes them all (one per core).
 int threads_for_share(int cpus, int sharing);
+
+// A mask of CPUs as `words` 64-bit words (CPU c: bit c % 64 of word c / 64; CPUs beyond
+// them are left out), the form the ranks of a node exchange: any number of CPUs, where
+// glibc's cpu_set_t holds 1,024.
+std::vector<uint64_t> cpu_words(const std::vector<int>& cpus, int words);
+// How many of the masks in `masks` ([n · words], words = mine.size()) share a CPU with
+// `mine` (its own among them).
+int ranks_sharing(const std::vector<uint64_t>& mine, const std::vector<uint64_t>& masks);
 
 class MpiSession {
  public:

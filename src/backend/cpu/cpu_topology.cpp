@@ -5,7 +5,9 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <fstream>
+#include <memory>
 #include <set>
 
 #include "core/faults.h"
@@ -36,19 +38,34 @@ int count_cores(const std::vector<int>& cpus, const std::string& sysfs_cpu_dir) 
   return int(cores.size());
 }
 
+std::vector<int> affinity_cpus() {
+  // Doubling from glibc's 1,024 until the kernel takes the size (its mask is as long as
+  // the CPUs it was built for, up to 8,192 on today's distributions; 2^22 is Linux's cap).
+  for (int n = CPU_SETSIZE; n <= (1 << 22); n *= 2) {
+    std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> set(CPU_ALLOC(n), [](cpu_set_t* s) { CPU_FREE(s); });
+    if (!set) return {};
+    const size_t bytes = CPU_ALLOC_SIZE(n);
+    CPU_ZERO_S(bytes, set.get());
+    if (sched_getaffinity(0, bytes, set.get()) != 0) {
+      if (errno == EINVAL) continue;  // more CPUs than n
+      return {};
+    }
+    std::vector<int> cpus;
+    for (int cpu = 0; cpu < int(bytes * 8); ++cpu)
+      if (CPU_ISSET_S(cpu, bytes, set.get())) cpus.push_back(cpu);
+    return cpus;
+  }
+  return {};
+}
+
 const CpuTopology& process_topology() {
   static const CpuTopology topology = [] {
     CpuTopology t;
-    cpu_set_t mask;
-    CPU_ZERO(&mask);
-    std::vector<int> cpus;
-    if (sched_getaffinity(0, sizeof mask, &mask) == 0)
-      for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-        if (CPU_ISSET(cpu, &mask)) cpus.push_back(cpu);
-    t.cpus = int(cpus.size());
+    t.ids = affinity_cpus();
+    t.cpus = int(t.ids.size());
     // The planted stand-in (faults.h: cpu_topology:DIR) lets a test give this machine SMT
     // siblings.
-    t.cores = count_cores(cpus, Faults::stand_in_from_env("cpu_topology").value_or("/sys/devices/system/cpu"));
+    t.cores = count_cores(t.ids, Faults::stand_in_from_env("cpu_topology").value_or("/sys/devices/system/cpu"));
     return t;
   }();
   return topology;

@@ -18,9 +18,15 @@ namespace pptrain::cpu {
 // core of its own (no sysfs: no SMT is assumed, the estimate stays what it was).
 int count_cores(const std::vector<int>& cpus, const std::string& sysfs_cpu_dir);
 
+// The logical CPUs this process may run on (its affinity mask), ascending; empty when the
+// mask cannot be read. Read into a set as large as the kernel's: glibc's cpu_set_t holds
+// 1,024 CPUs, and on a machine with more sched_getaffinity refuses it (EINVAL).
+std::vector<int> affinity_cpus();
+
 struct CpuTopology {
   int cpus = 0;   // logical CPUs in this process's affinity mask
   int cores = 0;  // the physical cores they belong to
+  std::vector<int> ids;  // [cpus]: the CPUs themselves (affinity_cpus)
 };
 // This process's, under /sys/devices/system/cpu; read on the first call, kept after.
 const CpuTopology& process_topology();
