@@ -1,5 +1,5 @@
 // MpiSession's start: a singleton pptrain (no launcher) is an isolated Open MPI singleton,
-// which starts no daemon; where a user asks for the daemon, it keeps a preloaded library (a
+// which starts no daemon and opens no network layer; where a user asks for the daemon, it keeps a preloaded library (a
 // profiler's injection library) to itself, out of the daemon Open MPI's singleton MPI_Init
 // forks; started by mpirun, the ranks keep their environment as given.
 #include <gtest/gtest.h>
@@ -57,6 +57,22 @@ TEST(MpiSession, ASingletonStartsNoMpiDaemon) {
   const std::string trace = read(dir.file("trace"));
   EXPECT_NE(trace.find("execve("), std::string::npos) << "strace saw nothing:\n" << trace;
   EXPECT_EQ(trace.find("orted"), std::string::npos) << "MPI_Init started Open MPI's daemon:\n" << trace;
+}
+
+// Nor does it open Open MPI's network layers: the cm layer's Omni-Path library sleeps 0.2 s
+// as it loads. Where Open MPI's components are built into its library (no mca_*.so to
+// open), there is nothing to see.
+TEST(MpiSession, ASingletonOpensNoNetworkLayer) {
+  if (run_command("command -v strace", 10).exit_code != 0) GTEST_SKIP() << "strace is not installed";
+  TempDir dir;
+  CommandResult r = run_command(std::string(kNoLauncher) + "env -u OMPI_MCA_pml strace -f -qq -e trace=openat -o " +
+                                    dir.file("trace") + " " + pptrain_bin() + " --version",
+                                60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string trace = read(dir.file("trace"));
+  if (trace.find("mca_pml_ob1") == std::string::npos) GTEST_SKIP() << "no Open MPI component was opened as a file";
+  for (const char* layer : {"mca_pml_cm", "mca_pml_ucx", "libpsm2"})
+    EXPECT_EQ(trace.find(layer), std::string::npos) << "a process without peers opened " << layer;
 }
 
 TEST(MpiSession, ASingletonKeepsItsPreloadOutOfTheMpiDaemon) {
