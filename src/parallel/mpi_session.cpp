@@ -50,6 +50,31 @@ bool started_by_a_launcher() {
   return false;
 }
 
+// How many of this node's ranks share a CPU with `ids` (this rank's affinity mask; itself
+// included), 0 where that cannot be told (no mask here, or MPI failed). Collective over the
+// world: every rank takes part in the split and the collectives, even one without a mask
+// (an early return there would leave the others waiting in them); its empty mask overlaps
+// no other.
+int node_ranks_sharing(const std::vector<int>& ids) {
+  MPI_Comm node = MPI_COMM_NULL;  // the ranks of this node: a shared-memory split of the world
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+    return 0;
+  int local = 1;
+  MPI_Comm_size(node, &local);
+  // Each mask as 64-bit words, as many on every rank as the node's highest CPU needs.
+  int words = ids.empty() ? 1 : ids.back() / 64 + 1;
+  const int agreed = MPI_Allreduce(MPI_IN_PLACE, &words, 1, MPI_INT, MPI_MAX, node);
+  const std::vector<uint64_t> mine = cpu_words(ids, words);
+  std::vector<uint64_t> masks(size_t(local) * size_t(words));  // [local · words]
+  const int gathered = agreed != MPI_SUCCESS
+                           ? agreed
+                           : MPI_Allgather(mine.data(), words, MPI_UINT64_T, masks.data(), words, MPI_UINT64_T, node);
+  MPI_Comm_free(&node);
+  return gathered != MPI_SUCCESS || ids.empty() ? 0 : ranks_sharing(mine, masks);
+}
+
 }  // namespace
 
 MpiSession::MpiSession(int* argc, char*** argv) {
@@ -111,34 +136,12 @@ void MpiSession::share_cpus() {
     }
     return;
   }
-  // Every rank takes part in the split and the collectives below, even one without a mask
-  // (an early return there would leave the others waiting in them): its empty mask
-  // overlaps no other, and it keeps OpenMP's default. The mask is the one the topology was
-  // counted on (this process's, any number of CPUs).
   const std::vector<int>& ids = topology.ids;
-  const bool have_mask = !ids.empty();
-  // The ranks of this node (a shared-memory split of the world) and their masks.
-  MPI_Comm node = MPI_COMM_NULL;
-  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node) != MPI_SUCCESS) {
+  const int sharing = node_ranks_sharing(ids);
+  if (sharing == 0) {  // unknown: OpenMP's default, and polling
     choose_mpi_wait(false);
     return;
   }
-  int local = 1;
-  MPI_Comm_size(node, &local);
-  // Each mask as 64-bit words, as many on every rank as the node's highest CPU needs.
-  int words = have_mask ? ids.back() / 64 + 1 : 1;
-  const int agreed = MPI_Allreduce(MPI_IN_PLACE, &words, 1, MPI_INT, MPI_MAX, node);
-  const std::vector<uint64_t> mine = cpu_words(ids, words);
-  std::vector<uint64_t> masks(size_t(local) * size_t(words));  // [local · words]
-  const int gathered = agreed != MPI_SUCCESS ? agreed
-                                             : MPI_Allgather(mine.data(), words, MPI_UINT64_T, masks.data(), words,
-                                                             MPI_UINT64_T, node);
-  MPI_Comm_free(&node);
-  if (gathered != MPI_SUCCESS || !have_mask) {
-    choose_mpi_wait(false);
-    return;
-  }
-  const int sharing = ranks_sharing(mine, masks);
   const int cpus = int(ids.size());
   const int cores = smt ? topology.cores : cpus;
   const std::string siblings = smt ? cat(" (SMT siblings of ", cores, cores == 1 ? " core)" : " cores)") : "";
