@@ -2,6 +2,7 @@
 // loss; the dgrad/wgrad split against a fused backward; microbatch accumulation against
 // one large batch. Tiny GPT-2 and Llama shapes, cpu backend.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -9,6 +10,7 @@
 
 #include "backend/ops.h"
 #include "core/communicator.h"
+#include "core/rng.h"
 #include "model/block.h"
 #include "model/llama_block.h"
 #include "model/stage.h"
@@ -340,6 +342,34 @@ TEST(ModelInit, ValuesDoNotDependOnTensorParallelism) {
     }
     int expect = shards[0]->find(name)->replicated_over_tp ? 2 : 1;
     for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], expect) << name << " element " << i;
+  }
+}
+
+// Large enough for initial_values to split its elements over threads (65,536 or more a
+// slab), sharded so that the slabs sit at offsets: at 1 thread and at 3 each element is
+// init_std · N(0,1) at its global index, the same bits.
+TEST(ModelInit, ValuesDoNotDependOnTheThreads) {
+  for (Shard shard : {Shard::Rows3, Shard::Cols}) {
+    ParamSpec spec{"h.0.attn.qkv.weight", {3 * 320, 512}, shard, Init::Normal, 0.02f};
+    Param p;
+    p.spec = spec;
+    shard_layout(spec, 2, 1, p);
+    ASSERT_GE(p.slabs[0].rows * p.slabs[0].cols, 65536) << "too small to run on several threads";
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const std::vector<float> one = initial_values(p, 5);
+    omp_set_num_threads(3);
+    const std::vector<float> three = initial_values(p, 5);
+    omp_set_num_threads(threads);
+    const CounterRng rng(5, spec.name);
+    for (const Slab& s : p.slabs)
+      for (int64_t i = 0; i < s.rows; ++i)
+        for (int64_t j = 0; j < s.cols; ++j) {
+          const size_t local = size_t((s.local_row + i) * p.local_cols + s.local_col + j);
+          const float expect = 0.02f * rng.normal(uint64_t((s.global_row + i) * p.global_cols() + s.global_col + j));
+          ASSERT_EQ(one[local], expect) << "element " << local;
+          ASSERT_EQ(three[local], expect) << "element " << local;
+        }
   }
 }
 

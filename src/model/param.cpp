@@ -67,17 +67,19 @@ std::vector<float> initial_values(const Param& p, uint64_t seed) {
   if (p.spec.init == Init::Zeros) return v;
   const CounterRng rng(seed, p.spec.name);
   const int64_t gcols = p.global_cols();
-  for (const Slab& s : p.slabs)
-    for (int64_t r = 0; r < s.rows; ++r)
-      for (int64_t c = 0; c < s.cols; ++c) {
-        float& x = v[(s.local_row + r) * p.local_cols + s.local_col + c];
-        if (p.spec.init == Init::Ones) {
-          x = 1.0f;
-        } else {
-          uint64_t g = uint64_t((s.global_row + r) * gcols + s.global_col + c);
-          x = p.spec.init_std * rng.normal(g);
-        }
-      }
+  const bool ones = p.spec.init == Init::Ones;
+  // Each element is a pure function of its global index (a Philox draw, a log and a cos:
+  // about 30 ns), so the threads split a slab's elements without changing a bit. One thread
+  // took 3.7 s of a GPT-2 124M start on a 2-core VM; a rank of an 8B model holds billions.
+  for (const Slab& s : p.slabs) {
+    const int64_t n = s.rows * s.cols;
+#pragma omp parallel for schedule(static) if (n >= 65536)
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = i / s.cols, c = i % s.cols;
+      float& x = v[size_t((s.local_row + r) * p.local_cols + s.local_col + c)];
+      x = ones ? 1.0f : p.spec.init_std * rng.normal(uint64_t((s.global_row + r) * gcols + s.global_col + c));
+    }
+  }
   return v;
 }
 
