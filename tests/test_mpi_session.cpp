@@ -1,7 +1,8 @@
 // MpiSession's start: a singleton pptrain (no launcher) is an isolated Open MPI singleton,
-// which starts no daemon and opens no network layer; where a user asks for the daemon, it keeps a preloaded library (a
-// profiler's injection library) to itself, out of the daemon Open MPI's singleton MPI_Init
-// forks; started by mpirun, the ranks keep their environment as given.
+// which starts no daemon and opens no network layer; where a user asks for the daemon, it
+// keeps a preloaded library (a profiler's injection library) to itself, out of the daemon
+// Open MPI's singleton MPI_Init forks; started by mpirun, the ranks keep their environment
+// as given.
 #include <gtest/gtest.h>
 
 #include <filesystem>
