@@ -10,7 +10,6 @@
 #include <sstream>
 #include <string>
 
-#include "parallel/mpi_session.h"
 #include "support/test_util.h"
 
 using namespace pptrain::testing;
@@ -93,34 +92,4 @@ TEST(MpiSession, ASingletonKeepsItsPreloadOutOfTheMpiDaemon) {
   std::istringstream lines(loads);
   for (std::string line; std::getline(lines, line);)
     EXPECT_EQ(line, fs::canonical(pptrain_bin()).string()) << "a process other than pptrain loaded the preload";
-}
-
-// srun without an MPI plugin that Open MPI takes starts each task as a singleton: a layout
-// of several ranks then meets a job of one, and the line says why and what to do; without
-// srun's step (or with one task) it says only the counts.
-TEST(MpiSession, SrunTasksThatDidNotJoinOneJobAreExplained) {
-  EXPECT_EQ(pptrain::unjoined_srun_hint(2), "") << "a job of two ranks joined";
-  for (const char* tasks : {"1", "x", "2x", ""}) {
-    setenv("SLURM_STEP_NUM_TASKS", tasks, 1);
-    EXPECT_EQ(pptrain::unjoined_srun_hint(1), "") << "SLURM_STEP_NUM_TASKS=" << tasks;
-  }
-  unsetenv("SLURM_STEP_NUM_TASKS");
-  EXPECT_EQ(pptrain::unjoined_srun_hint(1), "");
-
-  TempDir dir;
-  std::ofstream(dir.file("pp2.yaml")) << "model: {n_layer: 2, n_head: 2, d_model: 16, seq_len: 8, vocab_size: 32}\n"
-                                         "parallel: {pp: 2}\n"
-                                         "data: {train: \"" << dir.file("none_*.bin") << "\"}\n";
-  const std::string train = pptrain_bin() + " train " + dir.file("pp2.yaml") + " 2>&1";
-  CommandResult r = run_command(std::string(kNoLauncher) + "SLURM_STEP_NUM_TASKS=2 " + train, 60);
-  EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("= 2 ranks, but the job has 1 (rank 0); srun started 2 tasks (SLURM_STEP_NUM_TASKS=2) "
-                          "that did not join one MPI job"),
-            std::string::npos)
-      << r.output;
-  EXPECT_NE(r.output.find("srun --mpi=pmix"), std::string::npos) << r.output;
-  r = run_command(std::string(kNoLauncher) + "env -u SLURM_STEP_NUM_TASKS " + train, 60);
-  EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("= 2 ranks, but the job has 1 (rank 0)"), std::string::npos) << r.output;
-  EXPECT_EQ(r.output.find("srun"), std::string::npos) << r.output;
 }

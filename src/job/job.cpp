@@ -11,7 +11,6 @@
 #include "job/memory_estimate.h"
 #include "model/dims.h"
 #include "parallel/device_comm.h"
-#include "parallel/mpi_session.h"
 #include "partition/partition.h"
 #include "pipeline/registry.h"
 
@@ -22,7 +21,7 @@ MpiComm checked_world(const Config& cfg) {
   if (cfg.world_size() != world.size())
     fail(cfg.source, ": parallel.dp x pp x tp = ", cfg.parallel.dp, " x ", cfg.parallel.pp, " x ",
          cfg.parallel.tp, " = ", cfg.world_size(), " ranks, but the job has ", world.size(), " (rank ",
-         world.rank(), ")", unjoined_srun_hint(world.size()));
+         world.rank(), ")");
   return world;
 }
 

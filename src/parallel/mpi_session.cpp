@@ -39,17 +39,6 @@ int ranks_sharing(const std::vector<uint64_t>& mine, const std::vector<uint64_t>
   return sharing;
 }
 
-std::string unjoined_srun_hint(int world_size) {
-  const char* step = std::getenv("SLURM_STEP_NUM_TASKS");
-  if (!step || world_size != 1) return "";
-  char* end = nullptr;
-  const long tasks = std::strtol(step, &end, 10);
-  if (end == step || *end != '\0' || tasks <= 1) return "";
-  return cat("; srun started ", tasks, " tasks (SLURM_STEP_NUM_TASKS=", step,
-             ") that did not join one MPI job: each is a job of one rank. Give srun an MPI plugin this Open "
-             "MPI takes (srun --mpi=pmix; srun --mpi=list shows them), or start the ranks with mpirun");
-}
-
 namespace {
 
 // Whether a launcher (mpirun/mpiexec, srun with PMI/PMIx) started this process: each sets

@@ -28,13 +28,6 @@ std::vector<uint64_t> cpu_words(const std::vector<int>& cpus, int words);
 // `mine` (its own among them).
 int ranks_sharing(const std::vector<uint64_t>& mine, const std::vector<uint64_t>& masks);
 
-// What to tell a user whose job has `world_size` ranks where srun started more tasks
-// (SLURM_STEP_NUM_TASKS, set inside an srun step only): tasks that did not join one MPI
-// job (srun without an MPI plugin Open MPI takes: each task is then a singleton, a job of
-// one). "" where that is not the case. A job of one rank per task may be meant (a packed
-// sweep of single-process runs), so this only explains a layout that needs more ranks.
-std::string unjoined_srun_hint(int world_size);
-
 class MpiSession {
  public:
   MpiSession(int* argc, char*** argv);
