@@ -46,7 +46,9 @@ std::string read(const std::string& path) {
 }  // namespace
 
 // Without a launcher's variables: what a user's shell starts.
-const char* const kNoLauncher = "env -u OMPI_COMM_WORLD_SIZE -u PMIX_RANK -u PMIX_NAMESPACE -u PMI_RANK -u PMI_SIZE ";
+const char* const kNoLauncher =
+    "env -u OMPI_COMM_WORLD_SIZE -u PMIX_RANK -u PMIX_NAMESPACE -u PMI_RANK -u PMI_SIZE -u MPI_LOCALNRANKS "
+    "-u SLURM_STEP_ID ";
 
 TEST(MpiSession, ASingletonStartsNoMpiDaemon) {
   if (run_command("command -v strace", 10).exit_code != 0) GTEST_SKIP() << "strace is not installed";
@@ -74,6 +76,24 @@ TEST(MpiSession, ASingletonOpensNoNetworkLayer) {
   if (trace.find("mca_pml_ob1") == std::string::npos) GTEST_SKIP() << "no Open MPI component was opened as a file";
   for (const char* layer : {"mca_pml_cm", "mca_pml_ucx", "libpsm2"})
     EXPECT_EQ(trace.find(layer), std::string::npos) << "a process without peers opened " << layer;
+}
+
+// A task of an srun step is a rank, not a singleton, even without a PMI variable (an MPI
+// built against Slurm's PMI-1 library): Open MPI chooses its own point-to-point layer there.
+TEST(MpiSession, ATaskOfAnSrunStepKeepsOpenMpisOwnChoice) {
+  if (run_command("command -v strace", 10).exit_code != 0) GTEST_SKIP() << "strace is not installed";
+  TempDir dir;
+  CommandResult r = run_command(std::string(kNoLauncher) + "SLURM_STEP_ID=0 env -u OMPI_MCA_pml -u SLURM_NODELIST " +
+                                    "strace -f -qq -e trace=openat -o " + dir.file("trace") + " " + pptrain_bin() +
+                                    " --version",
+                                60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string trace = read(dir.file("trace"));
+  if (trace.find("mca_pml_ob1") == std::string::npos) GTEST_SKIP() << "no Open MPI component was opened as a file";
+  bool others = false;
+  for (const char* layer : {"mca_pml_cm", "mca_pml_ucx", "mca_pml_v.", "mca_pml_monitoring"})
+    others = others || trace.find(layer) != std::string::npos;
+  EXPECT_TRUE(others) << "only ob1 was opened: the task's point-to-point layer was chosen for Open MPI";
 }
 
 TEST(MpiSession, ASingletonKeepsItsPreloadOutOfTheMpiDaemon) {

@@ -42,10 +42,12 @@ int ranks_sharing(const std::vector<uint64_t>& mine, const std::vector<uint64_t>
 namespace {
 
 // Whether a launcher (mpirun/mpiexec, srun with PMI/PMIx) started this process: each sets
-// these for its ranks. Without one, MPI_Init makes a singleton.
+// these for its ranks. Without one, MPI_Init makes a singleton. Any srun step counts
+// (SLURM_STEP_ID): an MPI built against Slurm's PMI-1 library gets its rank under plain
+// srun with no PMI variable set, and such a rank must keep its MPI's own network choice.
 bool started_by_a_launcher() {
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMIX_NAMESPACE", "PMI_RANK", "PMI_SIZE",
-                           "MPI_LOCALNRANKS"})
+                           "MPI_LOCALNRANKS", "SLURM_STEP_ID"})
     if (std::getenv(name)) return true;
   return false;
 }
