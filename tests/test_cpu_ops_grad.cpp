@@ -251,6 +251,35 @@ TEST_F(CpuOpsGradTest, CrossEntropy) {
   EXPECT_LT(normalized_error(dlogits, finite_difference(logits, loss, kStep)), kGradTolerance);
 }
 
+// ce_fused (tp = 1) takes the split ops' steps row by row: the same bits, in place (as the
+// head calls it) and not. Rows of a few thousand columns with padding, so that the vector
+// loops run with remainders, and enough of them to split over threads.
+TEST_F(CpuOpsGradTest, CrossEntropyFusedIsTheSplitOpsBitForBit) {
+  const int n = 33, vl = 4099, valid = 4093;
+  const auto logits = random_floats(size_t(n) * vl, 22, -8.0f, 8.0f);
+  auto targets = random_ints(n, 23, 0, valid - 1);
+  targets[0] = 0, targets[1] = valid - 1;
+  std::vector<float> rmax(n), sumexp(n), target_logit(n), dlogits(logits.size());
+  ops->ce_row_max(rmax.data(), logits.data(), n, vl, valid);
+  ops->ce_sumexp_target(sumexp.data(), target_logit.data(), logits.data(), rmax.data(), targets.data(), n, vl,
+                        valid, 0);
+  ops->ce_backward(dlogits.data(), logits.data(), rmax.data(), sumexp.data(), targets.data(), n, vl, valid, 0,
+                   0.25f);
+  for (bool in_place : {false, true}) {
+    std::vector<float> in = logits, out(logits.size(), NAN), stats(3 * size_t(n), NAN);
+    float* d = in_place ? in.data() : out.data();
+    ops->ce_fused(d, stats.data(), stats.data() + n, stats.data() + 2 * n, in.data(), targets.data(), n, vl, valid,
+                  0.25f);
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(stats[r], rmax[r]) << "row max, row " << r << (in_place ? " in place" : "");
+      ASSERT_EQ(stats[n + r], sumexp[r]) << "sum of exponentials, row " << r << (in_place ? " in place" : "");
+      ASSERT_EQ(stats[2 * n + r], target_logit[r]) << "target logit, row " << r << (in_place ? " in place" : "");
+    }
+    for (size_t i = 0; i < dlogits.size(); ++i)
+      ASSERT_EQ(d[i], dlogits[i]) << "dlogits element " << i << (in_place ? " in place" : "");
+  }
+}
+
 TEST_F(CpuOpsGradTest, CrossEntropyTwoShardsEqualOne) {
   // Vocabulary of 20 split over tp=2 and padded to 22: shard 0 = [0, 11), shard 1 =
   // [11, 22) with 9 real columns. The caller's all-reduces are done here by hand:
