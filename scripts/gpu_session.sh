@@ -20,13 +20,14 @@
 #   compare      vs_torch.sh's three shapes with torch.compile (the figures for a closing note)
 #   parity       scripts/hf_parity.py --device cuda: each Llama-family class against
 #                transformers on this GPU (needs torch and transformers on the node)
-#   attention    the flash kernels alone: gpu-tests/test_ptx (the PTX layouts on this GPU),
-#                attention_check --time (flash-mma, flash-wgmma, cudnn side by side), and
-#                where ncu is on the node, profiles of each flash kernel set's forward and
+#   attention    the flash kernels alone: gpu-tests/test_ptx (the PTX layouts on this GPU) and
+#                attention_check --time (flash-mma, flash-wgmma, cudnn side by side)
+#   ncu          where ncu is on the node, profiles of each flash kernel set's forward and
 #                backward at GPT-2's shape (speed of light, occupancy, warp stalls; clocks
-#                left alone) -> OUTDIR/ncu_*.csv
+#                left alone) -> OUTDIR/ncu_*.csv. A part of its own: ncu replays each kernel
+#                many times, up to 4 x 240 s, more than a short visit may hold; run it last.
 set -uo pipefail
-[ $# -ge 2 ] || { echo "usage: $0 TARBALL OUTDIR [check|llama_flash|compare|parity|attention ...]" >&2; exit 2; }
+[ $# -ge 2 ] || { echo "usage: $0 TARBALL OUTDIR [check|llama_flash|compare|parity|attention|ncu ...]" >&2; exit 2; }
 tarball=$(realpath "$1") out=$(realpath -m "$2")
 shift 2
 parts=("$@")
@@ -82,10 +83,13 @@ for part in "${parts[@]}"; do
         tee "$out/parity.txt"
       ;;
     attention)
-      stamp "attention: test_ptx, attention_check --time, ncu"
+      stamp "attention: test_ptx, attention_check --time"
       timeout 120 "$B/run" "$B/build/gpu-tests/test_ptx" --gtest_color=no >"$out/test_ptx.txt" 2>&1
       table+=("test_ptx: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/test_ptx.txt" | tr '\n' ' ')")
       timeout 300 "$B/run" "$B/build/bench/attention_check" --time 2>&1 | tee "$out/attention.jsonl"
+      ;;
+    ncu)
+      stamp "ncu: each flash kernel set's forward and backward"
       if command -v ncu >/dev/null; then
         for impl in flash-wgmma flash-mma; do
           for pass in "forward forward_kernel" "backward (kv|q)_kernel"; do

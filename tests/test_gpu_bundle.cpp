@@ -212,6 +212,39 @@ TEST_F(GpuBundle, GpuCheckSkipsWithOneLineWhereThereIsNoGpu) {
                       "machine)\"}\n");
 }
 
+// scripts/gpu_session.sh, the one call a short GPU visit makes, on the packed bundle where
+// there is no GPU (no nvidia-smi on its PATH): it unpacks the bundle into a folder of its
+// own, runs each part asked for (gpu_check's skip line; the attention part finds no device
+// binaries in a cpu-only bundle; an unknown part is named), keeps the logs, prints the table
+// last and leaves no unpacked bundle behind.
+TEST_F(GpuBundle, GpuSessionRunsItsPartsAndPrintsItsTableWithoutAGpu) {
+  TempDir dir;
+  fs::create_directories(dir.file("bin"));
+  fs::create_directories(dir.file("tmp"));
+  for (const char* tool : {"bash", "dirname", "env", "tar", "gzip", "mktemp", "realpath", "date", "grep", "sed",
+                           "cut", "tr", "head", "tail", "rm", "mkdir", "timeout", "tee", "cat", "uname", "ldd"}) {
+    const CommandResult where = run_command(std::string("command -v ") + tool);
+    if (where.exit_code == 0)
+      fs::create_symlink(where.output.substr(0, where.output.find('\n')), dir.file("bin") + "/" + tool);
+  }
+  const CommandResult r =
+      run_command("env -i HOME=" + dir.path() + " PATH=" + dir.file("bin") + " TMPDIR=" + dir.file("tmp") +
+                      " OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 " +
+                      "scripts/gpu_session.sh " + work_->file("pptrain-gpu.tar.gz") + " " + dir.file("out") +
+                      " check attention bogus 2>&1",
+                  120);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("pptrain 0."), std::string::npos) << "the bundle's pptrain --version:\n" << r.output;
+  EXPECT_NE(r.output.find("gpu_session: unknown part 'bogus'"), std::string::npos) << r.output;
+  const size_t summary = r.output.find("---- summary");
+  ASSERT_NE(summary, std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("0 ok, 0 failed lines in gpu_check.jsonl", summary), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("test_ptx: ", summary), std::string::npos) << r.output;
+  CommandResult check = run_command("cat " + dir.file("out/gpu_check.jsonl"));
+  EXPECT_NE(check.output.find("\"skipped\": \"nvidia-smi not found"), std::string::npos) << check.output;
+  EXPECT_TRUE(fs::is_empty(dir.file("tmp"))) << "the unpacked bundle was left in " << dir.file("tmp");
+}
+
 TEST(GpuCheck, SkipsWhenNvidiaSmiListsNoGpu) {
   TempDir dir;
   fs::create_directories(dir.file("bin"));
