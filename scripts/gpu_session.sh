@@ -26,12 +26,18 @@
 #                backward at GPT-2's shape (speed of light, occupancy, warp stalls; clocks
 #                left alone) -> OUTDIR/ncu_*.csv. A part of its own: ncu replays each kernel
 #                many times, up to 4 x 240 s, more than a short visit may hold; run it last.
+# GPU_SESSION_BUDGET_S=N: parts that would start after N seconds are listed, not started.
 set -uo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 TARBALL OUTDIR [check|llama_flash|compare|parity|attention|ncu ...]" >&2; exit 2; }
 tarball=$(realpath "$1") out=$(realpath -m "$2")
 shift 2
 parts=("$@")
 [ ${#parts[@]} -gt 0 ] || parts=(check)
+# GPU_SESSION_BUDGET_S: the seconds this call may take (a lent GPU's time left, less the
+# machine's start): a part still to come when they are spent is listed as not started, so
+# that the logs and the table come back instead of a call cut off in its middle.
+budget=${GPU_SESSION_BUDGET_S:-}
+[ -z "$budget" ] || [[ "$budget" =~ ^[0-9]+$ ]] || { echo "gpu_session: GPU_SESSION_BUDGET_S=$budget: expected seconds" >&2; exit 2; }
 cd "$(dirname "$0")/.." || exit 1
 mkdir -p "$out"
 start=$SECONDS
@@ -56,6 +62,10 @@ cd "$node" || exit 1
 
 table=()
 for part in "${parts[@]}"; do
+  if [ -n "$budget" ] && [ $((SECONDS - start)) -ge "$budget" ]; then
+    table+=("$part: not started (GPU_SESSION_BUDGET_S=$budget spent at +$((SECONDS - start)) s)")
+    continue
+  fi
   case "$part" in
     check)
       stamp "gpu_check.sh"

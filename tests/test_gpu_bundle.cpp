@@ -216,7 +216,7 @@ TEST_F(GpuBundle, GpuCheckSkipsWithOneLineWhereThereIsNoGpu) {
 // there is no GPU (no nvidia-smi on its PATH): it unpacks the bundle into a folder of its
 // own, runs each part asked for (gpu_check's skip line; the attention part finds no device
 // binaries in a cpu-only bundle; an unknown part is named), keeps the logs, prints the table
-// last and leaves no unpacked bundle behind.
+// last and leaves no unpacked bundle behind; with its time budget spent, it starts no part.
 TEST_F(GpuBundle, GpuSessionRunsItsPartsAndPrintsItsTableWithoutAGpu) {
   TempDir dir;
   fs::create_directories(dir.file("bin"));
@@ -243,6 +243,17 @@ TEST_F(GpuBundle, GpuSessionRunsItsPartsAndPrintsItsTableWithoutAGpu) {
   CommandResult check = run_command("cat " + dir.file("out/gpu_check.jsonl"));
   EXPECT_NE(check.output.find("\"skipped\": \"nvidia-smi not found"), std::string::npos) << check.output;
   EXPECT_TRUE(fs::is_empty(dir.file("tmp"))) << "the unpacked bundle was left in " << dir.file("tmp");
+
+  // With its time spent (GPU_SESSION_BUDGET_S), parts still to come are listed, not started.
+  const CommandResult spent =
+      run_command("env -i HOME=" + dir.path() + " PATH=" + dir.file("bin") + " TMPDIR=" + dir.file("tmp") +
+                      " GPU_SESSION_BUDGET_S=0 scripts/gpu_session.sh " + work_->file("pptrain-gpu.tar.gz") + " " +
+                      dir.file("out2") + " check attention 2>&1",
+                  120);
+  EXPECT_EQ(spent.exit_code, 0) << spent.output;
+  EXPECT_NE(spent.output.find("check: not started (GPU_SESSION_BUDGET_S=0 spent"), std::string::npos) << spent.output;
+  EXPECT_NE(spent.output.find("attention: not started"), std::string::npos) << spent.output;
+  EXPECT_FALSE(fs::exists(dir.file("out2/gpu_check.jsonl"))) << spent.output;
 }
 
 TEST(GpuCheck, SkipsWhenNvidiaSmiListsNoGpu) {
