@@ -185,7 +185,7 @@ TEST(CpuIsa, TheExpLoopsRunOnFullVectorsInEachCopy) {
   const std::string bin = testing::pptrain_bin(), cpu = bin.substr(0, bin.rfind('/')) + "/obj/src/backend/cpu/";
   const std::vector<std::pair<std::string, std::string>> loops = {
       {"elementwise", "gelu_forward"}, {"elementwise", "gelu_backward"}, {"swiglu", "swiglu_forward"},
-      {"cross_entropy", "ce_sumexp_target"}, {"cross_entropy", "ce_backward"},
+      {"cross_entropy", "ce_sumexp_target"}, {"cross_entropy", "ce_backward"}, {"cross_entropy", "ce_fused"},
       {"attention", "::gqa_attention_forward"}};
   std::vector<std::pair<std::string, std::string>> copies = {{"", "ymm"}};
   if (cpu::compiled_isas().size() == 2) copies.push_back({".avx512", "zmm"});

@@ -18,10 +18,12 @@ int target_column(int32_t target, int v0, int valid) {
 }
 
 // One row's steps, shared by the split ops and ce_fused so that both give the same bits.
-// l[VL]: the row's logits.
+// l[VL]: the row's logits. Always inlined: each op's OpenMP region then holds its own
+// vector loop (GCC otherwise kept row_sumexp a call in the AVX-512 copy), which
+// test_cpu_isa checks per op.
 
 // max over the valid columns (-inf for a shard of padding only)
-inline float row_max(const float* l, int valid) {
+[[gnu::always_inline]] inline float row_max(const float* l, int valid) {
   float m = -INFINITY;
 #pragma omp simd reduction(max : m)
   for (int j = 0; j < valid; ++j) m = l[j] > m ? l[j] : m;
@@ -29,7 +31,7 @@ inline float row_max(const float* l, int valid) {
 }
 
 // Σ_valid exp(l - m): exp in float, sum in double (tens of thousands of terms a row).
-inline float row_sumexp(const float* l, float m, int valid) {
+[[gnu::always_inline]] inline float row_sumexp(const float* l, float m, int valid) {
   double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
   for (int j = 0; j < valid; ++j) sum += double(exp_approx(l[j] - m));
@@ -38,7 +40,7 @@ inline float row_sumexp(const float* l, float m, int valid) {
 
 // d[VL] = scale · (softmax - onehot(col)), padding columns 0. d may be l: each element is
 // read once before its own write.
-inline void row_backward(float* d, const float* l, float m, float sumexp, int col, int vl, int valid, float scale) {
+[[gnu::always_inline]] inline void row_backward(float* d, const float* l, float m, float sumexp, int col, int vl, int valid, float scale) {
   const float factor = scale / sumexp;
 #pragma omp simd
   for (int j = 0; j < valid; ++j) d[j] = factor * exp_approx(l[j] - m);
