@@ -4,9 +4,13 @@
 // estimate of a core with one FMA pipe (a planted stand-in).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <vector>
 #include <regex>
 #include <string>
+#include <thread>
 
 #include "backend/cpu/blas_setup.h"
 #include "backend/cpu/cpu_clock.h"
@@ -27,11 +31,34 @@ struct Probe {
 };
 Probe probe(Isa isa) {
   const int flops_per_fma = isa == Isa::avx512 ? 32 : 16;  // 2 x lanes of zmm / ymm
-  // Best of 21 runs of ~1 ms each, as CpuClock's test: most runs see no context switch
-  // while the suite runs other tests beside this one.
-  const double ghz = cpu::chain_clock_ghz(cpu::ChainOp::add, 200000, 21);
-  const double gflops = cpu::fma_gflops(isa, 300000, 21);
-  return {gflops / ghz / flops_per_fma, flops_per_fma};
+  // The clock and the FMA rate measured in alternation, best of 3 runs of ~1 ms each, and
+  // the median of 21 such pairs' ratios. Measured apart (best of 21 clocks, then best of 21
+  // FMA runs), a stretch of a VM's stolen time that met all the runs of one and none of the
+  // other moved the ratio by a third: 1.45 and 2.38 FMAs a cycle on a Zen 3 VM whose
+  // paired median is 1.90-2.09. A pair here shares its stretch, and the median drops the
+  // pairs that straddle one.
+  std::vector<double> ratios;
+  for (int i = 0; i < 21; ++i) {
+    const double ghz = cpu::chain_clock_ghz(cpu::ChainOp::add, 200000, 3);
+    ratios.push_back(cpu::fma_gflops(isa, 300000, 3) / ghz / flops_per_fma);
+  }
+  std::nth_element(ratios.begin(), ratios.begin() + 10, ratios.end());
+  return {ratios[10], flops_per_fma};
+}
+
+// The first of up to 5 probes, 0.2 s apart, that measures within [lo, hi] FMAs a cycle, or
+// the last. While the suite runs three tests on two cores, a process sharing this one's
+// core for a whole probe (~45 ms) took its rate to 1.20-1.39 of a Zen 3's 2 in 2 of 25
+// probes beside two busy loops; a quieter stretch comes within a second. A wrong count (an
+// FMA as one FLOP, or four) misses the bounds in every probe.
+Probe probe_within(Isa isa, double lo, double hi) {
+  Probe p{};
+  for (int i = 0; i < 5; ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    p = probe(isa);
+    if (p.fmas_per_cycle >= lo && p.fmas_per_cycle <= hi) break;
+  }
+  return p;
 }
 
 // Every x86 core since Haswell and Zen issues one or two FMAs of its widest vectors a cycle,
@@ -45,7 +72,7 @@ TEST(FmaRate, EachCopyMeasuresAtMostTwoFmasACycle) {
 #endif
   for (Isa isa : cpu::compiled_isas()) {
     if (!cpu::cpu_runs(isa)) continue;
-    const Probe p = probe(isa);
+    const Probe p = probe_within(isa, 0.3, 2.3);
     EXPECT_GE(p.fmas_per_cycle, 0.3) << cpu::isa_name(isa);
     EXPECT_LE(p.fmas_per_cycle, 2.3) << cpu::isa_name(isa);
   }
@@ -70,12 +97,12 @@ TEST(FmaRate, KnownCoresMeasureTheirPublishedPipes) {
     GTEST_SKIP() << "no published FMA units on record for this CPU (family " << c.family << ", model " << c.model
                  << "): the bounds of EachCopyMeasuresAtMostTwoFmasACycle stand alone";
   }
-  const Probe narrow = probe(Isa::avx2);
+  const Probe narrow = probe_within(Isa::avx2, 0.7 * ymm, 1.15 * ymm);
   std::printf("avx2 copy: %.2f FMAs a cycle (published %.0f)\n", narrow.fmas_per_cycle, ymm);
   EXPECT_GE(narrow.fmas_per_cycle, 0.7 * ymm);
   EXPECT_LE(narrow.fmas_per_cycle, 1.15 * ymm);
   if (zmm > 0 && cpu::choose_isa(nullptr) == Isa::avx512) {
-    const Probe wide = probe(Isa::avx512);
+    const Probe wide = probe_within(Isa::avx512, 0.7 * zmm, 1.15 * zmm);
     std::printf("avx512 copy: %.2f FMAs a cycle (published %.0f)\n", wide.fmas_per_cycle, zmm);
     EXPECT_GE(wide.fmas_per_cycle, 0.7 * zmm);
     EXPECT_LE(wide.fmas_per_cycle, 1.15 * zmm);
@@ -110,9 +137,16 @@ TEST(FmaRate, OnePipeHalvesThePeakEstimate) {
   const int half = per_cycle("fma_rate:0.5");
   if (half == -1) GTEST_SKIP() << "no clock on this machine: the line prints no estimate";
   EXPECT_EQ(half, table / 2);
-  // Where the probe found the table's units (0.7 of them or more, the throttled bound
-  // above), 0.9 of that stays above the 0.6 that halves the estimate.
-  if (cpu::peak_flops_per_cycle() == table) {
+  // 0.9 of the rate keeps the table's where 0.9 of what this CPU measures clears the 0.6
+  // that halves the estimate by the two timings' noise (1.15, as above): the child process
+  // probes again, best of 5 while other tests run. A core that measures 0.725 of its
+  // table (a Zen 3 VM) lands at 0.65, within that noise, and is not asked.
+  const Isa probed = cpu::choose_isa(nullptr);
+  if (c.avx512 && probed != Isa::avx512) return;  // the probe cannot change the table there
+  const Probe p = probe(probed);
+  const double of_table = p.fmas_per_cycle * p.flops_per_fma / table;
+  std::printf("the %s copy measures %.3f of the table's FLOPs a cycle\n", cpu::isa_name(probed), of_table);
+  if (0.9 * of_table >= 0.6 * 1.15) {
     EXPECT_EQ(per_cycle("fma_rate:0.9"), table);
   }
 }
