@@ -4,10 +4,8 @@
 // estimate of a core with one FMA pipe (a planted stand-in).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <vector>
 #include <regex>
 #include <string>
 #include <thread>
@@ -31,19 +29,12 @@ struct Probe {
 };
 Probe probe(Isa isa) {
   const int flops_per_fma = isa == Isa::avx512 ? 32 : 16;  // 2 x lanes of zmm / ymm
-  // The clock and the FMA rate measured in alternation, best of 3 runs of ~1 ms each, and
-  // the median of 21 such pairs' ratios. Measured apart (best of 21 clocks, then best of 21
-  // FMA runs), a stretch of a VM's stolen time that met all the runs of one and none of the
-  // other moved the ratio by a third: 1.45 and 2.38 FMAs a cycle on a Zen 3 VM whose
-  // paired median is 1.90-2.09. A pair here shares its stretch, and the median drops the
-  // pairs that straddle one.
-  std::vector<double> ratios;
-  for (int i = 0; i < 21; ++i) {
-    const double ghz = cpu::chain_clock_ghz(cpu::ChainOp::add, 200000, 3);
-    ratios.push_back(cpu::fma_gflops(isa, 300000, 3) / ghz / flops_per_fma);
-  }
-  std::nth_element(ratios.begin(), ratios.begin() + 10, ratios.end());
-  return {ratios[10], flops_per_fma};
+  // 21 pairs, each run the best of 3 (blas_setup.h: probe_fma, which the start-up estimate
+  // takes with 5 pairs of single runs): timed apart, best of 21 clocks then best of 21 FMA
+  // runs, a VM's stolen time moved the ratio by a third (1.45 and 2.38 FMAs a cycle on a
+  // Zen 3 VM whose paired median is 1.90-2.09).
+  const cpu::FmaProbe r = cpu::probe_fma(isa, 21, 3);
+  return {r.ghz > 0 ? r.gflops / r.ghz / flops_per_fma : 0.0, flops_per_fma};
 }
 
 // The first of up to 5 probes, 0.2 s apart, that measures within [lo, hi] FMAs a cycle, or
@@ -139,7 +130,7 @@ TEST(FmaRate, OnePipeHalvesThePeakEstimate) {
   EXPECT_EQ(half, table / 2);
   // 0.9 of the rate keeps the table's where 0.9 of what this CPU measures clears the 0.6
   // that halves the estimate by the two timings' noise (1.15, as above): the child process
-  // probes again, best of 5 while other tests run. A core that measures 0.725 of its
+  // probes again (5 pairs of single runs) while other tests run. A core that measures 0.725 of its
   // table (a Zen 3 VM) lands at 0.65, within that noise, and is not asked.
   const Isa probed = cpu::choose_isa(nullptr);
   if (c.avx512 && probed != Isa::avx512) return;  // the probe cannot change the table there

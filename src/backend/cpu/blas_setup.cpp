@@ -176,6 +176,19 @@ int fp32_flops_per_cycle(const CpuInfo& cpu) {
   return 8;
 }
 
+FmaProbe probe_fma(Isa isa, int pairs, int reps) {
+  std::vector<FmaProbe> runs(size_t(std::max(pairs, 1)));
+  for (FmaProbe& r : runs) {
+    r.ghz = chain_clock_ghz(ChainOp::add, 200000, reps);
+    r.gflops = fma_gflops(isa, 300000, reps);
+  }
+  auto ratio = [](const FmaProbe& r) { return r.ghz > 0 ? r.gflops / r.ghz : 0.0; };
+  const auto median = runs.begin() + runs.size() / 2;
+  std::nth_element(runs.begin(), median, runs.end(),
+                   [&](const FmaProbe& a, const FmaProbe& b) { return ratio(a) < ratio(b); });
+  return *median;
+}
+
 int flops_per_cycle_from_probe(int table, bool probe_has_table_vectors, double ghz, double gflops) {
   if (!probe_has_table_vectors || ghz <= 0 || gflops <= 0) return table;
   return gflops / ghz < 0.6 * table ? table / 2 : table;
@@ -193,22 +206,10 @@ int peak_flops_per_cycle() {
     const bool table_vectors = !cpu.avx512 || probed == Isa::avx512;
     double ghz = 0, gflops = 0;  // not measured where they could not change the table
     if (table_vectors) {
-      // ~0.5 ms a run at 3 GHz: 200,000 x 8 chained adds; 300,000 x 10 FMAs at one or two
-      // a cycle. The clock and the rate in alternation, 5 pairs, the pair of the median
-      // ratio: a stretch of another process's time meets a pair's two runs alike, or, where
-      // it meets one, the median leaves that pair out. (Best of 5 clocks, then best of 5
-      // rates, let one stretch slow all of one and none of the other: 0.725 of a Zen 3's
-      // rate while its test suite ran beside.)
-      double ratios[5], ghzs[5];
-      for (int i = 0; i < 5; ++i) {
-        ghzs[i] = chain_clock_ghz(ChainOp::add, 200000, 1);
-        const double rate = fma_gflops(probed, 300000, 1);
-        ratios[i] = ghzs[i] > 0 ? rate / ghzs[i] : 0;  // no clock: no estimate (the table)
-      }
-      int order[5] = {0, 1, 2, 3, 4};
-      std::nth_element(order, order + 2, order + 5, [&](int a, int b) { return ratios[a] < ratios[b]; });
-      ghz = ghzs[order[2]];
-      gflops = ratios[order[2]] * ghz;
+      // Five pairs of single runs (~5 ms in all, every start-up).
+      const FmaProbe probe = probe_fma(probed, 5, 1);
+      ghz = probe.ghz;
+      gflops = probe.gflops;
       if (const std::optional<std::string> factor = Faults::stand_in_from_env("fma_rate")) {
         try {
           gflops *= std::stod(*factor);

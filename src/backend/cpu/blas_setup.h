@@ -14,6 +14,8 @@
 #include <string>
 #include <string_view>
 
+#include "backend/cpu/cpu_isa.h"
+
 namespace pptrain::cpu {
 
 // What /proc/cpuinfo, sysfs and CPUID say of this CPU (read on the first call).
@@ -52,6 +54,18 @@ int fp32_flops_per_cycle(const CpuInfo& cpu);
 // one with a single pipe 0.35 to 0.5. Measured once (~10 ms); the table where nothing can be
 // measured. The planted fault fma_rate:FACTOR scales the measured rate (a test's stand-in).
 int peak_flops_per_cycle();
+// One thread's clock (cpu_clock.h: integer add chains of 200,000 x 8) and FMA rate on the copy
+// `isa`'s vectors (300,000 x 10 FMAs), ~0.5 ms each at 3 GHz, timed in alternation: `pairs`
+// pairs, each run the best of `reps`, and the pair whose rate-over-clock ratio is the median.
+// Timed apart (the best of several clocks, then of several rates), a stretch of another
+// process's time could slow every run of one and none of the other: 0.725 of a Zen 3's
+// table rate (1.45 FMAs a cycle of its 2) while its test suite ran beside it. A pair shares
+// its stretch, and the median leaves out the pairs that straddle one. A clock of 0 (not
+// measurable) counts as ratio 0.
+struct FmaProbe {
+  double ghz = 0, gflops = 0;
+};
+FmaProbe probe_fma(Isa isa, int pairs, int reps);
 // Its decision: `table` unless the probe ran on the table's vectors and measured a rate
 // (`gflops`, one thread) under 0.6 x table x `ghz`, then table / 2.
 int flops_per_cycle_from_probe(int table, bool probe_has_table_vectors, double ghz, double gflops);
