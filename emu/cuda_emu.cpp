@@ -5,6 +5,7 @@
 // the work its stream had pending when it was recorded: the eager streams of
 // PPTRAIN_EMU_STREAMS=eager. By default (lazy::on()) the calls below defer to
 // lazy_streams_emu.cpp instead.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -35,6 +36,7 @@ struct CUevent_st {
   // is what the work between them took to run, as on a GPU. Shared with that item: the event
   // may be recorded again or destroyed before its stream gets there.
   std::shared_ptr<Clock::time_point> at = std::make_shared<Clock::time_point>();
+  int late_answers = 0;  // PPTRAIN_EMU_LATE_EVENTS: "not ready" answers left to this record
 };
 
 namespace {
@@ -304,8 +306,21 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   delete event;
   return cudaSuccess;
 }
+namespace {
+// PPTRAIN_EMU_LATE_EVENTS=N: each record answers its first N queries "not ready" without
+// running anything, as a GPU that is behind its host does (0 or unset: none).
+int late_events() {
+  static const int n = [] {
+    const char* v = std::getenv("PPTRAIN_EMU_LATE_EVENTS");
+    return v ? std::max(0, std::atoi(v)) : 0;
+  }();
+  return n;
+}
+}  // namespace
+
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (!event) return cudaErrorInvalidResourceHandle;
+  event->late_answers = late_events();
   cudaError_t status = cudaSuccess;
   event->at = std::make_shared<Clock::time_point>(Clock::now());
   if (lazy::on()) {
@@ -335,6 +350,10 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
 // waits for runs now, up to a transfer still in flight).
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (!event) return cudaErrorInvalidResourceHandle;
+  if (event->late_answers > 0) {
+    --event->late_answers;
+    return cudaErrorNotReady;
+  }
   if (lazy::on()) {
     cudaError_t err = lazy::run(event->mark.stream, event->mark.seq, false);
     return err == cudaSuccess && !lazy::reached(event->mark) ? cudaErrorNotReady : err;

@@ -74,6 +74,11 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
+// cudaErrorNotReady while the work before the record is pending. With
+// PPTRAIN_EMU_LATE_EVENTS=N, each record's first N queries answer that without running
+// anything (lazy streams run the work a query needs, so the answer would otherwise always
+// be "done"): code that holds work back until the device is done is then driven through
+// its "not yet" paths, as on a GPU that is behind its host.
 cudaError_t cudaEventQuery(cudaEvent_t event);
 // Milliseconds from `start` to `end`, both recorded and reached (cudaErrorNotReady while
 // either has work pending). An event's time is the host's clock when its stream reached it

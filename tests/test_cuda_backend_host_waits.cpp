@@ -8,10 +8,12 @@
 // two stages of one rank (interleaved 1F1B, handed over in memory), and on two ranks of
 // a pipeline (pp 2 over the emulated NCCL: a received activation or gradient is waited
 // for by the compute stream, not by the host; its trace still shows every receive on the
-// transfer track and no host wait for one). The planted fault sync_each_action (a wait
-// after each compute action, as the executor once did) must add at least one wait per
-// action. And the actions' device times still make a timeline: on the trace each compute
-// action is one slice, one after another on track 0.
+// transfer track and no host wait for one), and over the staged MPI transport (a send is
+// posted once its copy to the host is seen done, not after a host wait for it: the
+// transport before that is the planted bug, 12 waits more). The planted fault
+// sync_each_action (a wait after each compute action, as the executor once did) must add
+// at least one wait per action. And the actions' device times still make a timeline: on
+// the trace each compute action is one slice, one after another on track 0.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -111,6 +113,20 @@ TEST_F(CudaBackendHostWaits, APipelineRankDoesNotWaitForItsReceives) {
     EXPECT_EQ(n, 2 * 3) << "receives of pp rank " << rank << " on its transfer track";
   }
   EXPECT_EQ(text.find("\"name\": \"wait "), std::string::npos) << "a host wait for a receive on the trace";
+}
+
+// pp 2 over the staged MPI transport (parallel.comm: mpi, the ranks of a one-GPU node): a
+// send's device-to-host copy is not waited for by the host either; the send is posted once
+// the copy is seen done (held back until then, parallel/staged_comm.h). A host wait per
+// send, as the transport once had, would add (4 - 1) x 2 steps on each rank between 1 and 4
+// microbatches, 12 in all; the same step-end allowance as over NCCL.
+TEST_F(CudaBackendHostWaits, APipelineRankDoesNotWaitForItsStagedSends) {
+  const std::string pp2 = "parallel.pp=2 parallel.schedule=1f1b parallel.comm=mpi";
+  const long long base = waits_of_two_steps(pp2 + " parallel.microbatches=1", "", 2);
+  EXPECT_GT(base, 0);
+  const long long more = waits_of_two_steps(pp2 + " parallel.microbatches=4", "", 2) - base;
+  EXPECT_GE(more, -2 * 2) << "the step-end send waits are at most one a rank and step either way";
+  EXPECT_LE(more, 2 * 2) << "the ranks' waits grew with the microbatches they send";
 }
 
 TEST_F(CudaBackendHostWaits, TheActionsDeviceTimesAreATimeline) {

@@ -15,7 +15,9 @@
 
 #include <filesystem>
 #include <iostream>
+#include <regex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/config.h"
@@ -118,6 +120,46 @@ TEST_F(StagedComm, DataParallelZero1) {
 
 TEST_F(StagedComm, PipelinePostValidation) {
   expect_equal("postval", "parallel.pp=2 parallel.microbatches=4 training.post_validation=true", 2);
+}
+
+// A device behind its host: every event answers its first queries "not ready"
+// (PPTRAIN_EMU_LATE_EVENTS, emu/cuda_runtime_emu.h), so the sends and ZeRO-1's collectives
+// are held back and posted later (by a later call, a request's wait() or the pipeline's
+// end), out of step with where the host issued them: the same sums as the cpu run, and no
+// hang (each run is under run_command's limit). Planted: a wait() that does not first post
+// what is held leaves ZB-H1's last stage waiting for a gradient while its peer waits for an
+// activation still held back: that run hangs here, and passes with the events on time.
+// That the operations are held shows in the emulated runtime's count of host waits: the
+// waits for copies not seen done add to a run's.
+TEST_F(StagedComm, HeldBackOperationsUnderALateDevice) {
+  for (const auto& [name, layout, ranks] : std::vector<std::tuple<std::string, std::string, int>>{
+           {"late_zbh1", "parallel.pp=2 parallel.schedule=zb-h1 parallel.microbatches=4", 2},
+           {"late_pp2tp2",
+            "parallel.pp=2 parallel.tp=2 parallel.schedule=zbv parallel.stages_per_rank=2 parallel.microbatches=4", 4},
+           {"late_dp2zero", "parallel.dp=2 parallel.zero=1 parallel.microbatches=2", 2}}) {
+    const Verdict v = staged_against_cpu(name, layout, ranks, "PPTRAIN_EMU_LATE_EVENTS=3");
+    EXPECT_TRUE(v.passed()) << v.failures(layout);
+    std::cout << name << ": " << v.summary() << "\n";
+  }
+#ifndef PPTRAIN_REAL_DEVICE
+  // Host waits of the ZB-H1 run without the cudaFree (how many blocks each caching
+  // allocator frees at exit is timing), on time and late.
+  const auto waits = [&](const std::string& late) {
+    std::string out;
+    step("waits" + late, cuda_bin(),
+         "device=cuda parallel.comm=mpi parallel.pp=2 parallel.schedule=zb-h1 parallel.microbatches=4", 2,
+         "PPTRAIN_EMU_HOST_WAITS=1 PPTRAIN_EMU_LATE_EVENTS=" + late, &out);
+    const std::regex count("emulated cuda: ([0-9]+) host waits \\(([0-9]+) of them cudaFree\\)");
+    long long sum = 0;
+    for (std::sregex_iterator it(out.begin(), out.end(), count), end; it != end; ++it)
+      sum += std::stoll((*it)[1]) - std::stoll((*it)[2]);
+    return sum;
+  };
+  const long long on_time = waits("0"), late = waits("3");
+  EXPECT_GT(on_time, 0);
+  EXPECT_GT(late, on_time) << "no operation was held back under the late device";
+  std::cout << "zb-h1 host waits a run: " << on_time << " on time, " << late << " late\n";
+#endif
 }
 
 TEST_F(StagedComm, PlantedBugsAreRejected) {

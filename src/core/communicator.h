@@ -61,6 +61,13 @@ class Communicator {
   // must stay valid until the request completes.
   virtual std::unique_ptr<Request> isend(const void* data, size_t bytes, int peer, int tag) = 0;
   virtual std::unique_ptr<Request> irecv(void* data, size_t bytes, int peer, int tag) = 0;
+  // A transport that holds operations back until the device has produced what they send
+  // (StagedMpiComm) posts them here: those whose data is ready, or with `all` every one, the
+  // host waiting for the device where it must. Its requests' test() and wait() and its
+  // blocking calls do this themselves; a caller about to wait for the device for a while
+  // (the pipeline's end) calls it first, so that the peers get their data meanwhile.
+  // Others hold nothing back.
+  virtual void progress(bool all) {}
 };
 
 // The group of one: collectives are identities, p2p is a bug.

@@ -3,20 +3,31 @@
 // a GPU: NCCL refuses two ranks on one device). The same Communicator semantics as
 // NcclComm, so the executor, the tensor-parallel layers and ZeRO-1's buckets run unchanged:
 //
-//   device -> host: the copy stream waits for the compute stream's work so far (an event),
-//     copies into a pinned buffer, and the host waits for that copy (the data must be on
-//     the host before MPI can send it: the one host wait NCCL's path does not have);
-//   host: the MpiComm of the group does the transfer or collective (non-blocking ones stay
-//     non-blocking: MPI moves the data while the pipeline goes on);
+//   device -> host: the copy stream waits for the compute stream's work so far (an event)
+//     and copies into a pinned buffer. A non-blocking operation (isend, ireduce_scatter,
+//     iallgather) returns at once and is held back in this communicator's queue until that
+//     copy is seen done, then posted: by progress(), which every call and every request's
+//     test() and wait() make first. So the host goes on issuing work, as on NCCL's path,
+//     instead of waiting for the device before each send.
+//   host: MPI does the transfer or collective on a duplicate of the group's communicator
+//     (the held-back collectives are posted later than the host reached them, so other
+//     users of the group, the trainer's host reductions, must not share their order).
 //   host -> device: once MPI is done (wait(), or test() true), the copy stream copies the
 //     result back after the compute stream's work queued before the request was posted, and
 //     the compute stream waits for that copy (an event): no host wait.
 //
+// Posting in order: each queue posts first come first, so every rank starts the group's
+// collectives and its sends to one peer in the order it issued them (MPI's rules). No rank
+// may wait in MPI while an operation a peer needs sits in a queue, so the blocking calls and
+// every request's wait() first post what every StagedMpiComm of the process holds, waiting
+// for the device copies in order (they depend only on work already issued, so they end).
+//
 // Pinned buffers are pooled by size and handed out again only once the copy that read them
-// has finished. Host-memory entry points (allreduce of doubles, broadcast, barrier) go to
-// the MpiComm directly. Collective over the group, like NcclComm.
+// has finished. Host-memory entry points (allreduce of doubles, broadcast, barrier) post
+// what is held, then go to MPI directly. Collective over the group, like NcclComm.
 #pragma once
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -44,15 +55,15 @@ class PinnedBuffer {
 
 class StagedMpiComm final : public Communicator {
  public:
-  // `group` must outlive this object; `compute_stream` is the stream of the CudaOps whose
-  // tensors it moves.
+  // Collective over `group` (it duplicates its communicator); `compute_stream` is the
+  // stream of the CudaOps whose tensors it moves.
   StagedMpiComm(MpiComm& group, cudaStream_t compute_stream);
   ~StagedMpiComm() override;
   StagedMpiComm(const StagedMpiComm&) = delete;
   StagedMpiComm& operator=(const StagedMpiComm&) = delete;
 
-  int rank() const override { return group_.rank(); }
-  int size() const override { return group_.size(); }
+  int rank() const override { return own_.rank(); }
+  int size() const override { return own_.size(); }
   void allreduce(float* data, size_t n, ReduceOp op) override;     // device data[n], in place
   void allreduce(double* data, size_t n, ReduceOp op) override;    // host data[n], in place
   void allreduce(bfloat16* data, size_t n, ReduceOp op) override;  // device data[n], in place
@@ -66,21 +77,31 @@ class StagedMpiComm final : public Communicator {
   std::unique_ptr<Request> iallgather(bfloat16* data, size_t count) override;                 // device
   std::unique_ptr<Request> isend(const void* data, size_t bytes, int peer, int tag) override;  // device
   std::unique_ptr<Request> irecv(void* data, size_t bytes, int peer, int tag) override;        // device
+  // Posts what every StagedMpiComm of this process holds back: the operations whose copy is
+  // done (`all`: every one, the host waiting for the copies in order).
+  void progress(bool all) override;
 
-  // For StagedRequest (staged_comm.cpp): the copies and the pool.
+  // For StagedRequest (staged_comm.cpp): the copies, the queue and the pool.
   struct Staging;  // a pinned buffer lent to one operation, and where its result goes
-  std::shared_ptr<Staging> stage_out(const void* device, size_t bytes);  // D2H, host waits
-  std::shared_ptr<Staging> lend(size_t bytes);                           // no copy
+  struct Slot;     // a held-back operation's MPI request, once posted
+  // D2H into a lent buffer, after the compute stream's work so far; `wait`: the host waits
+  // for the copy (blocking calls), else the returned staging's `out` event marks it.
+  std::shared_ptr<Staging> stage_out(const void* device, size_t bytes, bool wait);
+  std::shared_ptr<Staging> lend(size_t bytes);  // no copy
   // H2D of `bytes` from the staging's buffer at `offset` to `device`, after the compute
   // stream's work up to `after` (null: up to now); the compute stream then waits for it.
   void stage_in(Staging& s, void* device, size_t offset, size_t bytes, cudaEvent_t after);
   void give_back(std::shared_ptr<Staging> s);  // returns the buffer once its copy is done
 
  private:
+  // Queues `post` (the MPI operation on the staging's host copy) behind what this
+  // communicator holds; it is posted into `slot` once the staging's copy is done.
+  std::shared_ptr<Slot> hold(std::shared_ptr<Staging> s, std::function<std::unique_ptr<Request>()> post);
+  void post_held(bool all);  // this communicator's queue only
   std::unique_ptr<PinnedBuffer> take_buffer(size_t bytes);
   void reclaim(bool wait_all);
 
-  MpiComm& group_;
+  MpiComm own_;  // a duplicate of the group's communicator: the transfers' own order
   cudaStream_t compute_;
   cuda::Stream copy_;
   std::multimap<size_t, std::unique_ptr<PinnedBuffer>> free_;  // by size
@@ -89,6 +110,12 @@ class StagedMpiComm final : public Communicator {
     std::unique_ptr<cuda::Event> copied;  // the H2D that reads it
   };
   std::deque<Retiring> retiring_;
+  struct Held {
+    std::shared_ptr<Staging> staging;  // its `out` event: the copy the post waits for
+    std::function<std::unique_ptr<Request>()> post;
+    std::shared_ptr<Slot> slot;
+  };
+  std::deque<Held> held_;  // first come, first posted
 };
 
 }  // namespace pptrain

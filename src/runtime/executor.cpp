@@ -307,6 +307,10 @@ double PipelineExecutor::run(const std::vector<MicrobatchData>& data, Timeline& 
   }
   if (progress_ && !actions.empty())
     report_wait(actions.back(), "the backend to finish the step's actions (and the tp group's all-reduces in them)");
+  // A transport that holds sends back until the device has copied them out (the staged MPI
+  // transport) posts them now, not after the wait below: the peers get their last
+  // activations and gradients while this rank's last W actions run.
+  pp_.progress(/*all=*/true);
   finish_compute(timeline);
   poll_device_recvs(/*all=*/true);
   // The losses in F order, summed in it (the bits of adding each as its F ended).
