@@ -223,7 +223,7 @@ all:
 run:
 	@echo "== make run [1/4] deps: compiler, MPI, HDF5, yaml-cpp, OpenBLAS, oneDNN, GLPK and a text corpus (first time: a minute or so)"
 	@scripts/install_deps.sh run
-	@echo "== make run [2/4] build: $(BUILD)/pptrain, $(ON_CORES) (first time: 2 to 3 minutes on 2 cores)"
+	@echo "== make run [2/4] build: $(BUILD)/pptrain, $(ON_CORES) (first time: 2 to 4 minutes on 2 cores)"
 	@$(MAKE) --no-print-directory $(JOBS) $(BUILD)/pptrain
 	@scripts/demo.sh $(BUILD)
 
@@ -235,7 +235,7 @@ BUILD_FAILED_MARK := $(BUILD)/build-failed
 test:
 	@echo "== make test [1/3] deps: packages of the build and the tests (first time: a minute or so)"
 	@scripts/install_deps.sh test || echo "deps: failed; building and testing what can be"
-	@echo "== make test [2/3] build: every binary, $(ON_CORES) (first time: 6 to 8 minutes on 2 cores)"
+	@echo "== make test [2/3] build: every binary, $(ON_CORES) (first time: 5 to 13 minutes on 2 cores)"
 	@rm -f $(BUILD_FAILED_MARK); $(MAKE) --no-print-directory -k $(JOBS) binaries || { \
 	  echo "build: failed (errors above); what it could not build counts as failed"; \
 	  mkdir -p $(BUILD) && touch $(BUILD_FAILED_MARK); \
