@@ -20,6 +20,7 @@
 #include <regex>
 #include <string>
 
+#include "support/host_waits.h"
 #include "support/markov_model.h"
 #include "support/test_util.h"
 
@@ -48,16 +49,12 @@ class CudaBackendHostWaits : public ::testing::Test {
                             dir_.file("model.yaml") + " device=cuda " + overrides;
     const CommandResult r = run_command(cmd, 180);
     EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
-    const std::regex count("emulated cuda: ([0-9]+) host waits \\(([0-9]+) of them cudaFree\\)");
-    long long sum = 0;
-    int counts = 0;
-    for (std::sregex_iterator it(r.output.begin(), r.output.end(), count), end; it != end; ++it, ++counts)
-      sum += std::stoll((*it)[1]) - (ranks > 1 ? std::stoll((*it)[2]) : 0);
-    if (counts != ranks) {
-      ADD_FAILURE() << counts << " counts of host waits for " << ranks << " ranks in:\n" << r.output;
+    const HostWaits w = host_waits_of(r.output);
+    if (w.ranks != ranks) {
+      ADD_FAILURE() << w.ranks << " counts of host waits for " << ranks << " ranks in:\n" << r.output;
       return -1;
     }
-    return sum;
+    return w.waits - (ranks > 1 ? w.frees : 0);
   }
 
   // The waits of 2 steps: a run of 3 steps less a run of 1 (start-up and exit cancel out).

@@ -17,7 +17,6 @@
 
 #include <filesystem>
 #include <iostream>
-#include <regex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -25,6 +24,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "support/dump_compare.h"
+#include "support/host_waits.h"
 #include "support/step_model.h"
 #include "support/test_util.h"
 
@@ -142,6 +142,9 @@ TEST_F(StagedComm, HeldBackOperationsUnderALateDevice) {
            {"late_pp2tp2",
             "parallel.pp=2 parallel.tp=2 parallel.schedule=zbv parallel.stages_per_rank=2 parallel.microbatches=4", 4},
            {"late_dp2zero", "parallel.dp=2 parallel.zero=1 parallel.microbatches=2", 2}}) {
+    // 3 "not ready" answers an event: a held operation is seen not ready by its own hold and
+    // the next polls, so it is posted by a later poll or by a wait() (the not-yet paths),
+    // while the run still ends in a step, not in events that never answer.
     const Verdict v = staged_against_cpu(name, layout, ranks, "PPTRAIN_EMU_LATE_EVENTS=3");
     EXPECT_TRUE(v.passed()) << v.failures(layout);
     std::cout << name << ": " << v.summary() << "\n";
@@ -156,11 +159,9 @@ TEST_F(StagedComm, HeldBackOperationsUnderALateDevice) {
     step("waits" + late, cuda_bin(),
          "device=cuda parallel.comm=mpi parallel.pp=2 parallel.schedule=zb-h1 parallel.microbatches=8", 2,
          "PPTRAIN_EMU_HOST_WAITS=1 PPTRAIN_EMU_LATE_EVENTS=" + late, &out);
-    const std::regex count("emulated cuda: ([0-9]+) host waits \\(([0-9]+) of them cudaFree\\)");
-    long long sum = 0;
-    for (std::sregex_iterator it(out.begin(), out.end(), count), end; it != end; ++it)
-      sum += std::stoll((*it)[1]) - std::stoll((*it)[2]);
-    return sum;
+    const HostWaits w = host_waits_of(out);
+    EXPECT_EQ(w.ranks, 2) << out;
+    return w.waits - w.frees;
   };
   const long long on_time = waits("0"), late = waits("1000");
   EXPECT_GT(on_time, 0);
