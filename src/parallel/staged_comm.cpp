@@ -118,18 +118,19 @@ void StagedMpiComm::post_held(bool all) {
           PPTRAIN_CUDA_CHECK(err);
         }
       }
-      h.slot->mpi = h.post();
+      h.slot->mpi = h.post(h.staging->host());
     }
     held_.pop_front();
   }
 }
 
-std::shared_ptr<StagedMpiComm::Slot> StagedMpiComm::hold(std::shared_ptr<Staging> s,
-                                                         std::function<std::unique_ptr<Request>()> post) {
+std::unique_ptr<Request> StagedMpiComm::post_when_copied(const void* data, size_t bytes, PostOnHost post, void* dst,
+                                                        size_t offset, size_t back) {
+  std::shared_ptr<Staging> s = stage_out(data, bytes, /*wait=*/false);
   auto slot = std::make_shared<Slot>();
-  held_.push_back({std::move(s), std::move(post), slot});
+  held_.push_back({s, std::move(post), slot});
   post_held(/*all=*/false);  // posted now if its copy is already done
-  return slot;
+  return std::make_unique<StagedRequest>(*this, std::move(s), std::move(slot), dst, offset, back);
 }
 
 std::unique_ptr<PinnedBuffer> StagedMpiComm::take_buffer(size_t bytes) {
@@ -265,34 +266,29 @@ void StagedMpiComm::barrier() {
 
 std::unique_ptr<Request> StagedMpiComm::ireduce_scatter(float* data, size_t count, ReduceOp op) {
   const size_t part = count * sizeof(float);
-  std::shared_ptr<Staging> s = stage_out(data, size_t(size()) * part, /*wait=*/false);
-  float* host = reinterpret_cast<float*>(s->host());
-  std::shared_ptr<Slot> slot = hold(s, [this, host, count, op] { return own_.ireduce_scatter(host, count, op); });
-  return std::make_unique<StagedRequest>(*this, std::move(s), std::move(slot), data + size_t(rank()) * count,
-                                         size_t(rank()) * part, part);
+  return post_when_copied(
+      data, size_t(size()) * part,
+      [this, count, op](char* host) { return own_.ireduce_scatter(reinterpret_cast<float*>(host), count, op); },
+      data + size_t(rank()) * count, size_t(rank()) * part, part);
 }
 
 std::unique_ptr<Request> StagedMpiComm::iallgather(float* data, size_t count) {
   const size_t bytes = size_t(size()) * count * sizeof(float);
-  std::shared_ptr<Staging> s = stage_out(data, bytes, /*wait=*/false);
-  float* host = reinterpret_cast<float*>(s->host());
-  std::shared_ptr<Slot> slot = hold(s, [this, host, count] { return own_.iallgather(host, count); });
-  return std::make_unique<StagedRequest>(*this, std::move(s), std::move(slot), data, 0, bytes);
+  return post_when_copied(
+      data, bytes, [this, count](char* host) { return own_.iallgather(reinterpret_cast<float*>(host), count); }, data,
+      0, bytes);
 }
 
 std::unique_ptr<Request> StagedMpiComm::iallgather(bfloat16* data, size_t count) {
   const size_t bytes = size_t(size()) * count * sizeof(bfloat16);
-  std::shared_ptr<Staging> s = stage_out(data, bytes, /*wait=*/false);
-  bfloat16* host = reinterpret_cast<bfloat16*>(s->host());
-  std::shared_ptr<Slot> slot = hold(s, [this, host, count] { return own_.iallgather(host, count); });
-  return std::make_unique<StagedRequest>(*this, std::move(s), std::move(slot), data, 0, bytes);
+  return post_when_copied(
+      data, bytes, [this, count](char* host) { return own_.iallgather(reinterpret_cast<bfloat16*>(host), count); },
+      data, 0, bytes);
 }
 
 std::unique_ptr<Request> StagedMpiComm::isend(const void* data, size_t bytes, int peer, int tag) {
-  std::shared_ptr<Staging> s = stage_out(data, bytes, /*wait=*/false);
-  char* host = s->host();
-  std::shared_ptr<Slot> slot = hold(s, [this, host, bytes, peer, tag] { return own_.isend(host, bytes, peer, tag); });
-  return std::make_unique<StagedRequest>(*this, std::move(s), std::move(slot), nullptr, 0, 0);
+  return post_when_copied(
+      data, bytes, [this, bytes, peer, tag](char* host) { return own_.isend(host, bytes, peer, tag); }, nullptr, 0, 0);
 }
 
 // A receive needs no copy before it: posted at once (the order of receives and held sends

@@ -94,9 +94,13 @@ class StagedMpiComm final : public Communicator {
   void give_back(std::shared_ptr<Staging> s);  // returns the buffer once its copy is done
 
  private:
-  // Queues `post` (the MPI operation on the staging's host copy) behind what this
-  // communicator holds; it is posted into `slot` once the staging's copy is done.
-  std::shared_ptr<Slot> hold(std::shared_ptr<Staging> s, std::function<std::unique_ptr<Request>()> post);
+  // The MPI operation of a non-blocking call, on the host copy of its data.
+  using PostOnHost = std::function<std::unique_ptr<Request>(char* host)>;
+  // What the non-blocking calls share: data[bytes] copied to a pinned buffer, `post` queued
+  // behind what this communicator holds and posted once that copy is done, and, where `dst`
+  // is given, `back` bytes of the buffer from `offset` copied to it when MPI is done.
+  std::unique_ptr<Request> post_when_copied(const void* data, size_t bytes, PostOnHost post, void* dst, size_t offset,
+                                            size_t back);
   void post_held(bool all);  // this communicator's queue only
   std::unique_ptr<PinnedBuffer> take_buffer(size_t bytes);
   void reclaim(bool wait_all);
@@ -112,7 +116,7 @@ class StagedMpiComm final : public Communicator {
   std::deque<Retiring> retiring_;
   struct Held {
     std::shared_ptr<Staging> staging;  // its `out` event: the copy the post waits for
-    std::function<std::unique_ptr<Request>()> post;
+    PostOnHost post;
     std::shared_ptr<Slot> slot;
   };
   std::deque<Held> held_;  // first come, first posted
