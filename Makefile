@@ -223,7 +223,7 @@ all:
 run:
 	@echo "== make run [1/4] deps: compiler, MPI, HDF5, yaml-cpp, OpenBLAS, oneDNN, GLPK and a text corpus (first time: a minute or so)"
 	@scripts/install_deps.sh run
-	@echo "== make run [2/4] build: $(BUILD)/pptrain, $(ON_CORES) (first time: 2 to 4 minutes on 2 cores)"
+	@echo "== make run [2/4] build: $(BUILD)/pptrain, $(ON_CORES) (first time: 2 to 5 minutes on 2 cores)"
 	@$(MAKE) --no-print-directory $(JOBS) $(BUILD)/pptrain
 	@scripts/demo.sh $(BUILD)
 
